@@ -1,0 +1,177 @@
+package eventlog
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/noeta-go/noeta"
+)
+
+// Origin is the role that appended a record. It is provenance, never a control
+// input: nothing decides on it.
+type Origin string
+
+// The origins, a closed set.
+const (
+	OriginEngine   Origin = "engine"
+	OriginLLM      Origin = "llm"
+	OriginTool     Origin = "tool"
+	OriginObserver Origin = "observer"
+	OriginSystem   Origin = "system"
+)
+
+// Validate refuses anything outside the closed set.
+func (o Origin) Validate() error {
+	switch o {
+	case OriginEngine, OriginLLM, OriginTool, OriginObserver, OriginSystem:
+		return nil
+	case "":
+		return fmt.Errorf("%w: origin is empty (want engine, llm, tool, observer or system)", ErrInvalidArgument)
+	}
+	return fmt.Errorf("%w: origin %q is not one of engine, llm, tool, observer, system", ErrInvalidArgument, string(o))
+}
+
+// Envelope is one record of a task: the payload and everything known about its
+// append. Backends stamp ID, Seq (log records), Key (inbox records), Time and
+// LeaseGen; callers fill the rest.
+type Envelope struct {
+	ID   string // ULID, minted by the backend, unique forever
+	Task string // the task id
+	// Seq is the record's position in the task's log: 1 for TaskCreated, then
+	// dense. Inbox records have Seq 0 and carry Key instead.
+	Seq uint64
+	Key string // inbox key, for SystemEmit records only
+
+	Type   string    // event type, see noeta.EventTypes; unknown types are stored and read back
+	Time   time.Time // append time, from the backend's clock
+	Actor  string    // free-form identity of the writer instance; required
+	Origin Origin    // required
+
+	TraceParent   string // W3C traceparent of the step that wrote it, if any
+	CausationID   string // id of the record or request that caused this one, if any
+	CorrelationID string // the root task id; defaults to Task
+
+	// LeaseGen is the lease generation a log record was written under (0 for
+	// TaskCreated and inbox records).
+	LeaseGen uint64
+
+	// Payload is the record's JSON object. Backends store its canonical form
+	// (noeta.CanonicalizeJSON), and the cap applies to that form.
+	//
+	// The Payload of an envelope a backend hands out (from Read, Emit, or to a
+	// Handler) may share memory with the backend's copy and with other
+	// readers: it is read-only. Clone before changing it.
+	Payload json.RawMessage
+}
+
+// NewEnvelope builds an envelope for a typed payload: Type from the payload,
+// Payload its canonical JSON.
+func NewEnvelope(task string, origin Origin, actor string, p noeta.Payload) (Envelope, error) {
+	b, err := noeta.Canonical(p)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("%w: payload of %s: %v", ErrInvalidArgument, p.EventType(), err)
+	}
+	return Envelope{Task: task, Type: p.EventType(), Origin: origin, Actor: actor, Payload: b}, nil
+}
+
+// Decode unmarshals the payload into the struct of its type. ok is false for a
+// type outside the catalogue; readers skip those.
+func (e Envelope) Decode() (p noeta.Payload, ok bool, err error) {
+	p, ok = noeta.NewPayload(e.Type)
+	if !ok {
+		return nil, false, nil
+	}
+	if err := json.Unmarshal(e.Payload, p); err != nil {
+		return nil, true, fmt.Errorf("eventlog: decode %s seq %d of task %s: %w", e.Type, e.Seq, e.Task, err)
+	}
+	return p, true, nil
+}
+
+// Clone returns a copy that shares no memory with e.
+func (e Envelope) Clone() Envelope {
+	e.Payload = append(json.RawMessage(nil), e.Payload...)
+	return e
+}
+
+// MaxActorLen bounds Actor; it travels in headers and in CloudEvents source.
+const MaxActorLen = 256
+
+// MaxTypeLen bounds Type.
+const MaxTypeLen = 128
+
+// MaxInboxKeyLen bounds a SystemEmit key; keys are subject tokens.
+const MaxInboxKeyLen = 128
+
+// PrepareRecord validates the caller's part of env for an append to task and
+// returns it with the payload in canonical form (in memory of its own, never
+// the caller's) and CorrelationID defaulted. It
+// does not check the cap: the cap is reported after an idempotent hit, so
+// callers check len(Payload) against noeta.PayloadMaxBytes themselves at the
+// right point. Every backend calls it, so validation reads the same everywhere.
+func PrepareRecord(task string, env Envelope) (Envelope, error) {
+	if err := noeta.ValidateTaskID(task); err != nil {
+		return env, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if env.Task != "" && env.Task != task {
+		return env, fmt.Errorf("%w: envelope task %q differs from target task %q", ErrInvalidArgument, env.Task, task)
+	}
+	env.Task = task
+	if err := validateType(env.Type); err != nil {
+		return env, err
+	}
+	if err := env.Origin.Validate(); err != nil {
+		return env, err
+	}
+	if env.Actor == "" {
+		return env, fmt.Errorf("%w: actor is empty", ErrInvalidArgument)
+	}
+	if len(env.Actor) > MaxActorLen {
+		return env, fmt.Errorf("%w: actor is %d bytes, the limit is %d", ErrInvalidArgument, len(env.Actor), MaxActorLen)
+	}
+	if len(env.Payload) == 0 {
+		return env, fmt.Errorf("%w: payload of %s is empty (want a JSON object)", ErrInvalidArgument, env.Type)
+	}
+	canon, err := noeta.CanonicalizeJSON(env.Payload)
+	if err != nil {
+		return env, fmt.Errorf("%w: payload of %s: %v", ErrInvalidArgument, env.Type, err)
+	}
+	if canon[0] != '{' {
+		return env, fmt.Errorf("%w: payload of %s is not a JSON object", ErrInvalidArgument, env.Type)
+	}
+	if &canon[0] == &env.Payload[0] {
+		// Already canonical: CanonicalizeJSON handed back the caller's bytes.
+		// Stored records must not alias memory the caller may reuse.
+		canon = append(json.RawMessage(nil), canon...)
+	}
+	env.Payload = canon
+	if env.CorrelationID == "" {
+		env.CorrelationID = task
+	}
+	return env, nil
+}
+
+// CheckCap returns ErrPayloadTooLarge when the canonical payload is over the cap.
+func CheckCap(env Envelope) error {
+	if len(env.Payload) > noeta.PayloadMaxBytes {
+		return fmt.Errorf("%w: task_id=%s, type=%s, size=%d, cap=%d", ErrPayloadTooLarge, env.Task, env.Type, len(env.Payload), noeta.PayloadMaxBytes)
+	}
+	return nil
+}
+
+func validateType(t string) error {
+	if t == "" {
+		return fmt.Errorf("%w: type is empty", ErrInvalidArgument)
+	}
+	if len(t) > MaxTypeLen {
+		return fmt.Errorf("%w: type is %d bytes, the limit is %d", ErrInvalidArgument, len(t), MaxTypeLen)
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9' {
+			continue
+		}
+		return fmt.Errorf("%w: type %q has %q at byte %d; a type is a letter followed by letters and digits", ErrInvalidArgument, t, c, i)
+	}
+	return nil
+}

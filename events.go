@@ -1,0 +1,386 @@
+package noeta
+
+import "encoding/json"
+
+// Event type names, as recorded in the envelope (and as noeta.<Type> in the
+// CloudEvents type). Each has a payload struct of the same name and a JSON Schema
+// in schemas/.
+const (
+	TypeTaskCreated           = "TaskCreated"
+	TypeLeaseGranted          = "LeaseGranted"
+	TypeTurnStarted           = "TurnStarted"
+	TypePolicyDecided         = "PolicyDecided"
+	TypeToolCallStarted       = "ToolCallStarted"
+	TypeToolCallFinished      = "ToolCallFinished"
+	TypeToolCallDenied        = "ToolCallDenied"
+	TypeSubtaskSpawned        = "SubtaskSpawned"
+	TypeSubtaskDenied         = "SubtaskDenied"
+	TypeFinishDenied          = "FinishDenied"
+	TypeApprovalRequested     = "ApprovalRequested"
+	TypeApprovalResolved      = "ApprovalResolved"
+	TypeSubtaskCompleted      = "SubtaskCompleted"
+	TypeSubtaskResultRecorded = "SubtaskResultRecorded"
+	TypeTaskStatePatched      = "TaskStatePatched"
+	TypeTaskSuspended         = "TaskSuspended"
+	TypeTaskWoken             = "TaskWoken"
+	TypeTaskSnapshot          = "TaskSnapshot"
+	TypeStepAttemptAbandoned  = "StepAttemptAbandoned"
+	TypeTaskCompleted         = "TaskCompleted"
+	TypeTaskFailed            = "TaskFailed"
+	TypeTaskCancelled         = "TaskCancelled"
+)
+
+var knownTypes = []string{
+	TypeTaskCreated, TypeLeaseGranted, TypeTurnStarted, TypePolicyDecided,
+	TypeToolCallStarted, TypeToolCallFinished, TypeToolCallDenied,
+	TypeSubtaskSpawned, TypeSubtaskDenied, TypeFinishDenied,
+	TypeApprovalRequested, TypeApprovalResolved,
+	TypeSubtaskCompleted, TypeSubtaskResultRecorded, TypeTaskStatePatched,
+	TypeTaskSuspended, TypeTaskWoken, TypeTaskSnapshot, TypeStepAttemptAbandoned,
+	TypeTaskCompleted, TypeTaskFailed, TypeTaskCancelled,
+}
+
+// EventTypes returns every event type this version records, in catalogue order.
+// Readers skip types outside this list instead of failing, so an older reader
+// folds a newer writer's log.
+func EventTypes() []string { return append([]string(nil), knownTypes...) }
+
+// IsKnownEventType reports whether t is in the catalogue.
+func IsKnownEventType(t string) bool {
+	for _, k := range knownTypes {
+		if k == t {
+			return true
+		}
+	}
+	return false
+}
+
+// IsBaselineType reports whether records of type t carry a complete state a fold
+// can start from (a snapshot, or a sealed step attempt's baseline).
+func IsBaselineType(t string) bool { return t == TypeTaskSnapshot || t == TypeStepAttemptAbandoned }
+
+// IsTerminalType reports whether t ends a task.
+func IsTerminalType(t string) bool {
+	return t == TypeTaskCompleted || t == TypeTaskFailed || t == TypeTaskCancelled
+}
+
+// Payload is implemented by every payload struct; EventType names its record
+// type.
+type Payload interface{ EventType() string }
+
+// Spill limits. A goal or answer above GoalInlineLimit canonical bytes is stored
+// in the content store and replaced by a ref, leaving room under
+// PayloadMaxBytes for the rest of the payload.
+const (
+	PayloadMaxBytes   = 4096
+	GoalInlineLimit   = PayloadMaxBytes - 1024
+	AnswerInlineLimit = PayloadMaxBytes - 1024
+)
+
+// TaskCreated is the genesis record of every task (seq 1).
+type TaskCreated struct {
+	TaskID       string      `json:"task_id"`
+	Agent        string      `json:"agent"`
+	Goal         string      `json:"goal"`
+	GoalRef      *ContentRef `json:"goal_ref,omitempty"`
+	ParentTaskID string      `json:"parent_task_id,omitempty"`
+	RootTaskID   string      `json:"root_task_id"`
+	SubtaskDepth int         `json:"subtask_depth"`
+	GroupID      string      `json:"group_id,omitempty"`
+}
+
+// LeaseGranted is the fence: the first record of every lease generation. Its
+// append moves the log's last sequence, so every write still in flight from the
+// previous holder is refused.
+type LeaseGranted struct {
+	LeaseID    string `json:"lease_id"`
+	Generation uint64 `json:"generation"`
+	Worker     string `json:"worker"`
+}
+
+// TurnStarted counts iterations; the budget's max_iterations reads it.
+type TurnStarted struct {
+	Turn int `json:"turn"`
+}
+
+// DecisionKind is the kind of decision a policy made in a turn.
+type DecisionKind string
+
+// The decision kinds, one per script step kind.
+const (
+	DecisionToolCalls     DecisionKind = "tool_calls"
+	DecisionSpawn         DecisionKind = "spawn"
+	DecisionYieldForHuman DecisionKind = "yield_for_human"
+	DecisionWaitTimer     DecisionKind = "wait_timer"
+	DecisionWaitExternal  DecisionKind = "wait_external"
+	DecisionStatePatch    DecisionKind = "state_patch"
+	DecisionFinish        DecisionKind = "finish"
+	DecisionFail          DecisionKind = "fail"
+)
+
+// PolicyDecided records what the policy decided and what deciding cost; the
+// budget's max_cost_usd reads it.
+type PolicyDecided struct {
+	Turn         int          `json:"turn"`
+	Decision     DecisionKind `json:"decision"`
+	CostUSD      float64      `json:"cost_usd,omitempty"`
+	InputTokens  int64        `json:"input_tokens,omitempty"`
+	OutputTokens int64        `json:"output_tokens,omitempty"`
+}
+
+// ToolCallStarted is written before a tool runs. Exactly one of Args and ArgsRef
+// is set.
+type ToolCallStarted struct {
+	CallID  string          `json:"call_id"`
+	Tool    string          `json:"tool"`
+	Args    json.RawMessage `json:"args,omitempty"`
+	ArgsRef *ContentRef     `json:"args_ref,omitempty"`
+	Turn    int             `json:"turn"`
+}
+
+// ToolCallFinished is the tool's result. Output over the cap is in OutputRef.
+type ToolCallFinished struct {
+	CallID     string          `json:"call_id"`
+	Tool       string          `json:"tool"`
+	OK         bool            `json:"ok"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	OutputRef  *ContentRef     `json:"output_ref,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	DurationMS int64           `json:"duration_ms"`
+	CostUSD    float64         `json:"cost_usd,omitempty"`
+}
+
+// ToolCallDenied records a guard's DENY of a tool call, naming the guard.
+type ToolCallDenied struct {
+	CallID string `json:"call_id"`
+	Tool   string `json:"tool"`
+	Guard  string `json:"guard"`
+	Reason string `json:"reason"`
+}
+
+// SubtaskSpawned records a child task the guards allowed.
+type SubtaskSpawned struct {
+	SubtaskID string      `json:"subtask_id"`
+	Agent     string      `json:"agent"`
+	Goal      string      `json:"goal"`
+	GoalRef   *ContentRef `json:"goal_ref,omitempty"`
+	GroupID   string      `json:"group_id,omitempty"`
+	CallID    string      `json:"call_id,omitempty"`
+}
+
+// SubtaskDenied records a guard's DENY of a spawn.
+type SubtaskDenied struct {
+	Agent   string `json:"agent"`
+	Guard   string `json:"guard"`
+	Reason  string `json:"reason"`
+	GroupID string `json:"group_id,omitempty"`
+}
+
+// FinishDenied records a guard's DENY of a finish; TaskFailed follows it.
+type FinishDenied struct {
+	Guard  string `json:"guard"`
+	Reason string `json:"reason"`
+}
+
+// ApprovalAction is the action point an approval was asked for.
+type ApprovalAction string
+
+// The approval action points.
+const (
+	ApprovalToolCall     ApprovalAction = "tool_call"
+	ApprovalSpawnSubtask ApprovalAction = "spawn_subtask"
+	ApprovalFinish       ApprovalAction = "finish"
+)
+
+// ApprovalRequested is the durable anchor of a REQUIRE_APPROVAL verdict, written
+// before the task suspends on a human_response wake with Handle.
+type ApprovalRequested struct {
+	Handle  string          `json:"handle"`
+	Action  ApprovalAction  `json:"action"`
+	CallID  string          `json:"call_id,omitempty"`
+	Tool    string          `json:"tool,omitempty"`
+	Args    json.RawMessage `json:"args,omitempty"`
+	ArgsRef *ContentRef     `json:"args_ref,omitempty"`
+	Agent   string          `json:"agent,omitempty"`
+	Guard   string          `json:"guard"`
+	Reason  string          `json:"reason"`
+}
+
+// ApprovalDecision is a human's answer to an approval request.
+type ApprovalDecision string
+
+// The approval decisions.
+const (
+	ApprovalApprove ApprovalDecision = "approve"
+	ApprovalDeny    ApprovalDecision = "deny"
+)
+
+// ApprovalResolved records who decided an approval, and how.
+type ApprovalResolved struct {
+	Handle   string           `json:"handle"`
+	Decision ApprovalDecision `json:"decision"`
+	Approver string           `json:"approver"`
+	Reason   string           `json:"reason,omitempty"`
+}
+
+// SubtaskStatus is how a child task ended.
+type SubtaskStatus string
+
+// The subtask outcomes.
+const (
+	SubtaskStatusCompleted SubtaskStatus = "completed"
+	SubtaskStatusFailed    SubtaskStatus = "failed"
+	SubtaskStatusCancelled SubtaskStatus = "cancelled"
+)
+
+// SubtaskCompleted is written by the child-lifecycle observer into the parent's
+// inbox (key subtask-<child>) when a child ends.
+type SubtaskCompleted struct {
+	SubtaskID string          `json:"subtask_id"`
+	Status    SubtaskStatus   `json:"status"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	GroupID   string          `json:"group_id,omitempty"`
+}
+
+// SubtaskResultRecorded is the parent's own record of what its inbox delivered;
+// fold reads the log only, so results enter the parent's state through it.
+type SubtaskResultRecorded struct {
+	SubtaskID string          `json:"subtask_id"`
+	Status    SubtaskStatus   `json:"status"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	GroupID   string          `json:"group_id,omitempty"`
+}
+
+// TaskStatePatched applies a patch to the task's free-form state.
+type TaskStatePatched struct {
+	Patch json.RawMessage `json:"patch"`
+}
+
+// TaskSuspended ends a segment: the task waits for WakeOn.
+type TaskSuspended struct {
+	Reason string `json:"reason"`
+	WakeOn Wake   `json:"wake_on"`
+}
+
+// TaskWoken records the wake event a resumed segment consumed; exactly one per
+// wake, which is how a redelivered wake is recognised as already consumed.
+type TaskWoken struct {
+	WakeEvent Wake `json:"wake_event"`
+}
+
+// TaskSnapshot points at a stored state covering records 1..UptoSeq.
+type TaskSnapshot struct {
+	StateRef ContentRef `json:"state_ref"`
+	UptoSeq  uint64     `json:"upto_seq"`
+}
+
+// AbandonAction is what recovery does with an interrupted step attempt.
+type AbandonAction string
+
+// The recovery actions.
+const (
+	AbandonRedrive AbandonAction = "redrive"
+	AbandonPark    AbandonAction = "park"
+)
+
+// StepAttemptAbandoned seals an interrupted attempt: state is rebased on the
+// baseline at BaselineSeq.
+type StepAttemptAbandoned struct {
+	BaselineSeq uint64        `json:"baseline_seq"`
+	Action      AbandonAction `json:"action"`
+	Reason      string        `json:"reason"`
+}
+
+// TaskCompleted ends a task with its answer (or a ref to it).
+type TaskCompleted struct {
+	Answer    json.RawMessage `json:"answer,omitempty"`
+	AnswerRef *ContentRef     `json:"answer_ref,omitempty"`
+}
+
+// TaskFailed ends a task with an error; Guard names the guard when one caused it.
+type TaskFailed struct {
+	Error string `json:"error"`
+	Guard string `json:"guard,omitempty"`
+}
+
+// TaskCancelled ends a task on request.
+type TaskCancelled struct {
+	Reason string `json:"reason"`
+}
+
+func (TaskCreated) EventType() string           { return TypeTaskCreated }
+func (LeaseGranted) EventType() string          { return TypeLeaseGranted }
+func (TurnStarted) EventType() string           { return TypeTurnStarted }
+func (PolicyDecided) EventType() string         { return TypePolicyDecided }
+func (ToolCallStarted) EventType() string       { return TypeToolCallStarted }
+func (ToolCallFinished) EventType() string      { return TypeToolCallFinished }
+func (ToolCallDenied) EventType() string        { return TypeToolCallDenied }
+func (SubtaskSpawned) EventType() string        { return TypeSubtaskSpawned }
+func (SubtaskDenied) EventType() string         { return TypeSubtaskDenied }
+func (FinishDenied) EventType() string          { return TypeFinishDenied }
+func (ApprovalRequested) EventType() string     { return TypeApprovalRequested }
+func (ApprovalResolved) EventType() string      { return TypeApprovalResolved }
+func (SubtaskCompleted) EventType() string      { return TypeSubtaskCompleted }
+func (SubtaskResultRecorded) EventType() string { return TypeSubtaskResultRecorded }
+func (TaskStatePatched) EventType() string      { return TypeTaskStatePatched }
+func (TaskSuspended) EventType() string         { return TypeTaskSuspended }
+func (TaskWoken) EventType() string             { return TypeTaskWoken }
+func (TaskSnapshot) EventType() string          { return TypeTaskSnapshot }
+func (StepAttemptAbandoned) EventType() string  { return TypeStepAttemptAbandoned }
+func (TaskCompleted) EventType() string         { return TypeTaskCompleted }
+func (TaskFailed) EventType() string            { return TypeTaskFailed }
+func (TaskCancelled) EventType() string         { return TypeTaskCancelled }
+
+// NewPayload returns a pointer to a zero payload struct for a known type, for
+// decoding; ok is false for a type outside the catalogue.
+func NewPayload(eventType string) (p Payload, ok bool) {
+	switch eventType {
+	case TypeTaskCreated:
+		return &TaskCreated{}, true
+	case TypeLeaseGranted:
+		return &LeaseGranted{}, true
+	case TypeTurnStarted:
+		return &TurnStarted{}, true
+	case TypePolicyDecided:
+		return &PolicyDecided{}, true
+	case TypeToolCallStarted:
+		return &ToolCallStarted{}, true
+	case TypeToolCallFinished:
+		return &ToolCallFinished{}, true
+	case TypeToolCallDenied:
+		return &ToolCallDenied{}, true
+	case TypeSubtaskSpawned:
+		return &SubtaskSpawned{}, true
+	case TypeSubtaskDenied:
+		return &SubtaskDenied{}, true
+	case TypeFinishDenied:
+		return &FinishDenied{}, true
+	case TypeApprovalRequested:
+		return &ApprovalRequested{}, true
+	case TypeApprovalResolved:
+		return &ApprovalResolved{}, true
+	case TypeSubtaskCompleted:
+		return &SubtaskCompleted{}, true
+	case TypeSubtaskResultRecorded:
+		return &SubtaskResultRecorded{}, true
+	case TypeTaskStatePatched:
+		return &TaskStatePatched{}, true
+	case TypeTaskSuspended:
+		return &TaskSuspended{}, true
+	case TypeTaskWoken:
+		return &TaskWoken{}, true
+	case TypeTaskSnapshot:
+		return &TaskSnapshot{}, true
+	case TypeStepAttemptAbandoned:
+		return &StepAttemptAbandoned{}, true
+	case TypeTaskCompleted:
+		return &TaskCompleted{}, true
+	case TypeTaskFailed:
+		return &TaskFailed{}, true
+	case TypeTaskCancelled:
+		return &TaskCancelled{}, true
+	}
+	return nil, false
+}

@@ -1,0 +1,117 @@
+package noeta
+
+import "encoding/json"
+
+// RecentToolCallsWindow is how many executed tool calls the governance slice
+// remembers for repetition checks.
+const RecentToolCallsWindow = 32
+
+// GovernanceState is the slice of a task's state that governance reads: every
+// counter is a fold of the log and nothing else writes it. Guards get a copy
+// ([GovernanceState.Clone]); changing it cannot reach the engine.
+type GovernanceState struct {
+	Iterations      int     `json:"iterations"`       // TurnStarted
+	ToolCalls       int     `json:"tool_calls"`       // ToolCallStarted (executed calls only)
+	CostUSD         float64 `json:"cost_usd"`         // PolicyDecided.cost_usd + ToolCallFinished.cost_usd
+	InputTokens     int64   `json:"input_tokens"`     // PolicyDecided
+	OutputTokens    int64   `json:"output_tokens"`    // PolicyDecided
+	SpawnedSubtasks int     `json:"spawned_subtasks"` // SubtaskSpawned
+
+	// Denials lists every refusal in log order: guard denials of tool calls and
+	// spawns, finish denials, human denials of approvals, cancellations.
+	Denials []Denial `json:"denials"`
+	// SubtaskResults lists the children's outcomes as the task recorded them.
+	SubtaskResults []SubtaskResult `json:"subtask_results"`
+	// RecentToolCalls holds the identity keys of the last RecentToolCallsWindow
+	// executed calls, oldest first.
+	RecentToolCalls []ToolCallKey `json:"recent_tool_calls"`
+	// PendingApprovals maps an approval handle to its open request.
+	PendingApprovals map[string]PendingApproval `json:"pending_approvals"`
+	// Approvals lists resolved approvals in order: who decided, and how.
+	Approvals []ApprovalRecord `json:"approvals"`
+}
+
+// Denial is one refusal, naming who refused and why.
+type Denial struct {
+	Type   string `json:"type"` // the record type that carried it
+	Guard  string `json:"guard,omitempty"`
+	Reason string `json:"reason"`
+	CallID string `json:"call_id,omitempty"`
+	Tool   string `json:"tool,omitempty"`
+	Agent  string `json:"agent,omitempty"`
+}
+
+// SubtaskResult is one child's outcome.
+type SubtaskResult struct {
+	SubtaskID string          `json:"subtask_id"`
+	Status    SubtaskStatus   `json:"status"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	GroupID   string          `json:"group_id,omitempty"`
+}
+
+// ToolCallKey identifies a call for repetition checks: the tool and the
+// canonical bytes of its arguments.
+type ToolCallKey struct {
+	Tool string `json:"tool"`
+	Args string `json:"args"`
+}
+
+// PendingApproval is an approval request not yet resolved.
+type PendingApproval struct {
+	Action ApprovalAction  `json:"action"`
+	CallID string          `json:"call_id,omitempty"`
+	Tool   string          `json:"tool,omitempty"`
+	Args   json.RawMessage `json:"args,omitempty"`
+	Agent  string          `json:"agent,omitempty"`
+	Guard  string          `json:"guard"`
+	Reason string          `json:"reason"`
+}
+
+// ApprovalRecord is a resolved approval.
+type ApprovalRecord struct {
+	Handle   string           `json:"handle"`
+	Action   ApprovalAction   `json:"action"`
+	CallID   string           `json:"call_id,omitempty"`
+	Tool     string           `json:"tool,omitempty"`
+	Decision ApprovalDecision `json:"decision"`
+	Approver string           `json:"approver"`
+	Reason   string           `json:"reason,omitempty"`
+}
+
+// NoteToolCall appends k to the recent calls, keeping the window.
+func (g *GovernanceState) NoteToolCall(k ToolCallKey) {
+	if len(g.RecentToolCalls) >= RecentToolCallsWindow {
+		n := copy(g.RecentToolCalls, g.RecentToolCalls[len(g.RecentToolCalls)-RecentToolCallsWindow+1:])
+		g.RecentToolCalls = g.RecentToolCalls[:n]
+	}
+	g.RecentToolCalls = append(g.RecentToolCalls, k)
+}
+
+// Clone returns a deep copy: nothing in it shares memory with g.
+func (g GovernanceState) Clone() GovernanceState {
+	c := g
+	c.Denials = append([]Denial(nil), g.Denials...)
+	c.SubtaskResults = make([]SubtaskResult, len(g.SubtaskResults))
+	for i, r := range g.SubtaskResults {
+		r.Result = cloneRaw(r.Result)
+		c.SubtaskResults[i] = r
+	}
+	c.RecentToolCalls = append([]ToolCallKey(nil), g.RecentToolCalls...)
+	if g.PendingApprovals != nil {
+		c.PendingApprovals = make(map[string]PendingApproval, len(g.PendingApprovals))
+		for k, v := range g.PendingApprovals {
+			v.Args = cloneRaw(v.Args)
+			c.PendingApprovals[k] = v
+		}
+	}
+	c.Approvals = append([]ApprovalRecord(nil), g.Approvals...)
+	return c
+}
+
+func cloneRaw(b json.RawMessage) json.RawMessage {
+	if b == nil {
+		return nil
+	}
+	return append(json.RawMessage(nil), b...)
+}

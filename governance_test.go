@@ -1,0 +1,85 @@
+package noeta
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+)
+
+func TestGovernanceCloneIsDeep(t *testing.T) {
+	g := GovernanceState{
+		Denials:          []Denial{{Type: TypeToolCallDenied, Guard: "budget", Reason: "r"}},
+		SubtaskResults:   []SubtaskResult{{SubtaskID: "c", Status: SubtaskStatusCompleted, Result: json.RawMessage(`"x"`)}},
+		RecentToolCalls:  []ToolCallKey{{Tool: "echo", Args: "{}"}},
+		PendingApprovals: map[string]PendingApproval{"approval-1": {Tool: "shell", Args: json.RawMessage(`{"c":1}`)}},
+		Approvals:        []ApprovalRecord{{Handle: "h"}},
+	}
+	c := g.Clone()
+	c.Denials[0].Reason = "changed"
+	c.SubtaskResults[0].Result[1] = 'y'
+	c.RecentToolCalls[0].Tool = "shell"
+	p := c.PendingApprovals["approval-1"]
+	p.Args[2] = 'z'
+	c.PendingApprovals["approval-2"] = PendingApproval{}
+	c.Approvals[0].Handle = "other"
+
+	if g.Denials[0].Reason != "r" || string(g.SubtaskResults[0].Result) != `"x"` || g.RecentToolCalls[0].Tool != "echo" ||
+		string(g.PendingApprovals["approval-1"].Args) != `{"c":1}` || len(g.PendingApprovals) != 1 || g.Approvals[0].Handle != "h" {
+		t.Errorf("changing the clone changed the original: %+v", g)
+	}
+}
+
+func TestNoteToolCallKeepsWindow(t *testing.T) {
+	var g GovernanceState
+	for i := range RecentToolCallsWindow + 5 {
+		g.NoteToolCall(ToolCallKey{Tool: fmt.Sprint(i)})
+	}
+	if len(g.RecentToolCalls) != RecentToolCallsWindow {
+		t.Fatalf("len = %d, want %d", len(g.RecentToolCalls), RecentToolCallsWindow)
+	}
+	if got, want := g.RecentToolCalls[0].Tool, "5"; got != want {
+		t.Errorf("oldest = %s, want %s", got, want)
+	}
+	if got, want := g.RecentToolCalls[RecentToolCallsWindow-1].Tool, fmt.Sprint(RecentToolCallsWindow+4); got != want {
+		t.Errorf("newest = %s, want %s", got, want)
+	}
+}
+
+func TestVerdictZeroValueIsNotAllow(t *testing.T) {
+	var r VerdictResult
+	if r.IsAllow() {
+		t.Errorf("zero VerdictResult is an allow")
+	}
+	if _, err := json.Marshal(r); err == nil {
+		t.Errorf("zero verdict encoded without error")
+	}
+	for _, v := range []Verdict{VerdictAllow, VerdictDeny, VerdictRequireApproval} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Verdict
+		if err := json.Unmarshal(b, &back); err != nil || back != v {
+			t.Errorf("round trip of %s = %v, %v", v, back, err)
+		}
+	}
+}
+
+func TestPayloadCatalogue(t *testing.T) {
+	for _, typ := range EventTypes() {
+		p, ok := NewPayload(typ)
+		if !ok {
+			t.Errorf("NewPayload(%s) not ok", typ)
+			continue
+		}
+		if p.EventType() != typ {
+			t.Errorf("NewPayload(%s).EventType() = %s", typ, p.EventType())
+		}
+		if !IsKnownEventType(typ) {
+			t.Errorf("IsKnownEventType(%s) = false", typ)
+		}
+	}
+	if _, ok := NewPayload("FutureThing"); ok {
+		t.Errorf("NewPayload of an unknown type is ok")
+	}
+}
