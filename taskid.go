@@ -3,6 +3,7 @@ package noeta
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -19,6 +20,17 @@ func NewTaskID() string { return ulid.Make().String() }
 
 // NewID returns a fresh ULID for envelope ids, lease ids and call ids.
 func NewID() string { return ulid.Make().String() }
+
+// NewIDAt is NewID with the time part taken from t, for callers that have just
+// read the clock (an append stamps its record with the same instant). Ids minted
+// in one process are strictly increasing within a millisecond.
+func NewIDAt(t time.Time) string {
+	ms := t.UnixMilli()
+	if ms < 0 || uint64(ms) > ulid.MaxTime() {
+		return NewID()
+	}
+	return ulid.MustNew(uint64(ms), ulid.DefaultEntropy()).String()
+}
 
 // ValidateTaskID reports whether id matches [A-Za-z0-9_-]{1,64}. Task ids become
 // NATS subject tokens and KV keys, so nothing else is accepted.

@@ -59,9 +59,9 @@ type Envelope struct {
 	// Payload is the record's JSON object. Backends store its canonical form
 	// (noeta.CanonicalizeJSON), and the cap applies to that form.
 	//
-	// The Payload of an envelope a backend hands out (from Read, Emit, or to a
-	// Handler) may share memory with the backend's copy and with other
-	// readers: it is read-only. Clone before changing it.
+	// Envelopes go in and out of a backend by copy: changing the Payload of an
+	// envelope after Emit took it, or of one that Read, Emit or a Handler got,
+	// changes nothing stored and nothing another reader sees.
 	Payload json.RawMessage
 }
 
@@ -104,8 +104,9 @@ const MaxTypeLen = 128
 const MaxInboxKeyLen = 128
 
 // PrepareRecord validates the caller's part of env for an append to task and
-// returns it with the payload in canonical form (in memory of its own, never
-// the caller's) and CorrelationID defaulted. It
+// returns it with the payload in canonical form and CorrelationID defaulted.
+// The payload may be the caller's own bytes (when they were canonical already):
+// a backend that keeps it in memory copies it. It
 // does not check the cap: the cap is reported after an idempotent hit, so
 // callers check len(Payload) against noeta.PayloadMaxBytes themselves at the
 // right point. Every backend calls it, so validation reads the same everywhere.
@@ -138,11 +139,6 @@ func PrepareRecord(task string, env Envelope) (Envelope, error) {
 	}
 	if canon[0] != '{' {
 		return env, fmt.Errorf("%w: payload of %s is not a JSON object", ErrInvalidArgument, env.Type)
-	}
-	if &canon[0] == &env.Payload[0] {
-		// Already canonical: CanonicalizeJSON handed back the caller's bytes.
-		// Stored records must not alias memory the caller may reuse.
-		canon = append(json.RawMessage(nil), canon...)
 	}
 	env.Payload = canon
 	if env.CorrelationID == "" {

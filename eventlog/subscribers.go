@@ -114,7 +114,7 @@ func (ss *Subscribers) Notify(ctx context.Context, envs ...Envelope) {
 	ctx = context.WithoutCancel(ctx)
 	for _, env := range envs {
 		for _, s := range *cur {
-			s.deliver(ctx, env)
+			s.deliver(ctx, env.Clone())
 		}
 	}
 }

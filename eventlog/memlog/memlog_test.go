@@ -1,0 +1,32 @@
+package memlog_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/noeta-go/noeta/eventlog/eventlogtest"
+	"github.com/noeta-go/noeta/eventlog/memlog"
+)
+
+func factory(t *testing.T) eventlogtest.Backend {
+	t.Helper()
+	clock := memlog.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	s, err := memlog.New(memlog.Options{Clock: clock, LeaseTTL: 30 * time.Second, HeartbeatMax: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return eventlogtest.Backend{
+		Log:             s,
+		Dispatcher:      s,
+		Content:         s,
+		Close:           s.Close,
+		Advance:         clock.Advance,
+		LeaseTTL:        30 * time.Second,
+		HeartbeatMax:    5,
+		ReclaimMax:      memlog.DefaultReclaimMax,
+		MaxFailAttempts: memlog.DefaultMaxFailAttempts,
+	}
+}
+
+func TestSuite(t *testing.T) { eventlogtest.RunSuite(t, factory) }
