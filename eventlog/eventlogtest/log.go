@@ -718,7 +718,7 @@ func takeoverRound(t *testing.T, b Backend, round int) (violations, aWrites, aRe
 
 	expire(t, b, la)
 	lb := leaseTaskAs(t, b, task, workerB)
-	bEnv := emitTurn(t, b, lb, -1)
+	bEnv := emitTurn(t, b, lb, 1_000_000)
 	stopA()
 	r := <-done
 

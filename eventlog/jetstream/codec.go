@@ -1,0 +1,228 @@
+package jetstream
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/schemas"
+)
+
+// Headers repeat what consumers filter on, so they need not parse the body.
+// NATS headers are case-sensitive; traceparent is lowercase as W3C spells it.
+const (
+	hdrType        = "Noeta-Type"
+	hdrSeq         = "Noeta-Seq"
+	hdrOrigin      = "Noeta-Origin"
+	hdrLease       = "Noeta-Lease"
+	hdrLeaseGen    = "Noeta-Lease-Gen"
+	hdrBaseline    = "Noeta-Baseline" // "<seq>:<stream seq>" of the newest baseline before this record
+	hdrIdempotency = "Noeta-Idempotency-Key"
+	hdrTraceParent = "traceparent"
+
+	contentTypeCE = "application/cloudevents+json"
+)
+
+// ErrCorrupt is wrapped by reads of a record that does not decode as one of
+// ours; the message carries its stream sequence.
+var ErrCorrupt = errors.New("jetstream: corrupt record")
+
+// CorruptRecordError reports one record that could not be read.
+type CorruptRecordError struct {
+	Subject   string
+	StreamSeq uint64
+	Err       error
+}
+
+func (e *CorruptRecordError) Error() string {
+	return fmt.Sprintf("jetstream: corrupt record at stream sequence %d on %s: %v", e.StreamSeq, e.Subject, e.Err)
+}
+
+// Unwrap lets errors.Is(err, ErrCorrupt) hold.
+func (e *CorruptRecordError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// meta is what the writer puts in headers beyond the envelope.
+type meta struct {
+	leaseID  string
+	baseline baseline
+	idemKey  string
+}
+
+// baseline locates the newest baseline record of a log.
+type baseline struct{ seq, streamSeq uint64 }
+
+func (b baseline) String() string {
+	return strconv.FormatUint(b.seq, 10) + ":" + strconv.FormatUint(b.streamSeq, 10)
+}
+
+func parseBaseline(s string) (baseline, bool) {
+	a, c, ok := strings.Cut(s, ":")
+	if !ok {
+		return baseline{}, false
+	}
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(c, 10, 64)
+	return baseline{x, y}, err1 == nil && err2 == nil
+}
+
+// encode builds the message of env: a CloudEvents structured-mode body and
+// the headers.
+func encode(subject string, env eventlog.Envelope, m meta) (*nats.Msg, error) {
+	e := event.New()
+	e.SetID(env.ID)
+	e.SetSource("/noeta/" + string(env.Origin) + "/" + url.PathEscape(env.Actor))
+	e.SetType("noeta." + env.Type)
+	e.SetSubject(env.Task)
+	e.SetTime(env.Time)
+	e.SetDataSchema(schemas.ID(env.Type))
+	e.SetDataContentType("application/json")
+	e.DataEncoded = env.Payload
+	e.DataBase64 = false
+	if env.Seq != 0 {
+		e.SetExtension("sequence", strconv.FormatUint(env.Seq, 10))
+	}
+	if env.Key != "" {
+		e.SetExtension("inboxkey", env.Key)
+	}
+	e.SetExtension("origin", string(env.Origin))
+	e.SetExtension("actor", env.Actor)
+	if env.CausationID != "" {
+		e.SetExtension("causationid", env.CausationID)
+	}
+	e.SetExtension("correlationid", env.CorrelationID)
+	if env.TraceParent != "" {
+		e.SetExtension("traceparent", env.TraceParent)
+	}
+	if env.LeaseGen != 0 {
+		e.SetExtension("leasegen", strconv.FormatUint(env.LeaseGen, 10))
+	}
+	if err := e.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: not a valid CloudEvent: %v", eventlog.ErrInvalidArgument, err)
+	}
+	// encoding/json would re-escape <, > and & inside data, changing the
+	// canonical payload bytes; the encoder is told not to.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		return nil, fmt.Errorf("jetstream: encode %s: %w", env.Type, err)
+	}
+	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	msg.Header.Set("Content-Type", contentTypeCE)
+	msg.Header.Set(hdrType, env.Type)
+	msg.Header.Set(hdrOrigin, string(env.Origin))
+	if env.Seq != 0 {
+		msg.Header.Set(hdrSeq, strconv.FormatUint(env.Seq, 10))
+	}
+	if env.TraceParent != "" {
+		msg.Header.Set(hdrTraceParent, env.TraceParent)
+	}
+	if m.leaseID != "" {
+		msg.Header.Set(hdrLease, m.leaseID)
+		msg.Header.Set(hdrLeaseGen, strconv.FormatUint(env.LeaseGen, 10))
+	}
+	if m.baseline.seq != 0 {
+		msg.Header.Set(hdrBaseline, m.baseline.String())
+	}
+	if m.idemKey != "" {
+		msg.Header.Set(hdrIdempotency, m.idemKey)
+	}
+	msg.Header.Set(nats.MsgIdHdr, env.ID)
+	return msg, nil
+}
+
+// record is a decoded stored message.
+type record struct {
+	env       eventlog.Envelope
+	streamSeq uint64
+	leaseID   string
+	baseline  baseline
+}
+
+// decode reads a stored message back. Anything that is not a valid record of
+// ours is a *CorruptRecordError.
+func decode(subject string, streamSeq uint64, hdr nats.Header, data []byte) (record, error) {
+	corrupt := func(format string, args ...any) (record, error) {
+		return record{}, &CorruptRecordError{Subject: subject, StreamSeq: streamSeq, Err: fmt.Errorf(format, args...)}
+	}
+	var e event.Event
+	if err := json.Unmarshal(data, &e); err != nil {
+		return corrupt("body is not a CloudEvent: %v", err)
+	}
+	if err := e.Validate(); err != nil {
+		return corrupt("invalid CloudEvent: %v", err)
+	}
+	typ, ok := strings.CutPrefix(e.Type(), "noeta.")
+	if !ok || typ == "" {
+		return corrupt("type %q is not noeta.<Type>", e.Type())
+	}
+	ext := e.Extensions()
+	str := func(name string) string {
+		if v, ok := ext[name]; ok {
+			if s, ok := v.(string); ok {
+				return s
+			}
+			return fmt.Sprint(v)
+		}
+		return ""
+	}
+	num := func(name string) (uint64, error) {
+		s := str(name)
+		if s == "" {
+			return 0, nil
+		}
+		return strconv.ParseUint(s, 10, 64)
+	}
+	seq, err := num("sequence")
+	if err != nil {
+		return corrupt("sequence: %v", err)
+	}
+	gen, err := num("leasegen")
+	if err != nil {
+		return corrupt("leasegen: %v", err)
+	}
+	env := eventlog.Envelope{
+		ID:            e.ID(),
+		Task:          e.Subject(),
+		Seq:           seq,
+		Key:           str("inboxkey"),
+		Type:          typ,
+		Time:          e.Time(),
+		Actor:         str("actor"),
+		Origin:        eventlog.Origin(str("origin")),
+		TraceParent:   str("traceparent"),
+		CausationID:   str("causationid"),
+		CorrelationID: str("correlationid"),
+		LeaseGen:      gen,
+		Payload:       json.RawMessage(e.Data()),
+	}
+	if err := env.Origin.Validate(); err != nil {
+		return corrupt("%v", err)
+	}
+	if len(env.Payload) == 0 || env.Payload[0] != '{' {
+		return corrupt("data is not a JSON object")
+	}
+	// A schema we know is checked; a newer writer's schema version is not ours
+	// to judge, and its type may be one we skip anyway.
+	if t, ok := schemas.Known(e.DataSchema()); ok && t == typ {
+		if err := schemas.Validate(typ, env.Payload); err != nil {
+			return corrupt("%v", err)
+		}
+	}
+	r := record{env: env, streamSeq: streamSeq}
+	if hdr != nil {
+		r.leaseID = hdr.Get(hdrLease)
+		r.baseline, _ = parseBaseline(hdr.Get(hdrBaseline))
+	}
+	return r, nil
+}

@@ -1,0 +1,71 @@
+package jetstream
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// Config configures a Log. Zero values take the defaults.
+type Config struct {
+	// Prefix is the first subject token and names the stream and buckets
+	// (<PREFIX>_TASKS, <prefix>_idempotency, <prefix>_content). Default "noeta".
+	Prefix string
+	// Replicas of the stream and buckets: 1 on a single node, 3 on a cluster.
+	Replicas int
+	// Registry answers whether a lease is live (the dispatcher). Emit needs it.
+	Registry eventlog.LeaseRegistry
+	// Now stamps record times. Default time.Now.
+	Now func() time.Time
+	// RequestTimeout bounds each request to the server when ctx has no
+	// deadline. Default 5s.
+	RequestTimeout time.Duration
+	// DuplicateWindow is the stream's Nats-Msg-Id window, which makes a
+	// retried publish return the original. Idempotency keys do not depend on
+	// it. Default 2m.
+	DuplicateWindow time.Duration
+	// OnCorrupt, when set, is told of every record a read cannot decode, and
+	// the read skips it. When nil, such a read fails with the
+	// *CorruptRecordError.
+	OnCorrupt func(error)
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Prefix == "" {
+		c.Prefix = "noeta"
+	}
+	if err := noeta.ValidateToken("Config.Prefix", c.Prefix, 32); err != nil {
+		return c, fmt.Errorf("jetstream: %w", err)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		return c, fmt.Errorf("jetstream: Config.Replicas is %d, want 1 to 5", c.Replicas)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.RequestTimeout < 0 {
+		return c, fmt.Errorf("jetstream: Config.RequestTimeout is negative")
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 5 * time.Second
+	}
+	if c.DuplicateWindow < 0 {
+		return c, fmt.Errorf("jetstream: Config.DuplicateWindow is negative")
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	return c, nil
+}
+
+func (c Config) streamName() string {
+	return strings.ToUpper(strings.ReplaceAll(c.Prefix, "-", "_")) + "_TASKS"
+}
+func (c Config) idemBucket() string    { return c.Prefix + "_idempotency" }
+func (c Config) contentBucket() string { return c.Prefix + "_content" }

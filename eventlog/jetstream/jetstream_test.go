@@ -1,0 +1,126 @@
+package jetstream_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/noeta-go/noeta/eventlog/eventlogtest"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
+	"github.com/noeta-go/noeta/eventlog/memlog"
+)
+
+// One single-node server and one 3-node cluster serve every test of the
+// package; each test uses its own task ids, so they share streams.
+var (
+	singleURL  string
+	clusterURL string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "noeta-jetstream-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(ctx, embedded.Config{Dir: dir + "/single"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start embedded server:", err)
+		return 1
+	}
+	defer srv.Shutdown()
+	singleURL = srv.ClientURL()
+	cl, err := embedded.StartCluster(ctx, embedded.ClusterConfig{Dir: dir + "/cluster"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start embedded cluster:", err)
+		return 1
+	}
+	defer cl.Shutdown()
+	clusterURL = cl.ClientURL()
+	// Create the streams and buckets once, before parallel tests race to.
+	for _, c := range []struct {
+		url      string
+		replicas int
+	}{{singleURL, 1}, {clusterURL, 3}} {
+		if err := precreate(ctx, c.url, c.replicas); err != nil {
+			fmt.Fprintln(os.Stderr, "create streams:", err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+func precreate(ctx context.Context, url string, replicas int) error {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	for {
+		_, err = jetstream.Open(ctx, nc, jetstream.Config{Replicas: replicas})
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func connect(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// factory builds backends whose log is JetStream and whose dispatcher (the
+// lease registry) is memlog's, on a manual clock shared by both.
+func factory(url string, replicas int) eventlogtest.Factory {
+	return func(t *testing.T) eventlogtest.Backend {
+		t.Helper()
+		clock := memlog.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+		disp, err := memlog.New(memlog.Options{Clock: clock, LeaseTTL: 30 * time.Second, HeartbeatMax: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc := connect(t, url)
+		log, err := jetstream.Open(t.Context(), nc, jetstream.Config{Replicas: replicas, Registry: disp, Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeAll := func() error {
+			_ = log.Close()
+			return disp.Close()
+		}
+		t.Cleanup(func() { _ = closeAll() })
+		return eventlogtest.Backend{
+			Log:             log,
+			Dispatcher:      disp,
+			Content:         log,
+			Close:           closeAll,
+			Advance:         clock.Advance,
+			LeaseTTL:        30 * time.Second,
+			HeartbeatMax:    5,
+			ReclaimMax:      memlog.DefaultReclaimMax,
+			MaxFailAttempts: memlog.DefaultMaxFailAttempts,
+		}
+	}
+}
+
+func TestSuiteSingleNode(t *testing.T) { eventlogtest.RunSuite(t, factory(singleURL, 1)) }
+
+func TestSuiteCluster(t *testing.T) { eventlogtest.RunSuite(t, factory(clusterURL, 3)) }

@@ -1,0 +1,502 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/schemas"
+)
+
+// Log is the JetStream event log: Reader, Writer, Subscriber, TaskIndex and
+// ContentStore over one connection. It is safe for concurrent use; appends
+// to one task from one Log are serialised, appends to different tasks are
+// not.
+type Log struct {
+	cfg        Config
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	stream     jetstream.Stream
+	streamName string
+	subj       subjects
+	idem       jetstream.KeyValue
+	content    jetstream.ObjectStore
+	subs       eventlog.Subscribers
+	closed     atomic.Bool
+
+	mu    sync.Mutex
+	tasks map[string]*taskState
+
+	corrupt atomic.Uint64
+}
+
+var (
+	_ eventlog.EventLog     = (*Log)(nil)
+	_ eventlog.ContentStore = (*Log)(nil)
+)
+
+// taskState is what this Log knows of a task's tail. It is a cache: a write
+// made on a stale tail fails its compare-and-set and refreshes it.
+type taskState struct {
+	mu    sync.Mutex
+	known bool
+	tail  tail
+}
+
+type tail struct {
+	streamSeq uint64 // stream sequence of the last log record
+	seq       uint64 // its Seq
+	msgID     string // its envelope id
+	leaseID   string // lease of the newest generation in the log ("" before any)
+	gen       uint64
+	baseline  baseline // newest baseline record, including the tail itself
+}
+
+// Open connects a Log to JetStream over nc (which the caller owns and
+// closes), creating the stream and buckets if they do not exist and refusing
+// ones that exist with other settings.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	l := &Log{cfg: c, nc: nc, js: js, streamName: c.streamName(), subj: subjects{c.Prefix}, tasks: map[string]*taskState{}}
+	if l.stream, err = ensureStream(ctx, js, StreamConfig(c)); err != nil {
+		return nil, err
+	}
+	if l.idem, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      c.idemBucket(),
+		Description: "noeta idempotency keys: (task, lease, key) -> the record it wrote",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.Replicas,
+	}); err != nil {
+		return nil, err
+	}
+	if l.content, err = ensureObjectStore(ctx, js, jetstream.ObjectStoreConfig{
+		Bucket:      c.contentBucket(),
+		Description: "noeta content store: bodies by sha256",
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.Replicas,
+	}); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Close makes every later call return eventlog.ErrClosed. The connection is
+// the caller's.
+func (l *Log) Close() error {
+	l.closed.Store(true)
+	return nil
+}
+
+// CorruptRecords counts records reads skipped (with OnCorrupt set) or failed on.
+func (l *Log) CorruptRecords() uint64 { return l.corrupt.Load() }
+
+func (l *Log) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if l.closed.Load() {
+		return eventlog.ErrClosed
+	}
+	return nil
+}
+
+func (l *Log) state(task string) *taskState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ts := l.tasks[task]
+	if ts == nil {
+		ts = &taskState{}
+		l.tasks[task] = ts
+	}
+	return ts
+}
+
+// validatePayload checks a payload of a known type against its schema.
+func validatePayload(env eventlog.Envelope) error {
+	if !noeta.IsKnownEventType(env.Type) {
+		return nil
+	}
+	if err := schemas.Validate(env.Type, env.Payload); err != nil {
+		return fmt.Errorf("%w: %v", eventlog.ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// readTail reads the task's tail from the stream leader.
+func (l *Log) readTail(ctx context.Context, task string) (tail, error) {
+	m, hdr, err := l.leaderGet(ctx, msgGetRequest{LastFor: l.subj.log(task)})
+	if errors.Is(err, errNoMessage) {
+		return tail{}, fmt.Errorf("%w: task %s", eventlog.ErrNotFound, task)
+	}
+	if err != nil {
+		return tail{}, err
+	}
+	return tailOf(m, hdr)
+}
+
+func tailOf(m *storedMsg, hdr nats.Header) (tail, error) {
+	bad := func(what string) (tail, error) {
+		return tail{}, &CorruptRecordError{Subject: m.Subject, StreamSeq: m.Sequence, Err: fmt.Errorf("the log's last record has %s; nothing can be appended after it until it is repaired", what)}
+	}
+	seq, err := strconv.ParseUint(hdr.Get(hdrSeq), 10, 64)
+	if err != nil || seq == 0 {
+		return bad("no valid " + hdrSeq + " header")
+	}
+	t := tail{streamSeq: m.Sequence, seq: seq, msgID: hdr.Get(nats.MsgIdHdr), leaseID: hdr.Get(hdrLease)}
+	if g := hdr.Get(hdrLeaseGen); g != "" {
+		if t.gen, err = strconv.ParseUint(g, 10, 64); err != nil {
+			return bad("a bad " + hdrLeaseGen + " header")
+		}
+	}
+	t.baseline, _ = parseBaseline(hdr.Get(hdrBaseline))
+	if noeta.IsBaselineType(hdr.Get(hdrType)) {
+		t.baseline = baseline{seq: seq, streamSeq: m.Sequence}
+	}
+	return t, nil
+}
+
+// conflict classifies a publish error: a failed compare-and-set (10071),
+// an in-flight sibling write on a replicated stream (10164, retry as is).
+func conflict(err error) (wrongLast, inFlight bool) {
+	var jsErr jetstream.JetStreamError
+	if errors.As(err, &jsErr) && jsErr.APIError() != nil {
+		switch jsErr.APIError().ErrorCode {
+		case jetstream.JSErrCodeStreamWrongLastSequence:
+			return true, false
+		case jetstream.JSErrCodeStreamWrongLastSequenceConstant:
+			return false, true
+		}
+	}
+	return false, false
+}
+
+// publish publishes msg with expected last subject sequence expect, retrying
+// 10164 with a short pause. It returns the ack, or wrongLast for a failed
+// compare-and-set, or the error.
+func (l *Log) publish(ctx context.Context, msg *nats.Msg, expect uint64) (*jetstream.PubAck, bool, error) {
+	pause := 200 * time.Microsecond
+	for {
+		pctx, cancel := l.withTimeout(ctx)
+		ack, err := l.js.PublishMsg(pctx, msg, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithRetryAttempts(2))
+		cancel()
+		if err == nil {
+			return ack, false, nil
+		}
+		wrong, inFlight := conflict(err)
+		if wrong {
+			return nil, true, nil
+		}
+		if !inFlight {
+			return nil, false, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(pause*2, 20*time.Millisecond)
+	}
+}
+
+// Create implements eventlog.Writer.
+func (l *Log) Create(ctx context.Context, env eventlog.Envelope) (eventlog.Envelope, error) {
+	if err := l.check(ctx); err != nil {
+		return eventlog.Envelope{}, err
+	}
+	env, err := eventlog.PrepareRecord(env.Task, env)
+	if err != nil {
+		return eventlog.Envelope{}, err
+	}
+	if env.Type != noeta.TypeTaskCreated {
+		return eventlog.Envelope{}, fmt.Errorf("%w: genesis type is %q, want %s", eventlog.ErrInvalidArgument, env.Type, noeta.TypeTaskCreated)
+	}
+	if err := eventlog.CheckCap(env); err != nil {
+		return eventlog.Envelope{}, err
+	}
+	if err := validatePayload(env); err != nil {
+		return eventlog.Envelope{}, err
+	}
+	var tc noeta.TaskCreated
+	if err := json.Unmarshal(env.Payload, &tc); err == nil && tc.TaskID != "" && tc.TaskID != env.Task {
+		return eventlog.Envelope{}, fmt.Errorf("%w: TaskCreated.task_id %q differs from the envelope's task %q", eventlog.ErrInvalidArgument, tc.TaskID, env.Task)
+	}
+	env.Time = l.cfg.Now()
+	env.ID = noeta.NewIDAt(env.Time)
+	env.Seq, env.Key, env.LeaseGen = 1, "", 0
+	msg, err := encode(l.subj.log(env.Task), env, meta{})
+	if err != nil {
+		return eventlog.Envelope{}, err
+	}
+	ts := l.state(env.Task)
+	ts.mu.Lock()
+	ack, wrong, err := l.publish(ctx, msg, 0)
+	if err == nil && wrong {
+		// Either someone created it, or an earlier attempt of ours did.
+		t, terr := l.readTail(ctx, env.Task)
+		if terr != nil {
+			ts.mu.Unlock()
+			return eventlog.Envelope{}, terr
+		}
+		ts.tail, ts.known = t, true
+		ts.mu.Unlock()
+		if t.seq == 1 && t.msgID == env.ID {
+			l.subs.Notify(ctx, env)
+			return env, nil
+		}
+		return eventlog.Envelope{}, fmt.Errorf("%w: task %s", eventlog.ErrTaskExists, env.Task)
+	}
+	if err != nil {
+		ts.known = false
+		ts.mu.Unlock()
+		return eventlog.Envelope{}, fmt.Errorf("jetstream: create %s: %w", env.Task, err)
+	}
+	ts.tail, ts.known = tail{streamSeq: ack.Sequence, seq: 1, msgID: env.ID}, true
+	ts.mu.Unlock()
+	l.subs.Notify(ctx, env)
+	return env, nil
+}
+
+// Emit implements eventlog.Writer.
+func (l *Log) Emit(ctx context.Context, lease eventlog.Lease, env eventlog.Envelope, opts eventlog.EmitOptions) (eventlog.Envelope, error) {
+	if err := l.check(ctx); err != nil {
+		return eventlog.Envelope{}, err
+	}
+	task := lease.Task
+	if task == "" {
+		task = env.Task
+	}
+	env, err := eventlog.PrepareRecord(task, env)
+	if err != nil {
+		return eventlog.Envelope{}, err
+	}
+	if err := validatePayload(env); err != nil {
+		return eventlog.Envelope{}, err
+	}
+	ts := l.state(task)
+	ts.mu.Lock()
+	out, notify, hit, err := l.emitLocked(ctx, ts, lease, env, opts)
+	ts.mu.Unlock()
+	if err != nil {
+		return eventlog.Envelope{}, err
+	}
+	if !hit {
+		l.subs.Notify(ctx, notify...)
+	}
+	return out, nil
+}
+
+// emitLocked runs under ts.mu. It returns the stored record, every record it
+// appended (to notify once the lock is released), and whether this was an
+// idempotent hit (nothing appended, nothing to notify).
+func (l *Log) emitLocked(ctx context.Context, ts *taskState, lease eventlog.Lease, env eventlog.Envelope, opts eventlog.EmitOptions) (out eventlog.Envelope, notify []eventlog.Envelope, hit bool, err error) {
+	task := env.Task
+	var idem *idemEntry
+	if opts.IdempotencyKey != "" && lease.ID != "" {
+		orig, entry, err := l.idemLookup(ctx, task, lease, opts.IdempotencyKey)
+		if err != nil {
+			return eventlog.Envelope{}, nil, false, err
+		}
+		if orig != nil {
+			return *orig, nil, true, nil
+		}
+		idem = entry
+	}
+	if err := eventlog.CheckCap(env); err != nil {
+		return eventlog.Envelope{}, nil, false, err
+	}
+	if !ts.known {
+		t, err := l.readTail(ctx, task)
+		if err != nil {
+			return eventlog.Envelope{}, nil, false, err
+		}
+		ts.tail, ts.known = t, true
+	}
+	refreshed := false
+	refresh := func() error {
+		t, err := l.readTail(ctx, task)
+		if err != nil {
+			ts.known = false
+			return err
+		}
+		ts.tail, ts.known, refreshed = t, true, true
+		return nil
+	}
+	env.LeaseGen = lease.Generation
+	env.Key = ""
+	// A conflict means another writer moved the tail; the checks below decide
+	// whether we may still write. Retrying is bounded in time, not count: a
+	// new holder taking over from one still appending in a tight loop can
+	// lose several races before its LeaseGranted lands, and a jittered pause
+	// lets it win.
+	giveUp := time.Now().Add(l.cfg.RequestTimeout)
+	conflicts := 0
+	conflicted := false
+	for {
+		if conflicted {
+			// Pause, then read the tail right before the next attempt: a
+			// tail read before the pause would be stale by the end of it.
+			conflicted = false
+			conflicts++
+			if time.Now().After(giveUp) {
+				return eventlog.Envelope{}, nil, false, fmt.Errorf("jetstream: append to %s: gave up after %d conflicting attempts in %v", task, conflicts, l.cfg.RequestTimeout)
+			}
+			select {
+			case <-ctx.Done():
+				return eventlog.Envelope{}, nil, false, ctx.Err()
+			case <-time.After(time.Duration(rand.Int64N(int64(100*time.Microsecond) << min(conflicts, 4)))):
+			}
+			if err := refresh(); err != nil {
+				return eventlog.Envelope{}, nil, false, err
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return eventlog.Envelope{}, nil, false, err
+		}
+		if opts.ExpectLastSeq != 0 && opts.ExpectLastSeq != ts.tail.seq {
+			if !refreshed {
+				if err := refresh(); err != nil {
+					return eventlog.Envelope{}, nil, false, err
+				}
+				continue
+			}
+			return eventlog.Envelope{}, nil, false, fmt.Errorf("%w: task_id=%s, expected last seq %d, actual %d", eventlog.ErrStaleSequence, task, opts.ExpectLastSeq, ts.tail.seq)
+		}
+		if lease.ID == "" {
+			return eventlog.Envelope{}, nil, false, fmt.Errorf("%w: no lease given for task %s", eventlog.ErrInvalidLease, task)
+		}
+		if ts.tail.gen > lease.Generation || ts.tail.gen == lease.Generation && ts.tail.leaseID != lease.ID && ts.tail.gen != 0 {
+			return eventlog.Envelope{}, nil, false, fmt.Errorf("%w: task_id=%s, lease_id=%s generation %d, log fenced by lease %s generation %d",
+				eventlog.ErrLeaseLost, task, lease.ID, lease.Generation, ts.tail.leaseID, ts.tail.gen)
+		}
+		// The registry is asked after the tail was read: a takeover that
+		// happens after this check appends after that tail, so our
+		// compare-and-set on it fails.
+		if err := l.checkRegistry(ctx, lease); err != nil {
+			return eventlog.Envelope{}, nil, false, err
+		}
+
+		if ts.tail.leaseID != lease.ID {
+			lg, err := l.grant(ctx, ts, lease)
+			if err != nil {
+				return eventlog.Envelope{}, nil, false, err
+			}
+			if lg == nil { // lost the race for the tail; look again
+				conflicted = true
+				continue
+			}
+			notify = append(notify, *lg)
+		}
+
+		env.Time = l.cfg.Now()
+		env.ID = noeta.NewIDAt(env.Time)
+		env.Seq = ts.tail.seq + 1
+		if idem != nil {
+			if err := l.idemReserve(ctx, idem, env.ID, ts.tail.streamSeq); err != nil {
+				return eventlog.Envelope{}, nil, false, err
+			}
+		}
+		msg, err := encode(l.subj.log(task), env, meta{leaseID: lease.ID, baseline: ts.tail.baseline, idemKey: opts.IdempotencyKey})
+		if err != nil {
+			return eventlog.Envelope{}, nil, false, err
+		}
+		ack, wrong, err := l.publish(ctx, msg, ts.tail.streamSeq)
+		if err != nil || wrong {
+			// Ambiguous or refused: the tail says which.
+			if rerr := refresh(); rerr != nil {
+				return eventlog.Envelope{}, nil, false, rerr
+			}
+			if ts.tail.msgID == env.ID {
+				ack = &jetstream.PubAck{Sequence: ts.tail.streamSeq}
+			} else if err != nil && !wrong {
+				return eventlog.Envelope{}, nil, false, fmt.Errorf("jetstream: append to %s: %w", task, err)
+			} else {
+				conflicted = true
+				continue
+			}
+		}
+		t := ts.tail
+		t.streamSeq, t.seq, t.msgID, t.leaseID, t.gen = ack.Sequence, env.Seq, env.ID, lease.ID, lease.Generation
+		if noeta.IsBaselineType(env.Type) {
+			t.baseline = baseline{seq: env.Seq, streamSeq: ack.Sequence}
+		}
+		ts.tail = t
+		if idem != nil {
+			l.idemCommit(ctx, idem, env, ack.Sequence)
+		}
+		return env, append(notify, env), false, nil
+	}
+}
+
+func (l *Log) checkRegistry(ctx context.Context, lease eventlog.Lease) error {
+	if l.cfg.Registry == nil {
+		return fmt.Errorf("%w: no lease registry configured for task %s", eventlog.ErrInvalidLease, lease.Task)
+	}
+	ok, err := l.cfg.Registry.Valid(ctx, lease)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: task_id=%s, lease_id=%s is not live", eventlog.ErrInvalidLease, lease.Task, lease.ID)
+	}
+	return nil
+}
+
+// grant appends the LeaseGranted of lease after the known tail. It returns
+// nil (and no error) when the tail moved: the caller re-reads and decides.
+func (l *Log) grant(ctx context.Context, ts *taskState, lease eventlog.Lease) (*eventlog.Envelope, error) {
+	worker := lease.Worker
+	if worker == "" {
+		worker = "unknown"
+	}
+	lg, err := eventlog.NewEnvelope(lease.Task, eventlog.OriginEngine, worker,
+		noeta.LeaseGranted{LeaseID: lease.ID, Generation: lease.Generation, Worker: worker})
+	if err != nil {
+		return nil, err
+	}
+	lg.Time = l.cfg.Now()
+	lg.ID = noeta.NewIDAt(lg.Time)
+	lg.Seq = ts.tail.seq + 1
+	lg.LeaseGen = lease.Generation
+	lg.CorrelationID = lease.Task
+	msg, err := encode(l.subj.log(lease.Task), lg, meta{leaseID: lease.ID, baseline: ts.tail.baseline})
+	if err != nil {
+		return nil, err
+	}
+	ack, wrong, err := l.publish(ctx, msg, ts.tail.streamSeq)
+	if wrong || err != nil {
+		t, rerr := l.readTail(ctx, lease.Task)
+		if rerr != nil {
+			ts.known = false
+			return nil, rerr
+		}
+		ts.tail = t
+		if t.msgID == lg.ID {
+			return &lg, nil
+		}
+		if err != nil && !wrong {
+			return nil, fmt.Errorf("jetstream: lease grant on %s: %w", lease.Task, err)
+		}
+		return nil, nil
+	}
+	ts.tail = tail{streamSeq: ack.Sequence, seq: lg.Seq, msgID: lg.ID, leaseID: lease.ID, gen: lease.Generation, baseline: ts.tail.baseline}
+	return &lg, nil
+}

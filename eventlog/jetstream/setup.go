@@ -1,0 +1,145 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrConfigMismatch: a stream or bucket exists with settings other than ours.
+// It is never reconfigured silently: the operator decides.
+var ErrConfigMismatch = errors.New("jetstream: existing stream or bucket has a different configuration")
+
+// StreamConfig is the task stream's definition; deploy/nats holds the same.
+func StreamConfig(c Config) jetstream.StreamConfig {
+	c, _ = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        c.streamName(),
+		Description: "noeta task logs and inboxes",
+		Subjects:    []string{subjects{c.Prefix}.streamFilter()},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Replicas:    c.Replicas,
+		DenyDelete:  true,
+		DenyPurge:   true,
+		AllowDirect: true,
+		Duplicates:  c.DuplicateWindow,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		MaxAge:      0,
+		Discard:     jetstream.DiscardOld,
+	}
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = js.Stream(ctx, want.Name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: stream %s: %w", want.Name, err)
+	}
+	have := s.CachedInfo().Config
+	var diffs []string
+	check := func(field string, ok bool, h, w any) {
+		if !ok {
+			diffs = append(diffs, fmt.Sprintf("%s is %v, want %v", field, h, w))
+		}
+	}
+	check("subjects", slices.Equal(have.Subjects, want.Subjects), have.Subjects, want.Subjects)
+	check("storage", have.Storage == want.Storage, have.Storage, want.Storage)
+	check("retention", have.Retention == want.Retention, have.Retention, want.Retention)
+	check("replicas", have.Replicas == want.Replicas, have.Replicas, want.Replicas)
+	check("deny_delete", have.DenyDelete == want.DenyDelete, have.DenyDelete, want.DenyDelete)
+	check("deny_purge", have.DenyPurge == want.DenyPurge, have.DenyPurge, want.DenyPurge)
+	check("allow_direct", have.AllowDirect == want.AllowDirect, have.AllowDirect, want.AllowDirect)
+	check("max_age", have.MaxAge == want.MaxAge, have.MaxAge, want.MaxAge)
+	check("max_msgs", have.MaxMsgs == want.MaxMsgs, have.MaxMsgs, want.MaxMsgs)
+	check("max_msgs_per_subject", have.MaxMsgsPerSubject <= 0, have.MaxMsgsPerSubject, "unlimited")
+	if len(diffs) > 0 {
+		return nil, fmt.Errorf("%w: stream %s: %s", ErrConfigMismatch, want.Name, strings.Join(diffs, "; "))
+	}
+	return s, nil
+}
+
+func ensureKV(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, want.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, want.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: key-value bucket %s: %w", want.Bucket, err)
+	}
+	if kv, err = leaderReads(ctx, js, "KV_"+want.Bucket, func() (jetstream.KeyValue, error) { return js.KeyValue(ctx, want.Bucket) }, kv); err != nil {
+		return nil, fmt.Errorf("jetstream: key-value bucket %s: %w", want.Bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: key-value bucket %s: %w", want.Bucket, err)
+	}
+	if st.History() != int64(max(want.History, 1)) || st.TTL() != want.TTL {
+		return nil, fmt.Errorf("%w: key-value bucket %s has history %d and ttl %v, want %d and %v",
+			ErrConfigMismatch, want.Bucket, st.History(), st.TTL(), max(want.History, 1), want.TTL)
+	}
+	if info, ok := st.(*jetstream.KeyValueBucketStatus); ok && info.StreamInfo().Config.Replicas != want.Replicas {
+		return nil, fmt.Errorf("%w: key-value bucket %s has %d replicas, want %d",
+			ErrConfigMismatch, want.Bucket, info.StreamInfo().Config.Replicas, want.Replicas)
+	}
+	return kv, nil
+}
+
+func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	obs, err := js.ObjectStore(ctx, want.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		obs, err = js.CreateObjectStore(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || errors.Is(err, jetstream.ErrBucketExists) {
+			obs, err = js.ObjectStore(ctx, want.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: object store %s: %w", want.Bucket, err)
+	}
+	if obs, err = leaderReads(ctx, js, "OBJ_"+want.Bucket, func() (jetstream.ObjectStore, error) { return js.ObjectStore(ctx, want.Bucket) }, obs); err != nil {
+		return nil, fmt.Errorf("jetstream: object store %s: %w", want.Bucket, err)
+	}
+	st, err := obs.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: object store %s: %w", want.Bucket, err)
+	}
+	if st.Replicas() != want.Replicas || st.Storage() != want.Storage {
+		return nil, fmt.Errorf("%w: object store %s has %d replicas on %v, want %d on %v",
+			ErrConfigMismatch, want.Bucket, st.Replicas(), st.Storage(), want.Replicas, want.Storage)
+	}
+	return obs, nil
+}
+
+// leaderReads turns direct gets off for a bucket's stream and binds again.
+// Buckets are created with direct gets on, which any replica answers, possibly
+// before it has what the leader just acknowledged: an idempotency entry or a
+// body written a moment ago would read as missing. With direct gets off,
+// nats.go asks the leader.
+func leaderReads[T any](ctx context.Context, js jetstream.JetStream, stream string, bind func() (T, error), cur T) (T, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return cur, err
+	}
+	cfg := s.CachedInfo().Config
+	if !cfg.AllowDirect {
+		return cur, nil
+	}
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return cur, err
+	}
+	return bind()
+}

@@ -1,0 +1,48 @@
+package jetstream
+
+import (
+	"hash/fnv"
+	"strconv"
+	"strings"
+)
+
+// Partitions is the number of partitions tasks are spread over. A task's
+// partition is fixed forever: observers divide the work by it.
+const Partitions = 64
+
+// Partition returns fnv32a(task) % Partitions.
+func Partition(task string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(task))
+	return int(h.Sum32() % Partitions)
+}
+
+// subjects builds the subject names of one prefix.
+type subjects struct{ prefix string }
+
+func (s subjects) taskRoot(task string) string {
+	return s.prefix + ".t." + strconv.Itoa(Partition(task)) + "." + task
+}
+
+func (s subjects) log(task string) string { return s.taskRoot(task) + ".log" }
+
+func (s subjects) inbox(task, key string) string { return s.taskRoot(task) + ".in." + key }
+
+func (s subjects) inboxAll(task string) string { return s.taskRoot(task) + ".in.*" }
+
+func (s subjects) allLogs() string { return s.prefix + ".t.*.*.log" }
+
+func (s subjects) streamFilter() string { return s.prefix + ".t.>" }
+
+// taskOfLog returns the task id of a log subject.
+func (s subjects) taskOfLog(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, s.prefix+".t.")
+	if !ok {
+		return "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || parts[2] != "log" {
+		return "", false
+	}
+	return parts[1], true
+}
