@@ -1,7 +1,6 @@
 package jetstream
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,15 +106,13 @@ func encode(subject string, env eventlog.Envelope, m meta) (*nats.Msg, error) {
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: not a valid CloudEvent: %v", eventlog.ErrInvalidArgument, err)
 	}
-	// encoding/json would re-escape <, > and & inside data, changing the
-	// canonical payload bytes; the encoder is told not to.
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(e); err != nil {
+	// Called directly, not through encoding/json: that would re-scan the
+	// output to compact it and re-escape <, > and & inside data, changing the
+	// canonical payload bytes.
+	body, err := e.MarshalJSON()
+	if err != nil {
 		return nil, fmt.Errorf("jetstream: encode %s: %w", env.Type, err)
 	}
-	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	msg := nats.NewMsg(subject)
 	msg.Data = body
 	msg.Header.Set("Content-Type", contentTypeCE)
@@ -156,7 +153,7 @@ func decode(subject string, streamSeq uint64, hdr nats.Header, data []byte) (rec
 		return record{}, &CorruptRecordError{Subject: subject, StreamSeq: streamSeq, Err: fmt.Errorf(format, args...)}
 	}
 	var e event.Event
-	if err := json.Unmarshal(data, &e); err != nil {
+	if err := e.UnmarshalJSON(data); err != nil {
 		return corrupt("body is not a CloudEvent: %v", err)
 	}
 	if err := e.Validate(); err != nil {
