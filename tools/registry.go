@@ -1,0 +1,141 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/noeta-go/noeta"
+)
+
+// MaxNameLen is the longest tool name a registry accepts.
+const MaxNameLen = 64
+
+// Registry is the set of tools the engine can run, by name. It is immutable
+// once built, so every method is safe for concurrent use.
+type Registry struct {
+	byName map[string]Tool
+	names  []string
+}
+
+// NewRegistry builds a registry of tools. A nil tool, an invalid name, a risk
+// level that is not known and two tools with one name are refused. A valid name
+// is 1 to [MaxNameLen] characters: a letter, then letters, digits, '_', '-' or
+// '.'; so a name never contains the glob characters of rules.
+func NewRegistry(tools ...Tool) (*Registry, error) {
+	r := &Registry{byName: make(map[string]Tool, len(tools))}
+	for i, t := range tools {
+		if t == nil {
+			return nil, fmt.Errorf("tools: tool %d is nil", i)
+		}
+		name := t.Name()
+		if err := validName(name); err != nil {
+			return nil, fmt.Errorf("tools: tool %d: %w", i, err)
+		}
+		if risk := t.Risk(); !risk.Valid() {
+			return nil, fmt.Errorf("tools: tool %q has unknown risk level %s", name, risk)
+		}
+		if _, dup := r.byName[name]; dup {
+			return nil, fmt.Errorf("tools: two tools are named %q", name)
+		}
+		r.byName[name] = t
+		r.names = append(r.names, name)
+	}
+	sort.Strings(r.names)
+	return r, nil
+}
+
+func validName(name string) error {
+	if name == "" {
+		return fmt.Errorf("tool name is empty")
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("tool name %q is longer than %d characters", name, MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if i == 0 && !letter {
+			return fmt.Errorf("tool name %q does not start with a letter", name)
+		}
+		if !letter && !(c >= '0' && c <= '9') && c != '_' && c != '-' && c != '.' {
+			return fmt.Errorf("tool name %q has %q (want letters, digits, '_', '-' or '.')", name, c)
+		}
+	}
+	return nil
+}
+
+// Lookup returns the tool called name.
+func (r *Registry) Lookup(name string) (Tool, bool) {
+	t, ok := r.byName[name]
+	return t, ok
+}
+
+// Risk returns the risk level of the tool called name, and false for a tool
+// the registry does not have.
+func (r *Registry) Risk(name string) (RiskLevel, bool) {
+	t, ok := r.byName[name]
+	if !ok {
+		return 0, false
+	}
+	return t.Risk(), true
+}
+
+// RiskString is [Registry.Risk] with the level as its wire string. Its method
+// value has the shape of guards.RiskLookup, which is how the Permission guard
+// learns risk levels without importing this package:
+//
+//	guards.RiskLookup(reg.RiskString)
+func (r *Registry) RiskString(name string) (string, bool) {
+	risk, ok := r.Risk(name)
+	if !ok {
+		return "", false
+	}
+	return risk.String(), true
+}
+
+// Edits reports whether the tool called name is an edit tool ([Tool.Edits]);
+// false for a tool the registry does not have.
+func (r *Registry) Edits(name string) bool {
+	t, ok := r.byName[name]
+	return ok && t.Edits()
+}
+
+// Names returns the tool names in ascending order, in a slice of the caller's.
+func (r *Registry) Names() []string {
+	return append([]string(nil), r.names...)
+}
+
+// Run resolves call.Tool and runs it in workspace. It adds to [Tool.Run] what
+// every caller would otherwise repeat:
+//
+//   - a tool the registry does not have is a failed Result (the model named
+//     it), not an error;
+//   - a panic in the tool is an error wrapping [ErrPanicked];
+//   - nil output becomes null, output that is not valid JSON is an error
+//     wrapping [ErrBadOutput], and a failed Result with no Error gets one.
+func (r *Registry) Run(ctx context.Context, call noeta.ToolCall, workspace string) (res Result, err error) {
+	t, ok := r.byName[call.Tool]
+	if !ok {
+		return Failf("unknown tool %q", call.Tool), nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = Result{}, fmt.Errorf("%w: %s: %v", ErrPanicked, call.Tool, p)
+		}
+	}()
+	res, err = t.Run(ctx, Call{ID: call.CallID, Args: call.Args, Workspace: workspace})
+	if err != nil {
+		return Result{}, err
+	}
+	if len(res.Output) == 0 {
+		res.Output = json.RawMessage("null")
+	} else if !json.Valid(res.Output) {
+		return Result{}, fmt.Errorf("%w: %s", ErrBadOutput, call.Tool)
+	}
+	if !res.OK && res.Error == "" {
+		res.Error = call.Tool + ": failed"
+	}
+	return res, nil
+}
