@@ -1,0 +1,119 @@
+package guards
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/noeta-go/noeta"
+)
+
+func TestBudget(t *testing.T) {
+	type state struct {
+		iter, tools, spawned, depth int
+		cost                        float64
+	}
+	tests := []struct {
+		name    string
+		limits  BudgetLimits
+		s       state
+		a       noeta.ProposedAction
+		verdict noeta.Verdict
+		reason  string
+	}{
+		// 1. iterations: strict >, all three action points.
+		{"iterations at cap allow (current step counted)", BudgetLimits{MaxIterations: new(1)}, state{iter: 1}, toolCall("echo", ""), noeta.VerdictAllow, ""},
+		{"iterations over cap deny a tool call", BudgetLimits{MaxIterations: new(1)}, state{iter: 2}, toolCall("echo", ""), noeta.VerdictDeny, "max_iterations=1 exceeded"},
+		{"iterations over cap deny a spawn", BudgetLimits{MaxIterations: new(1)}, state{iter: 2}, spawn("a"), noeta.VerdictDeny, "max_iterations=1 exceeded"},
+		{"iterations over cap deny finish", BudgetLimits{MaxIterations: new(1)}, state{iter: 2}, finish(), noeta.VerdictDeny, "max_iterations=1 exceeded"},
+		{"max_iterations=0 denies the first step", BudgetLimits{MaxIterations: new(0)}, state{iter: 1}, finish(), noeta.VerdictDeny, "max_iterations=0 exceeded"},
+		// 2. cost: >=, all three.
+		{"cost below cap allows", BudgetLimits{MaxCostUSD: new(1.0)}, state{cost: 0.999}, toolCall("echo", ""), noeta.VerdictAllow, ""},
+		{"cost at cap denies a tool call", BudgetLimits{MaxCostUSD: new(1.0)}, state{cost: 1.0}, toolCall("echo", ""), noeta.VerdictDeny, "max_cost_usd=1 reached"},
+		{"cost at cap denies a spawn", BudgetLimits{MaxCostUSD: new(0.5)}, state{cost: 0.5}, spawn("a"), noeta.VerdictDeny, "max_cost_usd=0.5 reached"},
+		{"cost over cap denies finish", BudgetLimits{MaxCostUSD: new(0.5)}, state{cost: 3}, finish(), noeta.VerdictDeny, "max_cost_usd=0.5 reached"},
+		{"cost cap 0 denies with nothing spent", BudgetLimits{MaxCostUSD: new(0.0)}, state{}, finish(), noeta.VerdictDeny, "max_cost_usd=0 reached"},
+		{"a NaN cost is refused", BudgetLimits{MaxCostUSD: new(1.0)}, state{cost: math.NaN()}, finish(), noeta.VerdictDeny, "max_cost_usd=1 reached"},
+		// 3a. tool calls: >=, tool calls only.
+		{"tool calls below cap allow", BudgetLimits{MaxToolCalls: new(2)}, state{tools: 1}, toolCall("echo", ""), noeta.VerdictAllow, ""},
+		{"tool calls at cap deny the next call", BudgetLimits{MaxToolCalls: new(2)}, state{tools: 2}, toolCall("echo", ""), noeta.VerdictDeny, "max_tool_calls=2 reached"},
+		{"tool calls at cap do not stop a spawn", BudgetLimits{MaxToolCalls: new(2)}, state{tools: 2}, spawn("a"), noeta.VerdictAllow, ""},
+		{"tool calls at cap do not stop finish", BudgetLimits{MaxToolCalls: new(2)}, state{tools: 5}, finish(), noeta.VerdictAllow, ""},
+		// 3b. spawned subtasks: >=, tool calls and spawns.
+		{"spawned below cap allows a spawn", BudgetLimits{MaxSpawnedSubtasks: new(2)}, state{spawned: 1}, spawn("a"), noeta.VerdictAllow, ""},
+		{"spawned at cap denies a spawn", BudgetLimits{MaxSpawnedSubtasks: new(2)}, state{spawned: 2}, spawn("a"), noeta.VerdictDeny, "max_spawned_subtasks=2 reached"},
+		{"spawned at cap denies a tool call too", BudgetLimits{MaxSpawnedSubtasks: new(2)}, state{spawned: 2}, toolCall("echo", ""), noeta.VerdictDeny, "max_spawned_subtasks=2 reached"},
+		{"max_spawned_subtasks=0 denies the first spawn", BudgetLimits{MaxSpawnedSubtasks: new(0)}, state{}, spawn("a"), noeta.VerdictDeny, "max_spawned_subtasks=0 reached"},
+		{"spawned at cap does not stop finish", BudgetLimits{MaxSpawnedSubtasks: new(0)}, state{spawned: 3}, finish(), noeta.VerdictAllow, ""},
+		// 4. depth: >=, spawns only.
+		{"depth below cap allows a spawn", BudgetLimits{MaxSubtaskDepth: new(3)}, state{depth: 2}, spawn("a"), noeta.VerdictAllow, ""},
+		{"depth at cap denies a spawn", BudgetLimits{MaxSubtaskDepth: new(3)}, state{depth: 3}, spawn("a"), noeta.VerdictDeny, "max_subtask_depth=3 reached"},
+		{"depth at cap does not stop a tool call", BudgetLimits{MaxSubtaskDepth: new(3)}, state{depth: 3}, toolCall("echo", ""), noeta.VerdictAllow, ""},
+		{"depth at cap does not stop finish", BudgetLimits{MaxSubtaskDepth: new(0)}, state{depth: 1}, finish(), noeta.VerdictAllow, ""},
+		// Order: the first cap to trip decides.
+		{"iterations win over cost and tool calls", BudgetLimits{MaxIterations: new(1), MaxCostUSD: new(1.0), MaxToolCalls: new(1)}, state{iter: 2, cost: 5, tools: 5}, toolCall("echo", ""), noeta.VerdictDeny, "max_iterations=1 exceeded"},
+		{"cost wins over tool calls", BudgetLimits{MaxCostUSD: new(1.0), MaxToolCalls: new(1)}, state{cost: 5, tools: 5}, toolCall("echo", ""), noeta.VerdictDeny, "max_cost_usd=1 reached"},
+		{"tool calls win over spawned on a tool call", BudgetLimits{MaxToolCalls: new(1), MaxSpawnedSubtasks: new(1)}, state{tools: 1, spawned: 1}, toolCall("echo", ""), noeta.VerdictDeny, "max_tool_calls=1 reached"},
+		{"spawned wins over depth on a spawn", BudgetLimits{MaxSpawnedSubtasks: new(1), MaxSubtaskDepth: new(1)}, state{spawned: 1, depth: 1}, spawn("a"), noeta.VerdictDeny, "max_spawned_subtasks=1 reached"},
+		// No caps.
+		{"no caps allow anything", BudgetLimits{}, state{iter: 1e6, tools: 1e6, spawned: 1e6, depth: 1e6, cost: 1e9}, spawn("a"), noeta.VerdictAllow, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := NewBudget(tt.limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := gctx(noeta.GovernanceState{Iterations: tt.s.iter, ToolCalls: tt.s.tools, SpawnedSubtasks: tt.s.spawned, CostUSD: tt.s.cost}, tt.s.depth)
+			wantVerdict(t, checkGuard(t, b, tt.a, c), tt.verdict, tt.reason)
+		})
+	}
+}
+
+func TestBudgetLimitsAreCopied(t *testing.T) {
+	n := 1
+	b, err := NewBudget(BudgetLimits{MaxToolCalls: &n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = 100
+	wantVerdict(t, checkGuard(t, b, toolCall("echo", ""), gctx(noeta.GovernanceState{ToolCalls: 1}, 0)), noeta.VerdictDeny, "max_tool_calls=1 reached")
+}
+
+func TestBudgetValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		limits BudgetLimits
+		want   string
+	}{
+		{"negative iterations", BudgetLimits{MaxIterations: new(-1)}, "max_iterations: must be >= 0"},
+		{"negative tool calls", BudgetLimits{MaxToolCalls: new(-1)}, "max_tool_calls: must be >= 0"},
+		{"negative cost", BudgetLimits{MaxCostUSD: new(-0.01)}, "max_cost_usd: must be >= 0"},
+		{"NaN cost", BudgetLimits{MaxCostUSD: new(math.NaN())}, "max_cost_usd: must be >= 0"},
+		{"negative spawned", BudgetLimits{MaxSpawnedSubtasks: new(-2)}, "max_spawned_subtasks: must be >= 0"},
+		{"negative depth", BudgetLimits{MaxSubtaskDepth: new(-3)}, "max_subtask_depth: must be >= 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewBudget(tt.limits)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	if err := (BudgetLimits{MaxCostUSD: new(math.Inf(1)), MaxIterations: new(0)}).Validate(); err != nil {
+		t.Errorf("valid limits refused: %v", err)
+	}
+}
+
+func TestBuiltinsRefuseUnknownActions(t *testing.T) {
+	b, _ := NewBudget(BudgetLimits{})
+	p, _ := NewPermission(PermissionPolicy{Mode: ModeBypassPermissions}, nil)
+	r, _ := NewRepetition(RepetitionPolicy{Threshold: 2})
+	rules, _ := NewRules([]Rule{{MatchTool: "*", Action: noeta.VerdictAllow}})
+	for _, g := range []Guard{b, p, r, rules} {
+		if res, err := g.Check(t.Context(), nil, gctx(noeta.GovernanceState{}, 0)); err == nil || res.IsAllow() {
+			t.Errorf("%s: got %v, %v for a nil action, want an error", g.Name(), res, err)
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package guards
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// AgentConfig is the governance of one agent: the agents.<name> entry of
+// noeta.yaml.
+type AgentConfig struct {
+	// Tools is the agent's tool set. Unless Permissions.AllowedTools is set it
+	// is also the allowlist, as in the reference; if both are set, a tool must
+	// be on both.
+	Tools []string
+	// Budget is budget:.
+	Budget BudgetLimits
+	// Permissions is permissions:, with Mode from permission_mode:.
+	Permissions PermissionPolicy
+	// Repetition is repetition:; with a threshold of 0 (the default) the
+	// agent has no Repetition guard.
+	Repetition RepetitionPolicy
+}
+
+// RuleSet is a named user guard made of rules: an entry of guards: in
+// noeta.yaml, a guard of its own at its own priority (at least
+// MinUserPriority; 100 if not given in the file).
+type RuleSet struct {
+	Name     string
+	Priority int
+	Rules    []Rule
+}
+
+// Config is the governance config of a process: each agent's budget,
+// permissions and repetition policy, and the rules and named rule sets that
+// apply to every agent. It is validated, and its rules compiled, when it is
+// made ([ParseConfig], [NewConfig]); it is immutable and safe for concurrent
+// use.
+type Config struct {
+	agents map[string]AgentConfig
+	rules  *Rules   // nil: no process-wide rules
+	sets   []*Rules // named rule sets, in config order
+}
+
+// NewConfig validates and compiles a config given as Go values. Errors name
+// fields as the file would.
+func NewConfig(agents map[string]AgentConfig, rules []Rule, sets []RuleSet) (*Config, error) {
+	var errs configErrors
+	cfg := buildConfig(agents, rules, sets, &errs)
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func buildConfig(agents map[string]AgentConfig, rules []Rule, sets []RuleSet, errs *configErrors) *Config {
+	cfg := &Config{agents: make(map[string]AgentConfig, len(agents))}
+	for _, name := range slices.Sorted(maps.Keys(agents)) {
+		a := cloneAgent(agents[name])
+		p := join("agents", name)
+		if name == "" {
+			errs.add(p, "an agent needs a name")
+		}
+		a.Budget.validate(join(p, "budget"), errs)
+		a.Permissions.validate(join(p, "permissions"), join(p, "permission_mode"), errs)
+		a.Repetition.validate(join(p, "repetition"), errs)
+		for i, sub := range a.Permissions.AllowedSubtaskAgents {
+			if _, ok := agents[sub]; !ok {
+				errs.addf(index(join(join(p, "permissions"), "allowed_subtask_agents"), i), "unknown agent %q", sub)
+			}
+		}
+		cfg.agents[name] = a
+	}
+	if len(rules) > 0 {
+		cfg.rules = &Rules{name: NameRules, priority: PriorityRules, rules: compileRules(rules, "rules", errs)}
+	}
+	seen := map[string]bool{}
+	for i, s := range sets {
+		p := index("guards", i)
+		checkUserGuard(s.Name, s.Priority, join(p, "name"), join(p, "priority"), errs)
+		if seen[s.Name] {
+			errs.addf(join(p, "name"), "%q is already the name of another guard", s.Name)
+		}
+		seen[s.Name] = true
+		if len(s.Rules) == 0 {
+			errs.add(join(p, "rules"), "required: a rule set needs at least one rule")
+		}
+		cfg.sets = append(cfg.sets, &Rules{name: s.Name, priority: s.Priority, rules: compileRules(s.Rules, join(p, "rules"), errs)})
+	}
+	return cfg
+}
+
+func cloneAgent(a AgentConfig) AgentConfig {
+	a.Tools = slices.Clone(a.Tools)
+	a.Budget = BudgetLimits{
+		MaxIterations:      clonePtr(a.Budget.MaxIterations),
+		MaxCostUSD:         clonePtr(a.Budget.MaxCostUSD),
+		MaxToolCalls:       clonePtr(a.Budget.MaxToolCalls),
+		MaxSpawnedSubtasks: clonePtr(a.Budget.MaxSpawnedSubtasks),
+		MaxSubtaskDepth:    clonePtr(a.Budget.MaxSubtaskDepth),
+	}
+	p := &a.Permissions
+	p.AllowedTools = slices.Clone(p.AllowedTools)
+	p.DeniedTools = slices.Clone(p.DeniedTools)
+	p.AllowedSubtaskAgents = slices.Clone(p.AllowedSubtaskAgents)
+	p.RequireApprovalTools = slices.Clone(p.RequireApprovalTools)
+	return a
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// Agents returns the names of the configured agents, sorted.
+func (c *Config) Agents() []string { return slices.Sorted(maps.Keys(c.agents)) }
+
+// Agent returns a copy of an agent's config.
+func (c *Config) Agent(name string) (AgentConfig, bool) {
+	a, ok := c.agents[name]
+	if !ok {
+		return AgentConfig{}, false
+	}
+	return cloneAgent(a), true
+}
+
+// AgentStack builds the guard stack of an agent:
+//
+//  1. Budget (10);
+//  2. Permission (20), with risk levels from risks;
+//  3. Repetition (30), if the agent's repetition threshold is above 0;
+//  4. the process-wide Rules (100), if any rules are configured;
+//  5. the named rule sets, in config order, each at its priority;
+//  6. the caller's Go guards, in the order given.
+//
+// Every user guard (5 and 6) must have a priority of at least MinUserPriority,
+// so that it runs after the built-ins and can only tighten; a Go guard below it
+// is refused, as is a tool in the agent's tools that risks does not know.
+// Building a stack is cheap, but it need only be done once per agent: a stack
+// is immutable and safe for concurrent use.
+func (c *Config) AgentStack(agent string, risks RiskLookup, user []Guard, opts ...StackOption) (*Stack, error) {
+	a, ok := c.agents[agent]
+	if !ok {
+		return nil, fmt.Errorf("guards: unknown agent %q", agent)
+	}
+	path := join("agents", agent)
+	if risks != nil {
+		var errs configErrors
+		for i, t := range a.Tools {
+			if _, ok := risks(t); !ok {
+				errs.addf(index(join(path, "tools"), i), "unknown tool %q", t)
+			}
+		}
+		if err := errs.err(); err != nil {
+			return nil, err
+		}
+	}
+	budget, err := NewBudget(a.Budget)
+	if err != nil {
+		return nil, err
+	}
+	pol := a.Permissions
+	switch {
+	case a.Tools == nil:
+	case pol.AllowedTools == nil:
+		pol.AllowedTools = a.Tools
+	default:
+		pol.AllowedTools = slices.DeleteFunc(slices.Clone(pol.AllowedTools), func(t string) bool { return !slices.Contains(a.Tools, t) })
+	}
+	perm, err := newPermission(pol, risks)
+	if err != nil {
+		return nil, fmt.Errorf("guards: %s: %w", path, err)
+	}
+	gs := []Guard{budget, perm}
+	if a.Repetition.Threshold > 0 {
+		rep, err := NewRepetition(a.Repetition)
+		if err != nil {
+			return nil, err
+		}
+		gs = append(gs, rep)
+	}
+	if c.rules != nil {
+		gs = append(gs, c.rules)
+	}
+	for _, s := range c.sets {
+		gs = append(gs, s)
+	}
+	for i, g := range user {
+		if g == nil {
+			return nil, fmt.Errorf("guards: user guard %d is nil", i)
+		}
+		if p := g.Priority(); p < MinUserPriority {
+			return nil, fmt.Errorf("guards: user guard %q has priority %d; user guards must have priority >= %d, after the built-ins, so that they can only tighten", g.Name(), p, MinUserPriority)
+		}
+		gs = append(gs, g)
+	}
+	return NewStack(gs, opts...)
+}
