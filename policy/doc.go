@@ -1,0 +1,22 @@
+// Package policy holds the policies that decide what a task does next, one
+// decision ([noeta.Decision]) per turn.
+//
+// [Scripted] replays a task file's script (DESIGN.md §7): the decisions the
+// agent will propose, turn by turn, so that every governance path — allowed
+// and denied calls, budgets, approvals, fan-outs, waits — can be driven
+// without a model. A spawn step carries each child's own script as JSON
+// ([noeta.SpawnSpec].Script); the engine hands it to the child, whose policy
+// is [NewScripted] of [ScriptFromJSON] of it. An LLM policy will live here
+// too.
+//
+// The package declares no Policy interface: the engine, which consumes
+// policies, declares the one method it needs,
+//
+//	Decide(ctx context.Context, in policy.Input) (noeta.Decision, error)
+//
+// and every policy here has it. Decide must be deterministic in what the log
+// holds (for Scripted, the turn), because a resumed or re-driven step asks
+// again and must get the decision, and the call ids, it had.
+//
+// The package imports only the root vocabulary and the YAML parser.
+package policy

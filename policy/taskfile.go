@@ -1,0 +1,80 @@
+package policy
+
+import (
+	"os"
+)
+
+// TaskFile is a task file (DESIGN.md §7): the agent to run, its goal, and the
+// scripted decisions it will propose, turn by turn.
+//
+//	agent: researcher
+//	goal: "Summarise the repository"
+//	script:
+//	  - tool_calls: [{tool: read_file, args: {path: README.md}}, {tool: shell, args: {command: "ls"}}]
+//	  - spawn: [{agent: helper, goal: "count lines", script: [{finish: {answer: "42"}}]}]
+//	  - finish: {answer: "done"}
+//	    cost_usd: 0.25
+type TaskFile struct {
+	Agent  string
+	Goal   string
+	Script Script
+}
+
+// LoadTaskFile reads and checks the task file at path; errors name the file
+// as path.
+func LoadTaskFile(path string) (TaskFile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return TaskFile{}, err
+	}
+	return ParseTaskFile(path, data)
+}
+
+// ParseTaskFile reads a task file's YAML. name is the file's name in errors.
+//
+// A script step is one decision, a mapping with exactly one of:
+//
+//	tool_calls: [{tool, args}]          args a mapping; absent means {}
+//	spawn: [{agent, goal, script}]      two or more members make a fan-out group;
+//	                                    script is the child's own, checked the same way
+//	                                    (absent: the child fails at its first turn)
+//	yield_for_human: {question}
+//	wait_timer: {seconds}               a number >= 0
+//	wait_external: {event_kind}
+//	state_patch: {…}                    the mapping is the patch
+//	finish: {answer}                    any YAML value that is JSON (null too)
+//	fail: {error}
+//
+// and optionally what deciding it cost: cost_usd (a number >= 0), and
+// input_tokens and output_tokens (integers >= 0), which PolicyDecided records
+// and the budget reads.
+//
+// Reading is strict, because a task file drives governance tests and a
+// misread one tests the wrong thing: an unknown key at any level, a step with
+// no kind or two, a value of the wrong type, an empty required string, a
+// negative number, a mapping key that is not a string (YAML allows 1: or
+// true: as keys; JSON does not), a merge key (<<), a non-finite number or an
+// unknown tag, a duplicate key and a second YAML document are errors. Each is
+// a [*TaskFileError] naming the file, the line and the path of the field —
+// task.yaml:7: script[2].tool_calls[0].args: must be a mapping, not a string —
+// and all of them are returned, joined.
+//
+// Args, patches and answers become canonical JSON ([noeta.CanonicalizeJSON]):
+// YAML strings, integers (every digit kept, however long), floats, booleans
+// and null map to their JSON counterparts; a date or base64 value stays the
+// text written. Aliases are followed, within limits on the size and depth of
+// the expanded document.
+func ParseTaskFile(name string, data []byte) (TaskFile, error) {
+	errs := &errorList{file: name}
+	root := parseYAML(data, errs)
+	if root == nil {
+		// A syntax error, or the limits: there is no tree to check.
+		return TaskFile{}, errs.err()
+	}
+	c := &checker{errs: errs}
+	tf := c.taskFile(root)
+	if err := errs.err(); err != nil {
+		return TaskFile{}, err
+	}
+	return tf, nil
+}
