@@ -270,14 +270,20 @@ func (s *Stack) runIsolated(ctx context.Context, e *stackEntry, a noeta.Proposed
 	go func() { ch <- runGuard(gctx, e.g, a, c) }()
 	select {
 	case o := <-ch:
-		return o, Decision{}, false
+		if ctx.Err() == nil {
+			return o, Decision{}, false
+		}
+		// The caller gave up while the guard answered: fail closed.
 	case <-gctx.Done():
-	}
-	// An answer that arrived together with the deadline still counts.
-	select {
-	case o := <-ch:
-		return o, Decision{}, false
-	default:
+		// An answer that arrived together with the per-check deadline
+		// still counts, unless the caller itself gave up.
+		select {
+		case o := <-ch:
+			if ctx.Err() == nil {
+				return o, Decision{}, false
+			}
+		default:
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return outcome{}, s.fail(e, fmt.Sprintf("guard %q interrupted: %v", e.name, err), nil), true
