@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -124,3 +125,111 @@ func factory(url string, replicas int) eventlogtest.Factory {
 func TestSuiteSingleNode(t *testing.T) { eventlogtest.RunSuite(t, factory(singleURL, 1)) }
 
 func TestSuiteCluster(t *testing.T) { eventlogtest.RunSuite(t, factory(clusterURL, 3)) }
+
+// The suites run the JetStream Dispatcher on prefixes of their own. Every
+// subtest of a suite shares its prefix's streams and buckets (cases use their
+// own task ids and queues), which keeps the cluster's count of replicated
+// streams small.
+//
+// The dispatcher suite uses the shortest lease the server's expiry honours,
+// 1s: its cases wait out leases and timers, so the TTL is most of their
+// running time. The log, subscriber and content suites hold one lease over
+// many appends (sixteen concurrent writers, say) and wait out few; on a
+// loaded machine under -race a 1s lease can run out in the middle of that,
+// so their pairing uses 2s.
+func suiteDispatcherConfig(replicas int) jetstream.DispatcherConfig {
+	return jetstream.DispatcherConfig{
+		Prefix:       "dsuite",
+		Replicas:     replicas,
+		LeaseTTL:     time.Second,
+		HeartbeatMax: 5,
+		Logger:       slog.New(slog.DiscardHandler),
+	}
+}
+
+func pairingDispatcherConfig(replicas int) jetstream.DispatcherConfig {
+	cfg := suiteDispatcherConfig(replicas)
+	cfg.Prefix = "dpair"
+	cfg.LeaseTTL = 2 * time.Second
+	return cfg
+}
+
+// dispatcherFactory builds backends whose dispatcher is the JetStream
+// Dispatcher and whose log is a JetStream Log with that Dispatcher as its
+// lease registry: both on the wall clock, on one connection of their own,
+// as one engine process would be.
+func dispatcherFactory(url string, cfg jetstream.DispatcherConfig) eventlogtest.Factory {
+	return func(t *testing.T) eventlogtest.Backend {
+		t.Helper()
+		nc := connect(t, url)
+		disp, err := jetstream.OpenDispatcher(t.Context(), nc, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log, err := jetstream.Open(t.Context(), nc, jetstream.Config{Prefix: cfg.Prefix, Replicas: cfg.Replicas, Registry: disp})
+		if err != nil {
+			_ = disp.Close()
+			t.Fatal(err)
+		}
+		closeAll := func() error {
+			_ = log.Close()
+			return disp.Close()
+		}
+		t.Cleanup(func() { _ = closeAll() })
+		return eventlogtest.Backend{
+			Log:             log,
+			Dispatcher:      disp,
+			Content:         log,
+			Close:           closeAll,
+			LeaseTTL:        cfg.LeaseTTL,
+			HeartbeatMax:    cfg.HeartbeatMax,
+			ReclaimMax:      jetstream.DefaultReclaimMax,
+			MaxFailAttempts: jetstream.DefaultMaxFailAttempts,
+		}
+	}
+}
+
+// precreateDispatcher creates a prefix's streams, buckets and consumers
+// once, before parallel subtests race to.
+func precreateDispatcher(t *testing.T, url string, cfg jetstream.DispatcherConfig) {
+	t.Helper()
+	precreatePrefix(t, url, cfg)
+	b := dispatcherFactory(url, cfg)(t)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDispatcherSuiteSingleNode(t *testing.T) {
+	cfg := suiteDispatcherConfig(1)
+	precreateDispatcher(t, singleURL, cfg)
+	eventlogtest.RunDispatcherSuite(t, dispatcherFactory(singleURL, cfg))
+}
+
+func TestDispatcherSuiteCluster(t *testing.T) {
+	cfg := suiteDispatcherConfig(3)
+	precreateDispatcher(t, clusterURL, cfg)
+	eventlogtest.RunDispatcherSuite(t, dispatcherFactory(clusterURL, cfg))
+}
+
+// The rest of RunSuite on the same pairing: the log (fenced by the
+// Dispatcher's Valid), the subscriber and the content store. With
+// TestDispatcherSuite* above, this is the whole RunSuite, without running
+// the dispatcher cases twice.
+func TestSuiteSingleNodeWithDispatcher(t *testing.T) {
+	cfg := pairingDispatcherConfig(1)
+	precreateDispatcher(t, singleURL, cfg)
+	runSuiteButDispatcher(t, dispatcherFactory(singleURL, cfg))
+}
+
+func TestSuiteClusterWithDispatcher(t *testing.T) {
+	cfg := pairingDispatcherConfig(3)
+	precreateDispatcher(t, clusterURL, cfg)
+	runSuiteButDispatcher(t, dispatcherFactory(clusterURL, cfg))
+}
+
+func runSuiteButDispatcher(t *testing.T, f eventlogtest.Factory) {
+	t.Run("Log", func(t *testing.T) { t.Parallel(); eventlogtest.RunLogSuite(t, f) })
+	t.Run("Subscriber", func(t *testing.T) { t.Parallel(); eventlogtest.RunSubscriberSuite(t, f) })
+	t.Run("Content", func(t *testing.T) { t.Parallel(); eventlogtest.RunContentSuite(t, f) })
+}

@@ -1,0 +1,570 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// Dispatcher defaults, as in the reference dispatcher (and memlog).
+const (
+	DefaultLeaseTTL        = 30 * time.Second
+	DefaultHeartbeatMax    = 360
+	DefaultReclaimMax      = 3
+	DefaultMaxFailAttempts = 3
+	// DefaultWakeMaxAge is how long the wake stream keeps an ingress message.
+	// Messages are applied within moments of arriving; the age only bounds
+	// how long a wake survives while no Dispatcher runs at all, and how long
+	// applied ones linger for inspection. Timer schedules are exempt (they
+	// carry Nats-TTL: never), so a timer may lie further ahead than this.
+	DefaultWakeMaxAge = 7 * 24 * time.Hour
+	// DefaultSweepInterval is how often every Dispatcher runs RequeueStale on
+	// its own, as a safety net (see DispatcherConfig.SweepInterval).
+	DefaultSweepInterval = 5 * time.Minute
+)
+
+// DispatcherConfig configures a Dispatcher. Zero values take the defaults.
+// Every process dispatching one prefix must use the same Prefix, Replicas,
+// LeaseTTL and WakeMaxAge: they define the shared streams and buckets, and
+// an existing one with other settings is refused with ErrConfigMismatch.
+type DispatcherConfig struct {
+	// Prefix is the first subject token and names the streams and buckets
+	// (<PREFIX>_READY, <PREFIX>_WAKE, <prefix>_tasks, <prefix>_leases).
+	// Default "noeta", the Log's default, so one prefix names one deployment.
+	Prefix string
+	// Replicas of the streams and buckets: 1 on a single node, 3 on a cluster.
+	Replicas int
+	// LeaseTTL is the length of every lease: the leases bucket's TTL, so the
+	// server's clock decides expiry. Whole seconds, at least 1s (the server's
+	// expiry granularity). Default 30s.
+	LeaseTTL time.Duration
+	// HeartbeatMax is the number of heartbeats a lease may take before the
+	// task is released. Default 360.
+	HeartbeatMax int
+	// ReclaimMax is the number of stale reclaims in a row (without a
+	// heartbeat or release in between) after which a task ends terminal with
+	// ReasonStaleReclaimExceeded. Default 3.
+	ReclaimMax int
+	// MaxFailAttempts is the number of retryable failures over a task's life
+	// after which it ends terminal. Default 3.
+	MaxFailAttempts int
+	// RequestTimeout bounds each request to the server when ctx has no
+	// deadline. Default 5s.
+	RequestTimeout time.Duration
+	// WakeMaxAge is the wake stream's MaxAge. Default DefaultWakeMaxAge.
+	WakeMaxAge time.Duration
+	// SweepInterval is how often this Dispatcher runs RequeueStale by itself.
+	// Expired leases are normally requeued at once by the leases watcher;
+	// the sweep catches what no watcher saw (every process was down when a
+	// lease expired) and repairs what a crash between two writes left behind
+	// (a ready task without its signal, a timer without its schedule). It
+	// reads every row of the prefix, so it is infrequent. Default 5m;
+	// negative turns it off.
+	SweepInterval time.Duration
+	// Now is the local clock: lease expiry as reported (Lease.Expires), the
+	// local half of the liveness check (see Valid) and whether a timer is due
+	// at suspend. Default time.Now.
+	Now func() time.Time
+	// Logger receives what the Dispatcher cannot return to a caller: wakes
+	// for unknown tasks, side effects that failed after a committed write.
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports the first invalid field of c, by name.
+func (c DispatcherConfig) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+func (c DispatcherConfig) withDefaults() (DispatcherConfig, error) {
+	bad := func(format string, args ...any) (DispatcherConfig, error) {
+		return c, fmt.Errorf("jetstream: DispatcherConfig."+format, args...)
+	}
+	if c.Prefix == "" {
+		c.Prefix = "noeta"
+	}
+	if err := noeta.ValidateToken("DispatcherConfig.Prefix", c.Prefix, 32); err != nil {
+		return c, fmt.Errorf("jetstream: %w", err)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		return bad("Replicas is %d, want 1 to 5", c.Replicas)
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0 {
+		return bad("LeaseTTL is %v, want whole seconds, at least 1s (it is the leases bucket's TTL)", c.LeaseTTL)
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"HeartbeatMax", &c.HeartbeatMax, DefaultHeartbeatMax},
+		{"ReclaimMax", &c.ReclaimMax, DefaultReclaimMax},
+		{"MaxFailAttempts", &c.MaxFailAttempts, DefaultMaxFailAttempts},
+	} {
+		if *f.v < 0 {
+			return bad("%s is negative (%d)", f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if c.RequestTimeout < 0 {
+		return bad("RequestTimeout is negative (%v)", c.RequestTimeout)
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 5 * time.Second
+	}
+	if c.WakeMaxAge < 0 {
+		return bad("WakeMaxAge is negative (%v)", c.WakeMaxAge)
+	}
+	if c.WakeMaxAge == 0 {
+		c.WakeMaxAge = DefaultWakeMaxAge
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+func (c DispatcherConfig) upperPrefix() string {
+	return strings.ToUpper(strings.ReplaceAll(c.Prefix, "-", "_"))
+}
+func (c DispatcherConfig) readyStream() string  { return c.upperPrefix() + "_READY" }
+func (c DispatcherConfig) wakeStream() string   { return c.upperPrefix() + "_WAKE" }
+func (c DispatcherConfig) tasksBucket() string  { return c.Prefix + "_tasks" }
+func (c DispatcherConfig) leasesBucket() string { return c.Prefix + "_leases" }
+
+// ReadyStreamConfig is the ready queue's definition: a work queue holding at
+// most one signal per task subject, refusing (not replacing) a second.
+func ReadyStreamConfig(c DispatcherConfig) jetstream.StreamConfig {
+	c, _ = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:                 c.readyStream(),
+		Description:          "noeta ready queue: one coalesced signal per ready task",
+		Subjects:             []string{dispatchSubjects{c.Prefix}.readyAll()},
+		Retention:            jetstream.WorkQueuePolicy,
+		Storage:              jetstream.FileStorage,
+		Replicas:             c.Replicas,
+		MaxMsgsPerSubject:    1,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		MaxMsgs:              -1,
+		MaxBytes:             -1,
+	}
+}
+
+// WakeStreamConfig is the wake ingress's definition. Message schedules put
+// timers in it; they need roll-ups (a re-armed timer replaces its schedule)
+// and per-message TTLs (a schedule is exempt from MaxAge).
+func WakeStreamConfig(c DispatcherConfig) jetstream.StreamConfig {
+	c, _ = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:              c.wakeStream(),
+		Description:       "noeta wake ingress: wakes for tasks, and timer schedules the broker fires into it",
+		Subjects:          []string{dispatchSubjects{c.Prefix}.wakeAll()},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		Replicas:          c.Replicas,
+		MaxAge:            c.WakeMaxAge,
+		Discard:           jetstream.DiscardOld,
+		AllowMsgSchedules: true,
+		AllowMsgTTL:       true,
+		AllowRollup:       true,
+		MaxMsgs:           -1,
+		MaxBytes:          -1,
+	}
+}
+
+// dispatchSubjects builds the dispatcher's subject names of one prefix.
+//
+//	<prefix>.ready.<queue>.<p>.<task>          ready signal (READY stream)
+//	<prefix>.wake.<p>.<task>                   wake ingress (WAKE stream)
+//	<prefix>.wake.<p>.<task>.timer.<gen>       timer schedule targeting the ingress
+type dispatchSubjects struct{ prefix string }
+
+func (s dispatchSubjects) ready(queue, task string) string {
+	return s.prefix + ".ready." + queue + "." + strconv.Itoa(Partition(task)) + "." + task
+}
+func (s dispatchSubjects) readyQueue(queue string) string { return s.prefix + ".ready." + queue + ".>" }
+func (s dispatchSubjects) readyAll() string               { return s.prefix + ".ready.>" }
+func (s dispatchSubjects) wake(task string) string {
+	return s.prefix + ".wake." + strconv.Itoa(Partition(task)) + "." + task
+}
+func (s dispatchSubjects) wakeTimer(task string, gen uint64) string {
+	return s.wake(task) + ".timer." + strconv.FormatUint(gen, 10)
+}
+func (s dispatchSubjects) wakeAll() string     { return s.prefix + ".wake.>" }
+func (s dispatchSubjects) wakeIngress() string { return s.prefix + ".wake.*.*" }
+
+// taskOfReady returns the task of a ready subject.
+func (s dispatchSubjects) taskOfReady(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, s.prefix+".ready.")
+	if !ok {
+		return "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 {
+		return "", false
+	}
+	return parts[2], true
+}
+
+// taskOfWake returns the task of an ingress subject. The partition token is
+// not checked: a waker that computed it wrongly still wakes the task it named.
+func (s dispatchSubjects) taskOfWake(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, s.prefix+".wake.")
+	if !ok {
+		return "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 2 || noeta.ValidateTaskID(parts[1]) != nil {
+		return "", false
+	}
+	return parts[1], true
+}
+
+// WakeSubject is the ingress subject an external waker publishes a wake for
+// task to: JetStream publish, body the wake's JSON ({"kind": …}, as
+// noeta.Wake marshals). Every Dispatcher of prefix consumes it; each message
+// is applied once.
+func WakeSubject(prefix, task string) string { return dispatchSubjects{prefix}.wake(task) }
+
+// Headers of the dispatcher's own messages.
+const (
+	// hdrTimerGen marks a timer schedule (and so the wake the broker fires
+	// from it) with the lease generation whose suspend armed it. The broker
+	// keeps custom headers when it fires a schedule.
+	hdrTimerGen = "Noeta-Timer-Generation"
+	// ingressAckWait and readyAckWait: how long a fetched, unacknowledged
+	// message stays with its fetcher before the server hands it to another.
+	// Processing takes a few requests; the wait only matters when a process
+	// dies holding a message.
+	ingressAckWait = 30 * time.Second
+	readyAckWait   = 10 * time.Second
+	// readyInactive: a queue's consumer nobody pulled from for this long is
+	// removed by the server; the next Lease on the queue creates it again.
+	readyInactive = time.Hour
+	// waitSlice is the expiry of one pull request of a blocked Lease.
+	waitSlice = 5 * time.Second
+	// appliedKeep is how many ingress stream sequences a row remembers, to
+	// recognise a redelivery.
+	appliedKeep = 64
+	// ingressConsumer is the durable every Dispatcher of a prefix shares.
+	ingressConsumer = "dispatcher-ingress"
+)
+
+// Dispatcher is the JetStream eventlog.Dispatcher and eventlog.LeaseRegistry:
+// any number of them, in any number of processes, dispatch one prefix
+// together, with no elected leader.
+//
+//   - The row of each task is a JSON value in KV <prefix>_tasks; every
+//     transition is a compare-and-set on its revision, retried on conflict.
+//   - Liveness is KV <prefix>_leases, whose TTL is the lease TTL: key
+//     <task>.<lease id> exists while the lease lives; a heartbeat rewrites it
+//     (a fresh age), release deletes it, and the server expires it on its own
+//     clock, leaving a marker every Dispatcher's watcher sees and acts on.
+//   - A ready, unreserved task has one signal in the work-queue stream
+//     <PREFIX>_READY; idle workers block on a pull from their queue.
+//   - Wakes for tasks may also arrive as messages on <prefix>.wake.<p>.<task>
+//     (the <PREFIX>_WAKE stream); a shared durable consumer applies each once.
+//     Timers are message schedules the broker fires into that ingress.
+//
+// It is safe for concurrent use.
+type Dispatcher struct {
+	cfg    DispatcherConfig
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	subj   dispatchSubjects
+	log    *slog.Logger
+	tasks  jetstream.KeyValue
+	leases jetstream.KeyValue
+	ready  jetstream.Stream
+
+	closed  atomic.Bool
+	done    chan struct{}
+	stopBG  context.CancelFunc
+	watcher jetstream.KeyWatcher
+	ingress jetstream.MessagesContext
+
+	// mu guards queues and closing. closing is set under mu by Close before
+	// it waits, so no goroutine is added to wg after the wait began.
+	mu      sync.Mutex
+	closing bool
+	queues  map[string]jetstream.Consumer
+	wg      sync.WaitGroup
+
+	stats dispatcherCounters
+}
+
+var _ eventlog.Dispatcher = (*Dispatcher)(nil)
+
+// DispatcherStats counts what this Dispatcher instance did on its own.
+type DispatcherStats struct {
+	WakesApplied     uint64 // ingress messages applied to a row (fired timers included)
+	TimersFired      uint64 // fired timers that matched the suspend that armed them
+	StaleTimers      uint64 // fired timers whose suspend had ended: dropped
+	DuplicateWakes   uint64 // ingress redeliveries recognised by stream sequence
+	UnknownTaskWakes uint64 // ingress wakes for a task without a row: acked and dropped
+	InvalidWakes     uint64 // ingress messages that are not a valid wake: dropped
+	Requeued         uint64 // expired leases this instance requeued or ended
+}
+
+type dispatcherCounters struct {
+	wakesApplied, timersFired, staleTimers, duplicateWakes, unknownTaskWakes, invalidWakes, requeued atomic.Uint64
+}
+
+// Stats returns this instance's counters.
+func (d *Dispatcher) Stats() DispatcherStats {
+	s := &d.stats
+	return DispatcherStats{
+		WakesApplied:     s.wakesApplied.Load(),
+		TimersFired:      s.timersFired.Load(),
+		StaleTimers:      s.staleTimers.Load(),
+		DuplicateWakes:   s.duplicateWakes.Load(),
+		UnknownTaskWakes: s.unknownTaskWakes.Load(),
+		InvalidWakes:     s.invalidWakes.Load(),
+		Requeued:         s.requeued.Load(),
+	}
+}
+
+// OpenDispatcher connects a Dispatcher over nc (which the caller owns and
+// closes), creating the streams, buckets and the shared ingress consumer if
+// they do not exist and refusing ones that exist with other settings. It
+// starts two goroutines, stopped by Close: the leases watcher and the
+// ingress consumer (and a third, the sweeper, unless SweepInterval < 0).
+func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*Dispatcher, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	d := &Dispatcher{
+		cfg:    c,
+		nc:     nc,
+		js:     js,
+		subj:   dispatchSubjects{c.Prefix},
+		log:    c.Logger.With("component", "jetstream.Dispatcher", "prefix", c.Prefix),
+		done:   make(chan struct{}),
+		queues: map[string]jetstream.Consumer{},
+	}
+	// ensureKV turns direct gets off: every read of a row or a lease key
+	// decides a write or a fence, so it must be the leader's.
+	if d.tasks, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      c.tasksBucket(),
+		Description: "noeta dispatcher rows: task -> status, queue, lease, wakes",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.Replicas,
+	}); err != nil {
+		return nil, err
+	}
+	if d.leases, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      c.leasesBucket(),
+		Description: "noeta lease liveness: <task>.<lease id> lives while the lease does",
+		History:     1,
+		TTL:         c.LeaseTTL,
+		// Expiry then writes a marker, so watchers learn of it.
+		LimitMarkerTTL: c.LeaseTTL,
+		Storage:        jetstream.FileStorage,
+		Replicas:       c.Replicas,
+	}); err != nil {
+		return nil, err
+	}
+	if st, err := d.leases.Status(ctx); err != nil {
+		return nil, fmt.Errorf("jetstream: key-value bucket %s: %w", c.leasesBucket(), err)
+	} else if st.LimitMarkerTTL() <= 0 {
+		return nil, fmt.Errorf("%w: key-value bucket %s has no limit marker TTL, so lease expiry would go unseen", ErrConfigMismatch, c.leasesBucket())
+	}
+	if d.ready, err = ensureDispatchStream(ctx, js, ReadyStreamConfig(c)); err != nil {
+		return nil, err
+	}
+	if _, err = ensureDispatchStream(ctx, js, WakeStreamConfig(c)); err != nil {
+		return nil, err
+	}
+	ingress, err := js.CreateOrUpdateConsumer(ctx, c.wakeStream(), jetstream.ConsumerConfig{
+		Durable:       ingressConsumer,
+		Description:   "noeta dispatchers: apply each wake once",
+		FilterSubject: d.subj.wakeIngress(),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ingressAckWait,
+		MaxDeliver:    -1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: consumer %s on %s: %w", ingressConsumer, c.wakeStream(), err)
+	}
+
+	bg, stop := context.WithCancel(context.Background())
+	d.stopBG = stop
+	// UpdatesOnly: history is not replayed; leases that expired while no
+	// Dispatcher watched are the sweep's.
+	if d.watcher, err = d.leases.WatchAll(bg, jetstream.UpdatesOnly(), jetstream.MetaOnly()); err != nil {
+		stop()
+		return nil, fmt.Errorf("jetstream: watch %s: %w", c.leasesBucket(), err)
+	}
+	if d.ingress, err = ingress.Messages(jetstream.PullMaxMessages(16)); err != nil {
+		_ = d.watcher.Stop()
+		stop()
+		return nil, fmt.Errorf("jetstream: consume %s: %w", ingressConsumer, err)
+	}
+	d.wg.Add(2)
+	go d.watchLeases(d.watcher)
+	go d.consumeIngress(d.ingress)
+	if c.SweepInterval > 0 {
+		d.wg.Add(1)
+		go d.sweepLoop(bg)
+	}
+	return d, nil
+}
+
+// Close stops the Dispatcher's goroutines and waits for them; every later
+// call returns eventlog.ErrClosed, and a blocked Lease returns it at once.
+// Ingress messages it had fetched but not applied are handed back
+// (negatively acknowledged) for another Dispatcher. The connection is the
+// caller's. Close is idempotent.
+func (d *Dispatcher) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	close(d.done)
+	d.mu.Lock()
+	d.closing = true
+	d.mu.Unlock()
+	_ = d.watcher.Stop()
+	d.ingress.Drain()
+	d.stopBG()
+	d.wg.Wait()
+	return nil
+}
+
+// check returns ctx's error or ErrClosed, the first checks of every method.
+func (d *Dispatcher) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d.closed.Load() {
+		return eventlog.ErrClosed
+	}
+	return nil
+}
+
+// goTracked runs f on a goroutine Close waits for, unless Close has begun.
+func (d *Dispatcher) goTracked(f func()) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closing {
+		return false
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (d *Dispatcher) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d.cfg.RequestTimeout)
+}
+
+// detached is a context for the side effects of a write that has committed:
+// they are finished even when the caller's ctx ends right after the write.
+func (d *Dispatcher) detached() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d.cfg.RequestTimeout)
+}
+
+// ensureDispatchStream creates want if it does not exist and refuses an
+// existing stream whose settings differ in what the dispatcher relies on.
+func ensureDispatchStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = js.Stream(ctx, want.Name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: stream %s: %w", want.Name, err)
+	}
+	have := s.CachedInfo().Config
+	var diffs []string
+	check := func(field string, ok bool, h, w any) {
+		if !ok {
+			diffs = append(diffs, fmt.Sprintf("%s is %v, want %v", field, h, w))
+		}
+	}
+	check("subjects", strings.Join(have.Subjects, ",") == strings.Join(want.Subjects, ","), have.Subjects, want.Subjects)
+	check("retention", have.Retention == want.Retention, have.Retention, want.Retention)
+	check("storage", have.Storage == want.Storage, have.Storage, want.Storage)
+	check("replicas", have.Replicas == want.Replicas, have.Replicas, want.Replicas)
+	// 0 and -1 both mean no limit.
+	check("max_msgs_per_subject", have.MaxMsgsPerSubject == want.MaxMsgsPerSubject ||
+		have.MaxMsgsPerSubject <= 0 && want.MaxMsgsPerSubject <= 0, have.MaxMsgsPerSubject, want.MaxMsgsPerSubject)
+	check("discard", have.Discard == want.Discard, have.Discard, want.Discard)
+	check("discard_new_per_subject", have.DiscardNewPerSubject == want.DiscardNewPerSubject, have.DiscardNewPerSubject, want.DiscardNewPerSubject)
+	check("max_age", have.MaxAge == want.MaxAge, have.MaxAge, want.MaxAge)
+	check("allow_msg_schedules", have.AllowMsgSchedules == want.AllowMsgSchedules, have.AllowMsgSchedules, want.AllowMsgSchedules)
+	check("allow_msg_ttl", have.AllowMsgTTL == want.AllowMsgTTL, have.AllowMsgTTL, want.AllowMsgTTL)
+	if want.AllowRollup {
+		check("allow_rollup_hdrs", have.AllowRollup, have.AllowRollup, true)
+	}
+	if len(diffs) > 0 {
+		return nil, fmt.Errorf("%w: stream %s: %s", ErrConfigMismatch, want.Name, strings.Join(diffs, "; "))
+	}
+	return s, nil
+}
+
+func validTaskID(field, id string) error {
+	if err := noeta.ValidateTaskID(id); err != nil {
+		return fmt.Errorf("%w: %s: %w", eventlog.ErrInvalidArgument, field, err)
+	}
+	return nil
+}
+
+// validQueue checks a queue name: it is a subject token and part of a
+// consumer name, so [A-Za-z0-9_-]{1,64}.
+func validQueue(field, queue string) error {
+	if err := noeta.ValidateToken(field, queue, 64); err != nil {
+		return fmt.Errorf("%w: %w", eventlog.ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+func cloneWake(w *noeta.Wake) *noeta.Wake {
+	if w == nil {
+		return nil
+	}
+	c := w.Clone()
+	return &c
+}

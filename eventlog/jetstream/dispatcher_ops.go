@@ -1,0 +1,412 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// Valid implements eventlog.LeaseRegistry. It runs on every Emit of the
+// JetStream log, so it is two reads made at once: the row (leased, by this
+// lease, and not past its expiry by the local clock) and the lease key (it
+// exists: the server has not expired it). The key is the server's clock, so
+// no local clock can keep a lease alive; the local expiry, taken before the
+// key was written, only ever ends a lease earlier than the server would, so
+// Valid turns false exactly at Lease.Expires and never later.
+//
+// A malformed task or lease id names no live lease: false, no error.
+func (d *Dispatcher) Valid(ctx context.Context, lease eventlog.Lease) (bool, error) {
+	if err := d.check(ctx); err != nil {
+		return false, err
+	}
+	if noeta.ValidateTaskID(lease.Task) != nil || noeta.ValidateToken("lease id", lease.ID, 64) != nil {
+		return false, nil
+	}
+	ctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	key := make(chan error, 1)
+	go func() {
+		_, err := d.leases.Get(ctx, leaseKey(lease.Task, lease.ID))
+		key <- err
+	}()
+	r, _, err := d.getRow(ctx, lease.Task)
+	if err != nil {
+		return false, err
+	}
+	if liveRow(r, lease, d.cfg.Now()) != nil {
+		return false, nil // the key read finishes on its own (its channel is buffered)
+	}
+	if err := <-key; err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, nil
+		}
+		return false, fmt.Errorf("jetstream: lease key of %s: %w", lease.Task, err)
+	}
+	return true, nil
+}
+
+// Enqueue implements eventlog.Dispatcher.
+func (d *Dispatcher) Enqueue(ctx context.Context, task string, opts eventlog.EnqueueOptions) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	if err := validTaskID("task", task); err != nil {
+		return err
+	}
+	if opts.Parent != "" {
+		if err := validTaskID("EnqueueOptions.Parent", opts.Parent); err != nil {
+			return err
+		}
+	}
+	if opts.Queue != "" {
+		if err := validQueue("EnqueueOptions.Queue", opts.Queue); err != nil {
+			return err
+		}
+	}
+	var already *taskRow
+	_, err := d.mutate(ctx, task, func(r *taskRow) (*taskRow, error) {
+		if r == nil {
+			queue := opts.Queue
+			if queue == "" {
+				queue = eventlog.DefaultQueue
+				if opts.Parent != "" {
+					p, _, err := d.getRow(ctx, opts.Parent)
+					if err != nil {
+						return nil, err
+					}
+					if p != nil {
+						queue = p.Queue
+					}
+				}
+			}
+			r = &taskRow{Queue: queue, Reserved: opts.Reserved, Created: d.cfg.Now().UTC()}
+			r.makeReady()
+			return r, nil
+		}
+		if r.Status == eventlog.DispatchReady {
+			// Keeps its place and its reservation: a repeated enqueue (an
+			// observer replaying, a retry) must not push a task to the back
+			// or unreserve it.
+			already = r
+			return nil, errSkip
+		}
+		// Forced back to ready: the way to fence a stuck worker or revive a
+		// task. The old lease's key is deleted after the write.
+		r.clearLease()
+		r.Reclaims = 0
+		r.Matched = nil
+		r.Reserved = opts.Reserved
+		r.makeReady()
+		return r, nil
+	})
+	if errors.Is(err, errSkip) {
+		// A retried Enqueue also repairs a signal lost to a crash: publishing
+		// is refused, harmlessly, when one is already there.
+		if !already.Reserved {
+			if err := d.signal(ctx, task, already.Queue, already.ReadyEpoch, false); err != nil {
+				return fmt.Errorf("jetstream: ready signal of %s: %w", task, err)
+			}
+		}
+		return nil
+	}
+	return err
+}
+
+// Lease implements eventlog.Dispatcher. A targeted lease takes the row
+// directly (a ready signal it leaves behind goes stale and is dropped by
+// whoever fetches it); an untargeted one pulls the queue's next signal.
+func (d *Dispatcher) Lease(ctx context.Context, req eventlog.LeaseRequest) (eventlog.Lease, error) {
+	if err := d.check(ctx); err != nil {
+		return eventlog.Lease{}, err
+	}
+	if req.Worker == "" {
+		return eventlog.Lease{}, fmt.Errorf("%w: LeaseRequest.Worker is empty", eventlog.ErrInvalidArgument)
+	}
+	if req.TTL != 0 && req.TTL != d.cfg.LeaseTTL {
+		// The TTL is the leases bucket's, shared by every lease of the prefix.
+		return eventlog.Lease{}, fmt.Errorf("%w: LeaseRequest.TTL is %v; this dispatcher's leases all last DispatcherConfig.LeaseTTL (%v): give 0 or that",
+			eventlog.ErrInvalidArgument, req.TTL, d.cfg.LeaseTTL)
+	}
+	if req.Task != "" {
+		if err := validTaskID("LeaseRequest.Task", req.Task); err != nil {
+			return eventlog.Lease{}, err
+		}
+		return d.grant(ctx, req.Task, req.Worker, func(r *taskRow) error {
+			if r == nil {
+				return fmt.Errorf("%w: task %q is unknown to the dispatcher", eventlog.ErrNoReadyTask, req.Task)
+			}
+			if r.Status != eventlog.DispatchReady {
+				return fmt.Errorf("%w: task %q is %s", eventlog.ErrNoReadyTask, req.Task, r.Status)
+			}
+			return nil
+		})
+	}
+	queue := req.Queue
+	if queue == "" {
+		queue = eventlog.DefaultQueue
+	}
+	if err := validQueue("LeaseRequest.Queue", queue); err != nil {
+		return eventlog.Lease{}, err
+	}
+	return d.leaseFromQueue(ctx, queue, req.Worker, req.Wait)
+}
+
+// grant leases task to worker if may allows the row. The lease key is
+// written before the row (the key must exist whenever a row names its
+// lease, or a watcher or sweep would requeue the fresh lease), and the
+// expiry is read from the clock before the key is written, so the local
+// expiry is never later than the server's.
+func (d *Dispatcher) grant(ctx context.Context, task, worker string, may func(r *taskRow) error) (eventlog.Lease, error) {
+	leaseID := noeta.NewID()
+	keyWritten := false
+	var lease eventlog.Lease
+	_, err := d.mutate(ctx, task, func(r *taskRow) (*taskRow, error) {
+		if err := may(r); err != nil {
+			return nil, err
+		}
+		now := d.cfg.Now()
+		// Written again on a retry: the generation in it may have moved.
+		if err := d.putLeaseKey(ctx, task, leaseID, r.Generation+1, worker); err != nil {
+			return nil, err
+		}
+		keyWritten = true
+		r.grant(leaseID, worker, now.Add(d.cfg.LeaseTTL))
+		lease = eventlog.Lease{
+			ID:         leaseID,
+			Task:       task,
+			Generation: r.Generation,
+			Worker:     worker,
+			Expires:    r.Expires,
+			Wake:       cloneWake(r.Matched), // delivered, and kept until consumed
+		}
+		return r, nil
+	})
+	if err != nil {
+		if keyWritten {
+			// The row does not name this lease (or, after an unresolved
+			// ambiguous write, might: deleting the key then makes the
+			// watchers requeue it, which is the safe outcome).
+			dctx, cancel := d.detached()
+			_ = d.leases.Delete(dctx, leaseKey(task, leaseID))
+			cancel()
+		}
+		return eventlog.Lease{}, err
+	}
+	return lease, nil
+}
+
+// Heartbeat implements eventlog.Dispatcher. The lease key is rewritten
+// first, with a compare-and-set on its revision, so a key the server has
+// already expired is never written again (an expired lease is not revived);
+// then the row counts the heartbeat.
+func (d *Dispatcher) Heartbeat(ctx context.Context, lease eventlog.Lease) (time.Time, error) {
+	if err := d.check(ctx); err != nil {
+		return time.Time{}, err
+	}
+	if err := validTaskID("lease.Task", lease.Task); err != nil {
+		return time.Time{}, err
+	}
+	var (
+		expires   time.Time
+		refreshed bool
+		quota     error
+	)
+	_, err := d.mutate(ctx, lease.Task, func(r *taskRow) (*taskRow, error) {
+		now := d.cfg.Now()
+		if err := liveRow(r, lease, now); err != nil {
+			return nil, err
+		}
+		// The cap is checked before the increment: HeartbeatMax heartbeats
+		// succeed, the next one releases the task.
+		if r.Heartbeats >= d.cfg.HeartbeatMax {
+			n := r.Heartbeats
+			r.clearLease()
+			r.Reclaims = 0
+			if r.Matched != nil {
+				// A wake is in flight: ready, so the next lease re-delivers it.
+				r.makeReady()
+			} else {
+				// WakeOn is kept (nil on every normal path), so the task
+				// waits for a human or a forced Enqueue.
+				r.suspend(r.WakeOn, eventlog.ReasonLeaseQuotaExceeded, now)
+			}
+			quota = fmt.Errorf("%w: task %q: lease %q already had %d heartbeats, the cap is %d; the task was released (now %s)",
+				eventlog.ErrLeaseQuotaExceeded, lease.Task, lease.ID, n, d.cfg.HeartbeatMax, r.Status)
+			return r, nil
+		}
+		if !refreshed {
+			if err := d.refreshLeaseKey(ctx, lease, r.Generation); err != nil {
+				return nil, err
+			}
+			refreshed = true
+			expires = now.Add(d.cfg.LeaseTTL)
+		}
+		quota = nil
+		r.Heartbeats++
+		r.Reclaims = 0 // a heartbeat is progress
+		r.Expires = expires
+		return r, nil
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	if quota != nil {
+		return time.Time{}, quota
+	}
+	return expires, nil
+}
+
+// Release implements eventlog.Dispatcher.
+func (d *Dispatcher) Release(ctx context.Context, lease eventlog.Lease, rel eventlog.Release) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	if rel.Next != eventlog.DispatchSuspended && rel.Next != eventlog.DispatchTerminal {
+		return fmt.Errorf("%w: Release.Next is %q; want %q or %q",
+			eventlog.ErrInvalidArgument, rel.Next, eventlog.DispatchSuspended, eventlog.DispatchTerminal)
+	}
+	if err := validTaskID("lease.Task", lease.Task); err != nil {
+		return err
+	}
+	if rel.WakeOn != nil {
+		if err := rel.WakeOn.Validate(); err != nil {
+			return fmt.Errorf("%w: Release.WakeOn: %w", eventlog.ErrInvalidArgument, err)
+		}
+	}
+	_, err := d.mutate(ctx, lease.Task, func(r *taskRow) (*taskRow, error) {
+		now := d.cfg.Now()
+		if err := liveRow(r, lease, now); err != nil {
+			return nil, err
+		}
+		if rel.ConsumedWake != nil {
+			if r.Matched == nil {
+				return nil, fmt.Errorf("%w: task %q: lease %q names a consumed %s wake but none is stored",
+					eventlog.ErrWakeMismatch, lease.Task, lease.ID, rel.ConsumedWake.Kind)
+			}
+			if !r.Matched.Equal(*rel.ConsumedWake) {
+				return nil, fmt.Errorf("%w: task %q: lease %q names a consumed %s wake that is not the stored %s wake",
+					eventlog.ErrWakeMismatch, lease.Task, lease.ID, rel.ConsumedWake.Kind, r.Matched.Kind)
+			}
+		}
+		// Nothing can fail past this point, so a mismatch above changed nothing.
+		r.clearLease()
+		r.Reclaims = 0 // a release is progress
+		if rel.ConsumedWake != nil {
+			r.Matched = nil
+		}
+		if rel.Next == eventlog.DispatchTerminal {
+			// An unconsumed matched wake is kept on purpose: it is the
+			// evidence of a wake that never got handled.
+			r.makeTerminal(rel.Reason)
+			return r, nil
+		}
+		r.suspend(cloneWake(rel.WakeOn), rel.Reason, now)
+		return r, nil
+	})
+	return err
+}
+
+// Yield implements eventlog.Dispatcher.
+func (d *Dispatcher) Yield(ctx context.Context, lease eventlog.Lease) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	if err := validTaskID("lease.Task", lease.Task); err != nil {
+		return err
+	}
+	_, err := d.mutate(ctx, lease.Task, func(r *taskRow) (*taskRow, error) {
+		if err := liveRow(r, lease, d.cfg.Now()); err != nil {
+			return nil, err
+		}
+		r.clearLease()
+		r.Reclaims = 0
+		r.makeReady()
+		return r, nil
+	})
+	return err
+}
+
+// Fail implements eventlog.Dispatcher.
+func (d *Dispatcher) Fail(ctx context.Context, lease eventlog.Lease, f eventlog.Failure) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	if err := validTaskID("lease.Task", lease.Task); err != nil {
+		return err
+	}
+	_, err := d.mutate(ctx, lease.Task, func(r *taskRow) (*taskRow, error) {
+		if err := liveRow(r, lease, d.cfg.Now()); err != nil {
+			return nil, err
+		}
+		r.clearLease()
+		r.Reclaims = 0
+		if !f.Retryable {
+			r.makeTerminal(f.Reason)
+			return r, nil
+		}
+		r.FailAttempts++
+		if r.FailAttempts < d.cfg.MaxFailAttempts {
+			r.makeReady()
+			return r, nil
+		}
+		reason := f.Reason
+		if reason == "" {
+			reason = eventlog.ReasonMaxAttemptsExceeded
+		}
+		r.makeTerminal(reason)
+		return r, nil
+	})
+	return err
+}
+
+// Wake implements eventlog.Dispatcher: the event is applied to the row at
+// once, with a compare-and-set, and the answer says whether it matched.
+// Wakes published to the ingress subject (WakeSubject) are applied the same
+// way by whichever Dispatcher consumes them.
+func (d *Dispatcher) Wake(ctx context.Context, task string, event noeta.Wake) (bool, error) {
+	if err := d.check(ctx); err != nil {
+		return false, err
+	}
+	if err := validTaskID("task", task); err != nil {
+		return false, err
+	}
+	if err := event.Validate(); err != nil {
+		return false, fmt.Errorf("%w: wake event for task %q: %w", eventlog.ErrInvalidArgument, task, err)
+	}
+	var matched bool
+	_, err := d.mutate(ctx, task, func(r *taskRow) (*taskRow, error) {
+		if r == nil {
+			return nil, fmt.Errorf("%w: wake for task %q: the dispatcher does not know the task (it was never enqueued)", eventlog.ErrNotFound, task)
+		}
+		matched = r.applyWake(event.Clone())
+		return r, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return matched, nil
+}
+
+// Inspect implements eventlog.Dispatcher.
+func (d *Dispatcher) Inspect(ctx context.Context, task string) (eventlog.DispatchState, error) {
+	if err := d.check(ctx); err != nil {
+		return eventlog.DispatchState{}, err
+	}
+	if err := validTaskID("task", task); err != nil {
+		return eventlog.DispatchState{}, err
+	}
+	r, _, err := d.getRow(ctx, task)
+	if err != nil {
+		return eventlog.DispatchState{}, err
+	}
+	if r == nil {
+		return eventlog.DispatchState{}, fmt.Errorf("%w: task %q is unknown to the dispatcher", eventlog.ErrNotFound, task)
+	}
+	return r.state(task), nil
+}

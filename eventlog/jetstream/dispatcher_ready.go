@@ -1,0 +1,360 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// The ready queue. Each ready, unreserved task has at most one message, its
+// signal, on <prefix>.ready.<queue>.<p>.<task> in the work-queue stream
+// <PREFIX>_READY; the body is the row's ready epoch. A queue is one durable
+// pull consumer (filter <prefix>.ready.<queue>.>), shared by every
+// Dispatcher, so FIFO per queue is the stream's order and a signal is handed
+// to one fetcher at a time. The row stays the truth: a fetched signal is
+// honoured only if the row is ready, unreserved, in that queue and at that
+// epoch; any other signal is stale, acknowledged (which removes it) and
+// dropped.
+
+// signal publishes task's ready signal for epoch. The stream refuses a second
+// message on a subject (DiscardNewPerSubject), which is how signals coalesce:
+// a refusal means a signal is already there.
+//
+// fresh says the row has just become ready. A signal already there from an
+// earlier epoch sits at its old place in the queue: it was left behind by a
+// lease by name, or it is the signal of the lease that just ended, whose
+// acknowledgement (asynchronous) has not removed it yet. It is purged (that
+// message only, by sequence, so a signal published concurrently survives)
+// and the signal published again, so the task joins the back of the queue
+// now, as memlog's does. Otherwise (a repair) whatever signal is there is
+// enough: a stale one is re-signalled by whoever fetches and drops it.
+func (d *Dispatcher) signal(ctx context.Context, task, queue string, epoch uint64, fresh bool) error {
+	ctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	subj := d.subj.ready(queue, task)
+	body := strconv.AppendUint(nil, epoch, 10)
+	for attempt := 0; ; attempt++ {
+		_, err := d.js.Publish(ctx, subj, body)
+		if err == nil || !subjectFull(err) {
+			return err
+		}
+		if !fresh {
+			return nil
+		}
+		if attempt == 4 {
+			// Refused every time: other publishers keep putting signals
+			// there, each at least as new as the one read before it.
+			return nil
+		}
+		there, err := d.readyLeaderGet(ctx, msgGetRequest{LastFor: subj})
+		if err != nil {
+			return err
+		}
+		if there == nil {
+			continue // removed (acknowledged, dropped) since the refusal: publish again
+		}
+		if old, perr := strconv.ParseUint(string(there.Data), 10, 64); perr == nil && old >= epoch {
+			return nil // as new as ours (a concurrent publisher) or newer
+		}
+		if err := d.ready.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(there.Sequence+1)); err != nil {
+			return fmt.Errorf("purge stale ready signal: %w", err)
+		}
+	}
+}
+
+// subjectFull reports the work-queue stream refusing a message because its
+// subject already holds one (10077, "maximum messages per subject exceeded").
+func subjectFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10077 &&
+		strings.Contains(apiErr.Description, "maximum messages per subject")
+}
+
+// queueConsumer returns the durable consumer of queue, creating it (an
+// idempotent create-or-update: every Dispatcher may race to) on first use.
+func (d *Dispatcher) queueConsumer(ctx context.Context, queue string) (jetstream.Consumer, error) {
+	d.mu.Lock()
+	c := d.queues[queue]
+	d.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	ctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	c, err := d.js.CreateOrUpdateConsumer(ctx, d.cfg.readyStream(), jetstream.ConsumerConfig{
+		Durable:           "ready-" + queue,
+		Description:       "noeta ready queue " + queue,
+		FilterSubject:     d.subj.readyQueue(queue),
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           readyAckWait,
+		MaxDeliver:        -1,
+		InactiveThreshold: readyInactive,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: ready consumer of queue %s: %w", queue, err)
+	}
+	d.mu.Lock()
+	d.queues[queue] = c
+	d.mu.Unlock()
+	return c, nil
+}
+
+func (d *Dispatcher) forgetConsumer(queue string) {
+	d.mu.Lock()
+	delete(d.queues, queue)
+	d.mu.Unlock()
+}
+
+// leaseFromQueue is the untargeted Lease: fetch the queue's next signal,
+// take the row it names with a compare-and-set, acknowledge the signal.
+func (d *Dispatcher) leaseFromQueue(ctx context.Context, queue, worker string, wait bool) (eventlog.Lease, error) {
+	unanswered := 0
+	for {
+		if err := d.check(ctx); err != nil {
+			return eventlog.Lease{}, err
+		}
+		cons, err := d.queueConsumer(ctx, queue)
+		if err != nil {
+			return eventlog.Lease{}, err
+		}
+		var msg jetstream.Msg
+		if wait {
+			msg, err = d.waitSignal(ctx, cons)
+		} else {
+			msg, err = d.pollSignal(ctx, queue, cons)
+		}
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+			// Nobody answered the pull: the consumer has no leader yet (just
+			// created on a cluster, or a leader change), or it is gone
+			// (removed for inactivity, see readyInactive). Pause; now and then
+			// create it again, which is a no-op if it exists.
+			unanswered++
+			if unanswered%10 == 0 || !errors.Is(err, nats.ErrNoResponders) {
+				d.forgetConsumer(queue)
+			}
+			if err := d.unansweredPause(ctx, unanswered, err); err != nil {
+				return eventlog.Lease{}, err
+			}
+			continue
+		}
+		if err != nil {
+			return eventlog.Lease{}, err
+		}
+		unanswered = 0
+		if msg == nil {
+			return eventlog.Lease{}, fmt.Errorf("%w: queue %q has no ready, unreserved task", eventlog.ErrNoReadyTask, queue)
+		}
+		task, ok := d.subj.taskOfReady(msg.Subject())
+		epoch, perr := strconv.ParseUint(string(msg.Data()), 10, 64)
+		if !ok || perr != nil {
+			d.log.Warn("dropping a malformed ready signal", "subject", msg.Subject())
+			_ = msg.Term()
+			continue
+		}
+		lease, err := d.grant(ctx, task, worker, func(r *taskRow) error {
+			if r == nil || r.Status != eventlog.DispatchReady || r.Reserved || r.Queue != queue || r.ReadyEpoch != epoch {
+				return errStaleSignal
+			}
+			return nil
+		})
+		if errors.Is(err, errStaleSignal) {
+			d.dropStale(ctx, msg, task)
+			continue
+		}
+		if err != nil {
+			// Back to the queue at once for another worker.
+			_ = msg.Nak()
+			return eventlog.Lease{}, err
+		}
+		// The row is leased whatever becomes of the ack: a signal that
+		// survives it is stale and dropped by its next fetcher.
+		_ = msg.Ack()
+		return lease, nil
+	}
+}
+
+// unansweredPause pauses before a pull request nobody answered is sent
+// again, and gives up with err after about RequestTimeout of them.
+func (d *Dispatcher) unansweredPause(ctx context.Context, n int, err error) error {
+	const step = 20 * time.Millisecond
+	if time.Duration(n)*step > d.cfg.RequestTimeout {
+		return fmt.Errorf("jetstream: ready queue consumer does not answer: %w", err)
+	}
+	t := time.NewTimer(step)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.done:
+		return eventlog.ErrClosed
+	case <-t.C:
+		return nil
+	}
+}
+
+var errStaleSignal = errors.New("jetstream: stale ready signal")
+
+// dropStale removes a stale signal and, if the row is nevertheless ready
+// (a signal published while the stale one was still there was refused as a
+// duplicate), signals it again.
+func (d *Dispatcher) dropStale(ctx context.Context, msg jetstream.Msg, task string) {
+	actx, cancel := d.withTimeout(ctx)
+	err := msg.DoubleAck(actx)
+	cancel()
+	if err != nil {
+		d.log.Warn("acknowledge stale ready signal", "subject", msg.Subject(), "err", err)
+		return
+	}
+	r, _, err := d.getRow(ctx, task)
+	if err != nil || r == nil || r.Status != eventlog.DispatchReady || r.Reserved {
+		return
+	}
+	if err := d.signal(ctx, task, r.Queue, r.ReadyEpoch, false); err != nil {
+		d.log.Warn("re-signal ready task", "task", task, "err", err)
+	}
+}
+
+// pollSignal fetches the queue's next signal without waiting: nil if none.
+//
+// On a cluster the queue's consumer may run on a replica that has not yet
+// applied a signal the stream leader already acknowledged, so an empty
+// answer is checked with the stream leader: if it holds a signal for the
+// queue, one short pull waits for the consumer to catch up. (The signal may
+// also be with another fetcher; the pull then ends empty.)
+func (d *Dispatcher) pollSignal(ctx context.Context, queue string, cons jetstream.Consumer) (jetstream.Msg, error) {
+	msg, err := d.fetchOnce(cons, 0)
+	if err != nil || msg != nil {
+		return msg, err
+	}
+	held, err := d.queueHasSignal(ctx, queue)
+	if err != nil || !held {
+		return nil, err
+	}
+	return d.fetchOnce(cons, catchUpWait)
+}
+
+// catchUpWait bounds the pull that waits for a lagging consumer replica.
+const catchUpWait = 250 * time.Millisecond
+
+// queueHasSignal asks the ready stream's leader whether queue holds a signal.
+func (d *Dispatcher) queueHasSignal(ctx context.Context, queue string) (bool, error) {
+	m, err := d.readyLeaderGet(ctx, msgGetRequest{NextFor: d.subj.readyQueue(queue)})
+	return m != nil, err
+}
+
+// readyLeaderGet asks the ready stream's leader (not a replica, which may lag
+// behind what was acknowledged) for one message: nil if there is none.
+func (d *Dispatcher) readyLeaderGet(ctx context.Context, req msgGetRequest) (*storedMsg, error) {
+	body, _ := json.Marshal(req)
+	ctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	stream := d.cfg.readyStream()
+	resp, err := d.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: leader get on %s: %w", stream, err)
+	}
+	var r msgGetResponse
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return nil, fmt.Errorf("jetstream: leader get on %s: bad response: %w", stream, err)
+	}
+	if r.Error != nil {
+		if r.Error.ErrCode == 10037 || r.Error.Code == 404 { // no message
+			return nil, nil
+		}
+		return nil, fmt.Errorf("jetstream: leader get on %s: %s (code %d)", stream, r.Error.Description, r.Error.ErrCode)
+	}
+	return r.Message, nil
+}
+
+// fetchOnce sends one pull request for one signal, waiting up to wait (0:
+// not at all): nil if none came.
+func (d *Dispatcher) fetchOnce(cons jetstream.Consumer, wait time.Duration) (jetstream.Msg, error) {
+	var (
+		batch jetstream.MessageBatch
+		err   error
+	)
+	if wait == 0 {
+		batch, err = cons.FetchNoWait(1)
+	} else {
+		batch, err = cons.Fetch(1, jetstream.FetchMaxWait(wait))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: fetch ready signal: %w", err)
+	}
+	var msg jetstream.Msg
+	for m := range batch.Messages() {
+		msg = m
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !isTimeout(err) {
+		if msg != nil {
+			_ = msg.Nak()
+		}
+		return nil, fmt.Errorf("jetstream: fetch ready signal: %w", err)
+	}
+	return msg, nil
+}
+
+// waitSignal blocks on the queue until a signal arrives, ctx ends or the
+// Dispatcher closes. Each pull request lives waitSlice (or until ctx's
+// deadline, if sooner, so a request nobody waits for does not linger at the
+// server catching signals); the server answers it the moment a signal is
+// published, so this is a blocking wait, not a poll.
+func (d *Dispatcher) waitSignal(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
+	for {
+		wait := waitSlice
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, max(time.Until(dl), 10*time.Millisecond))
+		}
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: fetch ready signal: %w", err)
+		}
+		select {
+		case m, ok := <-batch.Messages():
+			if ok {
+				return m, nil
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !isTimeout(err) {
+				return nil, fmt.Errorf("jetstream: fetch ready signal: %w", err)
+			}
+		case <-ctx.Done():
+			d.abandon(batch)
+			return nil, ctx.Err()
+		case <-d.done:
+			return nil, eventlog.ErrClosed
+		}
+	}
+}
+
+// abandon hands back whatever a pull request that nobody waits for any more
+// still delivers, so the signal goes to another worker now instead of after
+// readyAckWait.
+func (d *Dispatcher) abandon(batch jetstream.MessageBatch) {
+	d.goTracked(func() {
+		for {
+			select {
+			case m, ok := <-batch.Messages():
+				if !ok {
+					return
+				}
+				_ = m.Nak()
+			case <-d.done:
+				return
+			}
+		}
+	})
+}
+
+func isTimeout(err error) bool {
+	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+}
