@@ -200,9 +200,20 @@ func wakeJSON(t *testing.T, w noeta.Wake) []byte {
 func TestDispatcherTwoHostsLeaseRace(t *testing.T) {
 	t.Parallel()
 	const n = 50
-	hosts := []*jetstream.Dispatcher{
-		openDispatcher(t, clusterURL, 3, dispatcherTestPrefix),
-		openDispatcher(t, clusterURL, 3, dispatcherTestPrefix),
+	// A lease long enough to outlast the checks after the race: on a loaded
+	// machine a 1 s lease can expire (and correctly be requeued) before the
+	// test inspects it.
+	cfg := testDispatcherConfig(3, uniquePrefix(t, clusterURL))
+	cfg.LeaseTTL = 30 * time.Second
+	precreatePrefix(t, clusterURL, cfg)
+	var hosts []*jetstream.Dispatcher
+	for range 2 {
+		d, err := jetstream.OpenDispatcher(t.Context(), connect(t, clusterURL), cfg)
+		if err != nil {
+			t.Fatalf("OpenDispatcher: %v", err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		hosts = append(hosts, d)
 	}
 	ctx := t.Context()
 
