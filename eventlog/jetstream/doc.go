@@ -16,4 +16,12 @@
 //
 // Reads that decide a write (the tail, an ambiguous publish) go to the stream
 // leader, never to a possibly stale direct get.
+//
+// [Dispatcher] is the dispatcher on the same cluster: a row per task in KV
+// <prefix>_tasks (every transition a compare-and-set on its revision), a
+// liveness key per lease in KV <prefix>_leases (bucket TTL, watched by every
+// process), a coalesced ready signal per task in the work-queue stream
+// <PREFIX>_READY, and the wake ingress <PREFIX>_WAKE, into which the broker
+// also fires timers (@at message schedules). docs/adr/0010 says where this
+// departs from DESIGN.md's sketch.
 package jetstream
