@@ -122,10 +122,10 @@ func BenchmarkLeaseRelease(b *testing.B) {
 					}
 				}
 				var (
-					left    atomic.Int64
-					misses  atomic.Int64
-					wg      sync.WaitGroup
-					errOnce sync.Once
+					left     atomic.Int64
+					misses   atomic.Int64
+					wg       sync.WaitGroup
+					errOnce  sync.Once
 					firstErr error
 				)
 				left.Store(int64(b.N))
