@@ -267,7 +267,12 @@ func (s *Stack) runIsolated(ctx context.Context, e *stackEntry, a noeta.Proposed
 	gctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	ch := make(chan outcome, 1)
-	go func() { ch <- runGuard(gctx, e.g, a, c) }()
+	// The guard may outlive this call (see above): give it a Context of its
+	// own, so the caller can go on changing theirs (fan-out admission counts
+	// members in it) without racing a guard that never returned. The fields
+	// it shares are never written after NewContext.
+	own := *c
+	go func() { ch <- runGuard(gctx, e.g, a, &own) }()
 	select {
 	case o := <-ch:
 		if ctx.Err() == nil {

@@ -268,7 +268,7 @@ func (d *Dispatcher) readyLeaderGet(ctx context.Context, req msgGetRequest) (*st
 		return nil, fmt.Errorf("jetstream: leader get on %s: bad response: %w", stream, err)
 	}
 	if r.Error != nil {
-		if r.Error.ErrCode == 10037 || r.Error.Code == 404 { // no message
+		if r.Error.ErrCode == 10037 { // no message; 10059 (no stream) is an error
 			return nil, nil
 		}
 		return nil, fmt.Errorf("jetstream: leader get on %s: %s (code %d)", stream, r.Error.Description, r.Error.ErrCode)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/noeta-go/noeta/eventlog"
@@ -68,7 +69,7 @@ func (l *Log) idemLookup(ctx context.Context, task string, lease eventlog.Lease,
 	if err != nil {
 		return nil, nil, err
 	}
-	if hdr.Get("Nats-Msg-Id") != v.EnvID {
+	if hdr.Get("Nats-Msg-Id") != v.EnvID && !sameKey(hdr, lease.ID, key) {
 		return nil, entry, nil
 	}
 	r, err := decode(m.Subject, m.Sequence, hdr, m.Data)
@@ -115,4 +116,24 @@ func (l *Log) recordAt(ctx context.Context, streamSeq uint64) (eventlog.Envelope
 		return eventlog.Envelope{}, err
 	}
 	return r.env, nil
+}
+
+// sameKey reports whether a stored record was written under lease with
+// idempotency key key (an attempt whose reservation a later one replaced).
+func sameKey(hdr nats.Header, leaseID, key string) bool {
+	return hdr.Get(hdrLease) == leaseID && hdr.Get(hdrIdempotency) == key
+}
+
+// attemptAfter returns the log record right after stream sequence after if it
+// was written under lease with key.
+func (l *Log) attemptAfter(ctx context.Context, task string, after uint64, leaseID, key string) (record, bool) {
+	m, hdr, err := l.leaderGet(ctx, msgGetRequest{Seq: after + 1, NextFor: l.subj.log(task)})
+	if err != nil || !sameKey(hdr, leaseID, key) {
+		return record{}, false
+	}
+	r, err := decode(m.Subject, m.Sequence, hdr, m.Data)
+	if err != nil {
+		return record{}, false
+	}
+	return r, true
 }

@@ -53,7 +53,7 @@ func (l *Log) leaderGet(ctx context.Context, req msgGetRequest) (*storedMsg, nat
 		return nil, nil, fmt.Errorf("jetstream: leader get on %s: bad response: %w", l.streamName, err)
 	}
 	if r.Error != nil {
-		if r.Error.ErrCode == 10037 || r.Error.Code == 404 { // JSNoMessageFoundErr
+		if r.Error.ErrCode == 10037 { // no message; 10059 (no stream) is also a 404 but is an error
 			return nil, nil, errNoMessage
 		}
 		return nil, nil, fmt.Errorf("jetstream: leader get on %s: %s (code %d)", l.streamName, r.Error.Description, r.Error.ErrCode)

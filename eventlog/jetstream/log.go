@@ -265,7 +265,14 @@ func (l *Log) Create(ctx context.Context, env eventlog.Envelope) (eventlog.Envel
 		return eventlog.Envelope{}, fmt.Errorf("%w: task %s", eventlog.ErrTaskExists, env.Task)
 	}
 	if err != nil {
+		// Ambiguous (a timeout): it may have landed. The tail says.
 		ts.known = false
+		if t, terr := l.readTail(ctx, env.Task); terr == nil && t.seq == 1 && t.msgID == env.ID {
+			ts.tail, ts.known = t, true
+			ts.mu.Unlock()
+			l.subs.Notify(ctx, env)
+			return env, nil
+		}
 		ts.mu.Unlock()
 		return eventlog.Envelope{}, fmt.Errorf("jetstream: create %s: %w", env.Task, err)
 	}
@@ -295,25 +302,28 @@ func (l *Log) Emit(ctx context.Context, lease eventlog.Lease, env eventlog.Envel
 	ts.mu.Lock()
 	out, notify, hit, err := l.emitLocked(ctx, ts, lease, env, opts)
 	ts.mu.Unlock()
+	if !hit {
+		// Deliver whatever became durable, even when the call failed after it:
+		// a LeaseGranted that landed before a refused record is in the log.
+		l.subs.Notify(ctx, notify...)
+	}
 	if err != nil {
 		return eventlog.Envelope{}, err
-	}
-	if !hit {
-		l.subs.Notify(ctx, notify...)
 	}
 	return out, nil
 }
 
 // emitLocked runs under ts.mu. It returns the stored record, every record it
-// appended (to notify once the lock is released), and whether this was an
-// idempotent hit (nothing appended, nothing to notify).
+// appended (to notify once the lock is released, also when it fails after an
+// append), and whether this was an idempotent hit (nothing appended, nothing to
+// notify).
 func (l *Log) emitLocked(ctx context.Context, ts *taskState, lease eventlog.Lease, env eventlog.Envelope, opts eventlog.EmitOptions) (out eventlog.Envelope, notify []eventlog.Envelope, hit bool, err error) {
 	task := env.Task
 	var idem *idemEntry
 	if opts.IdempotencyKey != "" && lease.ID != "" {
 		orig, entry, err := l.idemLookup(ctx, task, lease, opts.IdempotencyKey)
 		if err != nil {
-			return eventlog.Envelope{}, nil, false, err
+			return eventlog.Envelope{}, notify, false, err
 		}
 		if orig != nil {
 			return *orig, nil, true, nil
@@ -321,12 +331,12 @@ func (l *Log) emitLocked(ctx context.Context, ts *taskState, lease eventlog.Leas
 		idem = entry
 	}
 	if err := eventlog.CheckCap(env); err != nil {
-		return eventlog.Envelope{}, nil, false, err
+		return eventlog.Envelope{}, notify, false, err
 	}
 	if !ts.known {
 		t, err := l.readTail(ctx, task)
 		if err != nil {
-			return eventlog.Envelope{}, nil, false, err
+			return eventlog.Envelope{}, notify, false, err
 		}
 		ts.tail, ts.known = t, true
 	}
@@ -357,47 +367,47 @@ func (l *Log) emitLocked(ctx context.Context, ts *taskState, lease eventlog.Leas
 			conflicted = false
 			conflicts++
 			if time.Now().After(giveUp) {
-				return eventlog.Envelope{}, nil, false, fmt.Errorf("jetstream: append to %s: gave up after %d conflicting attempts in %v", task, conflicts, l.cfg.RequestTimeout)
+				return eventlog.Envelope{}, notify, false, fmt.Errorf("jetstream: append to %s: gave up after %d conflicting attempts in %v", task, conflicts, l.cfg.RequestTimeout)
 			}
 			select {
 			case <-ctx.Done():
-				return eventlog.Envelope{}, nil, false, ctx.Err()
+				return eventlog.Envelope{}, notify, false, ctx.Err()
 			case <-time.After(time.Duration(rand.Int64N(int64(100*time.Microsecond) << min(conflicts, 4)))):
 			}
 			if err := refresh(); err != nil {
-				return eventlog.Envelope{}, nil, false, err
+				return eventlog.Envelope{}, notify, false, err
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			return eventlog.Envelope{}, nil, false, err
+			return eventlog.Envelope{}, notify, false, err
 		}
 		if opts.ExpectLastSeq != 0 && opts.ExpectLastSeq != ts.tail.seq {
 			if !refreshed {
 				if err := refresh(); err != nil {
-					return eventlog.Envelope{}, nil, false, err
+					return eventlog.Envelope{}, notify, false, err
 				}
 				continue
 			}
-			return eventlog.Envelope{}, nil, false, fmt.Errorf("%w: task_id=%s, expected last seq %d, actual %d", eventlog.ErrStaleSequence, task, opts.ExpectLastSeq, ts.tail.seq)
+			return eventlog.Envelope{}, notify, false, fmt.Errorf("%w: task_id=%s, expected last seq %d, actual %d", eventlog.ErrStaleSequence, task, opts.ExpectLastSeq, ts.tail.seq)
 		}
-		if lease.ID == "" {
-			return eventlog.Envelope{}, nil, false, fmt.Errorf("%w: no lease given for task %s", eventlog.ErrInvalidLease, task)
+		if lease.ID == "" || lease.Generation == 0 {
+			return eventlog.Envelope{}, notify, false, fmt.Errorf("%w: no lease (id %q, generation %d) given for task %s", eventlog.ErrInvalidLease, lease.ID, lease.Generation, task)
 		}
-		if ts.tail.gen > lease.Generation || ts.tail.gen == lease.Generation && ts.tail.leaseID != lease.ID && ts.tail.gen != 0 {
-			return eventlog.Envelope{}, nil, false, fmt.Errorf("%w: task_id=%s, lease_id=%s generation %d, log fenced by lease %s generation %d",
+		if ts.tail.gen > lease.Generation || ts.tail.gen == lease.Generation && ts.tail.leaseID != lease.ID {
+			return eventlog.Envelope{}, notify, false, fmt.Errorf("%w: task_id=%s, lease_id=%s generation %d, log fenced by lease %s generation %d",
 				eventlog.ErrLeaseLost, task, lease.ID, lease.Generation, ts.tail.leaseID, ts.tail.gen)
 		}
 		// The registry is asked after the tail was read: a takeover that
 		// happens after this check appends after that tail, so our
 		// compare-and-set on it fails.
 		if err := l.checkRegistry(ctx, lease); err != nil {
-			return eventlog.Envelope{}, nil, false, err
+			return eventlog.Envelope{}, notify, false, err
 		}
 
 		if ts.tail.leaseID != lease.ID {
 			lg, err := l.grant(ctx, ts, lease)
 			if err != nil {
-				return eventlog.Envelope{}, nil, false, err
+				return eventlog.Envelope{}, notify, false, err
 			}
 			if lg == nil { // lost the race for the tail; look again
 				conflicted = true
@@ -411,23 +421,36 @@ func (l *Log) emitLocked(ctx context.Context, ts *taskState, lease eventlog.Leas
 		env.Seq = ts.tail.seq + 1
 		if idem != nil {
 			if err := l.idemReserve(ctx, idem, env.ID, ts.tail.streamSeq); err != nil {
-				return eventlog.Envelope{}, nil, false, err
+				return eventlog.Envelope{}, notify, false, err
 			}
 		}
 		msg, err := encode(l.subj.log(task), env, meta{leaseID: lease.ID, baseline: ts.tail.baseline, idemKey: opts.IdempotencyKey})
 		if err != nil {
-			return eventlog.Envelope{}, nil, false, err
+			return eventlog.Envelope{}, notify, false, err
 		}
-		ack, wrong, err := l.publish(ctx, msg, ts.tail.streamSeq)
+		expect := ts.tail.streamSeq
+		ack, wrong, err := l.publish(ctx, msg, expect)
 		if err != nil || wrong {
+			if idem != nil {
+				// An earlier attempt with this key (one whose publish timed
+				// out) may have landed late, right where this one was aimed.
+				// It is the original: writing this one too would break the key.
+				if orig, ok := l.attemptAfter(ctx, task, expect, lease.ID, opts.IdempotencyKey); ok {
+					if rerr := refresh(); rerr != nil {
+						return eventlog.Envelope{}, notify, false, rerr
+					}
+					l.idemCommit(ctx, idem, orig.env, orig.streamSeq)
+					return orig.env, append(notify, orig.env), false, nil
+				}
+			}
 			// Ambiguous or refused: the tail says which.
 			if rerr := refresh(); rerr != nil {
-				return eventlog.Envelope{}, nil, false, rerr
+				return eventlog.Envelope{}, notify, false, rerr
 			}
 			if ts.tail.msgID == env.ID {
 				ack = &jetstream.PubAck{Sequence: ts.tail.streamSeq}
 			} else if err != nil && !wrong {
-				return eventlog.Envelope{}, nil, false, fmt.Errorf("jetstream: append to %s: %w", task, err)
+				return eventlog.Envelope{}, notify, false, fmt.Errorf("jetstream: append to %s: %w", task, err)
 			} else {
 				conflicted = true
 				continue

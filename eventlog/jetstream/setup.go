@@ -11,7 +11,9 @@ import (
 )
 
 // ErrConfigMismatch: a stream or bucket exists with settings other than ours.
-// It is never reconfigured silently: the operator decides.
+// A task stream is never reconfigured: limits there would drop records, so the
+// operator decides. The one change made to an existing bucket is turning its
+// direct gets off (see leaderReads), which loses nothing.
 var ErrConfigMismatch = errors.New("jetstream: existing stream or bucket has a different configuration")
 
 // StreamConfig is the task stream's definition; deploy/nats holds the same.
@@ -63,6 +65,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	check("max_age", have.MaxAge == want.MaxAge, have.MaxAge, want.MaxAge)
 	check("max_msgs", have.MaxMsgs == want.MaxMsgs, have.MaxMsgs, want.MaxMsgs)
 	check("max_msgs_per_subject", have.MaxMsgsPerSubject <= 0, have.MaxMsgsPerSubject, "unlimited")
+	check("max_bytes", have.MaxBytes == want.MaxBytes, have.MaxBytes, want.MaxBytes)
+	check("discard", have.Discard == want.Discard, have.Discard, want.Discard)
+	check("duplicates", have.Duplicates == want.Duplicates, have.Duplicates, want.Duplicates)
 	if len(diffs) > 0 {
 		return nil, fmt.Errorf("%w: stream %s: %s", ErrConfigMismatch, want.Name, strings.Join(diffs, "; "))
 	}

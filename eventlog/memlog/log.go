@@ -235,8 +235,8 @@ func (s *Store) Emit(ctx context.Context, lease eventlog.Lease, env eventlog.Env
 // Because the registry is asked under the writer lock, a takeover's first
 // append (which needs the same lock) orders after every append that passed.
 func (s *Store) checkFence(tl *taskLog, lease eventlog.Lease, now time.Time) error {
-	if lease.ID == "" {
-		return fmt.Errorf("%w: no lease given for task %s", eventlog.ErrInvalidLease, lease.Task)
+	if lease.ID == "" || lease.Generation == 0 {
+		return fmt.Errorf("%w: no lease (id %q, generation %d) given for task %s", eventlog.ErrInvalidLease, lease.ID, lease.Generation, lease.Task)
 	}
 	if tl.fenceGen > lease.Generation || tl.fenceGen == lease.Generation && tl.fenceLease != lease.ID {
 		return fmt.Errorf("%w: task_id=%s, lease_id=%s generation %d, log fenced by lease %s generation %d",
