@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/noeta-go/noeta"
@@ -162,6 +163,18 @@ const (
 // DefaultQueue is the queue of a task enqueued without one and no parent.
 const DefaultQueue = "default"
 
+// ValidateQueue refuses a queue name that is not a subject token; "" (the
+// default) is fine.
+func ValidateQueue(field, queue string) error {
+	if queue == "" {
+		return nil
+	}
+	if err := noeta.ValidateToken(field, queue, 64); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	return nil
+}
+
 // Reasons the dispatcher itself records.
 const (
 	ReasonLeaseQuotaExceeded   = "lease_quota_exceeded"
@@ -173,7 +186,8 @@ const (
 type EnqueueOptions struct {
 	// Queue names the ready queue; only workers leasing from it see the task.
 	// Empty: the parent's queue if Parent is known, else DefaultQueue. A task's
-	// queue is fixed when it is first enqueued.
+	// queue is fixed when it is first enqueued. Queue names are subject tokens,
+	// [A-Za-z0-9_-]{1,64} (ValidateQueue), on every backend.
 	Queue string
 	// Parent is the parent task, for queue inheritance.
 	Parent string

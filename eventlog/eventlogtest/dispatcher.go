@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ var dispatcherCases = []suiteCase{
 	{"LeaseNothingReady", testLeaseNothingReady},
 	{"FIFO", testFIFO},
 	{"QueuesIsolated", testQueuesIsolated},
+	{"QueueNameValidated", testQueueNameValidated},
 	{"QueueFixedAtFirstEnqueue", testQueueFixed},
 	{"ChildInheritsQueue", testChildInheritsQueue},
 	{"Reserved", testReserved},
@@ -1274,4 +1276,20 @@ func testLeaseWaitClose(t *testing.T, b Backend) {
 	closeBackend(t, b)
 	r := waitResult(t, b, ch, "after Close")
 	checkErrIs(t, "Lease with Wait when the backend closes", r.err, eventlog.ErrClosed)
+}
+
+// Queue names are subject tokens on every backend, so a name that works on one
+// works on all.
+func testQueueNameValidated(t *testing.T, b Backend) {
+	ctx := t.Context()
+	task := noeta.NewTaskID()
+	for _, q := range []string{"a.b", "a b", "a>", strings.Repeat("q", 65)} {
+		err := b.Dispatcher.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: q})
+		checkErrIs(t, fmt.Sprintf("Enqueue with queue %q", q), err, eventlog.ErrInvalidArgument)
+		_, err = b.Dispatcher.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Queue: q})
+		checkErrIs(t, fmt.Sprintf("Lease from queue %q", q), err, eventlog.ErrInvalidArgument)
+	}
+	if _, err := b.Dispatcher.Inspect(ctx, task); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Errorf("Inspect after refused enqueues: got %v, want ErrNotFound", err)
+	}
 }

@@ -177,6 +177,9 @@ func (s *Store) Enqueue(ctx context.Context, task string, opts eventlog.EnqueueO
 			return err
 		}
 	}
+	if err := eventlog.ValidateQueue("EnqueueOptions.Queue", opts.Queue); err != nil {
+		return err
+	}
 	d := &s.disp
 	if err := d.lock(); err != nil {
 		return err
@@ -222,6 +225,9 @@ func (s *Store) Lease(ctx context.Context, req eventlog.LeaseRequest) (eventlog.
 	}
 	if req.TTL < 0 {
 		return eventlog.Lease{}, fmt.Errorf("%w: LeaseRequest.TTL is negative (%s)", eventlog.ErrInvalidArgument, req.TTL)
+	}
+	if err := eventlog.ValidateQueue("LeaseRequest.Queue", req.Queue); err != nil {
+		return eventlog.Lease{}, err
 	}
 	ttl := req.TTL
 	if ttl == 0 {
