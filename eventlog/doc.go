@@ -10,7 +10,9 @@
 // Names follow the reference system where they exist: StaleSequence,
 // InvalidLease, PayloadTooLarge, TaskExists and WakeConsumeMismatch there are
 // [ErrStaleSequence], [ErrInvalidLease], [ErrPayloadTooLarge], [ErrTaskExists]
-// and [ErrWakeMismatch] here. Every error a backend returns wraps one of the
-// sentinels below, or context.Canceled / context.DeadlineExceeded, so callers
-// decide with errors.Is and the backend's detail stays in the message.
+// and [ErrWakeMismatch] here. Every outcome a caller decides on is one of the
+// sentinels below (or context.Canceled / context.DeadlineExceeded), wrapped with
+// the detail in the message, so callers decide with errors.Is; anything else is
+// a failure of the backend itself (a server unreachable, a corrupt record) and
+// carries the backend's own error.
 package eventlog
