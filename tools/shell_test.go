@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -223,13 +223,17 @@ func TestShellLeavesNoProcessBehind(t *testing.T) {
 
 func TestShellEscapedProcessDoesNotHang(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("setsid"); err != nil {
-		t.Skip("setsid is not installed; cannot start a process outside the group")
+	// The escaping process is this test binary itself (see
+	// TestHelperEscapeGroup), so the test needs no setsid(1) on the machine.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
 	ws := t.TempDir()
 	shell := builtin(t, BuiltinConfig{}, "shell")
 	start := time.Now()
-	res := mustOK(t, shell, ws, cmdArgs(`setsid sh -c 'echo $$; exec sleep 30' & sleep 0.2`), nil)
+	cmd := fmt.Sprintf(`NOETA_TOOLS_ESCAPE_GROUP=1 '%s' -test.run='^TestHelperEscapeGroup$' & sleep 0.2`, exe)
+	res := mustOK(t, shell, ws, cmdArgs(cmd), nil)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("a process holding the pipes kept the call for %v", d)
 	}
@@ -287,4 +291,21 @@ func TestShellCannotStart(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "shell: start /nonexistent/sh") {
 		t.Fatalf("got %v, want a start error", err)
 	}
+}
+
+// TestHelperEscapeGroup is not a test of its own: run by
+// TestShellEscapedProcessDoesNotHang as a child of the shell, it leaves the
+// shell's process group with setsid(2), prints its pid and holds the shell's
+// pipes open. In a normal test run it returns at once.
+func TestHelperEscapeGroup(t *testing.T) {
+	if os.Getenv("NOETA_TOOLS_ESCAPE_GROUP") != "1" {
+		return
+	}
+	if _, err := syscall.Setsid(); err != nil {
+		fmt.Println("setsid:", err)
+		os.Exit(1)
+	}
+	fmt.Println(os.Getpid())
+	time.Sleep(30 * time.Second)
+	os.Exit(0)
 }
