@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -403,10 +402,10 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 	} else if st.LimitMarkerTTL() <= 0 {
 		return nil, fmt.Errorf("%w: key-value bucket %s has no limit marker TTL, so lease expiry would go unseen", ErrConfigMismatch, c.leasesBucket())
 	}
-	if d.ready, err = ensureDispatchStream(ctx, js, ReadyStreamConfig(c)); err != nil {
+	if d.ready, err = ensureStream(ctx, js, ReadyStreamConfig(c)); err != nil {
 		return nil, err
 	}
-	if _, err = ensureDispatchStream(ctx, js, WakeStreamConfig(c)); err != nil {
+	if _, err = ensureStream(ctx, js, WakeStreamConfig(c)); err != nil {
 		return nil, err
 	}
 	ingress, err := js.CreateOrUpdateConsumer(ctx, c.wakeStream(), jetstream.ConsumerConfig{
@@ -502,47 +501,6 @@ func (d *Dispatcher) withTimeout(ctx context.Context) (context.Context, context.
 // they are finished even when the caller's ctx ends right after the write.
 func (d *Dispatcher) detached() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d.cfg.RequestTimeout)
-}
-
-// ensureDispatchStream creates want if it does not exist and refuses an
-// existing stream whose settings differ in what the dispatcher relies on.
-func ensureDispatchStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
-	s, err := js.Stream(ctx, want.Name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		s, err = js.CreateStream(ctx, want)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			s, err = js.Stream(ctx, want.Name)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: stream %s: %w", want.Name, err)
-	}
-	have := s.CachedInfo().Config
-	var diffs []string
-	check := func(field string, ok bool, h, w any) {
-		if !ok {
-			diffs = append(diffs, fmt.Sprintf("%s is %v, want %v", field, h, w))
-		}
-	}
-	check("subjects", strings.Join(have.Subjects, ",") == strings.Join(want.Subjects, ","), have.Subjects, want.Subjects)
-	check("retention", have.Retention == want.Retention, have.Retention, want.Retention)
-	check("storage", have.Storage == want.Storage, have.Storage, want.Storage)
-	check("replicas", have.Replicas == want.Replicas, have.Replicas, want.Replicas)
-	// 0 and -1 both mean no limit.
-	check("max_msgs_per_subject", have.MaxMsgsPerSubject == want.MaxMsgsPerSubject ||
-		have.MaxMsgsPerSubject <= 0 && want.MaxMsgsPerSubject <= 0, have.MaxMsgsPerSubject, want.MaxMsgsPerSubject)
-	check("discard", have.Discard == want.Discard, have.Discard, want.Discard)
-	check("discard_new_per_subject", have.DiscardNewPerSubject == want.DiscardNewPerSubject, have.DiscardNewPerSubject, want.DiscardNewPerSubject)
-	check("max_age", have.MaxAge == want.MaxAge, have.MaxAge, want.MaxAge)
-	check("allow_msg_schedules", have.AllowMsgSchedules == want.AllowMsgSchedules, have.AllowMsgSchedules, want.AllowMsgSchedules)
-	check("allow_msg_ttl", have.AllowMsgTTL == want.AllowMsgTTL, have.AllowMsgTTL, want.AllowMsgTTL)
-	if want.AllowRollup {
-		check("allow_rollup_hdrs", have.AllowRollup, have.AllowRollup, true)
-	}
-	if len(diffs) > 0 {
-		return nil, fmt.Errorf("%w: stream %s: %s", ErrConfigMismatch, want.Name, strings.Join(diffs, "; "))
-	}
-	return s, nil
 }
 
 func validTaskID(field, id string) error {

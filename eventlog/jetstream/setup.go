@@ -37,6 +37,9 @@ func StreamConfig(c Config) jetstream.StreamConfig {
 	}
 }
 
+// ensureStream creates want if it does not exist, and refuses an existing
+// stream whose settings differ from want in anything the package relies on
+// (streamDiffs). It serves the task stream and the dispatcher's streams.
 func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -48,13 +51,23 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: stream %s: %w", want.Name, err)
 	}
-	have := s.CachedInfo().Config
+	if diffs := streamDiffs(s.CachedInfo().Config, want); len(diffs) > 0 {
+		return nil, fmt.Errorf("%w: stream %s: %s", ErrConfigMismatch, want.Name, strings.Join(diffs, "; "))
+	}
+	return s, nil
+}
+
+// streamDiffs lists the settings in which have differs from want. Limits of 0
+// and -1 both mean none; a zero duplicate window in want means the server's
+// default and is not compared; roll-ups are compared only when wanted.
+func streamDiffs(have, want jetstream.StreamConfig) []string {
 	var diffs []string
 	check := func(field string, ok bool, h, w any) {
 		if !ok {
 			diffs = append(diffs, fmt.Sprintf("%s is %v, want %v", field, h, w))
 		}
 	}
+	unlimited := func(h, w int64) bool { return h == w || h <= 0 && w <= 0 }
 	check("subjects", slices.Equal(have.Subjects, want.Subjects), have.Subjects, want.Subjects)
 	check("storage", have.Storage == want.Storage, have.Storage, want.Storage)
 	check("retention", have.Retention == want.Retention, have.Retention, want.Retention)
@@ -63,15 +76,20 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	check("deny_purge", have.DenyPurge == want.DenyPurge, have.DenyPurge, want.DenyPurge)
 	check("allow_direct", have.AllowDirect == want.AllowDirect, have.AllowDirect, want.AllowDirect)
 	check("max_age", have.MaxAge == want.MaxAge, have.MaxAge, want.MaxAge)
-	check("max_msgs", have.MaxMsgs == want.MaxMsgs, have.MaxMsgs, want.MaxMsgs)
-	check("max_msgs_per_subject", have.MaxMsgsPerSubject <= 0, have.MaxMsgsPerSubject, "unlimited")
-	check("max_bytes", have.MaxBytes == want.MaxBytes, have.MaxBytes, want.MaxBytes)
+	check("max_msgs", unlimited(have.MaxMsgs, want.MaxMsgs), have.MaxMsgs, want.MaxMsgs)
+	check("max_bytes", unlimited(have.MaxBytes, want.MaxBytes), have.MaxBytes, want.MaxBytes)
+	check("max_msgs_per_subject", unlimited(have.MaxMsgsPerSubject, want.MaxMsgsPerSubject), have.MaxMsgsPerSubject, want.MaxMsgsPerSubject)
 	check("discard", have.Discard == want.Discard, have.Discard, want.Discard)
-	check("duplicates", have.Duplicates == want.Duplicates, have.Duplicates, want.Duplicates)
-	if len(diffs) > 0 {
-		return nil, fmt.Errorf("%w: stream %s: %s", ErrConfigMismatch, want.Name, strings.Join(diffs, "; "))
+	check("discard_new_per_subject", have.DiscardNewPerSubject == want.DiscardNewPerSubject, have.DiscardNewPerSubject, want.DiscardNewPerSubject)
+	if want.Duplicates != 0 {
+		check("duplicates", have.Duplicates == want.Duplicates, have.Duplicates, want.Duplicates)
 	}
-	return s, nil
+	check("allow_msg_schedules", have.AllowMsgSchedules == want.AllowMsgSchedules, have.AllowMsgSchedules, want.AllowMsgSchedules)
+	check("allow_msg_ttl", have.AllowMsgTTL == want.AllowMsgTTL, have.AllowMsgTTL, want.AllowMsgTTL)
+	if want.AllowRollup {
+		check("allow_rollup_hdrs", have.AllowRollup, have.AllowRollup, true)
+	}
+	return diffs
 }
 
 func ensureKV(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
