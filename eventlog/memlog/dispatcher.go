@@ -291,24 +291,37 @@ func (s *Store) Lease(ctx context.Context, req eventlog.LeaseRequest) (eventlog.
 	}
 }
 
+// lockLive takes the dispatcher lock and returns lease's row if the lease is
+// live, with the clock reading it was judged at. On success the caller holds
+// d.mu and must unlock it; on error the lock is not held.
+func (s *Store) lockLive(lease eventlog.Lease) (*row, time.Time, error) {
+	if err := validTaskID("lease.Task", lease.Task); err != nil {
+		return nil, time.Time{}, err
+	}
+	d := &s.disp
+	if err := d.lock(); err != nil {
+		return nil, time.Time{}, err
+	}
+	now := s.clock.Now()
+	r, err := d.liveRow(lease, now)
+	if err != nil {
+		d.mu.Unlock()
+		return nil, time.Time{}, err
+	}
+	return r, now, nil
+}
+
 // Heartbeat implements eventlog.Dispatcher.
 func (s *Store) Heartbeat(ctx context.Context, lease eventlog.Lease) (time.Time, error) {
 	if err := s.check(ctx); err != nil {
 		return time.Time{}, err
 	}
-	if err := validTaskID("lease.Task", lease.Task); err != nil {
-		return time.Time{}, err
-	}
-	d := &s.disp
-	if err := d.lock(); err != nil {
-		return time.Time{}, err
-	}
-	defer d.mu.Unlock()
-	now := s.clock.Now()
-	r, err := d.liveRow(lease, now)
+	r, now, err := s.lockLive(lease)
 	if err != nil {
 		return time.Time{}, err
 	}
+	d := &s.disp
+	defer d.mu.Unlock()
 	// The cap is checked before the increment: HeartbeatMax heartbeats
 	// succeed, the next one releases the task.
 	if r.heartbeats >= s.opts.HeartbeatMax {
@@ -342,24 +355,17 @@ func (s *Store) Release(ctx context.Context, lease eventlog.Lease, rel eventlog.
 		return fmt.Errorf("%w: Release.Next is %q; want %q or %q",
 			eventlog.ErrInvalidArgument, rel.Next, eventlog.DispatchSuspended, eventlog.DispatchTerminal)
 	}
-	if err := validTaskID("lease.Task", lease.Task); err != nil {
-		return err
-	}
 	if rel.WakeOn != nil {
 		if err := rel.WakeOn.Validate(); err != nil {
 			return fmt.Errorf("%w: Release.WakeOn: %w", eventlog.ErrInvalidArgument, err)
 		}
 	}
-	d := &s.disp
-	if err := d.lock(); err != nil {
-		return err
-	}
-	defer d.mu.Unlock()
-	now := s.clock.Now()
-	r, err := d.liveRow(lease, now)
+	r, now, err := s.lockLive(lease)
 	if err != nil {
 		return err
 	}
+	d := &s.disp
+	defer d.mu.Unlock()
 	if rel.ConsumedWake != nil {
 		if r.matched == nil {
 			return fmt.Errorf("%w: task %q: lease %q names a consumed %s wake but none is stored",
@@ -391,18 +397,12 @@ func (s *Store) Yield(ctx context.Context, lease eventlog.Lease) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if err := validTaskID("lease.Task", lease.Task); err != nil {
-		return err
-	}
-	d := &s.disp
-	if err := d.lock(); err != nil {
-		return err
-	}
-	defer d.mu.Unlock()
-	r, err := d.liveRow(lease, s.clock.Now())
+	r, _, err := s.lockLive(lease)
 	if err != nil {
 		return err
 	}
+	d := &s.disp
+	defer d.mu.Unlock()
 	d.clearLease(r)
 	r.reclaims = 0
 	d.makeReady(r)
@@ -414,18 +414,12 @@ func (s *Store) Fail(ctx context.Context, lease eventlog.Lease, f eventlog.Failu
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if err := validTaskID("lease.Task", lease.Task); err != nil {
-		return err
-	}
-	d := &s.disp
-	if err := d.lock(); err != nil {
-		return err
-	}
-	defer d.mu.Unlock()
-	r, err := d.liveRow(lease, s.clock.Now())
+	r, _, err := s.lockLive(lease)
 	if err != nil {
 		return err
 	}
+	d := &s.disp
+	defer d.mu.Unlock()
 	d.clearLease(r)
 	r.reclaims = 0
 	if !f.Retryable {
