@@ -55,9 +55,11 @@ func IsKnownEventType(t string) bool {
 	return false
 }
 
-// IsBaselineType reports whether records of type t carry a complete state a fold
-// can start from (a snapshot, or a sealed step attempt's baseline).
-func IsBaselineType(t string) bool { return t == TypeTaskSnapshot || t == TypeStepAttemptAbandoned }
+// IsBaselineType reports whether records of type t point at a complete state a
+// fold can start from: only TaskSnapshot. (A StepAttemptAbandoned seal does not
+// rebase the state: the resumed attempt continues from the log, see
+// docs/adr/0011-resume-a-turn-instead-of-rebasing.md.)
+func IsBaselineType(t string) bool { return t == TypeTaskSnapshot }
 
 // IsTerminalType reports whether t ends a task.
 func IsTerminalType(t string) bool {
@@ -75,6 +77,9 @@ const (
 	PayloadMaxBytes   = 4096
 	GoalInlineLimit   = PayloadMaxBytes - 1024
 	AnswerInlineLimit = PayloadMaxBytes - 1024
+	// ArgsInlineLimit bounds tool arguments (and tool outputs, subtask
+	// results, approval arguments) kept inline; larger ones are spilled.
+	ArgsInlineLimit = PayloadMaxBytes - 1024
 )
 
 // TaskCreated is the genesis record of every task (seq 1).
@@ -87,6 +92,11 @@ type TaskCreated struct {
 	RootTaskID   string      `json:"root_task_id"`
 	SubtaskDepth int         `json:"subtask_depth"`
 	GroupID      string      `json:"group_id,omitempty"`
+	// ScriptRef is the task's script (canonical JSON in the content store) when
+	// its policy is scripted: a task file's script, or the script a parent's
+	// spawn step gave the child. Any worker on any host resolves the task's
+	// policy from it. Absent: the agent's configured policy.
+	ScriptRef *ContentRef `json:"script_ref,omitempty"`
 }
 
 // LeaseGranted is the fence: the first record of every lease generation. Its
@@ -239,6 +249,7 @@ type SubtaskCompleted struct {
 	SubtaskID string          `json:"subtask_id"`
 	Status    SubtaskStatus   `json:"status"`
 	Result    json.RawMessage `json:"result,omitempty"`
+	ResultRef *ContentRef     `json:"result_ref,omitempty"`
 	Error     string          `json:"error,omitempty"`
 	GroupID   string          `json:"group_id,omitempty"`
 }
@@ -249,6 +260,7 @@ type SubtaskResultRecorded struct {
 	SubtaskID string          `json:"subtask_id"`
 	Status    SubtaskStatus   `json:"status"`
 	Result    json.RawMessage `json:"result,omitempty"`
+	ResultRef *ContentRef     `json:"result_ref,omitempty"`
 	Error     string          `json:"error,omitempty"`
 	GroupID   string          `json:"group_id,omitempty"`
 }
@@ -285,8 +297,12 @@ const (
 	AbandonPark    AbandonAction = "park"
 )
 
-// StepAttemptAbandoned seals an interrupted attempt: state is rebased on the
-// baseline at BaselineSeq.
+// StepAttemptAbandoned records that a worker found a turn another worker had
+// left unfinished (it stopped or lost its lease mid-turn) and what it does
+// about it: redrive (finish the turn; calls that were started and never
+// finished are recorded as failed, never run again) or park (too many
+// attempts at this turn in a row: the task suspends for a human). BaselineSeq
+// is the seq of the TurnStarted that opened the interrupted turn.
 type StepAttemptAbandoned struct {
 	BaselineSeq uint64        `json:"baseline_seq"`
 	Action      AbandonAction `json:"action"`

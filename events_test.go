@@ -11,7 +11,7 @@ import (
 // The JSON field names of every payload, as DESIGN.md §3 lists them. They are a
 // public contract: other languages read these logs.
 var catalogue = map[string]string{
-	TypeTaskCreated:           "task_id agent goal goal_ref parent_task_id root_task_id subtask_depth group_id",
+	TypeTaskCreated:           "task_id agent goal goal_ref parent_task_id root_task_id subtask_depth group_id script_ref",
 	TypeLeaseGranted:          "lease_id generation worker",
 	TypeTurnStarted:           "turn",
 	TypePolicyDecided:         "turn decision cost_usd input_tokens output_tokens",
@@ -23,8 +23,8 @@ var catalogue = map[string]string{
 	TypeFinishDenied:          "guard reason",
 	TypeApprovalRequested:     "handle action call_id tool args args_ref agent guard reason",
 	TypeApprovalResolved:      "handle decision approver reason",
-	TypeSubtaskCompleted:      "subtask_id status result error group_id",
-	TypeSubtaskResultRecorded: "subtask_id status result error group_id",
+	TypeSubtaskCompleted:      "subtask_id status result result_ref error group_id",
+	TypeSubtaskResultRecorded: "subtask_id status result result_ref error group_id",
 	TypeTaskStatePatched:      "patch",
 	TypeTaskSuspended:         "reason wake_on",
 	TypeTaskWoken:             "wake_event",

@@ -46,12 +46,16 @@ type SubtaskResult struct {
 	SubtaskID string          `json:"subtask_id"`
 	Status    SubtaskStatus   `json:"status"`
 	Result    json.RawMessage `json:"result,omitempty"`
+	ResultRef *ContentRef     `json:"result_ref,omitempty"`
 	Error     string          `json:"error,omitempty"`
 	GroupID   string          `json:"group_id,omitempty"`
 }
 
 // ToolCallKey identifies a call for repetition checks: the tool and the
-// canonical bytes of its arguments.
+// canonical bytes of its arguments, or, for arguments longer than
+// ArgsInlineLimit, "sha256:" and the hex sha256 of those bytes (the hash of
+// the args_ref they were spilled to), so a key stays small and a fold can
+// build it without fetching the body.
 type ToolCallKey struct {
 	Tool string `json:"tool"`
 	Args string `json:"args"`
@@ -59,13 +63,17 @@ type ToolCallKey struct {
 
 // PendingApproval is an approval request not yet resolved.
 type PendingApproval struct {
-	Action ApprovalAction  `json:"action"`
-	CallID string          `json:"call_id,omitempty"`
-	Tool   string          `json:"tool,omitempty"`
-	Args   json.RawMessage `json:"args,omitempty"`
-	Agent  string          `json:"agent,omitempty"`
-	Guard  string          `json:"guard"`
-	Reason string          `json:"reason"`
+	Action ApprovalAction `json:"action"`
+	CallID string         `json:"call_id,omitempty"`
+	Tool   string         `json:"tool,omitempty"`
+	// Args are the arguments of the action: a tool call's args, a spawn's
+	// {agent, goal, script}, a finish's {answer}. ArgsRef replaces them when
+	// they were spilled.
+	Args    json.RawMessage `json:"args,omitempty"`
+	ArgsRef *ContentRef     `json:"args_ref,omitempty"`
+	Agent   string          `json:"agent,omitempty"`
+	Guard   string          `json:"guard"`
+	Reason  string          `json:"reason"`
 }
 
 // ApprovalRecord is a resolved approval.
@@ -95,6 +103,7 @@ func (g GovernanceState) Clone() GovernanceState {
 	c.SubtaskResults = make([]SubtaskResult, len(g.SubtaskResults))
 	for i, r := range g.SubtaskResults {
 		r.Result = cloneRaw(r.Result)
+		r.ResultRef = cloneRef(r.ResultRef)
 		c.SubtaskResults[i] = r
 	}
 	c.RecentToolCalls = append([]ToolCallKey(nil), g.RecentToolCalls...)
@@ -102,11 +111,20 @@ func (g GovernanceState) Clone() GovernanceState {
 		c.PendingApprovals = make(map[string]PendingApproval, len(g.PendingApprovals))
 		for k, v := range g.PendingApprovals {
 			v.Args = cloneRaw(v.Args)
+			v.ArgsRef = cloneRef(v.ArgsRef)
 			c.PendingApprovals[k] = v
 		}
 	}
 	c.Approvals = append([]ApprovalRecord(nil), g.Approvals...)
 	return c
+}
+
+func cloneRef(r *ContentRef) *ContentRef {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	return &c
 }
 
 func cloneRaw(b json.RawMessage) json.RawMessage {

@@ -120,7 +120,9 @@ func (r *Repetition) Check(_ context.Context, a noeta.ProposedAction, c *Context
 }
 
 // KeyOf returns the identity key of a call: its tool and the canonical form
-// of its arguments, with no arguments taken as {}. The fold that fills
+// of its arguments, with no arguments taken as {}; arguments longer than
+// [noeta.ArgsInlineLimit] are keyed by their hash ([SpilledArgsKey]), the
+// hash of the args_ref they are recorded under. The fold that fills
 // [noeta.GovernanceState.RecentToolCalls] must key calls this way for the
 // Repetition guard to recognise them.
 func KeyOf(call noeta.ToolCall) (noeta.ToolCallKey, error) {
@@ -128,8 +130,15 @@ func KeyOf(call noeta.ToolCall) (noeta.ToolCallKey, error) {
 	if err != nil {
 		return noeta.ToolCallKey{}, err
 	}
+	if len(args) > noeta.ArgsInlineLimit {
+		return noeta.ToolCallKey{Tool: call.Tool, Args: SpilledArgsKey(noeta.RefFor(args, "").Hash)}, nil
+	}
 	return noeta.ToolCallKey{Tool: call.Tool, Args: string(args)}, nil
 }
+
+// SpilledArgsKey is the Args of the identity key of a call whose canonical
+// arguments have the given sha256 (hex): "sha256:<hex>".
+func SpilledArgsKey(hash string) string { return "sha256:" + hash }
 
 var emptyArgs = []byte("{}")
 

@@ -1135,13 +1135,14 @@ func testLatestSnapshotNone(t *testing.T, b Backend) {
 func testLatestSnapshotHighest(t *testing.T, b Backend) {
 	task, l := newLeased(t, b)
 	ref := noeta.RefFor([]byte(`{}`), eventlog.MediaTypeJSON)
-	mustEmit(t, b, l, mustEnvelope(t, task, noeta.TaskSnapshot{StateRef: ref, UptoSeq: 2})) // 3
-	emitTurn(t, b, l, 1)                                                                    // 4
-	abandoned := mustEmit(t, b, l, mustEnvelope(t, task, noeta.StepAttemptAbandoned{BaselineSeq: 3, Action: noeta.AbandonRedrive, Reason: "crash"}))
+	first := mustEmit(t, b, l, mustEnvelope(t, task, noeta.TaskSnapshot{StateRef: ref, UptoSeq: 2})) // 3
+	emitTurn(t, b, l, 1)                                                                             // 4
+	// A seal is not a baseline: the snapshot before it stays the latest.
+	mustEmit(t, b, l, mustEnvelope(t, task, noeta.StepAttemptAbandoned{BaselineSeq: 4, Action: noeta.AbandonRedrive, Reason: "crash"}))
 	emitTurn(t, b, l, 2) // 6
 	got, err := b.Log.LatestSnapshot(t.Context(), task)
 	wantNoErr(t, "LatestSnapshot", err)
-	wantSameEnvelope(t, "LatestSnapshot", got, abandoned)
+	wantSameEnvelope(t, "LatestSnapshot", got, first)
 
 	snap := mustEmit(t, b, l, mustEnvelope(t, task, noeta.TaskSnapshot{StateRef: ref, UptoSeq: 6})) // 7
 	emitTurn(t, b, l, 3)
