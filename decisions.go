@@ -73,6 +73,18 @@ type Decision struct {
 	OutputTokens int64   `json:"output_tokens,omitempty"`
 }
 
+// PolicyInput is what the engine tells a policy when it asks for a turn's
+// decision. It is a struct so that what a policy may read (the composed
+// context, for a model) can grow without changing Decide's signature.
+type PolicyInput struct {
+	// Task is the id of the task deciding.
+	Task string
+	// Turn is 1-based: the turn being decided (TurnStarted.turn). It is a fold
+	// of the log, so a task resumed mid-turn, or re-driven after a crash, asks
+	// for the same turn again and must get the same decision.
+	Turn int
+}
+
 // SpawnSpec is one child a spawn decision asks for. The engine turns it into a
 // [SpawnSubtask] for the guards (adding the group and call ids it assigns) and
 // into the child's TaskCreated.

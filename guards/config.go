@@ -197,5 +197,12 @@ func (c *Config) AgentStack(agent string, risks RiskLookup, user []Guard, opts .
 		}
 		gs = append(gs, g)
 	}
-	return NewStack(gs, opts...)
+	st, err := NewStack(gs, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if st.edits != nil {
+		perm.edits = st.edits
+	}
+	return st, nil
 }

@@ -133,6 +133,7 @@ type Permission struct {
 	approval map[string]struct{} // nil: derived from mode
 	mode     PermissionMode
 	risks    RiskLookup
+	edits    func(tool string) bool // nil: isEditTool
 }
 
 var _ inlineGuard = (*Permission)(nil)
@@ -246,7 +247,7 @@ func (p *Permission) checkTool(name string) noeta.VerdictResult {
 		}
 		return noeta.Allow()
 	}
-	if p.mode == ModeBypassPermissions || (p.mode == ModeAcceptEdits && isEditTool(name)) {
+	if p.mode == ModeBypassPermissions || (p.mode == ModeAcceptEdits && p.isEdit(name)) {
 		return noeta.Allow()
 	}
 	if !looked {
@@ -276,4 +277,11 @@ func (p *Permission) riskRank(name string) (int, noeta.VerdictResult) {
 
 func rankLevel(rank int) RiskLevel {
 	return [...]RiskLevel{"", RiskLow, RiskMedium, RiskHigh}[rank]
+}
+
+func (p *Permission) isEdit(name string) bool {
+	if p.edits != nil {
+		return p.edits(name)
+	}
+	return isEditTool(name)
 }

@@ -45,6 +45,7 @@ type Stack struct {
 	entries []stackEntry
 	timeout time.Duration
 	log     *slog.Logger
+	edits   func(tool string) bool // for AgentStack's Permission guard
 }
 
 type stackEntry struct {
@@ -56,6 +57,21 @@ type stackEntry struct {
 
 // StackOption configures [NewStack].
 type StackOption func(*Stack) error
+
+// WithEditTools tells the Permission guard of a stack built by
+// [Config.AgentStack] which tools are edit tools (acceptEdits runs them
+// unasked), e.g. a tools registry's Edits method. Without it the guard knows
+// edit_file, write_file, Edit and Write by name. Stacks built by [NewStack]
+// ignore it.
+func WithEditTools(edits func(tool string) bool) StackOption {
+	return func(s *Stack) error {
+		if edits == nil {
+			return errors.New("guards: WithEditTools: nil function")
+		}
+		s.edits = edits
+		return nil
+	}
+}
 
 // WithTimeout sets the per-check deadline of each guard; d must be positive.
 func WithTimeout(d time.Duration) StackOption {

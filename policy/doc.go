@@ -12,7 +12,7 @@
 // The package declares no Policy interface: the engine, which consumes
 // policies, declares the one method it needs,
 //
-//	Decide(ctx context.Context, in policy.Input) (noeta.Decision, error)
+//	Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decision, error)
 //
 // and every policy here has it. Decide must be deterministic in what the log
 // holds (for Scripted, the turn), because a resumed or re-driven step asks

@@ -10,17 +10,9 @@ import (
 	"github.com/noeta-go/noeta"
 )
 
-// Input is what the engine tells a policy when it asks for a turn's decision.
-// It is a struct so that what a policy may read (the composed context, for a
-// model) can grow without changing Decide's signature.
-type Input struct {
-	// Task is the id of the task deciding.
-	Task string
-	// Turn is 1-based: the number of decisions the task has recorded so far,
-	// plus one. It is a fold of the log, so a resumed or re-driven task asks
-	// for the same turn again until a decision for it is recorded.
-	Turn int
-}
+// Input is what the engine tells a policy when it asks for a turn's decision
+// ([noeta.PolicyInput]).
+type Input = noeta.PolicyInput
 
 // Script is a task's decisions in order: step i is the decision of turn i+1.
 // Its steps are decisions without call ids; [Scripted] derives those from the

@@ -1,0 +1,310 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/tools"
+)
+
+// Policy decides a task's next turn. Decide must be deterministic in what
+// the log holds (the turn): a task resumed mid-turn asks again and must get
+// the decision, and the call ids, it had.
+type Policy interface {
+	Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decision, error)
+}
+
+// PolicyResolver finds the policy of a task from its folded state (its agent
+// and script). It is called once per segment; caching is its business.
+type PolicyResolver func(ctx context.Context, st *State) (Policy, error)
+
+// Log is the part of an event log backend the engine uses.
+type Log interface {
+	eventlog.Reader
+	eventlog.Writer
+}
+
+// Defaults of [Config].
+const (
+	DefaultLeaseTTL      = 30 * time.Second
+	DefaultAbandonCap    = 3
+	DefaultSnapshotEvery = 20
+	// MaxFanOut is the most children one spawn decision may start.
+	MaxFanOut = 16
+	// ActorTool is the actor of the records a tool's run produces.
+	ActorTool = "tool_runtime"
+)
+
+// Config wires an Engine. Log, Dispatcher, Content, Governance, Tools and
+// Policies are required.
+type Config struct {
+	Log        Log
+	Dispatcher eventlog.Dispatcher
+	Content    eventlog.ContentStore
+	Governance *guards.Config
+	Tools      *tools.Registry
+	Policies   PolicyResolver
+
+	// UserGuards are Go guards added to every agent's stack after the
+	// configured ones (priority at least guards.MinUserPriority).
+	UserGuards []guards.Guard
+	// GuardTimeout is each guard's deadline (guards.DefaultTimeout if 0).
+	GuardTimeout time.Duration
+	// Workspace is the directory file tools are confined to and shell runs
+	// in. Empty: file and shell tools fail with tools.ErrNoWorkspace.
+	Workspace string
+	// Actor names this engine instance in the records it writes; default
+	// engine@<hostname>:<pid>.
+	Actor string
+	// Queue is the ready queue workers lease from (eventlog.DefaultQueue).
+	Queue string
+	// LeaseTTL is the lease length workers ask for (DefaultLeaseTTL).
+	LeaseTTL time.Duration
+	// HeartbeatEvery is how often a worker renews its lease; LeaseTTL/3 if 0.
+	HeartbeatEvery time.Duration
+	// AbandonCap is how many times in a row a turn may be found interrupted
+	// and resumed before the task is parked for a human (DefaultAbandonCap).
+	AbandonCap int
+	// SnapshotEvery writes a snapshot after that many turns without one
+	// (DefaultSnapshotEvery); suspends and terminals always write one.
+	SnapshotEvery int
+	// Now is the clock of timers (time.Now).
+	Now func() time.Time
+	// Logger gets what the log cannot hold: lease losses, recovery notes.
+	Logger *slog.Logger
+}
+
+// Engine runs tasks to their next suspend or terminal record under
+// governance. It is safe for concurrent use by many workers.
+type Engine struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	stacks map[string]*guards.Stack
+	// cancels holds the cancel functions of the segments this process runs,
+	// by task, for cooperative cancellation.
+	cancels map[string]context.CancelCauseFunc
+}
+
+// ErrConfig is wrapped by New for a Config it cannot run with.
+var ErrConfig = errors.New("engine: bad config")
+
+// New checks cfg and returns an Engine.
+func New(cfg Config) (*Engine, error) {
+	switch {
+	case cfg.Log == nil:
+		return nil, fmt.Errorf("%w: Log is nil", ErrConfig)
+	case cfg.Dispatcher == nil:
+		return nil, fmt.Errorf("%w: Dispatcher is nil", ErrConfig)
+	case cfg.Content == nil:
+		return nil, fmt.Errorf("%w: Content is nil", ErrConfig)
+	case cfg.Governance == nil:
+		return nil, fmt.Errorf("%w: Governance is nil", ErrConfig)
+	case cfg.Tools == nil:
+		return nil, fmt.Errorf("%w: Tools is nil", ErrConfig)
+	case cfg.Policies == nil:
+		return nil, fmt.Errorf("%w: Policies is nil", ErrConfig)
+	case cfg.LeaseTTL < 0, cfg.HeartbeatEvery < 0, cfg.AbandonCap < 0, cfg.SnapshotEvery < 0:
+		return nil, fmt.Errorf("%w: a negative limit", ErrConfig)
+	}
+	if err := eventlog.ValidateQueue("Queue", cfg.Queue); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if cfg.Actor == "" {
+		host, _ := os.Hostname()
+		cfg.Actor = "engine@" + host + ":" + strconv.Itoa(os.Getpid())
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.HeartbeatEvery == 0 {
+		cfg.HeartbeatEvery = cfg.LeaseTTL / 3
+	}
+	if cfg.AbandonCap == 0 {
+		cfg.AbandonCap = DefaultAbandonCap
+	}
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Engine{cfg: cfg, log: cfg.Logger, stacks: map[string]*guards.Stack{}, cancels: map[string]context.CancelCauseFunc{}}, nil
+}
+
+// stack returns the guard stack of agent, built once.
+func (e *Engine) stack(agent string) (*guards.Stack, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s, ok := e.stacks[agent]; ok {
+		return s, nil
+	}
+	var opts []guards.StackOption
+	if e.cfg.GuardTimeout > 0 {
+		opts = append(opts, guards.WithTimeout(e.cfg.GuardTimeout))
+	}
+	opts = append(opts, guards.WithLogger(e.log), guards.WithEditTools(e.cfg.Tools.Edits))
+	s, err := e.cfg.Governance.AgentStack(agent, e.cfg.Tools.RiskString, e.cfg.UserGuards, opts...)
+	if err != nil {
+		return nil, err
+	}
+	e.stacks[agent] = s
+	return s, nil
+}
+
+// Submission is a new root task.
+type Submission struct {
+	// ID is the task id; a fresh ULID if empty.
+	ID    string
+	Agent string
+	Goal  string
+	// Script is the task's scripted policy as JSON (a task file's script);
+	// empty: the agent's configured policy.
+	Script json.RawMessage
+	// Queue is the ready queue (eventlog.DefaultQueue if empty).
+	Queue string
+}
+
+// Submit creates a root task and makes it ready. The agent must be in the
+// governance config.
+func (e *Engine) Submit(ctx context.Context, sub Submission) (string, error) {
+	if _, ok := e.cfg.Governance.Agent(sub.Agent); !ok {
+		return "", fmt.Errorf("%w: agent %q is not in the config (agents: %v)", eventlog.ErrInvalidArgument, sub.Agent, e.cfg.Governance.Agents())
+	}
+	if sub.Goal == "" {
+		return "", fmt.Errorf("%w: goal is empty", eventlog.ErrInvalidArgument)
+	}
+	id := sub.ID
+	if id == "" {
+		id = noeta.NewTaskID()
+	}
+	if err := noeta.ValidateTaskID(id); err != nil {
+		return "", fmt.Errorf("%w: %v", eventlog.ErrInvalidArgument, err)
+	}
+	tc := noeta.TaskCreated{TaskID: id, Agent: sub.Agent, RootTaskID: id}
+	if err := e.fillCreated(ctx, &tc, sub.Goal, sub.Script); err != nil {
+		return "", err
+	}
+	if err := e.create(ctx, tc, eventlog.OriginSystem, eventlog.EnqueueOptions{Queue: sub.Queue}); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// fillCreated spills the goal and stores the script of a TaskCreated.
+func (e *Engine) fillCreated(ctx context.Context, tc *noeta.TaskCreated, goal string, script json.RawMessage) error {
+	g, ref, err := eventlog.SpillString(ctx, e.cfg.Content, goal, noeta.GoalInlineLimit)
+	if err != nil {
+		return err
+	}
+	tc.Goal, tc.GoalRef = g, ref
+	if len(script) > 0 {
+		canon, err := noeta.CanonicalizeJSON(script)
+		if err != nil {
+			return fmt.Errorf("%w: script: %v", eventlog.ErrInvalidArgument, err)
+		}
+		r, err := e.cfg.Content.Put(ctx, canon, eventlog.MediaTypeJSON)
+		if err != nil {
+			return err
+		}
+		tc.ScriptRef = &r
+	}
+	return nil
+}
+
+// create writes a task's genesis (a repeat is fine: ids of children are
+// derived, so a resumed spawn creates the same ids) and enqueues it.
+func (e *Engine) create(ctx context.Context, tc noeta.TaskCreated, origin eventlog.Origin, opts eventlog.EnqueueOptions) error {
+	env, err := eventlog.NewEnvelope(tc.TaskID, origin, e.cfg.Actor, tc)
+	if err != nil {
+		return err
+	}
+	env.CorrelationID = tc.RootTaskID
+	if _, err := e.cfg.Log.Create(ctx, env); err != nil && !errors.Is(err, eventlog.ErrTaskExists) {
+		return err
+	}
+	opts.Parent = tc.ParentTaskID
+	return e.cfg.Dispatcher.Enqueue(ctx, tc.TaskID, opts)
+}
+
+// Approve answers the approval request behind handle: a human_response wake
+// with the decision, who made it and why. The task records the resolution
+// when it resumes; a task not (yet) waiting on handle keeps the answer
+// buffered until it is.
+func (e *Engine) Approve(ctx context.Context, task, handle string, decision noeta.ApprovalDecision, approver, reason string) (bool, error) {
+	if decision != noeta.ApprovalApprove && decision != noeta.ApprovalDeny {
+		return false, fmt.Errorf("%w: decision %q (want approve or deny)", eventlog.ErrInvalidArgument, decision)
+	}
+	if approver == "" {
+		return false, fmt.Errorf("%w: approver is empty: an approval must say who gave it", eventlog.ErrInvalidArgument)
+	}
+	w := noeta.HumanResponseWake(handle)
+	w.Decision, w.Approver, w.Text = string(decision), approver, reason
+	return e.cfg.Dispatcher.Wake(ctx, task, w)
+}
+
+// Inspect folds a task's log.
+func (e *Engine) Inspect(ctx context.Context, task string) (*State, error) {
+	st, note, err := FoldTask(ctx, e.cfg.Log, e.cfg.Content, task)
+	if note != "" {
+		e.log.Warn("fold", "task", task, "note", note)
+	}
+	return st, err
+}
+
+// Cancel ends a task with TaskCancelled. A segment this process is running
+// for the task is stopped first, at its next cancellation point (between
+// turns and between tool calls); then the task is taken over with a fresh
+// lease, which fences any worker elsewhere that still holds one, and the
+// cancellation is recorded. A terminal task is left as it is (false).
+func (e *Engine) Cancel(ctx context.Context, task, reason string) (bool, error) {
+	if reason == "" {
+		reason = "cancelled"
+	}
+	e.mu.Lock()
+	if stop, ok := e.cancels[task]; ok {
+		stop(errCancelRequested)
+	}
+	e.mu.Unlock()
+	st, err := e.Inspect(ctx, task)
+	if err != nil {
+		return false, err
+	}
+	if st.Status == noeta.StatusTerminal {
+		return false, nil
+	}
+	if err := e.cfg.Dispatcher.Enqueue(ctx, task, eventlog.EnqueueOptions{}); err != nil {
+		return false, err
+	}
+	lease, err := e.cfg.Dispatcher.Lease(ctx, eventlog.LeaseRequest{Worker: e.cfg.Actor + "/cancel", Task: task, TTL: e.cfg.LeaseTTL})
+	if err != nil {
+		return false, err
+	}
+	seg, err := e.newSegment(ctx, lease)
+	if err != nil {
+		return false, err
+	}
+	if seg.st.Status == noeta.StatusTerminal {
+		return false, e.release(ctx, seg)
+	}
+	if err := seg.terminate(noeta.TaskCancelled{Reason: reason}); err != nil {
+		return false, err
+	}
+	return true, e.release(ctx, seg)
+}
+
+var errCancelRequested = errors.New("engine: cancel requested")

@@ -1,0 +1,767 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/tools"
+)
+
+// Result strings the engine records; operators grep for them.
+const (
+	msgInterrupted = "interrupted: the worker running this call stopped before it finished; the call is not run again"
+	msgSkipped     = "skipped: a prior call in this batch awaits approval"
+	maxErrorLen    = 2048
+)
+
+// ErrWakeRecovery is wrapped when a lease's wake fits nothing in the task's
+// log: not its suspend condition, not a wake it already consumed.
+var ErrWakeRecovery = errors.New("engine: wake does not fit the log")
+
+// segment is one leased run of a task: from the lease to the next suspend or
+// terminal record. It holds the folded state and keeps it current by applying
+// every record it writes, so nothing in a segment re-reads the log.
+type segment struct {
+	e     *Engine
+	ctx   context.Context
+	lease eventlog.Lease
+	st    *State
+	pol   Policy
+	stack *guards.Stack
+	// woke is set when this segment wrote the TaskWoken of its wake.
+	woke bool
+}
+
+func (e *Engine) newSegment(ctx context.Context, lease eventlog.Lease) (*segment, error) {
+	st, note, err := FoldTask(ctx, e.cfg.Log, e.cfg.Content, lease.Task)
+	if note != "" {
+		e.log.Warn("fold", "task", lease.Task, "note", note)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &segment{e: e, ctx: ctx, lease: lease, st: st}, nil
+}
+
+// emit appends one record under the segment's lease, conditional on the last
+// seq the segment knows, and folds it in. A record that lands anywhere else
+// means another writer took the task: that is a lost lease, whatever the
+// backend called it.
+func (g *segment) emit(p noeta.Payload, origin eventlog.Origin, actor string) error {
+	env, err := eventlog.NewEnvelope(g.st.Task, origin, actor, p)
+	if err != nil {
+		return err
+	}
+	env.CorrelationID = g.st.Root
+	stored, err := g.e.cfg.Log.Emit(g.ctx, g.lease, env, eventlog.EmitOptions{ExpectLastSeq: g.st.LastSeq})
+	if err != nil {
+		if errors.Is(err, eventlog.ErrStaleSequence) {
+			return fmt.Errorf("%w: %w", eventlog.ErrLeaseLost, err)
+		}
+		return err
+	}
+	if stored.Seq == g.st.LastSeq+2 {
+		// The generation's LeaseGranted landed first; fold it in as it is.
+		lg, err := eventlog.NewEnvelope(g.st.Task, eventlog.OriginEngine, g.lease.Worker,
+			noeta.LeaseGranted{LeaseID: g.lease.ID, Generation: g.lease.Generation, Worker: g.lease.Worker})
+		if err != nil {
+			return err
+		}
+		lg.Seq, lg.LeaseGen = stored.Seq-1, stored.LeaseGen
+		if err := g.st.Apply(lg); err != nil {
+			return err
+		}
+	}
+	return g.st.Apply(stored)
+}
+
+func (g *segment) engineEmit(p noeta.Payload) error {
+	return g.emit(p, eventlog.OriginEngine, g.e.cfg.Actor)
+}
+
+// drive runs the segment: the wake-recovery state machine, then turns until
+// the task suspends or ends.
+func (g *segment) drive() error {
+	st := g.st
+	if w := g.lease.Wake; w != nil {
+		consumed := st.LastWake != nil && st.LastWake.Equal(*w)
+		if !consumed {
+			switch {
+			case st.Status == noeta.StatusSuspended && noeta.Matches(st.WakeOn, w):
+				if err := g.engineEmit(noeta.TaskWoken{WakeEvent: *w}); err != nil {
+					return err
+				}
+				g.woke = true
+			case st.Status == noeta.StatusTerminal:
+				return nil
+			default:
+				return fmt.Errorf("%w: task %s is %s waiting on %s; the lease's wake is %s", ErrWakeRecovery, st.Task, st.Status, wakeString(st.WakeOn), wakeString(w))
+			}
+		}
+		if st.Status != noeta.StatusRunning {
+			// Consumed by an earlier segment that then suspended or ended
+			// but died before its release: release as the log says.
+			return nil
+		}
+		if err := g.afterWake(*w); err != nil {
+			return err
+		}
+	} else if st.Status == noeta.StatusSuspended || st.Status == noeta.StatusTerminal {
+		return nil
+	}
+	return g.loop()
+}
+
+// afterWake records what the wake delivered: subtask results from the inbox,
+// an approval's resolution. Each step checks the state first, so a segment
+// resuming after a crash here repeats nothing.
+func (g *segment) afterWake(w noeta.Wake) error {
+	st := g.st
+	switch w.Kind {
+	case noeta.WakeSubtaskCompleted, noeta.WakeSubtaskGroupCompleted:
+		ids := w.SubtaskIDs
+		if w.Kind == noeta.WakeSubtaskCompleted {
+			ids = []string{w.SubtaskID}
+		}
+		return g.recordResults(ids)
+	case noeta.WakeHumanResponse:
+		if _, ok := st.Governance.PendingApprovals[w.Handle]; !ok {
+			return nil
+		}
+		approver := w.Approver
+		if approver == "" {
+			approver = "unknown"
+		}
+		res := noeta.ApprovalResolved{Handle: w.Handle, Decision: noeta.ApprovalDecision(w.Decision), Approver: approver, Reason: w.Text}
+		if res.Decision != noeta.ApprovalApprove && res.Decision != noeta.ApprovalDeny {
+			res.Decision, res.Reason = noeta.ApprovalDeny, fmt.Sprintf("unrecognised decision %q: taken as deny", w.Decision)
+		}
+		return g.engineEmit(res)
+	}
+	return nil
+}
+
+func (g *segment) recordResults(ids []string) error {
+	recorded := map[string]bool{}
+	for _, r := range g.st.Governance.SubtaskResults {
+		recorded[r.SubtaskID] = true
+	}
+	missing := false
+	for _, id := range ids {
+		missing = missing || !recorded[id]
+	}
+	if !missing {
+		return nil
+	}
+	inbox, err := g.e.cfg.Log.Inbox(g.ctx, g.st.Task)
+	if err != nil {
+		return err
+	}
+	byChild := map[string]*noeta.SubtaskCompleted{}
+	for _, env := range inbox {
+		if env.Type != noeta.TypeSubtaskCompleted {
+			continue
+		}
+		p, _, err := env.Decode()
+		if err != nil {
+			g.e.log.Warn("inbox record does not decode; skipped", "task", g.st.Task, "key", env.Key, "err", err)
+			continue
+		}
+		sc := p.(*noeta.SubtaskCompleted)
+		if _, dup := byChild[sc.SubtaskID]; !dup {
+			byChild[sc.SubtaskID] = sc
+		}
+	}
+	for _, id := range ids {
+		if recorded[id] {
+			continue
+		}
+		sc, ok := byChild[id]
+		if !ok {
+			g.e.log.Warn("woken for a subtask whose result is not in the inbox", "task", g.st.Task, "subtask", id)
+			continue
+		}
+		if err := g.engineEmit(noeta.SubtaskResultRecorded{
+			SubtaskID: sc.SubtaskID, Status: sc.Status, Result: sc.Result, ResultRef: sc.ResultRef, Error: sc.Error, GroupID: sc.GroupID,
+		}); err != nil {
+			return err
+		}
+		recorded[id] = true
+	}
+	return nil
+}
+
+// loop runs turns until the task suspends or ends.
+func (g *segment) loop() error {
+	st := g.st
+	if st.Turn.Open && !g.woke {
+		if parked, err := g.seal(); err != nil || parked {
+			return err
+		}
+	}
+	// Only the first turn of a segment can be one left open (by a suspend
+	// for an approval or a park, or by a worker that stopped); every turn
+	// after it is new.
+	resume := st.Turn.Open
+	for st.Status == noeta.StatusRunning || st.Status == noeta.StatusPending {
+		if err := context.Cause(g.ctx); err != nil {
+			return err
+		}
+		if !resume {
+			if err := g.engineEmit(noeta.TurnStarted{Turn: st.Turn.N + 1}); err != nil {
+				return err
+			}
+		}
+		resume = false
+		if err := g.turn(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// seal records that the current turn was left unfinished by an earlier
+// segment and is resumed, or, past the cap, parks the task for a human.
+func (g *segment) seal() (parked bool, err error) {
+	t := g.st.Turn
+	var started []string
+	for id, s := range t.Calls {
+		if s == CallStarted {
+			started = append(started, id)
+		}
+	}
+	reason := fmt.Sprintf("turn %d was left unfinished by an earlier lease", t.N)
+	if len(started) > 0 {
+		reason += fmt.Sprintf("; calls started and not finished are recorded as failed and not run again: %v", sortedStrings(started))
+	}
+	if t.Seals+1 >= g.e.cfg.AbandonCap+1 {
+		reason = fmt.Sprintf("turn %d was left unfinished %d times in a row; parked for a human", t.N, t.Seals+1)
+		if err := g.engineEmit(noeta.StepAttemptAbandoned{BaselineSeq: t.Seq, Action: noeta.AbandonPark, Reason: reason}); err != nil {
+			return false, err
+		}
+		return true, g.suspend(ReasonParked+": "+reason, noeta.HumanResponseWake(ParkHandle(t.N)))
+	}
+	return false, g.engineEmit(noeta.StepAttemptAbandoned{BaselineSeq: t.Seq, Action: noeta.AbandonRedrive, Reason: reason})
+}
+
+// ParkHandle is the wake handle of a task parked at turn n: a human_response
+// with it (any decision) resumes the turn.
+func ParkHandle(turn int) string { return "resume-turn-" + strconv.Itoa(turn) }
+
+// Approval handles, one per request: a tool call's by its call id, a spawn's
+// and a finish's by the turn (a turn has at most one of either).
+func toolApprovalHandle(callID string) string { return "approval-" + callID }
+func spawnApprovalHandle(turn int) string     { return "approval-spawn-" + strconv.Itoa(turn) }
+func finishApprovalHandle(turn int) string    { return "approval-finish-" + strconv.Itoa(turn) }
+
+// turn decides the current turn (again, when it is being resumed) and
+// carries the decision out.
+func (g *segment) turn() error {
+	st := g.st
+	n := st.Turn.N
+	pol, err := g.policy()
+	if err != nil {
+		return g.terminate(noeta.TaskFailed{Error: err.Error()})
+	}
+	d, err := pol.Decide(g.ctx, noeta.PolicyInput{Task: st.Task, Turn: n})
+	if err != nil {
+		if cause := context.Cause(g.ctx); cause != nil {
+			return cause
+		}
+		return fmt.Errorf("policy: task %s turn %d: %w", st.Task, n, err)
+	}
+	if err := d.Validate(); err != nil {
+		d = noeta.Decision{Kind: noeta.DecisionFail, Error: "the policy gave an invalid decision: " + err.Error()}
+	}
+	if !st.Turn.Decided {
+		if err := g.engineEmit(noeta.PolicyDecided{Turn: n, Decision: d.Kind, CostUSD: d.CostUSD, InputTokens: d.InputTokens, OutputTokens: d.OutputTokens}); err != nil {
+			return err
+		}
+	} else if st.Turn.Kind != d.Kind {
+		return g.terminate(noeta.TaskFailed{Error: fmt.Sprintf("the policy decided %s for turn %d when it was resumed; %s was recorded (a policy must decide a turn the same way every time)", d.Kind, n, st.Turn.Kind)})
+	}
+	if err := context.Cause(g.ctx); err != nil {
+		return err
+	}
+	switch d.Kind {
+	case noeta.DecisionToolCalls:
+		return g.toolCalls(d.ToolCalls)
+	case noeta.DecisionSpawn:
+		return g.spawn(d.Spawn)
+	case noeta.DecisionYieldForHuman:
+		return g.suspend("waiting_human: "+truncate(d.Question, 512), noeta.HumanResponseWake("question-"+strconv.Itoa(n)))
+	case noeta.DecisionWaitTimer:
+		at := g.e.cfg.Now().Add(time.Duration(d.WaitSeconds * float64(time.Second)))
+		return g.suspend("waiting_timer", noeta.TimerWake(at))
+	case noeta.DecisionWaitExternal:
+		return g.suspend("waiting_external", noeta.ExternalWake(d.EventKind))
+	case noeta.DecisionStatePatch:
+		if err := g.engineEmit(noeta.TaskStatePatched{Patch: d.Patch}); err != nil {
+			return err
+		}
+		return g.endTurn()
+	case noeta.DecisionFinish:
+		return g.finish(d.Answer)
+	case noeta.DecisionFail:
+		return g.terminate(noeta.TaskFailed{Error: d.Error})
+	}
+	return g.terminate(noeta.TaskFailed{Error: fmt.Sprintf("unknown decision kind %q", d.Kind)})
+}
+
+// endTurn closes a turn that continues the loop; every SnapshotEvery such
+// turns it writes a snapshot, so resuming a long task stays cheap.
+func (g *segment) endTurn() error {
+	if g.st.Turn.N-g.st.SnapTurn >= g.e.cfg.SnapshotEvery {
+		return g.snapshot()
+	}
+	return nil
+}
+
+func (g *segment) policy() (Policy, error) {
+	if g.pol != nil {
+		return g.pol, nil
+	}
+	p, err := g.e.cfg.Policies(g.ctx, g.st)
+	if err != nil {
+		return nil, fmt.Errorf("no policy for task %s (agent %s): %v", g.st.Task, g.st.Agent, err)
+	}
+	g.pol = p
+	return p, nil
+}
+
+func (g *segment) guards() (*guards.Stack, error) {
+	if g.stack != nil {
+		return g.stack, nil
+	}
+	s, err := g.e.stack(g.st.Agent)
+	if err != nil {
+		return nil, err
+	}
+	g.stack = s
+	return s, nil
+}
+
+// guardContext is the read-only view the guards decide on: the folded
+// governance of this very moment, kept current record by record.
+func (g *segment) guardContext() *guards.Context {
+	return guards.NewContext(guards.ContextParams{
+		TaskID:       g.st.Task,
+		Governance:   g.st.Governance,
+		SubtaskDepth: g.st.Depth,
+		Metadata:     map[string]string{"agent": g.st.Agent},
+	})
+}
+
+// check asks the agent's guards about a. A stack that cannot be built denies
+// (fail-closed), naming why.
+func (g *segment) check(a noeta.ProposedAction) guards.Decision {
+	s, err := g.guards()
+	if err != nil {
+		return guards.Decision{VerdictResult: noeta.Deny(err.Error()), Guard: guards.StackName}
+	}
+	return s.Check(g.ctx, a, g.guardContext())
+}
+
+func (g *segment) toolCalls(calls []noeta.ToolCall) error {
+	st := g.st
+	for i, call := range calls {
+		switch st.Turn.Calls[call.CallID] {
+		case CallFinished, CallDenied, CallRefused:
+			continue
+		case CallStarted:
+			if err := g.emit(noeta.ToolCallFinished{CallID: call.CallID, Tool: call.Tool, OK: false, Output: json.RawMessage("null"), Error: msgInterrupted}, eventlog.OriginTool, ActorTool); err != nil {
+				return err
+			}
+			continue
+		case CallAwaiting:
+			return g.awaitToolApproval(call.CallID, calls[i+1:])
+		case CallApproved:
+			pa, ok := st.Turn.Approved[toolApprovalHandle(call.CallID)]
+			if !ok {
+				return fmt.Errorf("engine: task %s: call %s is approved but its request is not in the state", st.Task, call.CallID)
+			}
+			approved, err := g.recordedCall(pa)
+			if err != nil {
+				return err
+			}
+			if err := g.runTool(approved); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := context.Cause(g.ctx); err != nil {
+			return err
+		}
+		d := g.check(noeta.ProposedToolCall{Call: call})
+		switch d.Verdict {
+		case noeta.VerdictAllow:
+			if err := g.runTool(call); err != nil {
+				return err
+			}
+		case noeta.VerdictRequireApproval:
+			args, ref, err := eventlog.Spill(g.ctx, g.e.cfg.Content, call.Args, noeta.ArgsInlineLimit)
+			if err != nil {
+				return err
+			}
+			if err := g.engineEmit(noeta.ApprovalRequested{
+				Handle: toolApprovalHandle(call.CallID), Action: noeta.ApprovalToolCall, CallID: call.CallID, Tool: call.Tool,
+				Args: args, ArgsRef: ref, Guard: d.Guard, Reason: d.Reason,
+			}); err != nil {
+				return err
+			}
+			return g.awaitToolApproval(call.CallID, calls[i+1:])
+		default:
+			if err := g.engineEmit(noeta.ToolCallDenied{CallID: call.CallID, Tool: call.Tool, Guard: d.Guard, Reason: d.Reason}); err != nil {
+				return err
+			}
+		}
+	}
+	return g.endTurn()
+}
+
+// awaitToolApproval gives the calls after the one awaiting approval a
+// skipped result (they never run) and suspends on the approval.
+func (g *segment) awaitToolApproval(callID string, later []noeta.ToolCall) error {
+	for _, c := range later {
+		if g.st.Turn.Calls[c.CallID] != "" {
+			continue
+		}
+		if err := g.emit(noeta.ToolCallFinished{CallID: c.CallID, Tool: c.Tool, OK: false, Output: json.RawMessage("null"), Error: msgSkipped}, eventlog.OriginTool, ActorTool); err != nil {
+			return err
+		}
+	}
+	return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(toolApprovalHandle(callID)))
+}
+
+// recordedCall rebuilds the call an approval request recorded.
+func (g *segment) recordedCall(pa noeta.PendingApproval) (noeta.ToolCall, error) {
+	args, err := g.argsOf(pa)
+	if err != nil {
+		return noeta.ToolCall{}, err
+	}
+	return noeta.ToolCall{CallID: pa.CallID, Tool: pa.Tool, Args: args}, nil
+}
+
+func (g *segment) argsOf(pa noeta.PendingApproval) (json.RawMessage, error) {
+	if pa.ArgsRef == nil {
+		return pa.Args, nil
+	}
+	return g.e.cfg.Content.Get(g.ctx, *pa.ArgsRef)
+}
+
+// runTool runs an allowed (or approved) call: the lease is confirmed live
+// first, so a worker that lost the task starts no new side effect; then
+// ToolCallStarted, the run, ToolCallFinished.
+func (g *segment) runTool(call noeta.ToolCall) error {
+	live, err := g.e.cfg.Dispatcher.Valid(g.ctx, g.lease)
+	if err != nil {
+		return err
+	}
+	if !live {
+		return fmt.Errorf("%w: task %s: lease %s is no longer live; call %s not started", eventlog.ErrLeaseLost, g.st.Task, g.lease.ID, call.CallID)
+	}
+	args, ref, err := eventlog.Spill(g.ctx, g.e.cfg.Content, call.Args, noeta.ArgsInlineLimit)
+	if err != nil {
+		return err
+	}
+	if err := g.engineEmit(noeta.ToolCallStarted{CallID: call.CallID, Tool: call.Tool, Args: args, ArgsRef: ref, Turn: g.st.Turn.N}); err != nil {
+		return err
+	}
+	start := time.Now()
+	res, err := g.e.cfg.Tools.Run(g.ctx, call, g.e.cfg.Workspace)
+	took := time.Since(start)
+	if err != nil {
+		if cause := context.Cause(g.ctx); cause != nil {
+			// Stopped (lease lost, cancelled, shutting down): the next
+			// holder records the call as interrupted.
+			return cause
+		}
+		res = tools.Result{Output: json.RawMessage("null"), OK: false, Error: err.Error()}
+	}
+	out, oref, err := eventlog.Spill(g.ctx, g.e.cfg.Content, res.Output, noeta.ArgsInlineLimit)
+	if err != nil {
+		return err
+	}
+	return g.emit(noeta.ToolCallFinished{
+		CallID: call.CallID, Tool: call.Tool, OK: res.OK, Output: out, OutputRef: oref,
+		Error: truncate(res.Error, maxErrorLen), DurationMS: took.Milliseconds(),
+	}, eventlog.OriginTool, ActorTool)
+}
+
+// spawnArgs is what a spawn approval records: the child it would start.
+type spawnArgs struct {
+	Agent  string          `json:"agent"`
+	Goal   string          `json:"goal"`
+	Script json.RawMessage `json:"script,omitempty"`
+}
+
+func (g *segment) spawn(specs []noeta.SpawnSpec) error {
+	st := g.st
+	n := st.Turn.N
+	if len(specs) == 1 {
+		switch st.Turn.Approval {
+		case CallAwaiting:
+			return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(spawnApprovalHandle(n)))
+		case CallRefused:
+			return g.endTurn()
+		case CallApproved:
+			pa, ok := st.Turn.Approved[spawnApprovalHandle(n)]
+			if !ok {
+				return fmt.Errorf("engine: task %s: spawn of turn %d is approved but its request is not in the state", st.Task, n)
+			}
+			raw, err := g.argsOf(pa)
+			if err != nil {
+				return err
+			}
+			var sa spawnArgs
+			if err := json.Unmarshal(raw, &sa); err != nil {
+				return fmt.Errorf("engine: task %s: recorded spawn request: %w", st.Task, err)
+			}
+			return g.startChildren([]noeta.SpawnSpec{{Agent: sa.Agent, Goal: sa.Goal, Script: sa.Script}})
+		}
+	}
+	if len(st.Turn.Spawned) > 0 {
+		// Resuming a spawn an earlier segment started: finish it.
+		return g.startChildren(specs)
+	}
+	if len(specs) == 1 {
+		sp := specs[0]
+		d := g.check(noeta.ProposedSpawnSubtask{Spawn: noeta.SpawnSubtask{Agent: sp.Agent, Goal: sp.Goal}})
+		switch d.Verdict {
+		case noeta.VerdictAllow:
+			return g.startChildren(specs)
+		case noeta.VerdictRequireApproval:
+			raw, err := json.Marshal(spawnArgs{Agent: sp.Agent, Goal: sp.Goal, Script: sp.Script})
+			if err != nil {
+				return err
+			}
+			args, ref, err := eventlog.Spill(g.ctx, g.e.cfg.Content, raw, noeta.ArgsInlineLimit)
+			if err != nil {
+				return err
+			}
+			if err := g.engineEmit(noeta.ApprovalRequested{
+				Handle: spawnApprovalHandle(n), Action: noeta.ApprovalSpawnSubtask, Agent: sp.Agent,
+				Args: args, ArgsRef: ref, Guard: d.Guard, Reason: d.Reason,
+			}); err != nil {
+				return err
+			}
+			return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(spawnApprovalHandle(n)))
+		default:
+			return g.denySpawn(sp.Agent, "", d)
+		}
+	}
+	ids := childIDs(st.Task, n, len(specs))
+	group := noeta.DeriveGroupID(ids)
+	if len(specs) > MaxFanOut {
+		return g.denySpawn(specs[0].Agent, group, guards.Decision{
+			VerdictResult: noeta.Deny(fmt.Sprintf("fanout_batch_size:%d>%d", len(specs), MaxFanOut)), Guard: "engine",
+		})
+	}
+	members := make([]noeta.SpawnSubtask, len(specs))
+	for i, sp := range specs {
+		members[i] = noeta.SpawnSubtask{Agent: sp.Agent, Goal: sp.Goal, GroupID: group}
+	}
+	s, err := g.guards()
+	if err != nil {
+		return g.denySpawn(specs[0].Agent, group, guards.Decision{VerdictResult: noeta.Deny(err.Error()), Guard: guards.StackName})
+	}
+	d := s.CheckFanOut(g.ctx, members, g.guardContext())
+	if !d.IsAllow() {
+		m := max(d.Member, 0)
+		return g.denySpawn(specs[m].Agent, group, d.Decision)
+	}
+	return g.startChildren(specs)
+}
+
+func (g *segment) denySpawn(agent, group string, d guards.Decision) error {
+	if err := g.engineEmit(noeta.SubtaskDenied{Agent: agent, Guard: d.Guard, Reason: d.Reason, GroupID: group}); err != nil {
+		return err
+	}
+	return g.terminate(noeta.TaskFailed{Error: "subtask denied: " + d.Reason, Guard: d.Guard})
+}
+
+// startChildren records every child of the spawn first, then creates them:
+// once any child exists, its whole group is in the parent's log, so the
+// child-lifecycle observer always sees the full member set. Child ids are
+// derived from the parent and the turn, so a resumed spawn creates the same
+// children (a repeated create is a no-op).
+func (g *segment) startChildren(specs []noeta.SpawnSpec) error {
+	st := g.st
+	n := st.Turn.N
+	ids := childIDs(st.Task, n, len(specs))
+	group := ""
+	if len(specs) > 1 {
+		group = noeta.DeriveGroupID(ids)
+	}
+	created := make([]noeta.TaskCreated, len(specs))
+	for i, sp := range specs {
+		tc := noeta.TaskCreated{
+			TaskID: ids[i], Agent: sp.Agent, ParentTaskID: st.Task, RootTaskID: st.Root,
+			SubtaskDepth: st.Depth + 1, GroupID: group,
+		}
+		if err := g.e.fillCreated(g.ctx, &tc, sp.Goal, sp.Script); err != nil {
+			return err
+		}
+		created[i] = tc
+		if i < len(st.Turn.Spawned) {
+			continue
+		}
+		if err := g.engineEmit(noeta.SubtaskSpawned{SubtaskID: tc.TaskID, Agent: tc.Agent, Goal: tc.Goal, GoalRef: tc.GoalRef, GroupID: group}); err != nil {
+			return err
+		}
+	}
+	for _, tc := range created {
+		if err := g.e.create(g.ctx, tc, eventlog.OriginEngine, eventlog.EnqueueOptions{}); err != nil {
+			return err
+		}
+	}
+	if group == "" {
+		return g.suspend("waiting_subtask", noeta.SubtaskCompletedWake(ids[0]))
+	}
+	return g.suspend("waiting_subtask_group", noeta.GroupCompletedWake(group, ids))
+}
+
+// childIDs derives the ids of the children of a turn's spawn: ULID-shaped,
+// a hash of the parent, the turn and the index.
+func childIDs(parent string, turn, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		sum := sha256.Sum256([]byte(parent + "/" + strconv.Itoa(turn) + "/" + strconv.Itoa(i)))
+		var u ulid.ULID
+		copy(u[:], sum[:16])
+		u[0] &= 0x7f // keep the first character a digit, as in a ULID of today
+		ids[i] = u.String()
+	}
+	return ids
+}
+
+func (g *segment) finish(answer json.RawMessage) error {
+	st := g.st
+	n := st.Turn.N
+	switch st.Turn.Approval {
+	case CallAwaiting:
+		return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(finishApprovalHandle(n)))
+	case CallRefused:
+		return g.endTurn()
+	case CallApproved:
+		pa, ok := st.Turn.Approved[finishApprovalHandle(n)]
+		if !ok {
+			return fmt.Errorf("engine: task %s: finish of turn %d is approved but its request is not in the state", st.Task, n)
+		}
+		raw, err := g.argsOf(pa)
+		if err != nil {
+			return err
+		}
+		var fa struct {
+			Answer json.RawMessage `json:"answer"`
+		}
+		if err := json.Unmarshal(raw, &fa); err != nil {
+			return fmt.Errorf("engine: task %s: recorded finish request: %w", st.Task, err)
+		}
+		return g.complete(fa.Answer)
+	}
+	d := g.check(noeta.ProposedFinish{Answer: answer})
+	switch d.Verdict {
+	case noeta.VerdictAllow:
+		return g.complete(answer)
+	case noeta.VerdictRequireApproval:
+		raw, err := json.Marshal(struct {
+			Answer json.RawMessage `json:"answer"`
+		}{answer})
+		if err != nil {
+			return err
+		}
+		args, ref, err := eventlog.Spill(g.ctx, g.e.cfg.Content, raw, noeta.ArgsInlineLimit)
+		if err != nil {
+			return err
+		}
+		if err := g.engineEmit(noeta.ApprovalRequested{
+			Handle: finishApprovalHandle(n), Action: noeta.ApprovalFinish, Args: args, ArgsRef: ref, Guard: d.Guard, Reason: d.Reason,
+		}); err != nil {
+			return err
+		}
+		return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(finishApprovalHandle(n)))
+	default:
+		if err := g.engineEmit(noeta.FinishDenied{Guard: d.Guard, Reason: d.Reason}); err != nil {
+			return err
+		}
+		return g.terminate(noeta.TaskFailed{Error: "finish denied: " + d.Reason, Guard: d.Guard})
+	}
+}
+
+func (g *segment) complete(answer json.RawMessage) error {
+	a, ref, err := eventlog.Spill(g.ctx, g.e.cfg.Content, answer, noeta.AnswerInlineLimit)
+	if err != nil {
+		return err
+	}
+	return g.terminate(noeta.TaskCompleted{Answer: a, AnswerRef: ref})
+}
+
+// snapshot stores the folded state and records where it is.
+func (g *segment) snapshot() error {
+	body, err := g.st.Canonical()
+	if err != nil {
+		return err
+	}
+	ref, err := g.e.cfg.Content.Put(g.ctx, body, eventlog.MediaTypeJSON)
+	if err != nil {
+		return err
+	}
+	return g.engineEmit(noeta.TaskSnapshot{StateRef: ref, UptoSeq: g.st.LastSeq})
+}
+
+// suspend writes the snapshot and then TaskSuspended: resuming after a
+// suspend costs the records since it, not the whole log.
+func (g *segment) suspend(reason string, w noeta.Wake) error {
+	if err := g.snapshot(); err != nil {
+		return err
+	}
+	return g.engineEmit(noeta.TaskSuspended{Reason: reason, WakeOn: w})
+}
+
+// terminate writes the snapshot and then the terminal record.
+func (g *segment) terminate(p noeta.Payload) error {
+	if err := g.snapshot(); err != nil {
+		return err
+	}
+	return g.engineEmit(p)
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+func sortedStrings(s []string) []string {
+	slices.Sort(s)
+	return s
+}
+
+func wakeString(w *noeta.Wake) string {
+	if w == nil {
+		return "nothing"
+	}
+	b, err := noeta.Canonical(w)
+	if err != nil {
+		return string(w.Kind)
+	}
+	return string(b)
+}

@@ -1,0 +1,186 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// Outcome is how a segment ended.
+type Outcome struct {
+	Task   string
+	Status noeta.TaskStatus // suspended or terminal
+	Reason string
+	WakeOn *noeta.Wake
+}
+
+// RunLease runs one leased segment of a task to its next suspend or terminal
+// record and releases the lease with the wake it consumed.
+//
+// While it runs, a heartbeat goroutine renews the lease; if the lease is
+// lost (a renewal is refused, or a write finds another writer), the segment
+// stops at once and RunLease returns an error wrapping
+// eventlog.ErrInvalidLease without releasing or failing anything: the task
+// is no longer this worker's to report on. If ctx ends (the worker is
+// stopping or was killed), it likewise returns without touching the
+// dispatcher, and the lease expires into the next worker's hands. Any other
+// error fails the segment as retryable.
+func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, error) {
+	segCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+
+	e.mu.Lock()
+	e.cancels[lease.Task] = stop
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.cancels, lease.Task)
+		e.mu.Unlock()
+	}()
+
+	hbDone := make(chan struct{})
+	hbCtx, hbStop := context.WithCancel(segCtx)
+	go func() {
+		defer close(hbDone)
+		e.heartbeat(hbCtx, lease, stop)
+	}()
+
+	seg, err := e.newSegment(segCtx, lease)
+	if err == nil {
+		err = seg.drive()
+	}
+	hbStop()
+	<-hbDone
+
+	if cause := context.Cause(segCtx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		// The segment stopped because of its cause (a lost lease, a cancel
+		// request); report that rather than the write it interrupted.
+		err = fmt.Errorf("%w (stopped while: %v)", cause, err)
+	}
+	switch {
+	case err == nil:
+		out := Outcome{Task: lease.Task, Status: seg.st.Status, Reason: seg.st.Reason, WakeOn: seg.st.WakeOn}
+		if rerr := e.release(ctx, seg); rerr != nil {
+			return out, rerr
+		}
+		return out, nil
+	case errors.Is(err, eventlog.ErrInvalidLease):
+		e.log.Warn("lease lost; stopped without writing", "task", lease.Task, "lease", lease.ID, "generation", lease.Generation, "err", err)
+		return Outcome{Task: lease.Task}, err
+	case ctx.Err() != nil, errors.Is(err, errCancelRequested):
+		return Outcome{Task: lease.Task}, err
+	}
+	e.log.Error("segment failed; handing the task back for a retry", "task", lease.Task, "err", err)
+	if ferr := e.cfg.Dispatcher.Fail(ctx, lease, eventlog.Failure{Retryable: true, Reason: truncate(err.Error(), 1024)}); ferr != nil && !errors.Is(ferr, eventlog.ErrInvalidLease) {
+		e.log.Error("fail", "task", lease.Task, "err", ferr)
+	}
+	return Outcome{Task: lease.Task}, err
+}
+
+// heartbeat renews the lease until ctx ends; a refused renewal stops the
+// segment with the dispatcher's error.
+func (e *Engine) heartbeat(ctx context.Context, lease eventlog.Lease, stop context.CancelCauseFunc) {
+	t := time.NewTicker(e.cfg.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := e.cfg.Dispatcher.Heartbeat(ctx, lease); err != nil {
+			if errors.Is(err, eventlog.ErrInvalidLease) {
+				stop(err)
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			e.log.Warn("heartbeat failed; retrying at the next tick", "task", lease.Task, "err", err)
+		}
+	}
+}
+
+// release ends the segment in the dispatcher as the log says it ended.
+func (e *Engine) release(ctx context.Context, seg *segment) error {
+	st := seg.st
+	rel := eventlog.Release{ConsumedWake: seg.lease.Wake, Reason: st.Reason}
+	switch st.Status {
+	case noeta.StatusSuspended:
+		rel.Next, rel.WakeOn = eventlog.DispatchSuspended, st.WakeOn
+	case noeta.StatusTerminal:
+		rel.Next = eventlog.DispatchTerminal
+		if rel.Reason == "" {
+			rel.Reason = "completed"
+		}
+	default:
+		return fmt.Errorf("engine: task %s: segment ended %s, not suspended or terminal", st.Task, st.Status)
+	}
+	return e.cfg.Dispatcher.Release(ctx, seg.lease, rel)
+}
+
+// Worker leases tasks from the engine's queue and runs them, one at a time.
+type Worker struct {
+	e  *Engine
+	id string
+	// OnSegment, if set, is called after every segment (for progress
+	// output and tests); it must not block.
+	OnSegment func(Outcome, error)
+}
+
+// NewWorker returns a worker named id (it appears in LeaseGranted).
+func (e *Engine) NewWorker(id string) *Worker { return &Worker{e: e, id: id} }
+
+// Run leases and runs tasks until ctx ends; it returns nil then. A failed
+// lease request is retried after a pause.
+func (w *Worker) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		lease, err := w.e.cfg.Dispatcher.Lease(ctx, eventlog.LeaseRequest{Worker: w.id, Queue: w.e.cfg.Queue, TTL: w.e.cfg.LeaseTTL, Wait: true})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !errors.Is(err, eventlog.ErrNoReadyTask) {
+				w.e.log.Warn("lease request failed", "worker", w.id, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		out, err := w.e.RunLease(ctx, lease)
+		if w.OnSegment != nil {
+			w.OnSegment(out, err)
+		}
+	}
+	return nil
+}
+
+// Pool runs n workers until ctx ends.
+type Pool struct {
+	Workers []*Worker
+}
+
+// NewPool returns n workers named <prefix>-1 … <prefix>-n.
+func (e *Engine) NewPool(prefix string, n int) *Pool {
+	p := &Pool{}
+	for i := range n {
+		p.Workers = append(p.Workers, e.NewWorker(fmt.Sprintf("%s-%d", prefix, i+1)))
+	}
+	return p
+}
+
+// Run runs every worker and returns when all have stopped.
+func (p *Pool) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, w := range p.Workers {
+		wg.Go(func() { _ = w.Run(ctx) })
+	}
+	wg.Wait()
+}
