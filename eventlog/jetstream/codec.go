@@ -75,6 +75,38 @@ func parseBaseline(s string) (baseline, bool) {
 // encode builds the message of env: a CloudEvents structured-mode body and
 // the headers.
 func encode(subject string, env eventlog.Envelope, m meta) (*nats.Msg, error) {
+	body, err := cloudEventBody(env)
+	if err != nil {
+		return nil, err
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	msg.Header.Set("Content-Type", contentTypeCE)
+	msg.Header.Set(hdrType, env.Type)
+	msg.Header.Set(hdrOrigin, string(env.Origin))
+	if env.Seq != 0 {
+		msg.Header.Set(hdrSeq, strconv.FormatUint(env.Seq, 10))
+	}
+	if env.TraceParent != "" {
+		msg.Header.Set(hdrTraceParent, env.TraceParent)
+	}
+	if m.leaseID != "" {
+		msg.Header.Set(hdrLease, m.leaseID)
+		msg.Header.Set(hdrLeaseGen, strconv.FormatUint(env.LeaseGen, 10))
+	}
+	if m.baseline.seq != 0 {
+		msg.Header.Set(hdrBaseline, m.baseline.String())
+	}
+	if m.idemKey != "" {
+		msg.Header.Set(hdrIdempotency, m.idemKey)
+	}
+	msg.Header.Set(nats.MsgIdHdr, env.ID)
+	return msg, nil
+}
+
+// cloudEventBody is the CloudEvents structured-mode JSON body of env, as it is
+// published and stored.
+func cloudEventBody(env eventlog.Envelope) ([]byte, error) {
 	e := event.New()
 	e.SetID(env.ID)
 	e.SetSource("/noeta/" + string(env.Origin) + "/" + url.PathEscape(env.Actor))
@@ -113,29 +145,7 @@ func encode(subject string, env eventlog.Envelope, m meta) (*nats.Msg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: encode %s: %w", env.Type, err)
 	}
-	msg := nats.NewMsg(subject)
-	msg.Data = body
-	msg.Header.Set("Content-Type", contentTypeCE)
-	msg.Header.Set(hdrType, env.Type)
-	msg.Header.Set(hdrOrigin, string(env.Origin))
-	if env.Seq != 0 {
-		msg.Header.Set(hdrSeq, strconv.FormatUint(env.Seq, 10))
-	}
-	if env.TraceParent != "" {
-		msg.Header.Set(hdrTraceParent, env.TraceParent)
-	}
-	if m.leaseID != "" {
-		msg.Header.Set(hdrLease, m.leaseID)
-		msg.Header.Set(hdrLeaseGen, strconv.FormatUint(env.LeaseGen, 10))
-	}
-	if m.baseline.seq != 0 {
-		msg.Header.Set(hdrBaseline, m.baseline.String())
-	}
-	if m.idemKey != "" {
-		msg.Header.Set(hdrIdempotency, m.idemKey)
-	}
-	msg.Header.Set(nats.MsgIdHdr, env.ID)
-	return msg, nil
+	return body, nil
 }
 
 // record is a decoded stored message.
