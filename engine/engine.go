@@ -287,10 +287,7 @@ func (e *Engine) Cancel(ctx context.Context, task, reason string) (bool, error) 
 	if st.Status == noeta.StatusTerminal {
 		return false, nil
 	}
-	if err := e.cfg.Dispatcher.Enqueue(ctx, task, eventlog.EnqueueOptions{}); err != nil {
-		return false, err
-	}
-	lease, err := e.cfg.Dispatcher.Lease(ctx, eventlog.LeaseRequest{Worker: e.cfg.Actor + "/cancel", Task: task, TTL: e.cfg.LeaseTTL})
+	lease, err := e.takeOver(ctx, task)
 	if err != nil {
 		return false, err
 	}
@@ -308,3 +305,30 @@ func (e *Engine) Cancel(ctx context.Context, task, reason string) (bool, error) 
 }
 
 var errCancelRequested = errors.New("engine: cancel requested")
+
+// takeOver leases task whatever its state: forced back to ready and
+// reserved, so only a lease naming it takes it, which also fences any holder.
+// A worker can still take it in the moment before the reservation (a task
+// that was ready unreserved keeps that); then the next round forces it again.
+func (e *Engine) takeOver(ctx context.Context, task string) (eventlog.Lease, error) {
+	var last error
+	for range 100 {
+		if err := e.cfg.Dispatcher.Enqueue(ctx, task, eventlog.EnqueueOptions{Reserved: true}); err != nil {
+			return eventlog.Lease{}, err
+		}
+		lease, err := e.cfg.Dispatcher.Lease(ctx, eventlog.LeaseRequest{Worker: e.cfg.Actor + "/control", Task: task, TTL: e.cfg.LeaseTTL})
+		if err == nil {
+			return lease, nil
+		}
+		if !errors.Is(err, eventlog.ErrNoReadyTask) {
+			return eventlog.Lease{}, err
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return eventlog.Lease{}, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return eventlog.Lease{}, fmt.Errorf("engine: could not take task %s over: %w", task, last)
+}

@@ -1,0 +1,357 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/tools"
+)
+
+// pathsConfig has an agent that may spawn helpers and a helper that may
+// not, for the spawn paths.
+const pathsConfig = `
+agents:
+  boss:
+    tools: [echo]
+    budget: {max_spawned_subtasks: 20}
+    permissions: {allowed_subtask_agents: [helper]}
+  helper:
+    tools: [echo]
+`
+
+// gate is a user guard that asks for approval of one action point.
+func gate(point string) guards.Guard {
+	return guards.Func("gate", 150, func(_ context.Context, a noeta.ProposedAction, _ *guards.Context) (noeta.VerdictResult, error) {
+		if noeta.ActionPoint(a) == point {
+			return noeta.RequireApproval("a human signs off on every " + point), nil
+		}
+		return noeta.Allow(), nil
+	})
+}
+
+func withGuards(gs ...guards.Guard) func(*engine.Config) {
+	return func(c *engine.Config) { c.UserGuards = gs }
+}
+
+func TestSpawnApproval(t *testing.T) {
+	for _, d := range []noeta.ApprovalDecision{noeta.ApprovalApprove, noeta.ApprovalDeny} {
+		t.Run(string(d), func(t *testing.T) {
+			h := newHarness(t, memBackend(t, 2*time.Second), pathsConfig, withGuards(gate("spawn_subtask")))
+			h.start(2)
+			id := h.submit(`
+agent: boss
+goal: delegate
+script:
+  - spawn: [{agent: helper, goal: "say hi", script: [{finish: {answer: hi}}]}]
+  - finish: {answer: done}
+`)
+			approve(t, h, id, "approval-spawn-1", d, "")
+			st := h.waitStatus(id, noeta.StatusTerminal)
+			if d == noeta.ApprovalApprove {
+				envs := wantLog(t, h, id,
+					e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"),
+					e("ApprovalRequested"), e("TaskSnapshot"), e("TaskSuspended"),
+					e("LeaseGranted"), e("TaskWoken"), e("ApprovalResolved"), e("SubtaskSpawned"), e("TaskSnapshot"), e("TaskSuspended"),
+					e("LeaseGranted"), e("TaskWoken"), e("SubtaskResultRecorded"),
+					e("TurnStarted"), e("PolicyDecided"), e("TaskSnapshot"), e("TaskCompleted"))
+				req := payload[noeta.ApprovalRequested](t, envs, noeta.TypeApprovalRequested)
+				if req.Guard != "gate" || req.Agent != "helper" || !strings.Contains(string(req.Args), `"goal":"say hi"`) {
+					t.Errorf("request %+v args %s", req, req.Args)
+				}
+				if len(st.Governance.SubtaskResults) != 1 || string(st.Governance.SubtaskResults[0].Result) != `"hi"` {
+					t.Errorf("results %+v", st.Governance.SubtaskResults)
+				}
+				return
+			}
+			wantLog(t, h, id,
+				e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"),
+				e("ApprovalRequested"), e("TaskSnapshot"), e("TaskSuspended"),
+				e("LeaseGranted"), e("TaskWoken"), e("ApprovalResolved"),
+				e("TurnStarted"), e("PolicyDecided"), e("TaskSnapshot"), e("TaskCompleted"))
+			if st.Governance.SpawnedSubtasks != 0 || len(st.Governance.Denials) != 1 {
+				t.Errorf("governance %+v", st.Governance)
+			}
+		})
+	}
+}
+
+func TestFinishApproval(t *testing.T) {
+	for _, d := range []noeta.ApprovalDecision{noeta.ApprovalApprove, noeta.ApprovalDeny} {
+		t.Run(string(d), func(t *testing.T) {
+			h := newHarness(t, memBackend(t, 2*time.Second), pathsConfig, withGuards(gate("finish")))
+			h.start(1)
+			id := h.submit(`
+agent: boss
+goal: finish when allowed
+script:
+  - finish: {answer: {"n": 42}}
+`)
+			approve(t, h, id, "approval-finish-1", d, "checked")
+			st := h.waitStatus(id, noeta.StatusTerminal)
+			if d == noeta.ApprovalApprove {
+				wantLog(t, h, id,
+					e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"),
+					e("ApprovalRequested"), e("TaskSnapshot"), e("TaskSuspended"),
+					e("LeaseGranted"), e("TaskWoken"), e("ApprovalResolved"), e("TaskSnapshot"), e("TaskCompleted"))
+				if string(st.Answer) != `{"n":42}` {
+					t.Errorf("answer %s", st.Answer)
+				}
+				return
+			}
+			// Refused: the policy decides again, and the script is spent.
+			wantLog(t, h, id,
+				e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"),
+				e("ApprovalRequested"), e("TaskSnapshot"), e("TaskSuspended"),
+				e("LeaseGranted"), e("TaskWoken"), e("ApprovalResolved"),
+				e("TurnStarted"), e("PolicyDecided"), e("TaskSnapshot"), e("TaskFailed"))
+			if st.Reason != "script exhausted at turn 2" {
+				t.Errorf("reason %q", st.Reason)
+			}
+		})
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	deny := func(point string) guards.Guard {
+		return guards.Func("freeze", 150, func(_ context.Context, a noeta.ProposedAction, _ *guards.Context) (noeta.VerdictResult, error) {
+			if noeta.ActionPoint(a) == point {
+				return noeta.Deny("change freeze"), nil
+			}
+			return noeta.Allow(), nil
+		})
+	}
+	var fan []string
+	for range 17 {
+		fan = append(fan, `{agent: helper, goal: g, script: [{finish: {answer: 1}}]}`)
+	}
+	cases := []struct {
+		name, agent, script string
+		guard               guards.Guard
+		wantDenied          string // the refusal record
+		wantGuard, wantErr  string
+	}{
+		{"finish denied", "boss", `[{finish: {answer: x}}]`, deny("finish"), "FinishDenied", "freeze", "finish denied: change freeze"},
+		{"spawn of an agent not allowed", "boss", `[{spawn: [{agent: boss, goal: g}]}]`, nil, "SubtaskDenied", "permission", "subtask denied: "},
+		{"spawn denied by a user guard", "boss", `[{spawn: [{agent: helper, goal: g}]}]`, deny("spawn_subtask"), "SubtaskDenied", "freeze", "subtask denied: change freeze"},
+		{"fan-out over the cap", "boss", "[{spawn: [" + strings.Join(fan, ", ") + "]}]", nil, "SubtaskDenied", "engine", "subtask denied: fanout_batch_size:17>16"},
+		{"fan-out asking approval", "boss", `[{spawn: [{agent: helper, goal: a}, {agent: helper, goal: b}]}]`, gate("spawn_subtask"), "SubtaskDenied", "gate", "subtask denied: approval_unsupported_in_fanout"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var edit []func(*engine.Config)
+			if c.guard != nil {
+				edit = append(edit, withGuards(c.guard))
+			}
+			h := newHarness(t, memBackend(t, 2*time.Second), pathsConfig, edit...)
+			h.start(1)
+			id := h.submit("agent: " + c.agent + "\ngoal: g\nscript: " + c.script + "\n")
+			st := h.waitStatus(id, noeta.StatusTerminal)
+			wantLog(t, h, id, e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"),
+				e(c.wantDenied), e("TaskSnapshot"), e("TaskFailed"))
+			if st.Guard != c.wantGuard || !strings.HasPrefix(st.Reason, c.wantErr) {
+				t.Errorf("failed by %q: %q; want %q: %q…", st.Guard, st.Reason, c.wantGuard, c.wantErr)
+			}
+			if st.Governance.SpawnedSubtasks != 0 || len(st.Governance.Denials) != 1 || st.Governance.Denials[0].Guard != c.wantGuard {
+				t.Errorf("governance %+v", st.Governance)
+			}
+		})
+	}
+}
+
+func TestWaits(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), pathsConfig)
+	h.start(2)
+	id := h.submit(`
+agent: boss
+goal: wait for things
+script:
+  - yield_for_human: {question: "which branch?"}
+  - wait_external: {event_kind: deploy-done}
+  - wait_timer: {seconds: 0.05}
+  - state_patch: {branch: main, nested: {a: 1}}
+  - state_patch: {nested: {a: null, b: 2}}
+  - finish: {answer: waited}
+`)
+	st := h.waitStatus(id, noeta.StatusSuspended)
+	if st.WakeOn.Handle != "question-1" || st.Reason != "waiting_human: which branch?" {
+		t.Fatalf("suspended %q on %+v", st.Reason, st.WakeOn)
+	}
+	h.waitReleased(id, eventlog.DispatchSuspended)
+	ans := noeta.HumanResponseWake("question-1")
+	ans.Text = "main"
+	if _, err := h.b.disp.Wake(context.Background(), id, ans); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(id, "the external wait", func(s *engine.State) bool { return s.WakeOn != nil && s.WakeOn.Kind == noeta.WakeExternalEvent })
+	h.waitReleased(id, eventlog.DispatchSuspended)
+	ext := noeta.ExternalWake("deploy-done")
+	ext.Data = json.RawMessage(`{"ok":true}`)
+	if _, err := h.b.disp.Wake(context.Background(), id, ext); err != nil {
+		t.Fatal(err)
+	}
+	st = h.waitStatus(id, noeta.StatusTerminal)
+	wantLog(t, h, id,
+		e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"), e("TaskSnapshot"), e("TaskSuspended"),
+		e("LeaseGranted"), e("TaskWoken"), e("TurnStarted"), e("PolicyDecided"), e("TaskSnapshot"), e("TaskSuspended"),
+		e("LeaseGranted"), e("TaskWoken"), e("TurnStarted"), e("PolicyDecided"), e("TaskSnapshot"), e("TaskSuspended"),
+		e("LeaseGranted"), e("TaskWoken"), e("TurnStarted"), e("PolicyDecided"), e("TaskStatePatched"),
+		e("TurnStarted"), e("PolicyDecided"), e("TaskStatePatched"),
+		e("TurnStarted"), e("PolicyDecided"), e("TaskSnapshot"), e("TaskCompleted"))
+	if string(st.Data) != `{"branch":"main","nested":{"b":2}}` {
+		t.Errorf("data %s", st.Data)
+	}
+	if st.LastWake == nil || st.LastWake.Kind != noeta.WakeTimerFired {
+		t.Errorf("last wake %+v", st.LastWake)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), pathsConfig)
+	h.start(1)
+	id := h.submit(`
+agent: boss
+goal: wait forever
+script:
+  - wait_external: {event_kind: never}
+`)
+	h.waitStatus(id, noeta.StatusSuspended)
+	h.waitReleased(id, eventlog.DispatchSuspended)
+	ok, err := h.eng.Cancel(context.Background(), id, "operator stop")
+	if err != nil || !ok {
+		t.Fatalf("Cancel: %v %v", ok, err)
+	}
+	st := h.waitStatus(id, noeta.StatusTerminal)
+	wantLog(t, h, id,
+		e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"), e("TaskSnapshot"), e("TaskSuspended"),
+		e("LeaseGranted"), e("TaskSnapshot"), e("TaskCancelled"))
+	if st.Reason != "operator stop" || len(st.Governance.Denials) != 1 {
+		t.Errorf("state %+v", st)
+	}
+	h.waitReleased(id, eventlog.DispatchTerminal)
+	if ok, err := h.eng.Cancel(context.Background(), id, "again"); ok || err != nil {
+		t.Errorf("second Cancel: %v %v", ok, err)
+	}
+}
+
+// TestCancelRunning cancels a task in the middle of a long tool call: the
+// running segment stops at its next cancellation point and the task ends
+// cancelled, with the interrupted call recorded as such.
+func TestCancelRunning(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), `
+agents:
+  sleeper: {tools: [sleep, echo]}
+`)
+	h.start(1)
+	id := h.submit(`
+agent: sleeper
+goal: sleep
+script:
+  - tool_calls: [{tool: sleep, args: {seconds: 30}}, {tool: echo}]
+  - finish: {answer: never}
+`)
+	h.waitFor(id, "the sleep to start", func(s *engine.State) bool { return s.Turn.Calls["call-1-0"] == engine.CallStarted })
+	if ok, err := h.eng.Cancel(context.Background(), id, "too slow"); err != nil || !ok {
+		t.Fatalf("Cancel: %v %v", ok, err)
+	}
+	st := h.waitStatus(id, noeta.StatusTerminal)
+	envs := wantLog(t, h, id,
+		e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"), e("ToolCallStarted"),
+		e("LeaseGranted"), e("TaskSnapshot"), e("TaskCancelled"))
+	if st.Reason != "too slow" || envs[len(envs)-1].LeaseGen != 2 {
+		t.Errorf("state %+v", st)
+	}
+}
+
+// TestPark: a turn found unfinished more often than AbandonCap in a row
+// parks the task for a human; the human's go-ahead resumes the turn. Each
+// call of the turn kills the worker running it, as a poison call would.
+func TestPark(t *testing.T) {
+	b := memBackend(t, 2*time.Second)
+	var kill context.CancelFunc
+	crash := tools.Define(tools.Def{Name: "crash", Risk: tools.RiskLow, Run: func(ctx context.Context, _ tools.Call) (tools.Result, error) {
+		kill()
+		<-ctx.Done()
+		return tools.Result{}, ctx.Err()
+	}})
+	h := newHarness(t, b, "agents:\n  boss: {tools: [crash]}\n", func(c *engine.Config) {
+		c.AbandonCap = 2
+		reg, err := tools.NewRegistry(crash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Tools = reg
+	})
+	id := h.submit(`
+agent: boss
+goal: crash a lot
+script:
+  - tool_calls: [{tool: crash}, {tool: crash}, {tool: crash}]
+  - finish: {answer: survived}
+`)
+	ctx := context.Background()
+	var out engine.Outcome
+	for i := 0; out.Status != noeta.StatusSuspended; i++ {
+		if i == 5 {
+			t.Fatalf("not parked after %d segments\n%s", i, h.dump(id))
+		}
+		lease, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: id, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		kill = cancel
+		out, err = h.eng.RunLease(wctx, lease)
+		cancel()
+		if out.Status != noeta.StatusSuspended {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("segment %d: %v", i, err)
+			}
+			// The worker is gone; hand the task on as its expiry would.
+			if err := b.disp.Enqueue(ctx, id, eventlog.EnqueueOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	envs := wantLog(t, h, id,
+		e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"), e("ToolCallStarted"),
+		e("LeaseGranted"), e("StepAttemptAbandoned"), tl("ToolCallFinished"), e("ToolCallStarted"),
+		e("LeaseGranted"), e("StepAttemptAbandoned"), tl("ToolCallFinished"), e("ToolCallStarted"),
+		e("LeaseGranted"), e("StepAttemptAbandoned"), e("TaskSnapshot"), e("TaskSuspended"))
+	var actions []string
+	for _, env := range envs {
+		if env.Type == noeta.TypeStepAttemptAbandoned {
+			var p noeta.StepAttemptAbandoned
+			_ = json.Unmarshal(env.Payload, &p)
+			actions = append(actions, string(p.Action))
+			if p.BaselineSeq != 3 {
+				t.Errorf("baseline_seq %d, want 3 (the TurnStarted)", p.BaselineSeq)
+			}
+		}
+	}
+	if strings.Join(actions, ",") != "redrive,redrive,park" {
+		t.Errorf("seals %v", actions)
+	}
+	st, _ := h.eng.Inspect(ctx, id)
+	if st.WakeOn.Handle != engine.ParkHandle(1) || !strings.HasPrefix(st.Reason, engine.ReasonParked+":") {
+		t.Fatalf("parked %q on %+v", st.Reason, st.WakeOn)
+	}
+	if _, err := h.eng.Approve(ctx, id, engine.ParkHandle(1), noeta.ApprovalApprove, "oncall", "go on"); err != nil {
+		t.Fatal(err)
+	}
+	h.start(1)
+	st = h.waitStatus(id, noeta.StatusTerminal)
+	if string(st.Answer) != `"survived"` || st.Governance.ToolCalls != 3 {
+		t.Errorf("ended %+v\n%s", st, h.dump(id))
+	}
+	if n := len(h.log(id)); n != len(envs)+7 {
+		t.Errorf("after the resume:\n%s", h.dump(id))
+	}
+}
