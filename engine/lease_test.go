@@ -1,0 +1,87 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// TestLeaseLostStopsTheWorker: a worker whose task is taken over while it is
+// inside a long tool call learns it from its next heartbeat, stops at once
+// (the call's context ends), writes nothing more and reports nothing for the
+// task; the new holder records the call as interrupted and finishes.
+func TestLeaseLostStopsTheWorker(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			h := newHarness(t, b, "agents:\n  sleeper: {tools: [sleep]}\n", func(c *engine.Config) {
+				c.HeartbeatEvery = 100 * time.Millisecond
+			})
+			id := h.submit(`
+agent: sleeper
+goal: sleep long
+script:
+  - tool_calls: [{tool: sleep, args: {seconds: 50}}]
+  - finish: {answer: woke}
+`)
+			ctx := context.Background()
+			a, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "zombie", Task: id, TTL: b.ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				err  error
+				took time.Duration
+			}
+			done := make(chan result, 1)
+			go func() {
+				start := time.Now()
+				_, err := h.eng.RunLease(ctx, a)
+				done <- result{err, time.Since(start)}
+			}()
+			h.waitFor(id, "the sleep to start", func(s *engine.State) bool { return s.Turn.Calls["call-1-0"] == engine.CallStarted })
+			// Another process takes the task over.
+			if err := b.disp.Enqueue(ctx, id, eventlog.EnqueueOptions{Reserved: true}); err != nil {
+				t.Fatal(err)
+			}
+			bl, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "successor", Task: id, TTL: b.ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the zombie did not stop")
+			}
+			if !errors.Is(r.err, eventlog.ErrInvalidLease) {
+				t.Fatalf("zombie ended with %v, want a lost lease", r.err)
+			}
+			ds, err := b.disp.Inspect(ctx, id)
+			if err != nil || ds.Status != eventlog.DispatchLeased || ds.LeaseID != bl.ID {
+				t.Fatalf("after the zombie stopped the dispatcher has %+v (%v); it must still be the successor's", ds, err)
+			}
+			before := len(h.log(id))
+			if before != 5 {
+				t.Fatalf("the zombie wrote after the takeover:\n%s", h.dump(id))
+			}
+			if _, err := h.eng.RunLease(ctx, bl); err != nil {
+				t.Fatal(err)
+			}
+			envs := wantLog(t, h, id,
+				e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"), e("ToolCallStarted"),
+				e("LeaseGranted"), e("StepAttemptAbandoned"), tl("ToolCallFinished"),
+				e("TurnStarted"), e("PolicyDecided"), e("TaskSnapshot"), e("TaskCompleted"))
+			fin := payload[noeta.ToolCallFinished](t, envs, noeta.TypeToolCallFinished)
+			if fin.OK || fin.Error == "" {
+				t.Errorf("interrupted call recorded as %+v", fin)
+			}
+			t.Logf("the zombie's segment ran %v in all", r.took)
+		})
+	}
+}
