@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/noeta-go/noeta/guards"
+)
+
+// Exit codes (DESIGN.md §7).
+const (
+	exitDone    = 0 // the task completed
+	exitFailed  = 1 // the task failed or was cancelled, or the run could not go on
+	exitUsage   = 2 // bad usage, a bad config or task file
+	exitWaiting = 3 // the task waits for an approval
+)
+
+// exitError ends a command with a code; err, if set, is printed first.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErr is a bad-usage or bad-config error: exit 2.
+func usageErr(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// failErr is a run that could not go on (the server would not start, the
+// log is unreachable): exit 1.
+func failErr(err error) error { return &exitError{code: exitFailed, err: err} }
+
+// exitCode is a result without a message to print.
+func exitCode(code int) error {
+	if code == exitDone {
+		return nil
+	}
+	return &exitError{code: code}
+}
+
+// globals are the flags every verb takes.
+type globals struct {
+	data    string
+	workers int
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+// logger is where the engine, the dispatcher and the observers report what the
+// log cannot hold (a lost lease, a failed handoff): warnings and errors on
+// stderr.
+func (g *globals) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func (g *globals) check() error {
+	if g.workers < 1 {
+		return usageErr("--workers is %d; it must be at least 1", g.workers)
+	}
+	return nil
+}
+
+// run is the whole command: it parses args, runs the verb and returns the
+// exit code. It prints to stdout and stderr only.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitDone
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(stderr, "engine:", ee.err)
+		}
+		return ee.code
+	}
+	// Cobra's own: an unknown verb or flag, a missing or extra argument.
+	fmt.Fprintf(stderr, "engine: %v\nRun 'engine --help' for usage.\n", err)
+	return exitUsage
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "engine",
+		Short: "Run agent tasks under governance on an embedded NATS JetStream",
+		Long: `engine runs agent tasks under governance. Every task is an append-only event
+log; guards allow, deny or ask a human before each tool call, subtask and
+finish, and every verdict is recorded with the guard that gave it.
+
+With no NATS server configured, engine starts one in-process, with JetStream
+storing everything under --data. Nothing needs to be installed.
+
+Exit codes: 0 the task completed, 1 it failed or was cancelled, 2 bad usage,
+config or task file, 3 it waits for an approval.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.SetOut(stderr)
+			_ = cmd.Help()
+			return usageErr("name a verb: run or demo")
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.data, "data", "", "data directory of the embedded server (run: ./.noeta; demo: a temporary directory)")
+	pf.IntVar(&g.workers, "workers", 4, "engine workers in the pool")
+	root.AddCommand(newRunCmd(g), newDemoCmd(g))
+	return root
+}
+
+// loadConfig reads a governance config; every mistake is reported as
+// FILE:LINE: field.path: message.
+func loadConfig(path string) (*guards.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parseConfig(path, data)
+}
+
+func parseConfig(name string, data []byte) (*guards.Config, error) {
+	cfg, err := guards.ParseConfig(data)
+	if err != nil {
+		return nil, errors.New(configErrors(name, err))
+	}
+	return cfg, nil
+}
+
+// configErrors renders the errors of guards.ParseConfig one per line, each
+// prefixed with the file name and line.
+func configErrors(name string, err error) string {
+	var list []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	} else {
+		list = []error{err}
+	}
+	lines := make([]string, 0, len(list))
+	for _, e := range list {
+		var ce *guards.ConfigError
+		switch {
+		case errors.As(e, &ce) && ce.Line > 0:
+			loc := fmt.Sprintf("%s:%d: ", name, ce.Line)
+			if ce.Path != "" {
+				loc += ce.Path + ": "
+			}
+			lines = append(lines, loc+ce.Msg)
+		default:
+			lines = append(lines, name+": "+e.Error())
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// approver names who answers approvals from this command: cli:$USER, or cli.
+func approver() string {
+	if u := os.Getenv("USER"); u != "" {
+		return "cli:" + u
+	}
+	return "cli"
+}
+
+// absDir makes dir absolute and checks that it is a directory.
+func absDir(flag, dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", usageErr("%s %s: %v", flag, dir, err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return "", usageErr("%s: %v", flag, err)
+	}
+	if !fi.IsDir() {
+		return "", usageErr("%s %s is not a directory", flag, dir)
+	}
+	return abs, nil
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/policy"
+)
+
+// stdin is where --approvals ask reads its answers.
+var stdin io.Reader = os.Stdin
+
+// stdinIsTerminal decides the default of --approvals.
+var stdinIsTerminal = func() bool {
+	fi, err := os.Stdin.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// defaultConfig is the config run reads when --config is not given.
+const defaultConfig = "noeta.yaml"
+
+type runOpts struct {
+	config    string
+	json      bool
+	approvals string
+	workspace string
+}
+
+func newRunCmd(g *globals) *cobra.Command {
+	var o runOpts
+	cmd := &cobra.Command{
+		Use:   "run TASKFILE",
+		Short: "Run a task file to its end, printing its timeline",
+		Long: `run submits the task of TASKFILE, runs it and its subtasks with a pool of
+workers on the embedded server, and prints every record of the task tree as
+it is committed: guard verdicts with their reasons, approvals, subtasks.
+
+Exit codes: 0 the task completed; 1 it failed or was cancelled; 2 bad usage,
+config or task file; 3 the task waits for an approval (with --approvals
+leave, the default when stdin is not a terminal): its id and the approval's
+handle are printed.`,
+		Example: `  engine run examples/01-allowed-call.yaml --config examples/noeta.yaml
+  engine run task.yaml --approvals approve --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runTask(cmd.Context(), g, o, args[0], cmd.Flags().Changed("approvals"))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.config, "config", "", "governance config (default "+defaultConfig+" in the working directory)")
+	f.BoolVar(&o.json, "json", false, "print one CloudEvents JSON object per committed record per line, instead of the timeline")
+	f.StringVar(&o.approvals, "approvals", "", "how to answer approval requests: ask, approve, deny or leave (default ask on a terminal, else leave)")
+	f.StringVar(&o.workspace, "workspace", ".", "directory the file and shell tools work in")
+	return cmd
+}
+
+func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approvalsSet bool) error {
+	if err := g.check(); err != nil {
+		return err
+	}
+	mode := approvalsLeave
+	if stdinIsTerminal() {
+		mode = approvalsAsk
+	}
+	if approvalsSet {
+		m, err := parseApprovalMode(o.approvals)
+		if err != nil {
+			return err
+		}
+		mode = m
+	}
+	configPath := o.config
+	if configPath == "" {
+		if _, err := os.Stat(defaultConfig); err != nil {
+			return usageErr("no governance config: pass --config FILE (there is no %s in the working directory)", defaultConfig)
+		}
+		configPath = defaultConfig
+	}
+	gov, err := loadConfig(configPath)
+	if err != nil {
+		return usageErr("--config: %v", err)
+	}
+	tf, err := policy.LoadTaskFile(taskPath)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return usageErr("task file: %v", err)
+		}
+		return usageErr("%v", err)
+	}
+	if _, ok := gov.Agent(tf.Agent); !ok {
+		return usageErr("%s: agent: %q is not an agent of %s (its agents: %s)", taskPath, tf.Agent, configPath, strings.Join(gov.Agents(), ", "))
+	}
+	script, err := json.Marshal(tf.Script)
+	if err != nil {
+		return usageErr("%s: script: %v", taskPath, err)
+	}
+	workspace, err := absDir("--workspace", o.workspace)
+	if err != nil {
+		return err
+	}
+	data := g.data
+	if data == "" {
+		data = ".noeta"
+	}
+	if data, err = filepath.Abs(data); err != nil {
+		return usageErr("--data: %v", err)
+	}
+
+	st, err := openStack(ctx, data, g.logger())
+	if err != nil {
+		return failErr(err)
+	}
+	defer st.Close()
+	eng, err := st.engine(gov, workspace, "")
+	if err != nil {
+		return failErr(err)
+	}
+	st.startPool(eng, g.workers)
+
+	id := noeta.NewTaskID()
+	msgs := g.stdout
+	if o.json {
+		msgs = g.stderr
+	}
+	f := newFollower(st, eng, id, g.stdout, g.stderr, o.json, mode)
+	if mode == approvalsAsk {
+		f.answers = bufio.NewReader(stdin)
+	}
+	untap := st.tap(f.handle)
+	defer untap()
+	if !o.json {
+		fmt.Fprintf(g.stdout, "task %s: %s (agent %s); config %s, workspace %s, data %s, %d workers, approvals %s\n",
+			id, taskPath, tf.Agent, configPath, workspace, data, g.workers, mode)
+	}
+	if _, err := eng.Submit(ctx, engine.Submission{ID: id, Agent: tf.Agent, Goal: tf.Goal, Script: script}); err != nil {
+		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))
+	}
+	out, err := f.follow(ctx)
+	if err != nil {
+		return failErr(err)
+	}
+	reportOutcome(msgs, id, data, out)
+	return exitCode(out.code())
+}
+
+// reportOutcome says how the run ended, and for a task left waiting, how to
+// answer it.
+func reportOutcome(w io.Writer, id, data string, out outcome) {
+	switch out.status {
+	case "completed":
+		fmt.Fprintf(w, "completed: task %s answered %s\n", id, out.detail)
+	case "failed":
+		if out.guard != "" {
+			fmt.Fprintf(w, "failed: task %s: %s (guard %s)\n", id, out.detail, out.guard)
+		} else {
+			fmt.Fprintf(w, "failed: task %s: %s\n", id, out.detail)
+		}
+	case "cancelled":
+		fmt.Fprintf(w, "cancelled: task %s: %s\n", id, out.detail)
+	case "waiting":
+		for _, wt := range out.waiting {
+			if wt.approval != nil {
+				fmt.Fprintf(w, "waiting for approval: task %s handle %s\n  %s\n  guard %s: %s\n",
+					wt.task, wt.handle, approvalWhat(*wt.approval), wt.approval.Guard, wt.approval.Reason)
+			} else {
+				fmt.Fprintf(w, "waiting for a human: task %s handle %s (%s)\n", wt.task, wt.handle, wt.reason)
+			}
+		}
+		fmt.Fprintf(w, "to answer: run the task file again with --approvals ask (y/N on the terminal), approve or deny;\n"+
+			"  this task stays suspended in %s (answering a suspended task by id comes with the cluster work's `engine approve TASK HANDLE`)\n", data)
+	case "stuck":
+		fmt.Fprintf(w, "stuck: task %s: %s\n", id, out.detail)
+	case "interrupted":
+		fmt.Fprintf(w, "interrupted: task %s is left as it is in %s\n", id, data)
+	}
+}

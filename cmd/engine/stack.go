@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
+	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/observers"
+	"github.com/noeta-go/noeta/policy"
+	"github.com/noeta-go/noeta/tools"
+)
+
+// stack is the single-process deployment: an embedded nats-server with
+// JetStream on a data directory, one connection, the JetStream event log and
+// dispatcher, the in-process ChildLifecycle observer, and the engines and
+// worker pools that run on them.
+type stack struct {
+	srv    *embedded.Server
+	nc     *nats.Conn
+	log    *jetstream.Log
+	disp   *jetstream.Dispatcher
+	child  *observers.ChildLifecycle
+	tools  *tools.Registry
+	logger *slog.Logger
+
+	subs []*eventlog.Subscription
+
+	mu     sync.Mutex
+	taps   map[int]eventlog.Handler
+	nextID int
+	pools  map[int]*pool
+
+	closeOnce sync.Once
+	// closeTimes is how long each step of the last Close took.
+	closeTimes []closeStep
+}
+
+type closeStep struct {
+	what string
+	took time.Duration
+}
+
+// openStack starts the embedded server on <data>/nats and wires the log, the
+// dispatcher and the ChildLifecycle observer on it; it recovers every child
+// handoff a previous process may have missed. On error everything started is
+// shut down again.
+func openStack(ctx context.Context, data string, logger *slog.Logger) (_ *stack, err error) {
+	s := &stack{logger: logger, taps: map[int]eventlog.Handler{}, pools: map[int]*pool{}}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	s.srv, err = embedded.Start(ctx, embedded.Config{Dir: filepath.Join(data, "nats")})
+	if err != nil {
+		return nil, fmt.Errorf("start the embedded NATS server in %s: %w", data, err)
+	}
+	s.nc, err = nats.Connect(s.srv.ClientURL(), nats.Name("noeta-engine"))
+	if err != nil {
+		return nil, fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
+	s.disp, err = jetstream.OpenDispatcher(ctx, s.nc, jetstream.DispatcherConfig{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("open the dispatcher: %w", err)
+	}
+	s.log, err = jetstream.Open(ctx, s.nc, jetstream.Config{Registry: s.disp})
+	if err != nil {
+		return nil, fmt.Errorf("open the event log: %w", err)
+	}
+	builtins, err := tools.Builtins(tools.BuiltinConfig{})
+	if err != nil {
+		return nil, err
+	}
+	if s.tools, err = tools.NewRegistry(builtins...); err != nil {
+		return nil, err
+	}
+	s.child, err = observers.NewChildLifecycle(observers.ChildLifecycleConfig{Log: s.log, Index: s.log, Waker: s.disp, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	// The taps come first: a follower sees a child's terminal record before
+	// ChildLifecycle hands it to the parent and wakes it.
+	s.subs = append(s.subs, s.log.Subscribe(s.deliver), s.log.Subscribe(s.child.Handle))
+	if _, err := s.child.Recover(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		logger.Warn("child handoff recovery was incomplete; the next start retries it", "err", err)
+	}
+	return s, nil
+}
+
+// deliver hands a committed record to every tap.
+func (s *stack) deliver(ctx context.Context, env eventlog.Envelope) error {
+	s.mu.Lock()
+	taps := make([]eventlog.Handler, 0, len(s.taps))
+	for _, h := range s.taps {
+		taps = append(taps, h)
+	}
+	s.mu.Unlock()
+	for _, h := range taps {
+		_ = h(ctx, env)
+	}
+	return nil
+}
+
+// tap subscribes h to every committed record, ahead of the observers; the
+// returned function unsubscribes it. h runs on the writer's goroutine and
+// must not block.
+func (s *stack) tap(h eventlog.Handler) (cancel func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := s.nextID
+	s.nextID++
+	s.taps[id] = h
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.taps, id)
+	}
+}
+
+// parseScript is the policy of a task's script.
+func parseScript(body []byte) (engine.Policy, error) {
+	script, err := policy.ScriptFromJSON(body)
+	if err != nil {
+		return nil, err
+	}
+	return policy.NewScripted(script), nil
+}
+
+// engine returns an engine on the stack that governs by gov, runs file and
+// shell tools in workspace, and works the ready queue queue ("" for the
+// default queue).
+func (s *stack) engine(gov *guards.Config, workspace, queue string) (*engine.Engine, error) {
+	return engine.New(engine.Config{
+		Log:        s.log,
+		Dispatcher: s.disp,
+		Content:    s.log,
+		Governance: gov,
+		Tools:      s.tools,
+		Policies:   engine.ScriptedPolicies(s.log, parseScript),
+		Workspace:  workspace,
+		Queue:      queue,
+		Logger:     s.logger,
+	})
+}
+
+// pool is a running worker pool.
+type pool struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startPool runs n workers of eng until the returned stop is called or the
+// stack is closed. stop returns once every worker has returned.
+func (s *stack) startPool(eng *engine.Engine, n int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pool{cancel: cancel, done: make(chan struct{})}
+	s.mu.Lock()
+	id := s.nextID
+	s.nextID++
+	s.pools[id] = p
+	s.mu.Unlock()
+	ws := eng.NewPool("worker", n)
+	go func() {
+		defer close(p.done)
+		ws.Run(ctx)
+	}()
+	return func() {
+		p.cancel()
+		<-p.done
+		s.mu.Lock()
+		delete(s.pools, id)
+		s.mu.Unlock()
+	}
+}
+
+// Close shuts everything down, in order: the worker pools (a worker in the
+// middle of a segment stops at its next write and leaves its lease to
+// expire), the subscriptions, the dispatcher, the log, the connection, and
+// the server, which flushes and closes its store. It is safe to call more
+// than once.
+func (s *stack) Close() {
+	s.closeOnce.Do(func() {
+		step := func(what string, f func()) {
+			start := time.Now()
+			f()
+			s.closeTimes = append(s.closeTimes, closeStep{what, time.Since(start)})
+		}
+		step("pools", func() {
+			s.mu.Lock()
+			pools := make([]*pool, 0, len(s.pools))
+			for _, p := range s.pools {
+				pools = append(pools, p)
+			}
+			s.mu.Unlock()
+			for _, p := range pools {
+				p.cancel()
+			}
+			for _, p := range pools {
+				<-p.done
+			}
+		})
+		step("subscriptions", func() {
+			for _, sub := range s.subs {
+				sub.Cancel()
+			}
+		})
+		if s.disp != nil {
+			step("dispatcher", func() { _ = s.disp.Close() })
+		}
+		if s.log != nil {
+			step("log", func() { _ = s.log.Close() })
+		}
+		if s.nc != nil {
+			step("connection", s.nc.Close)
+		}
+		if s.srv != nil {
+			step("server", s.srv.Shutdown)
+		}
+	})
+}
+
+// closeTook is the total time of the last Close.
+func (s *stack) closeTook() time.Duration {
+	var d time.Duration
+	for _, c := range s.closeTimes {
+		d += c.took
+	}
+	return d
+}
+
+// inspect returns the dispatcher's state of task; found is false while the
+// dispatcher does not know it yet (it is created before it is enqueued).
+func (s *stack) inspect(ctx context.Context, task string) (eventlog.DispatchState, bool, error) {
+	ds, err := s.disp.Inspect(ctx, task)
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return ds, false, nil
+	}
+	return ds, err == nil, err
+}
