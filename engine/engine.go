@@ -141,7 +141,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = discardLogger()
 	}
 	return &Engine{cfg: cfg, log: cfg.Logger, stacks: map[string]*guards.Stack{}, cancels: map[string]context.CancelCauseFunc{}}, nil
 }
@@ -332,3 +332,5 @@ func (e *Engine) takeOver(ctx context.Context, task string) (eventlog.Lease, err
 	}
 	return eventlog.Lease{}, fmt.Errorf("engine: could not take task %s over: %w", task, last)
 }
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -354,9 +354,11 @@ func (g *segment) guards() (*guards.Stack, error) {
 }
 
 // guardContext is the read-only view the guards decide on: the folded
-// governance of this very moment, kept current record by record.
+// governance of this very moment, kept current record by record. The fold
+// only appends to the history lists, so they are shared, not copied: the
+// cost does not grow with the task's history.
 func (g *segment) guardContext() *guards.Context {
-	return guards.NewContext(guards.ContextParams{
+	return guards.NewContextAppendOnly(guards.ContextParams{
 		TaskID:       g.st.Task,
 		Governance:   g.st.Governance,
 		SubtaskDepth: g.st.Depth,
@@ -461,17 +463,12 @@ func (g *segment) argsOf(pa noeta.PendingApproval) (json.RawMessage, error) {
 	return g.e.cfg.Content.Get(g.ctx, *pa.ArgsRef)
 }
 
-// runTool runs an allowed (or approved) call: the lease is confirmed live
-// first, so a worker that lost the task starts no new side effect; then
-// ToolCallStarted, the run, ToolCallFinished.
+// runTool runs an allowed (or approved) call: ToolCallStarted, the run,
+// ToolCallFinished. The call runs only once its ToolCallStarted is in the
+// log, and that append is the check that the lease is still live: Emit asks
+// the lease registry and compare-and-sets the log's tail, so a worker that
+// lost the task starts no new side effect.
 func (g *segment) runTool(call noeta.ToolCall) error {
-	live, err := g.e.cfg.Dispatcher.Valid(g.ctx, g.lease)
-	if err != nil {
-		return err
-	}
-	if !live {
-		return fmt.Errorf("%w: task %s: lease %s is no longer live; call %s not started", eventlog.ErrLeaseLost, g.st.Task, g.lease.ID, call.CallID)
-	}
 	args, ref, err := eventlog.Spill(g.ctx, g.e.cfg.Content, call.Args, noeta.ArgsInlineLimit)
 	if err != nil {
 		return err

@@ -44,6 +44,32 @@ func NewContext(p ContextParams) *Context {
 	}
 }
 
+// NewContextAppendOnly is [NewContext] for a caller that never changes an
+// element of the governance slice's history lists (Denials, SubtaskResults,
+// Approvals) once it is in them, only appends: those lists are shared, not
+// copied, so building a context costs the same at the ten-thousandth record
+// of a task as at the first. Everything else is copied as by NewContext, and
+// no accessor hands the shared memory out (Governance returns a deep copy),
+// so guards see the same read-only view either way. The engine, whose fold
+// only ever appends to those lists, builds its contexts this way.
+func NewContextAppendOnly(p ContextParams) *Context {
+	gov := p.Governance
+	gov.Denials = slices.Clip(gov.Denials)
+	gov.SubtaskResults = slices.Clip(gov.SubtaskResults)
+	gov.Approvals = slices.Clip(gov.Approvals)
+	gov.RecentToolCalls = slices.Clone(gov.RecentToolCalls)
+	if gov.PendingApprovals != nil {
+		gov.PendingApprovals = maps.Clone(gov.PendingApprovals)
+	}
+	return &Context{
+		taskID:   p.TaskID,
+		gov:      gov,
+		skills:   slices.Clone(p.ActiveSkills),
+		depth:    p.SubtaskDepth,
+		metadata: maps.Clone(p.Metadata),
+	}
+}
+
 // TaskID is the id of the task being stepped.
 func (c *Context) TaskID() string { return c.taskID }
 

@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// TestFastFoldAgreesWithDecode folds logs with the direct field reader and
+// with encoding/json and wants the same state, byte for byte, including
+// payloads the reader must hand back (escapes, refs, odd numbers).
+func TestFastFoldAgreesWithDecode(t *testing.T) {
+	logs := map[string][]eventlog.Envelope{"synthetic": syntheticLog(t, 2000)}
+	var odd []eventlog.Envelope
+	add := func(p noeta.Payload) {
+		env, err := eventlog.NewEnvelope("T", eventlog.OriginEngine, "x", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Seq, env.LeaseGen = uint64(len(odd)+1), 1
+		odd = append(odd, env)
+	}
+	ref := noeta.RefFor([]byte(`{"big":1}`), eventlog.MediaTypeJSON)
+	add(noeta.TaskCreated{TaskID: "T", Agent: "a", Goal: "g", RootTaskID: "T"})
+	add(noeta.LeaseGranted{LeaseID: "L", Generation: 1, Worker: "w"})
+	add(noeta.TurnStarted{Turn: 1})
+	add(noeta.PolicyDecided{Turn: 1, Decision: noeta.DecisionToolCalls, CostUSD: 1e-7, InputTokens: 123456789012, OutputTokens: 7})
+	add(noeta.ToolCallStarted{CallID: "c\"1", Tool: "t\\x", Args: []byte(`{"s":"a\"b","n":[1,{"x":"}"}]}`), Turn: 1})
+	add(noeta.ToolCallFinished{CallID: "c\"1", Tool: "t", OK: true, Output: []byte(`"}]"`), CostUSD: 0.3})
+	add(noeta.ToolCallStarted{CallID: "c2", Tool: "echo", ArgsRef: &ref, Turn: 1})
+	add(noeta.ToolCallFinished{CallID: "c2", Tool: "echo", OK: false, Error: "boom \u00e9\n", OutputRef: &ref})
+	add(noeta.ToolCallStarted{CallID: "c3", Tool: "echo", Turn: 1})
+	add(noeta.ToolCallFinished{CallID: "c3", Tool: "echo", CostUSD: 1.5e21})
+	add(noeta.TaskSnapshot{StateRef: ref, UptoSeq: 9})
+	add(noeta.TurnStarted{Turn: 2})
+	add(noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionFinish})
+	logs["odd"] = odd
+	for name, envs := range logs {
+		fast, err := Fold(envs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fastFold = false
+		slow, err := Fold(envs)
+		fastFold = true
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := fast.Canonical()
+		b, _ := slow.Canonical()
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s: fast fold\n%s\ndecoded fold\n%s", name, a, b)
+		}
+	}
+}
+
+func TestMembersRefusesWhatItCannotRead(t *testing.T) {
+	for _, in := range []string{``, `{`, `[]`, `{"a"}`, `{"a":}`, `{"a\"b":1}`, `{"a":1,}`, `{"a":"x}`, `{"a":{"b":1}`, `{"a":1}x`} {
+		if members([]byte(in), func(string, []byte) bool { return true }) {
+			t.Errorf("members(%q) = true", in)
+		}
+	}
+	var keys []string
+	if !members([]byte(`{"a":{"b":[1,"]"]},"c":"d","e":null}`), func(k string, v []byte) bool { keys = append(keys, k+"="+string(v)); return true }) {
+		t.Fatal("refused a good object")
+	}
+	if got := keys; len(got) != 3 || got[0] != `a={"b":[1,"]"]}` || got[1] != `c="d"` || got[2] != "e=null" {
+		t.Errorf("members: %q", got)
+	}
+}
