@@ -199,7 +199,7 @@ func (e *Engine) Submit(ctx context.Context, sub Submission) (string, error) {
 	if err := e.fillCreated(ctx, &tc, sub.Goal, sub.Script); err != nil {
 		return "", err
 	}
-	if err := e.create(ctx, tc, eventlog.OriginSystem, eventlog.EnqueueOptions{Queue: sub.Queue}); err != nil {
+	if err := e.create(ctx, tc, eventlog.OriginSystem, eventlog.EnqueueOptions{Queue: sub.Queue}, false); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -226,16 +226,24 @@ func (e *Engine) fillCreated(ctx context.Context, tc *noeta.TaskCreated, goal st
 	return nil
 }
 
-// create writes a task's genesis (a repeat is fine: ids of children are
-// derived, so a resumed spawn creates the same ids) and enqueues it.
-func (e *Engine) create(ctx context.Context, tc noeta.TaskCreated, origin eventlog.Origin, opts eventlog.EnqueueOptions) error {
+// create writes a task's genesis and enqueues it. With existing, a task
+// that is already there is fine (a resumed spawn creates children it may have
+// created before, under the same derived ids): it is enqueued only if the
+// dispatcher has never seen it, since enqueueing a known task forces it back
+// to ready, fencing its worker and dropping a wake it has not consumed.
+func (e *Engine) create(ctx context.Context, tc noeta.TaskCreated, origin eventlog.Origin, opts eventlog.EnqueueOptions, existing bool) error {
 	env, err := eventlog.NewEnvelope(tc.TaskID, origin, e.cfg.Actor, tc)
 	if err != nil {
 		return err
 	}
 	env.CorrelationID = tc.RootTaskID
-	if _, err := e.cfg.Log.Create(ctx, env); err != nil && !errors.Is(err, eventlog.ErrTaskExists) {
-		return err
+	if _, err := e.cfg.Log.Create(ctx, env); err != nil {
+		if !existing || !errors.Is(err, eventlog.ErrTaskExists) {
+			return err
+		}
+		if _, err := e.cfg.Dispatcher.Inspect(ctx, tc.TaskID); !errors.Is(err, eventlog.ErrNotFound) {
+			return err
+		}
 	}
 	opts.Parent = tc.ParentTaskID
 	return e.cfg.Dispatcher.Enqueue(ctx, tc.TaskID, opts)

@@ -355,3 +355,33 @@ script:
 		t.Errorf("after the resume:\n%s", h.dump(id))
 	}
 }
+
+func TestSubmitRefusals(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), pathsConfig)
+	ctx := context.Background()
+	if _, err := h.eng.Submit(ctx, engine.Submission{ID: "same", Agent: "boss", Goal: "g"}); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		sub  engine.Submission
+		want error
+	}{
+		{"existing id", engine.Submission{ID: "same", Agent: "boss", Goal: "g"}, eventlog.ErrTaskExists},
+		{"unknown agent", engine.Submission{Agent: "nobody", Goal: "g"}, eventlog.ErrInvalidArgument},
+		{"empty goal", engine.Submission{Agent: "boss"}, eventlog.ErrInvalidArgument},
+		{"bad id", engine.Submission{ID: "a.b", Agent: "boss", Goal: "g"}, eventlog.ErrInvalidArgument},
+		{"bad script", engine.Submission{Agent: "boss", Goal: "g", Script: json.RawMessage(`{`)}, eventlog.ErrInvalidArgument},
+	}
+	for _, c := range cases {
+		if _, err := h.eng.Submit(ctx, c.sub); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	if _, err := h.eng.Approve(ctx, "same", "h", "maybe", "me", ""); !errors.Is(err, eventlog.ErrInvalidArgument) {
+		t.Errorf("Approve with decision maybe: %v", err)
+	}
+	if _, err := h.eng.Approve(ctx, "same", "h", noeta.ApprovalApprove, "", ""); !errors.Is(err, eventlog.ErrInvalidArgument) {
+		t.Errorf("Approve without approver: %v", err)
+	}
+}

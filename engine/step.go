@@ -620,7 +620,7 @@ func (g *segment) startChildren(specs []noeta.SpawnSpec) error {
 		}
 	}
 	for _, tc := range created {
-		if err := g.e.create(g.ctx, tc, eventlog.OriginEngine, eventlog.EnqueueOptions{}); err != nil {
+		if err := g.e.create(g.ctx, tc, eventlog.OriginEngine, eventlog.EnqueueOptions{}, true); err != nil {
 			return err
 		}
 	}
