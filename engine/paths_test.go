@@ -385,3 +385,40 @@ func TestSubmitRefusals(t *testing.T) {
 		t.Errorf("Approve without approver: %v", err)
 	}
 }
+
+// TestBigArgsAndOutputs: arguments and outputs over the inline limit go to
+// the content store, the records carry refs, and the repetition guard still
+// recognises three identical big calls (keyed by the hash of their args).
+func TestBigArgsAndOutputs(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), `
+agents:
+  big:
+    tools: [echo]
+    repetition: {threshold: 3}
+`)
+	h.start(1)
+	text := strings.Repeat("x", 5000)
+	call := `{tool: echo, args: {text: "` + text + `"}}`
+	id := h.submit("agent: big\ngoal: g\nscript:\n  - tool_calls: [" + call + ", " + call + ", " + call + "]\n  - finish: {answer: \"" + text + "\"}\n")
+	approve(t, h, id, "approval-call-1-2", noeta.ApprovalApprove, "")
+	st := h.waitStatus(id, noeta.StatusTerminal)
+	envs := h.log(id)
+	for _, env := range envs {
+		if len(env.Payload) > noeta.PayloadMaxBytes {
+			t.Errorf("%s seq %d is %d bytes", env.Type, env.Seq, len(env.Payload))
+		}
+	}
+	started := payload[noeta.ToolCallStarted](t, envs, noeta.TypeToolCallStarted)
+	fin := payload[noeta.ToolCallFinished](t, envs, noeta.TypeToolCallFinished)
+	req := payload[noeta.ApprovalRequested](t, envs, noeta.TypeApprovalRequested)
+	if started.ArgsRef == nil || started.Args != nil || fin.OutputRef == nil || req.ArgsRef == nil || req.Guard != "repetition" {
+		t.Fatalf("started %+v finished %+v request %+v", started, fin, req)
+	}
+	body, err := h.b.content.Get(context.Background(), *fin.OutputRef)
+	if err != nil || !strings.Contains(string(body), text) {
+		t.Errorf("output body %.60s… %v", body, err)
+	}
+	if st.AnswerRef == nil || st.Answer != nil || st.Governance.ToolCalls != 3 {
+		t.Errorf("state %+v", st)
+	}
+}

@@ -100,6 +100,10 @@ func (r *Repetition) Check(_ context.Context, a noeta.ProposedAction, c *Context
 	if err != nil {
 		return noeta.VerdictResult{}, err
 	}
+	if len(args) > noeta.ArgsInlineLimit {
+		// Keyed as the fold keys a call whose args were spilled (KeyOf).
+		args = []byte(SpilledArgsKey(noeta.RefFor(args, "").Hash))
+	}
 	recent := c.gov.RecentToolCalls
 	run := 0
 	for i := len(recent) - 1; i >= 0 && len(recent)-i <= r.window; i-- {

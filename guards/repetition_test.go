@@ -138,3 +138,22 @@ func TestRepetitionValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestRepetitionSpilledArgs: calls whose arguments are over the inline limit
+// are keyed by their hash (as the fold records them), and still recognised.
+func TestRepetitionSpilledArgs(t *testing.T) {
+	big := noeta.ToolCall{Tool: "echo", Args: []byte(`{"text":"` + strings.Repeat("y", noeta.ArgsInlineLimit) + `"}`)}
+	k, err := KeyOf(big)
+	if err != nil || !strings.HasPrefix(k.Args, "sha256:") {
+		t.Fatalf("KeyOf of big args: %+v %v", k, err)
+	}
+	rep, err := NewRepetition(RepetitionPolicy{Threshold: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewContext(ContextParams{Governance: noeta.GovernanceState{RecentToolCalls: []noeta.ToolCallKey{k, k}}})
+	r, err := rep.Check(t.Context(), noeta.ProposedToolCall{Call: big}, c)
+	if err != nil || r.Verdict != noeta.VerdictRequireApproval {
+		t.Errorf("third big call: %+v %v", r, err)
+	}
+}
