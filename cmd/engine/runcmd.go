@@ -23,10 +23,7 @@ import (
 var stdin io.Reader = os.Stdin
 
 // stdinIsTerminal decides the default of --approvals.
-var stdinIsTerminal = func() bool {
-	fi, err := os.Stdin.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
+var stdinIsTerminal = func() bool { return isTerminal(os.Stdin.Fd()) }
 
 // defaultConfig is the config run reads when --config is not given.
 const defaultConfig = "noeta.yaml"
