@@ -33,6 +33,7 @@ var logCases = []suiteCase{
 	{"RecordsAreImmutable", testRecordsAreImmutable},
 	// leases and the fence
 	{"FirstEmitWritesLeaseGranted", testFirstEmitWritesLeaseGranted},
+	{"LeaseGrantedJoinsTheTree", testLeaseGrantedJoinsTheTree},
 	{"SecondEmitNoLeaseGranted", testSecondEmitNoLeaseGranted},
 	{"LeaseGenStamped", testLeaseGenStamped},
 	{"NewLeaseNewLeaseGranted", testNewLeaseNewLeaseGranted},
@@ -422,6 +423,20 @@ func testFirstEmitWritesLeaseGranted(t *testing.T, b Backend) {
 	}
 	if envs[2].Type != noeta.TypeTurnStarted {
 		t.Errorf("seq 3: got type %s, want %s", envs[2].Type, noeta.TypeTurnStarted)
+	}
+}
+
+// testLeaseGrantedJoinsTheTree: the LeaseGranted an Emit writes carries the
+// correlation id of the record it precedes, so a consumer following a task
+// tree by correlation id sees a child's fence records too.
+func testLeaseGrantedJoinsTheTree(t *testing.T, b Backend) {
+	task, l := newLeased(t, b)
+	env := turnEnv(t, task, 1)
+	env.CorrelationID = "ROOT-" + task
+	mustEmit(t, b, l, env)
+	envs := wantLogLen(t, b, task, 3, "after the first emit")
+	if envs[1].CorrelationID != env.CorrelationID || envs[2].CorrelationID != env.CorrelationID {
+		t.Errorf("correlation ids: LeaseGranted %q, the record %q; want both %q", envs[1].CorrelationID, envs[2].CorrelationID, env.CorrelationID)
 	}
 }
 

@@ -405,7 +405,7 @@ func (l *Log) emitLocked(ctx context.Context, ts *taskState, lease eventlog.Leas
 		}
 
 		if ts.tail.leaseID != lease.ID {
-			lg, err := l.grant(ctx, ts, lease)
+			lg, err := l.grant(ctx, ts, lease, env.CorrelationID)
 			if err != nil {
 				return eventlog.Envelope{}, notify, false, err
 			}
@@ -485,7 +485,7 @@ func (l *Log) checkRegistry(ctx context.Context, lease eventlog.Lease) error {
 
 // grant appends the LeaseGranted of lease after the known tail. It returns
 // nil (and no error) when the tail moved: the caller re-reads and decides.
-func (l *Log) grant(ctx context.Context, ts *taskState, lease eventlog.Lease) (*eventlog.Envelope, error) {
+func (l *Log) grant(ctx context.Context, ts *taskState, lease eventlog.Lease, correlationID string) (*eventlog.Envelope, error) {
 	worker := lease.Worker
 	if worker == "" {
 		worker = "unknown"
@@ -499,7 +499,8 @@ func (l *Log) grant(ctx context.Context, ts *taskState, lease eventlog.Lease) (*
 	lg.ID = noeta.NewIDAt(lg.Time)
 	lg.Seq = ts.tail.seq + 1
 	lg.LeaseGen = lease.Generation
-	lg.CorrelationID = lease.Task
+	// The fence belongs to the task tree of the record it precedes.
+	lg.CorrelationID = correlationID
 	msg, err := encode(l.subj.log(lease.Task), lg, meta{leaseID: lease.ID, baseline: ts.tail.baseline})
 	if err != nil {
 		return nil, err

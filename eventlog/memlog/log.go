@@ -200,7 +200,7 @@ func (s *Store) Emit(ctx context.Context, lease eventlog.Lease, env eventlog.Env
 	var out [2]eventlog.Envelope
 	n := 0
 	if tl.fenceLease != lease.ID {
-		lg, err := leaseGranted(lease)
+		lg, err := leaseGranted(lease, env.CorrelationID)
 		if err != nil {
 			tl.mu.Unlock()
 			return eventlog.Envelope{}, err
@@ -245,7 +245,9 @@ func (s *Store) checkFence(tl *taskLog, lease eventlog.Lease, now time.Time) err
 	return s.leaseLive(lease, now)
 }
 
-func leaseGranted(lease eventlog.Lease) (eventlog.Envelope, error) {
+// leaseGranted is the fence record an Emit writes before env; it belongs to
+// the same task tree as env, so it carries env's correlation id.
+func leaseGranted(lease eventlog.Lease, correlationID string) (eventlog.Envelope, error) {
 	env, err := eventlog.NewEnvelope(lease.Task, eventlog.OriginEngine, lease.Worker,
 		noeta.LeaseGranted{LeaseID: lease.ID, Generation: lease.Generation, Worker: lease.Worker})
 	if err != nil {
@@ -255,7 +257,7 @@ func leaseGranted(lease eventlog.Lease) (eventlog.Envelope, error) {
 		env.Actor = "dispatcher"
 	}
 	env.ID = noeta.NewID()
-	env.CorrelationID = lease.Task
+	env.CorrelationID = correlationID
 	env.LeaseGen = lease.Generation
 	return env, nil
 }
