@@ -3,6 +3,7 @@ package noeta
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -65,4 +66,16 @@ func validateToken(what, s string, max int, sentinel error) error {
 		return wrap(fmt.Sprintf("has %q at byte %d; only A-Z a-z 0-9 _ - are allowed", c, i))
 	}
 	return nil
+}
+
+// Partitions is the number of partitions tasks are spread over: subjects,
+// consumers and observer workers divide the work by a task's partition,
+// which is fixed forever.
+const Partitions = 64
+
+// Partition returns a task's partition: fnv32a(task) % Partitions.
+func Partition(task string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(task))
+	return int(h.Sum32() % Partitions)
 }

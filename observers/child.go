@@ -538,3 +538,12 @@ func (c *lru[V]) len() int {
 	defer c.mu.Unlock()
 	return c.ll.Len()
 }
+
+// Name implements Observer: the consumer group of an observer-worker's
+// ChildLifecycle is obs-child.
+func (c *ChildLifecycle) Name() string { return "child" }
+
+// Observe implements Observer; it is Handle.
+func (c *ChildLifecycle) Observe(ctx context.Context, env eventlog.Envelope) error {
+	return c.Handle(ctx, env)
+}

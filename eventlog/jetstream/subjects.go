@@ -1,21 +1,17 @@
 package jetstream
 
 import (
-	"hash/fnv"
 	"strconv"
 	"strings"
+
+	"github.com/noeta-go/noeta"
 )
 
-// Partitions is the number of partitions tasks are spread over. A task's
-// partition is fixed forever: observers divide the work by it.
-const Partitions = 64
+// Partitions is noeta.Partitions.
+const Partitions = noeta.Partitions
 
-// Partition returns fnv32a(task) % Partitions.
-func Partition(task string) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(task))
-	return int(h.Sum32() % Partitions)
-}
+// Partition is noeta.Partition.
+func Partition(task string) int { return noeta.Partition(task) }
 
 // subjects builds the subject names of one prefix.
 type subjects struct{ prefix string }
