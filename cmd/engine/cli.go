@@ -118,7 +118,7 @@ config or task file, 3 it waits for an approval.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(stderr)
 			_ = cmd.Help()
-			return usageErr("name a verb: run or demo")
+			return usageErr("name a verb: run, demo, events, inspect or tasks")
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -128,7 +128,7 @@ config or task file, 3 it waits for an approval.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.data, "data", "", "data directory of the embedded server (run: ./.noeta; demo: a temporary directory)")
 	pf.IntVar(&g.workers, "workers", 4, "engine workers in the pool")
-	root.AddCommand(newRunCmd(g), newDemoCmd(g))
+	root.AddCommand(newRunCmd(g), newDemoCmd(g), newEventsCmd(g), newInspectCmd(g), newTasksCmd(g))
 	return root
 }
 

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
+)
+
+// The read verbs: events, inspect, tasks. They open the data directory's
+// server and read; they run no worker.
+
+// openData opens the stack of --data (./.noeta by default) for reading.
+func openData(ctx context.Context, g *globals) (*stack, error) {
+	data := g.data
+	if data == "" {
+		data = ".noeta"
+	}
+	data, err := filepath.Abs(data)
+	if err != nil {
+		return nil, usageErr("--data: %v", err)
+	}
+	st, err := openStack(ctx, data, g.logger())
+	if err != nil {
+		return nil, failErr(err)
+	}
+	return st, nil
+}
+
+func taskArg(id string) error {
+	if err := noeta.ValidateTaskID(id); err != nil {
+		return usageErr("%v", err)
+	}
+	return nil
+}
+
+func newEventsCmd(g *globals) *cobra.Command {
+	var follow, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "events TASK",
+		Short: "Print a task's records: its log, then its inbox",
+		Long: `events prints every record of TASK: its log in order, then the records of
+its inbox (subtask results handed to it). With --follow it keeps printing the
+task's new records until the task ends. --json prints each record as the
+CloudEvents JSON object it is stored as, one per line.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := taskArg(args[0]); err != nil {
+				return err
+			}
+			st, err := openData(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			return printEvents(cmd.Context(), st, args[0], follow, asJSON, g.stdout)
+		},
+	}
+	cmd.Flags().BoolVar(&follow, "follow", false, "keep printing new records until the task ends")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "one CloudEvents JSON object per record per line")
+	return cmd
+}
+
+// followPoll is how often events --follow looks for new records.
+const followPoll = 200 * time.Millisecond
+
+func printEvents(ctx context.Context, st *stack, task string, follow, asJSON bool, w io.Writer) error {
+	envs, err := st.log.Read(ctx, task, 0)
+	if err != nil {
+		if errors.Is(err, eventlog.ErrNotFound) {
+			return failErr(fmt.Errorf("no task %s in this data directory", task))
+		}
+		return failErr(err)
+	}
+	if len(envs) == 0 {
+		return failErr(fmt.Errorf("no task %s in this data directory", task))
+	}
+	start := envs[0].Time
+	print := func(env eventlog.Envelope) error {
+		if asJSON {
+			b, err := jetstream.CloudEvent(env)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(w, "%s\n", b)
+			return err
+		}
+		p, known, err := env.Decode()
+		detail := rawDetail(env.Payload)
+		if err == nil && known {
+			detail = describe(env, p)
+		}
+		pos := "in"
+		if env.Seq > 0 {
+			pos = fmt.Sprintf("#%d", env.Seq)
+		}
+		_, err = fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("%8.3fs  %-5s %-21s %-8s %s", env.Time.Sub(start).Seconds(), pos, env.Type, env.Origin, detail), " "))
+		return err
+	}
+	seen := map[string]bool{}
+	last := uint64(0)
+	ended := false
+	emit := func(batch []eventlog.Envelope) error {
+		for _, env := range batch {
+			if env.Seq > 0 {
+				last = env.Seq
+				ended = ended || noeta.IsTerminalType(env.Type)
+			} else {
+				if seen[env.Key] {
+					continue
+				}
+				seen[env.Key] = true
+			}
+			if err := print(env); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := emit(envs); err != nil {
+		return failErr(err)
+	}
+	for {
+		inbox, err := st.log.Inbox(ctx, task)
+		if err != nil {
+			return failErr(err)
+		}
+		if err := emit(inbox); err != nil {
+			return failErr(err)
+		}
+		if !follow || ended {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(followPoll):
+		}
+		more, err := st.log.Read(ctx, task, last)
+		if err != nil {
+			return failErr(err)
+		}
+		if err := emit(more); err != nil {
+			return failErr(err)
+		}
+	}
+}
+
+func newInspectCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "inspect TASK",
+		Short: "Print a task's folded state: status, governance counters, pending approvals",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := taskArg(args[0]); err != nil {
+				return err
+			}
+			st, err := openData(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			state, note, err := engine.FoldTask(cmd.Context(), st.log, st.log, args[0])
+			if note != "" {
+				fmt.Fprintln(g.stderr, "engine: note:", note)
+			}
+			if err != nil {
+				if errors.Is(err, eventlog.ErrNotFound) {
+					return failErr(fmt.Errorf("no task %s in this data directory", args[0]))
+				}
+				return failErr(err)
+			}
+			ds, known, err := st.inspect(cmd.Context(), args[0])
+			if err != nil {
+				return failErr(err)
+			}
+			if asJSON {
+				out := struct {
+					State      *engine.State           `json:"state"`
+					Dispatcher *eventlog.DispatchState `json:"dispatcher,omitempty"`
+				}{State: state}
+				if known {
+					out.Dispatcher = &ds
+				}
+				b, err := json.MarshalIndent(out, "", "  ")
+				if err != nil {
+					return failErr(err)
+				}
+				fmt.Fprintf(g.stdout, "%s\n", b)
+				return nil
+			}
+			printState(g.stdout, state, ds, known)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the folded state and the dispatcher's row as JSON")
+	return cmd
+}
+
+func printState(w io.Writer, s *engine.State, ds eventlog.DispatchState, known bool) {
+	fmt.Fprintf(w, "task      %s\nagent     %s\n", s.Task, s.Agent)
+	if s.Parent != "" {
+		fmt.Fprintf(w, "parent    %s (root %s, depth %d)\n", s.Parent, s.Root, s.Depth)
+	}
+	fmt.Fprintf(w, "goal      %s\nstatus    %s", goalString(s.Goal, s.GoalRef), s.Status)
+	if s.Reason != "" {
+		fmt.Fprintf(w, ": %s", s.Reason)
+	}
+	if s.Guard != "" {
+		fmt.Fprintf(w, " (guard %s)", s.Guard)
+	}
+	fmt.Fprintln(w)
+	if s.WakeOn != nil {
+		fmt.Fprintf(w, "waits on  %s\n", wakeString(s.WakeOn))
+	}
+	if s.Answer != nil || s.AnswerRef != nil {
+		a := cut(string(s.Answer), 200)
+		if s.AnswerRef != nil {
+			a = refString(*s.AnswerRef)
+		}
+		fmt.Fprintf(w, "answer    %s\n", a)
+	}
+	fmt.Fprintf(w, "log       %d records, lease generation %d, turn %d\n", s.LastSeq, s.LeaseGen, s.Turn.N)
+	if known {
+		fmt.Fprintf(w, "dispatch  %s", ds.Status)
+		if ds.Worker != "" {
+			fmt.Fprintf(w, " (worker %s)", ds.Worker)
+		}
+		fmt.Fprintln(w)
+	}
+	g := s.Governance
+	fmt.Fprintf(w, "governance\n  iterations %d, tool calls %d, subtasks %d, cost $%g, tokens in %d out %d\n",
+		g.Iterations, g.ToolCalls, g.SpawnedSubtasks, g.CostUSD, g.InputTokens, g.OutputTokens)
+	for _, d := range g.Denials {
+		who := d.Guard
+		if who == "" {
+			who = "-"
+		}
+		fmt.Fprintf(w, "  refused  %-22s guard %-12s %s %s: %s\n", d.Type, who, d.Tool+d.Agent, d.CallID, d.Reason)
+	}
+	for _, a := range g.Approvals {
+		fmt.Fprintf(w, "  approval %-22s %s by %s %s\n", a.Handle, a.Decision, a.Approver, a.Reason)
+	}
+	handles := make([]string, 0, len(g.PendingApprovals))
+	for h := range g.PendingApprovals {
+		handles = append(handles, h)
+	}
+	slices.Sort(handles)
+	for _, h := range handles {
+		pa := g.PendingApprovals[h]
+		fmt.Fprintf(w, "  PENDING  %-22s %s (guard %s: %s)\n", h, approvalWhat(pa), pa.Guard, pa.Reason)
+	}
+	for _, r := range g.SubtaskResults {
+		fmt.Fprintf(w, "  subtask  %s %s\n", r.SubtaskID, r.Status)
+	}
+}
+
+func newTasksCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "tasks",
+		Short: "List the tasks of the data directory, most recently active first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := openData(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			sums, err := st.log.Tasks(cmd.Context())
+			if err != nil {
+				return failErr(err)
+			}
+			fmt.Fprintf(g.stdout, "%-26s  %-10s  %7s  %s\n", "TASK", "DISPATCH", "RECORDS", "LAST RECORD")
+			for _, s := range sums {
+				status := "-"
+				if ds, known, err := st.inspect(cmd.Context(), s.Task); err == nil && known {
+					status = string(ds.Status)
+				}
+				fmt.Fprintf(g.stdout, "%-26s  %-10s  %7d  %s\n", s.Task, status, s.LastSeq, s.LastTime.Format(time.RFC3339))
+			}
+			return nil
+		},
+	}
+}
