@@ -38,8 +38,9 @@ type RuleSet struct {
 // use.
 type Config struct {
 	agents map[string]AgentConfig
-	rules  *Rules   // nil: no process-wide rules
-	sets   []*Rules // named rule sets, in config order
+	rules  *Rules      // nil: no process-wide rules
+	sets   []*Rules    // named rule sets, in config order
+	hooks  HooksConfig // hooks:, validated, default timeouts filled in
 }
 
 // NewConfig validates and compiles a config given as Go values. Errors name

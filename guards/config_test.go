@@ -347,7 +347,7 @@ rules:
   - match_tool: x
     match_arg: {path: a, equals: {when: 2024-01-02, list: [1, 2.5, true, null, "s"], big: 18446744073709551615}}
     action: deny
-hooks: whatever the observers want [here]
+hooks: {post_tool_use: [{match_tool: "*", command: [./notify.sh]}]}
 `))
 	if err != nil {
 		t.Fatal(err)

@@ -32,15 +32,18 @@ import (
 //	    reason: "destructive shell command"
 //	guards:                                # named rule sets, priority >= 100
 //	  - {name: change-freeze, priority: 150, rules: [...]}
-//	hooks: ...                             # package observers reads this
+//	hooks:                                 # run by package observers
+//	  post_tool_use: [{match_tool: "*", command: ["./notify.sh"], timeout_seconds: 10}]
+//	  notification: [{on: approval, command: ["./page-oncall.sh"]}]
 //
 // Decoding is strict: an unknown key at any level, a duplicate key, a value of
 // the wrong type, a regex or CEL expression that does not compile, and every
 // check [NewConfig] makes are errors, each a [*ConfigError] naming its path in
 // the file and its line; all of them are returned, joined. A key given as null
 // counts as absent: an absent list is "no list", an empty one ([]) a list of
-// nothing. Anchors, aliases and merge keys (<<) are followed. The top-level
-// hooks key belongs to package observers and is not read here.
+// nothing. Anchors, aliases and merge keys (<<) are followed. The hooks
+// section is only parsed and validated here (see [HooksConfig]); package
+// observers runs the hooks, and the binary hands them over.
 func ParseConfig(data []byte) (*Config, error) {
 	var root yaml.Node
 	if err := safeUnmarshal(data, &root); err != nil {
@@ -48,14 +51,16 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	errs := &configErrors{pos: map[string][2]int{}}
 	d := &decoder{errs: errs}
-	agents, rules, sets := d.top(&root)
+	agents, rules, sets, hooks := d.top(&root)
 	if d.exhausted {
 		return nil, errs.err()
 	}
 	cfg := buildConfig(agents, rules, sets, errs)
+	validateHooks(hooks, errs)
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
+	cfg.hooks = withHookDefaults(hooks)
 	return cfg, nil
 }
 
@@ -321,16 +326,16 @@ func (d *decoder) seq(n *yaml.Node, path string) []*yaml.Node {
 	return n.Content
 }
 
-func (d *decoder) top(root *yaml.Node) (map[string]AgentConfig, []Rule, []RuleSet) {
+func (d *decoder) top(root *yaml.Node) (map[string]AgentConfig, []Rule, []RuleSet, HooksConfig) {
 	doc := root
 	if doc.Kind == yaml.DocumentNode {
 		if len(doc.Content) == 0 {
-			return nil, nil, nil
+			return nil, nil, nil, HooksConfig{}
 		}
 		doc = doc.Content[0]
 	}
 	if isNull(doc) {
-		return nil, nil, nil
+		return nil, nil, nil, HooksConfig{}
 	}
 	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks")
 	var agents map[string]AgentConfig
@@ -358,7 +363,11 @@ func (d *decoder) top(root *yaml.Node) (map[string]AgentConfig, []Rule, []RuleSe
 			sets = append(sets, s)
 		}
 	}
-	return agents, rules, sets
+	var hooks HooksConfig
+	if n, ok := f["hooks"]; ok {
+		hooks = d.hooks(n, "hooks")
+	}
+	return agents, rules, sets, hooks
 }
 
 func (d *decoder) agents(n *yaml.Node, path string) map[string]AgentConfig {

@@ -1,0 +1,201 @@
+package guards
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseHooks(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want HooksConfig
+	}{
+		{"design example", designConfig, HooksConfig{
+			PostToolUse:  []ToolHook{{MatchTool: "*", Command: []string{"./notify.sh"}, Timeout: DefaultHookTimeout}},
+			Notification: []NotificationHook{{On: "approval", Command: []string{"./page-oncall.sh"}, Timeout: DefaultHookTimeout}},
+		}},
+		{"no hooks key", "agents: {a: {}}\n", HooksConfig{}},
+		{"hooks null", "hooks:\n", HooksConfig{}},
+		{"sections null", "hooks: {post_tool_use: ~, notification: }\n", HooksConfig{}},
+		{"timeouts and arguments", `
+hooks:
+  post_tool_use:
+    - match_tool: "read_*"
+      command: [/usr/bin/env, sh, -c, 'echo "$NOETA_TOOL" >> tools.log', ""]
+      timeout_seconds: 2.5
+    - {match_tool: "?cho", command: [./a], timeout_seconds: 3600}
+  notification:
+    - {on: approval, command: [./page], timeout_seconds: 1}
+`, HooksConfig{
+			PostToolUse: []ToolHook{
+				{MatchTool: "read_*", Command: []string{"/usr/bin/env", "sh", "-c", `echo "$NOETA_TOOL" >> tools.log`, ""}, Timeout: 2500 * time.Millisecond},
+				{MatchTool: "?cho", Command: []string{"./a"}, Timeout: time.Hour},
+			},
+			Notification: []NotificationHook{{On: "approval", Command: []string{"./page"}, Timeout: time.Second}},
+		}},
+		{"anchors", `
+hooks:
+  post_tool_use:
+    - &h {match_tool: shell, command: [./x]}
+    - {<<: *h, match_tool: echo}
+`, HooksConfig{PostToolUse: []ToolHook{
+			{MatchTool: "shell", Command: []string{"./x"}, Timeout: DefaultHookTimeout},
+			{MatchTool: "echo", Command: []string{"./x"}, Timeout: DefaultHookTimeout},
+		}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := ParseConfig([]byte(tt.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := cfg.Hooks()
+			if len(got.PostToolUse) == 0 {
+				got.PostToolUse = nil
+			}
+			if len(got.Notification) == 0 {
+				got.Notification = nil
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Hooks() =\n%+v\nwant\n%+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHooksIsACopy(t *testing.T) {
+	cfg, err := ParseConfig([]byte(designConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cfg.Hooks()
+	h.PostToolUse[0].Command[0] = "changed"
+	h.Notification[0].On = "changed"
+	if again := cfg.Hooks(); again.PostToolUse[0].Command[0] != "./notify.sh" || again.Notification[0].On != "approval" {
+		t.Errorf("Hooks returned the config's own memory: %+v", again)
+	}
+}
+
+func TestParseHooksErrors(t *testing.T) {
+	long := strings.Repeat("a", MaxHookArgLen+1)
+	many := "[" + strings.Repeat("a, ", MaxHookArgs) + "a]"
+	tests := []struct {
+		name string
+		yaml string
+		want []string // each must appear
+	}{
+		{"hooks not a mapping", "hooks: whatever [here]\n", []string{"hooks: must be a mapping, not a string (line 1)"}},
+		{"unknown hooks key", "hooks:\n  pre_tool_use: []\n", []string{"hooks.pre_tool_use: unknown key (known: post_tool_use, notification) (line 2)"}},
+		{"section not a list", "hooks:\n  post_tool_use: {match_tool: x}\n", []string{"hooks.post_tool_use: must be a list, not a mapping (line 2)"}},
+		{"entry not a mapping", "hooks:\n  notification: [approval]\n", []string{"hooks.notification[0]: must be a mapping, not a string"}},
+		{"unknown post_tool_use key", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: [a], notify: {log: true}}\n", []string{"hooks.post_tool_use[0].notify: unknown key (known: match_tool, command, timeout_seconds) (line 3)"}},
+		{"unknown notification key", "hooks:\n  notification:\n    - {on: approval, command: [a], match_tool: x}\n", []string{"hooks.notification[0].match_tool: unknown key (known: on, command, timeout_seconds)"}},
+		{"command missing", "hooks:\n  post_tool_use:\n    - {match_tool: x}\n", []string{"hooks.post_tool_use[0].command: required: a non-empty list, the program and its arguments (line 3)"}},
+		{"command empty", "hooks:\n  notification:\n    - {on: approval, command: []}\n", []string{"hooks.notification[0].command: required"}},
+		{"command null", "hooks:\n  notification:\n    - {on: approval, command: ~}\n", []string{"hooks.notification[0].command: required"}},
+		{"command a string", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: ./notify.sh}\n", []string{"hooks.post_tool_use[0].command: must be a list of strings, not a string"}},
+		{"command item not a string", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: [./n, 5]}\n", []string{"hooks.post_tool_use[0].command[1]: must be a string, not an integer"}},
+		{"command item null", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: [./n, ~]}\n", []string{"hooks.post_tool_use[0].command[1]: must be a string, not null"}},
+		{"empty program", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: [\"\", a]}\n", []string{"hooks.post_tool_use[0].command[0]: the program must not be empty"}},
+		{"too many arguments", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: " + many + "}\n", []string{"hooks.post_tool_use[0].command: has 33 items; at most 32"}},
+		{"argument too long", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: [a, " + long + "]}\n", []string{"hooks.post_tool_use[0].command[1]: is 4097 bytes; at most 4096"}},
+		{"match_tool missing", "hooks:\n  post_tool_use:\n    - {command: [a]}\n", []string{`hooks.post_tool_use[0].match_tool: required: a glob over tool names ("*" for every tool)`}},
+		{"match_tool empty", "hooks:\n  post_tool_use:\n    - {match_tool: \"\", command: [a]}\n", []string{"hooks.post_tool_use[0].match_tool: required"}},
+		{"match_tool not a string", "hooks:\n  post_tool_use:\n    - {match_tool: 5, command: [a]}\n", []string{"hooks.post_tool_use[0].match_tool: must be a string, not an integer"}},
+		{"match_tool with a class", "hooks:\n  post_tool_use:\n    - {match_tool: \"[rw]*\", command: [a]}\n", []string{`hooks.post_tool_use[0].match_tool: "[rw]*": character classes ([...]) are not supported in hook patterns; use * and ?`}},
+		{"on missing", "hooks:\n  notification:\n    - {command: [a]}\n", []string{"hooks.notification[0].on: required: what the hook runs on (approval)"}},
+		{"on unknown", "hooks:\n  notification:\n    - {on: suspend, command: [a]}\n", []string{`hooks.notification[0].on: must be approval, not "suspend" (line 3)`}},
+		{"on not a string", "hooks:\n  notification:\n    - {on: [approval], command: [a]}\n", []string{"hooks.notification[0].on: must be a string, not a sequence"}},
+		{"timeout zero", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: [a], timeout_seconds: 0}\n", []string{"hooks.post_tool_use[0].timeout_seconds: must be > 0"}},
+		{"timeout negative", "hooks:\n  notification:\n    - {on: approval, command: [a], timeout_seconds: -1}\n", []string{"hooks.notification[0].timeout_seconds: must be > 0"}},
+		{"timeout NaN", "hooks:\n  notification:\n    - {on: approval, command: [a], timeout_seconds: .nan}\n", []string{"hooks.notification[0].timeout_seconds: must be > 0"}},
+		{"timeout too long", "hooks:\n  notification:\n    - {on: approval, command: [a], timeout_seconds: 3601}\n", []string{"hooks.notification[0].timeout_seconds: must be at most 3600 (an hour)"}},
+		{"timeout infinite", "hooks:\n  notification:\n    - {on: approval, command: [a], timeout_seconds: .inf}\n", []string{"hooks.notification[0].timeout_seconds: must be at most 3600"}},
+		{"timeout a string", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: [a], timeout_seconds: 10s}\n", []string{"hooks.post_tool_use[0].timeout_seconds: must be a number, not a string"}},
+		{"duplicate key", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: [a], command: [b]}\n", []string{"hooks.post_tool_use[0].command: duplicate key"}},
+		{"second entry", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: [a]}\n    - {match_tool: y}\n", []string{"hooks.post_tool_use[1].command: required", "(line 4)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("got\n%v\nwant it to contain %q", err, w)
+				}
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Errorf("%T is not a *ConfigError", err)
+			}
+		})
+	}
+}
+
+// A value of the wrong type is reported once, not again as missing.
+func TestParseHooksReportsOnce(t *testing.T) {
+	_, err := ParseConfig([]byte("hooks:\n  post_tool_use:\n    - {match_tool: 5, command: ./n, timeout_seconds: x}\n  notification:\n    - {on: 1, command: [2]}\n"))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	list := err.(interface{ Unwrap() []error }).Unwrap()
+	if len(list) != 5 {
+		t.Errorf("got %d errors, want 5 (one per bad value):\n%v", len(list), err)
+	}
+	if strings.Contains(err.Error(), "required") {
+		t.Errorf("a value of the wrong type was reported as missing too:\n%v", err)
+	}
+}
+
+// Hooks errors are reported with the others, in file order.
+func TestParseHooksWithOtherErrors(t *testing.T) {
+	_, err := ParseConfig([]byte(`
+hooks:
+  notification: [{on: never, command: [a]}]
+agents:
+  a: {budget: {max_cost_usd: -1}}
+`))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	i, j := strings.Index(msg, "hooks.notification[0].on"), strings.Index(msg, "agents.a.budget.max_cost_usd")
+	if i < 0 || j < 0 || i > j {
+		t.Errorf("want both errors, the hooks one first (line 3 before line 5):\n%v", msg)
+	}
+}
+
+func TestHooksConfigValidate(t *testing.T) {
+	ok := HooksConfig{
+		PostToolUse:  []ToolHook{{MatchTool: "*", Command: []string{"./n"}}},
+		Notification: []NotificationHook{{On: NotifyOnApproval, Command: []string{"./p"}, Timeout: time.Minute}},
+	}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("valid config: %v", err)
+	}
+	if err := (HooksConfig{}).Validate(); err != nil {
+		t.Errorf("empty config: %v", err)
+	}
+	bad := HooksConfig{
+		PostToolUse:  []ToolHook{{Command: []string{"./n"}, Timeout: -time.Second}},
+		Notification: []NotificationHook{{On: "approve", Timeout: 2 * time.Hour}},
+	}
+	err := bad.Validate()
+	for _, want := range []string{
+		"hooks.post_tool_use[0].match_tool: required",
+		"hooks.post_tool_use[0].timeout_seconds: must be > 0",
+		`hooks.notification[0].on: must be approval, not "approve"`,
+		"hooks.notification[0].command: required",
+		"hooks.notification[0].timeout_seconds: must be at most 3600",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want it to contain %q", err, want)
+		}
+	}
+}

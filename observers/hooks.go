@@ -1,0 +1,518 @@
+package observers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// Defaults and limits of the hooks observer.
+const (
+	DefaultHooksQueueSize = 256
+	DefaultHookTimeout    = 10 * time.Second
+	// HookOutputMax bounds what is kept of a hook's output (stdout and
+	// stderr together) for the log; the rest is read and dropped.
+	HookOutputMax = 4 << 10
+	// HookOnApproval is the one value of NotificationHookSpec.On so far.
+	HookOnApproval = "approval"
+)
+
+const (
+	// hookWaitDelay bounds the wait for a killed hook to be reaped.
+	hookWaitDelay = 2 * time.Second
+	// hookPipeGrace is how long output is still read once the hook's
+	// process group is gone, for a process that left the group holding the
+	// pipe.
+	hookPipeGrace = time.Second
+)
+
+// ToolHookSpec is a PostToolUse hook: Command runs after every
+// ToolCallFinished whose tool matches MatchTool.
+//
+// MatchTool is a pattern over the whole tool name, case-sensitive: '*'
+// matches any run of characters ('/' and '.' included), '?' exactly one
+// character, and every other character itself. These are the semantics of
+// the rules' match_tool (Python's fnmatchcase) without character classes: a
+// pattern with '[' is refused, rather than read differently.
+type ToolHookSpec struct {
+	MatchTool string
+	// Command is the argv, run directly (never through a shell); a relative
+	// program path is relative to the workspace.
+	Command []string
+	// Timeout bounds one run (DefaultHookTimeout if 0); at it the hook's
+	// whole process group is killed.
+	Timeout time.Duration
+}
+
+// NotificationHookSpec is a Notification hook: Command runs on what On names,
+// only HookOnApproval (an ApprovalRequested record) for now.
+type NotificationHookSpec struct {
+	On      string
+	Command []string
+	Timeout time.Duration
+}
+
+// HooksObserverConfig configures [NewHooks]. Package guards parses the
+// hooks: section of noeta.yaml; the binary converts it to these specs.
+type HooksObserverConfig struct {
+	PostToolUse  []ToolHookSpec
+	Notification []NotificationHookSpec
+	// QueueSize bounds the runs waiting for a worker
+	// (DefaultHooksQueueSize); a run that finds the queue full is dropped
+	// and counted.
+	QueueSize int
+	// Workers is how many hooks run at once (1).
+	Workers int
+	// Workspace is the hooks' working directory (the process's if empty).
+	Workspace string
+	// Env is added to every hook's environment (KEY=VALUE), after the
+	// allowlisted variables of the process and before the NOETA_ ones.
+	Env    []string
+	Logger *slog.Logger
+}
+
+// HooksStats counts the runs of a Hooks. Queued = Ran + Failed + TimedOut +
+// the runs still waiting or running + the runs discarded at Close (counted
+// in Dropped with those that found the queue full or came after Close).
+type HooksStats struct {
+	Queued   uint64 // runs accepted into the queue
+	Ran      uint64 // runs that exited with status 0
+	Failed   uint64 // runs that could not start, exited non-zero, died of a signal, or were cancelled by Close
+	TimedOut uint64 // runs killed at their timeout
+	Dropped  uint64 // runs not accepted (queue full, or after Close), or discarded at Close
+	Pending  int    // runs waiting now
+	Running  int    // runs running now
+}
+
+// Hooks runs the user's PostToolUse and Notification commands. It is never
+// on the emit path: Observe only decides which commands a record calls for
+// and hands them, without waiting, to a bounded queue; background workers run
+// them as subprocesses.
+//
+// A hook run is at least once: a record delivered again (a durable feed
+// redelivers after a crash, and nothing here remembers what ran) runs its
+// hooks again. A hook that must act once de-duplicates by NOETA_TASK_ID and
+// NOETA_SEQ (or NOETA_EVENT_ID), which are the same on every delivery. And
+// since in-process delivery drops records when a queue is full, a hook may
+// also not run at all: hooks are notifications, never a control path.
+//
+// Each run gets:
+//   - the record as one line of JSON ([RecordJSON]) on stdin;
+//   - the workspace as working directory;
+//   - an environment of PATH, HOME, LANG, LC_ALL, TERM and TMPDIR from the
+//     process (nothing else of it: the engine's credentials stay its own),
+//     then HooksObserverConfig.Env, then NOETA_TASK_ID, NOETA_EVENT_TYPE,
+//     NOETA_EVENT_ID, NOETA_SEQ, NOETA_TOOL, NOETA_CALL_ID and NOETA_HANDLE
+//     (empty when the record has none);
+//   - a process group of its own, killed whole at the timeout, and killed
+//     when the command exits, so a hook leaves no process behind;
+//   - at most HookOutputMax bytes of its output kept, for the log.
+type Hooks struct {
+	cfg    HooksObserverConfig
+	log    *slog.Logger
+	dir    string
+	post   []ToolHookSpec
+	notify []NotificationHookSpec
+	base   []string // the environment before the NOETA_ variables
+
+	mu     sync.RWMutex // guards closed against sends on queue
+	closed bool
+	queue  chan hookRun
+
+	runCtx    context.Context // cancelled when Close gives up waiting
+	cancelRun context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+
+	queued, ran, failed, timedOut, dropped atomic.Uint64
+	running                                atomic.Int64
+}
+
+type hookRun struct {
+	label   string // "post_tool_use <tool>", "notification approval"
+	command []string
+	timeout time.Duration
+	env     eventlog.Envelope
+	tool    string
+	callID  string
+	handle  string
+}
+
+var _ Observer = (*Hooks)(nil)
+
+// NewHooks validates cfg and starts the workers; Close stops them.
+func NewHooks(cfg HooksObserverConfig) (*Hooks, error) {
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = DefaultHooksQueueSize
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	var errs []error
+	post := make([]ToolHookSpec, len(cfg.PostToolUse))
+	for i, s := range cfg.PostToolUse {
+		field := fmt.Sprintf("PostToolUse[%d]", i)
+		switch {
+		case s.MatchTool == "":
+			errs = append(errs, fmt.Errorf("%s.MatchTool is empty (\"*\" matches every tool)", field))
+		case strings.ContainsRune(s.MatchTool, '['):
+			errs = append(errs, fmt.Errorf("%s.MatchTool %q: character classes are not supported; use * and ?", field, s.MatchTool))
+		}
+		errs = append(errs, checkHookCommand(field, s.Command, s.Timeout)...)
+		s.Command = append([]string(nil), s.Command...)
+		if s.Timeout == 0 {
+			s.Timeout = DefaultHookTimeout
+		}
+		post[i] = s
+	}
+	notify := make([]NotificationHookSpec, len(cfg.Notification))
+	for i, s := range cfg.Notification {
+		field := fmt.Sprintf("Notification[%d]", i)
+		if s.On != HookOnApproval {
+			errs = append(errs, fmt.Errorf("%s.On is %q; want %q", field, s.On, HookOnApproval))
+		}
+		errs = append(errs, checkHookCommand(field, s.Command, s.Timeout)...)
+		s.Command = append([]string(nil), s.Command...)
+		if s.Timeout == 0 {
+			s.Timeout = DefaultHookTimeout
+		}
+		notify[i] = s
+	}
+	for i, kv := range cfg.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("Env[%d] %q is not KEY=VALUE", i, kv))
+		}
+	}
+	dir, err := hookDir(cfg.Workspace)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("%w: hooks: %w", ErrInvalidConfig, err)
+	}
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	h := &Hooks{
+		cfg: cfg, log: cfg.Logger, dir: dir, post: post, notify: notify, base: hookBaseEnv(cfg.Env),
+		queue: make(chan hookRun, cfg.QueueSize), runCtx: runCtx, cancelRun: cancel,
+	}
+	for range cfg.Workers {
+		h.wg.Go(h.work)
+	}
+	return h, nil
+}
+
+func checkHookCommand(field string, cmd []string, timeout time.Duration) []error {
+	var errs []error
+	switch {
+	case len(cmd) == 0:
+		errs = append(errs, fmt.Errorf("%s.Command is empty", field))
+	case cmd[0] == "":
+		errs = append(errs, fmt.Errorf("%s.Command[0], the program, is empty", field))
+	}
+	if timeout < 0 {
+		errs = append(errs, fmt.Errorf("%s.Timeout is negative (%v)", field, timeout))
+	}
+	return errs
+}
+
+func hookDir(ws string) (string, error) {
+	if ws == "" {
+		ws = "."
+	}
+	dir, err := filepath.Abs(ws)
+	if err != nil {
+		return "", fmt.Errorf("Workspace: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return "", fmt.Errorf("Workspace: %w", err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("Workspace: %s is not a directory", dir)
+	}
+	return dir, nil
+}
+
+// hookBaseEnv is the allowlisted part of the process's environment, then
+// extra.
+func hookBaseEnv(extra []string) []string {
+	var env []string
+	for _, k := range []string{"PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		} else if k == "PATH" {
+			env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
+		}
+	}
+	return append(env, extra...)
+}
+
+// Name is "hooks".
+func (h *Hooks) Name() string { return "hooks" }
+
+// Observe queues the hooks env calls for: each matching PostToolUse hook for
+// a ToolCallFinished, each Notification hook on approval for an
+// ApprovalRequested. It never waits: a run that finds the queue full is
+// dropped and counted. A payload that cannot be decoded is an error.
+func (h *Hooks) Observe(_ context.Context, env eventlog.Envelope) error {
+	switch env.Type {
+	case noeta.TypeToolCallFinished:
+		if len(h.post) == 0 {
+			return nil
+		}
+		var p noeta.ToolCallFinished
+		if err := json.Unmarshal(env.Payload, &p); err != nil {
+			return fmt.Errorf("observers: hooks: decode %s seq %d of task %s: %w", env.Type, env.Seq, env.Task, err)
+		}
+		for _, s := range h.post {
+			if hookMatch(s.MatchTool, p.Tool) {
+				h.enqueue(hookRun{label: "post_tool_use " + p.Tool, command: s.Command, timeout: s.Timeout, env: env, tool: p.Tool, callID: p.CallID})
+			}
+		}
+	case noeta.TypeApprovalRequested:
+		if len(h.notify) == 0 {
+			return nil
+		}
+		var p noeta.ApprovalRequested
+		if err := json.Unmarshal(env.Payload, &p); err != nil {
+			return fmt.Errorf("observers: hooks: decode %s seq %d of task %s: %w", env.Type, env.Seq, env.Task, err)
+		}
+		for _, s := range h.notify {
+			if s.On == HookOnApproval {
+				h.enqueue(hookRun{label: "notification approval", command: s.Command, timeout: s.Timeout, env: env, tool: p.Tool, callID: p.CallID, handle: p.Handle})
+			}
+		}
+	}
+	return nil
+}
+
+func (h *Hooks) enqueue(r hookRun) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closed {
+		h.dropped.Add(1)
+		h.log.Warn("hooks: closed; a hook run is dropped", "hook", r.label, "task", r.env.Task, "seq", r.env.Seq)
+		return
+	}
+	select {
+	case h.queue <- r:
+		h.queued.Add(1)
+	default:
+		h.dropped.Add(1)
+		h.log.Warn("hooks: the queue is full; a hook run is dropped", "hook", r.label, "task", r.env.Task, "seq", r.env.Seq, "queue", cap(h.queue))
+	}
+}
+
+func (h *Hooks) work() {
+	for r := range h.queue {
+		if h.runCtx.Err() != nil {
+			h.dropped.Add(1) // Close gave up waiting: discard the rest
+			continue
+		}
+		h.running.Add(1)
+		h.run(r)
+		h.running.Add(-1)
+	}
+}
+
+// run runs one hook and counts and logs its outcome.
+func (h *Hooks) run(r hookRun) {
+	start := time.Now()
+	log := h.log.With("hook", r.label, "command", r.command, "task", r.env.Task, "seq", r.env.Seq, "type", r.env.Type)
+	stdin, err := json.Marshal(NewRecordJSON(r.env))
+	if err != nil {
+		h.failed.Add(1)
+		log.Warn("hooks: the record cannot be encoded for the hook", "err", err)
+		return
+	}
+	stdin = append(stdin, '\n')
+
+	ctx, cancel := context.WithTimeout(h.runCtx, r.timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, r.command[0], r.command[1:]...)
+	cmd.Dir = h.dir
+	cmd.Env = append(append([]string(nil), h.base...),
+		"NOETA_TASK_ID="+r.env.Task,
+		"NOETA_EVENT_TYPE="+r.env.Type,
+		"NOETA_EVENT_ID="+r.env.ID,
+		"NOETA_SEQ="+strconv.FormatUint(r.env.Seq, 10),
+		"NOETA_TOOL="+r.tool,
+		"NOETA_CALL_ID="+r.callID,
+		"NOETA_HANDLE="+r.handle,
+	)
+	cmd.Stdin = bytes.NewReader(stdin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return hookKillGroup(cmd.Process.Pid) }
+	cmd.WaitDelay = hookWaitDelay
+
+	// Our own pipe rather than an io.Writer in cmd.Stdout: Wait then returns
+	// when the command exits, not when the last holder of the pipe does.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		h.failed.Add(1)
+		log.Warn("hooks: cannot make a pipe", "err", err)
+		return
+	}
+	cmd.Stdout, cmd.Stderr = outW, outW
+	err = cmd.Start()
+	outW.Close()
+	if err != nil {
+		outR.Close()
+		h.failed.Add(1)
+		log.Warn("hooks: the hook could not start", "err", err)
+		return
+	}
+	out := &hookOutput{max: HookOutputMax}
+	copied := make(chan struct{})
+	go func() {
+		io.Copy(out, outR)
+		close(copied)
+	}()
+	waitErr := cmd.Wait()
+	hookKillGroup(cmd.Process.Pid) // the group outlives the command; end it
+	grace := time.AfterFunc(hookPipeGrace, func() { outR.SetReadDeadline(time.Now()) })
+	<-copied
+	grace.Stop()
+	outR.Close()
+
+	ps := cmd.ProcessState
+	attrs := []any{"duration", time.Since(start).Round(time.Millisecond), "output", out.text()}
+	switch {
+	case ps == nil:
+		h.failed.Add(1)
+		log.Warn("hooks: waiting for the hook failed", append(attrs, "err", waitErr)...)
+	case !ps.Exited() && errors.Is(ctx.Err(), context.DeadlineExceeded) && h.runCtx.Err() == nil:
+		h.timedOut.Add(1)
+		log.Warn("hooks: the hook timed out; its process group was killed", append(attrs, "timeout", r.timeout)...)
+	case !ps.Exited() && h.runCtx.Err() != nil:
+		h.failed.Add(1)
+		log.Warn("hooks: the hook was cancelled by Close; its process group was killed", attrs...)
+	case !ps.Success():
+		h.failed.Add(1)
+		log.Warn("hooks: the hook failed", append(attrs, "status", ps.String())...)
+	default:
+		h.ran.Add(1)
+		log.Debug("hooks: the hook ran", attrs...)
+	}
+}
+
+// hookKillGroup sends SIGKILL to the process group pgid; a group that is
+// already gone is not an error.
+func hookKillGroup(pgid int) error {
+	err := syscall.Kill(-pgid, syscall.SIGKILL)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// hookOutput keeps the first max bytes written to it and counts the rest.
+type hookOutput struct {
+	max   int
+	buf   []byte
+	total int64
+}
+
+func (w *hookOutput) Write(p []byte) (int, error) {
+	if room := w.max - len(w.buf); room > 0 {
+		w.buf = append(w.buf, p[:min(room, len(p))]...)
+	}
+	w.total += int64(len(p))
+	return len(p), nil
+}
+
+// text is the output kept, as valid UTF-8, marked when it was cut.
+func (w *hookOutput) text() string {
+	s := strings.ToValidUTF8(string(w.buf), "\uFFFD")
+	if w.total > int64(len(w.buf)) {
+		s += fmt.Sprintf("… (%d bytes in all)", w.total)
+	}
+	return s
+}
+
+// Stats returns the counters.
+func (h *Hooks) Stats() HooksStats {
+	return HooksStats{
+		Queued: h.queued.Load(), Ran: h.ran.Load(), Failed: h.failed.Load(), TimedOut: h.timedOut.Load(),
+		Dropped: h.dropped.Load(), Pending: len(h.queue), Running: int(h.running.Load()),
+	}
+}
+
+// Close stops taking runs (Observe then drops and counts them) and waits for
+// the queued and running ones to finish. When ctx ends first, the running
+// hooks are killed, the queued ones discarded (counted as dropped), and Close
+// returns ctx's error once the workers are gone. Calling it again waits
+// again.
+func (h *Hooks) Close(ctx context.Context) error {
+	h.closeOnce.Do(func() {
+		h.mu.Lock()
+		h.closed = true
+		close(h.queue)
+		h.mu.Unlock()
+	})
+	done := make(chan struct{})
+	go func() {
+		h.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		h.cancelRun()
+		return nil
+	case <-ctx.Done():
+	}
+	h.cancelRun()
+	<-done // bounded: a killed hook is reaped within hookWaitDelay + hookPipeGrace
+	return fmt.Errorf("observers: hooks: gave up waiting for the hooks, killed the running ones and discarded the queued ones: %w", ctx.Err())
+}
+
+// hookMatch reports whether name matches pattern as a whole, case-sensitive:
+// '*' matches any run of characters, '?' one character, anything else
+// itself. Single backtrack over the last star: at most len(pattern) *
+// len(name) steps.
+func hookMatch(pattern, name string) bool {
+	p, n := []rune(pattern), []rune(name)
+	pi, ni := 0, 0
+	starP, starN := -1, -1
+	for pi < len(p) || ni < len(n) {
+		if pi < len(p) {
+			switch c := p[pi]; {
+			case c == '*':
+				starP, starN = pi, ni
+				pi++
+				continue
+			case ni < len(n) && (c == '?' || c == n[ni]):
+				pi++
+				ni++
+				continue
+			}
+		}
+		if starP >= 0 && starN < len(n) {
+			starN++
+			pi, ni = starP+1, starN
+			continue
+		}
+		return false
+	}
+	return true
+}
