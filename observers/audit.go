@@ -60,6 +60,19 @@ type AuditReplayer interface {
 	Replay(fn func(line []byte) error) error
 }
 
+// AuditSharedSink is a sink that other writers — other processes — append
+// to as well, the file sink: each record is decided (duplicate? which prev?)
+// and written under the sink's lock, right after the Audit has caught up
+// with every line the others appended. Several observer workers can then
+// share one audit file, whichever of them a task's records reach.
+type AuditSharedSink interface {
+	AuditSink
+	// Exclusive locks the sink against every other writer, hands catchUp
+	// each line appended since this sink last read, then runs fn, whose
+	// write appends one record, and unlocks.
+	Exclusive(catchUp func(line []byte) error, fn func(write func(rec []byte) error) error) error
+}
+
 // AuditConfig configures [NewAudit].
 type AuditConfig struct {
 	// Sink receives the records (required). The Audit owns it: Close closes
@@ -219,6 +232,9 @@ type Audit struct {
 	tasks  map[string]*auditTask
 	stats  AuditStats
 	closed bool
+
+	// What reading back found: records, broken prev links, the first.
+	replayed, broken, firstBroken int
 }
 
 var _ Observer = (*Audit)(nil)
@@ -274,6 +290,17 @@ func (a *Audit) Observe(ctx context.Context, env eventlog.Envelope) error {
 		return fmt.Errorf("%w: audit: envelope %s of type %s has task %q, seq %d and key %q: want a task and exactly one of seq and key",
 			eventlog.ErrInvalidArgument, env.ID, env.Type, env.Task, env.Seq, env.Key)
 	}
+	if shared, ok := a.sink.(AuditSharedSink); ok {
+		return shared.Exclusive(a.applyLine, func(write func([]byte) error) error {
+			return a.observeLocked(env, write)
+		})
+	}
+	return a.observeLocked(env, func(rec []byte) error { return a.sink.Write(ctx, env.Task, rec) })
+}
+
+// observeLocked decides and writes env's record with a.mu held (and the
+// sink's lock, for a shared sink).
+func (a *Audit) observeLocked(env eventlog.Envelope, write func([]byte) error) error {
 	ts, known := a.tasks[env.Task]
 	if !known {
 		ts = &auditTask{}
@@ -296,7 +323,7 @@ func (a *Audit) Observe(ctx context.Context, env eventlog.Envelope) error {
 	if err != nil {
 		return err
 	}
-	if err := a.sink.Write(ctx, env.Task, rec); err != nil {
+	if err := write(rec); err != nil {
 		a.stats.SinkErrors++
 		return fmt.Errorf("observers: audit: write task %s %s: %w", env.Task, auditPosition(env.Seq, env.Key), err)
 	}
@@ -337,56 +364,66 @@ func (a *Audit) Close() error {
 
 // rebuild replays r into the per-task state.
 func (a *Audit) rebuild(r AuditReplayer) error {
-	line, broken, firstBroken := 0, 0, 0
-	err := r.Replay(func(b []byte) error {
-		line++
-		var rec struct {
-			Task string  `json:"task"`
-			Seq  *uint64 `json:"seq"`
-			Key  *string `json:"key"`
-			Prev string  `json:"prev"`
-			Hash string  `json:"hash"`
-		}
-		if err := json.Unmarshal(b, &rec); err != nil {
-			return fmt.Errorf("line %d is not an audit record: %v", line, err)
-		}
-		var hash [32]byte
-		if n, err := hex.Decode(hash[:], []byte(rec.Hash)); err != nil || n != len(hash) || len(rec.Hash) != 2*len(hash) {
-			return fmt.Errorf("line %d: hash %q is not 64 hex digits", line, rec.Hash)
-		}
-		if rec.Task == "" || (rec.Seq == nil) == (rec.Key == nil) {
-			return fmt.Errorf("line %d: want a task and exactly one of seq and key", line)
-		}
-		ts := a.tasks[rec.Task]
-		if ts == nil {
-			ts = &auditTask{}
-			a.tasks[strings.Clone(rec.Task)] = ts
-		}
-		if rec.Prev != ts.prev() {
-			if broken++; broken == 1 {
-				firstBroken = line
-			}
-		}
-		var seq uint64
-		var key string
-		if rec.Seq != nil {
-			seq = *rec.Seq
-		} else {
-			key = *rec.Key
-		}
-		ts.advance(seq, key, hash)
-		return nil
-	})
-	if err != nil {
+	a.replayed, a.broken, a.firstBroken = 0, 0, 0
+	if err := r.Replay(a.applyLine); err != nil {
 		return fmt.Errorf("observers: audit: rebuild from the sink: %w", err)
 	}
-	if broken > 0 {
+	if a.broken > 0 {
 		a.log.Warn("the audit trail's chains are broken; new records chain on from each task's last record; run audit verify",
-			"records", line, "broken_links", broken, "first_broken_line", firstBroken)
+			"records", a.replayed, "broken_links", a.broken, "first_broken_line", a.firstBroken)
 	}
-	if line > 0 {
-		a.log.Info("audit state rebuilt from the sink", "records", line, "tasks", len(a.tasks))
+	if a.replayed > 0 {
+		a.log.Info("audit state rebuilt from the sink", "records", a.replayed, "tasks", len(a.tasks))
 	}
+	return nil
+}
+
+// applyLine folds one record read back from the sink (written by this Audit
+// before a restart, or by another writer of a shared sink) into the per-task
+// state. A record the state already holds changes nothing.
+func (a *Audit) applyLine(b []byte) error {
+	a.replayed++
+	var rec struct {
+		Task string  `json:"task"`
+		Seq  *uint64 `json:"seq"`
+		Key  *string `json:"key"`
+		Prev string  `json:"prev"`
+		Hash string  `json:"hash"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return fmt.Errorf("line %d read back is not an audit record: %v", a.replayed, err)
+	}
+	var hash [32]byte
+	if n, err := hex.Decode(hash[:], []byte(rec.Hash)); err != nil || n != len(hash) || len(rec.Hash) != 2*len(hash) {
+		return fmt.Errorf("line %d read back: hash %q is not 64 hex digits", a.replayed, rec.Hash)
+	}
+	if rec.Task == "" || (rec.Seq == nil) == (rec.Key == nil) {
+		return fmt.Errorf("line %d read back: want a task and exactly one of seq and key", a.replayed)
+	}
+	ts := a.tasks[rec.Task]
+	if ts == nil {
+		ts = &auditTask{}
+		a.tasks[strings.Clone(rec.Task)] = ts
+	}
+	var seq uint64
+	var key string
+	if rec.Seq != nil {
+		seq = *rec.Seq
+		if seq <= ts.lastSeq {
+			return nil
+		}
+	} else {
+		key = *rec.Key
+		if ts.hasKey(key) {
+			return nil
+		}
+	}
+	if rec.Prev != ts.prev() {
+		if a.broken++; a.broken == 1 {
+			a.firstBroken = a.replayed
+		}
+	}
+	ts.advance(seq, key, hash)
 	return nil
 }
 

@@ -7,8 +7,16 @@ import (
 	"syscall"
 )
 
-// auditLockFile takes an exclusive, non-blocking flock on f, held until f is
-// closed.
+// auditLockFile waits for an exclusive flock on f: the writers of one audit
+// file, in this process or others, take turns.
 func auditLockFile(f *os.File) error {
-	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if err != syscall.EINTR {
+			return err
+		}
+	}
 }
+
+// auditUnlockFile releases it.
+func auditUnlockFile(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }

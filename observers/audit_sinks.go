@@ -38,12 +38,20 @@ type AuditFileConfig struct {
 // line. Each record reaches the operating system in one write before Write
 // returns, so a crash of the process loses nothing that was acknowledged and
 // tears at most the line being written; fsync follows every record, or every
-// SyncEvery. It takes an exclusive lock on the file (where the platform has
-// flock): one writer per file.
+// SyncEvery.
 //
-// On opening it removes a torn last line (bytes after the last newline, left
-// by a crash mid-write) with a warning, and it is an [AuditReplayer], so an
-// [Audit] over it continues the chains the file holds. A write or fsync that
+// Several sinks — in several processes, observer workers sharing one
+// audit group — may write one file: it is an [AuditSharedSink]. Every write
+// happens under an exclusive flock on the file, after the Audit has read
+// what the others appended since its last write, so each record is written
+// once and chains on from its task's last record whoever wrote that. (Where
+// the platform has no flock, one writer per file is the operator's to
+// ensure.)
+//
+// Under the lock, bytes after the last newline can only be a line torn by a
+// writer that crashed mid-write: they are removed, with a warning. It is an
+// [AuditReplayer], so an [Audit] over it continues the chains the file
+// holds. A write or fsync that
 // fails is returned; after a failed fsync, or a failed write it could not
 // undo, the sink refuses every later record — the file's state is then
 // unknown — and the process must reopen it.
@@ -52,13 +60,14 @@ type AuditFileSink struct {
 	syncEvery time.Duration
 	log       *slog.Logger
 
-	mu     sync.Mutex
-	f      *os.File
-	size   int64 // the end of the last whole record
-	dirty  bool  // written since the last fsync
-	err    error // sticky: the sink is broken
-	closed bool
-	buf    []byte
+	mu      sync.Mutex
+	f       *os.File
+	size    int64 // the end of the last whole record
+	readOff int64 // how far the lines have been handed to a reader
+	dirty   bool  // written since the last fsync
+	err     error // sticky: the sink is broken
+	closed  bool
+	buf     []byte
 
 	stop chan struct{}
 	done chan struct{}
@@ -100,13 +109,34 @@ func NewAuditFileSink(cfg AuditFileConfig) (*AuditFileSink, error) {
 
 func (s *AuditFileSink) open(created bool, dir string) error {
 	if err := auditLockFile(s.f); err != nil {
-		return fmt.Errorf("observers: audit file %s is in use by another writer (one writer per file): %w", s.path, err)
+		return fmt.Errorf("observers: audit file %s: lock: %w", s.path, err)
 	}
+	defer func() { _ = auditUnlockFile(s.f) }()
+	if err := s.repairLocked(); err != nil {
+		return err
+	}
+	if created {
+		// Make the new file's name durable too.
+		if d, err := os.Open(dir); err == nil {
+			_ = d.Sync()
+			_ = d.Close()
+		}
+	}
+	return nil
+}
+
+// repairLocked, with the flock held, finds the end of the last whole line and
+// removes what follows it: no writer is mid-write while the lock is held, so
+// it is a line torn by a crash.
+func (s *AuditFileSink) repairLocked() error {
 	st, err := s.f.Stat()
 	if err != nil {
 		return fmt.Errorf("observers: audit file: %w", err)
 	}
 	size := st.Size()
+	if size == s.size {
+		return nil
+	}
 	end, err := auditLastNewline(s.f, size)
 	if err != nil {
 		return fmt.Errorf("observers: audit file %s: %w", s.path, err)
@@ -122,14 +152,52 @@ func (s *AuditFileSink) open(created bool, dir string) error {
 			"offset", end, "bytes", size-end)
 	}
 	s.size = end
-	if created {
-		// Make the new file's name durable too.
-		if d, err := os.Open(dir); err == nil {
-			_ = d.Sync()
-			_ = d.Close()
+	return nil
+}
+
+// catchUpLocked hands fn every whole line from readOff to the end of the
+// file (the flock held), and moves readOff there.
+func (s *AuditFileSink) catchUpLocked(fn func(line []byte) error) error {
+	if err := s.repairLocked(); err != nil {
+		return err
+	}
+	if s.readOff >= s.size {
+		return nil
+	}
+	sc := bufio.NewScanner(io.NewSectionReader(s.f, s.readOff, s.size-s.readOff))
+	sc.Buffer(make([]byte, 0, 64<<10), auditMaxLine)
+	for sc.Scan() {
+		if fn != nil {
+			if err := fn(sc.Bytes()); err != nil {
+				return fmt.Errorf("%s: %w", s.path, err)
+			}
 		}
 	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s: %w", s.path, err)
+	}
+	s.readOff = s.size
 	return nil
+}
+
+// Exclusive implements [AuditSharedSink].
+func (s *AuditFileSink) Exclusive(catchUp func(line []byte) error, fn func(write func(rec []byte) error) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrAuditClosed
+	}
+	if s.err != nil {
+		return s.err
+	}
+	if err := auditLockFile(s.f); err != nil {
+		return fmt.Errorf("observers: audit file %s: lock: %w", s.path, err)
+	}
+	defer func() { _ = auditUnlockFile(s.f) }()
+	if err := s.catchUpLocked(catchUp); err != nil {
+		return err
+	}
+	return fn(s.appendLocked)
 }
 
 // auditLastNewline returns the offset just past the last newline of the
@@ -153,15 +221,32 @@ func auditLastNewline(f *os.File, size int64) (int64, error) {
 // Path returns the file's path.
 func (s *AuditFileSink) Path() string { return s.path }
 
-// Write implements [AuditSink].
+// Write implements [AuditSink]: one record appended under the file's lock.
+// An [Audit] writes through Exclusive instead, which also reads what other
+// writers appended.
 func (s *AuditFileSink) Write(_ context.Context, _ string, rec []byte) error {
-	if bytes.IndexByte(rec, '\n') >= 0 {
-		return fmt.Errorf("observers: audit file %s: a record must be one line", s.path)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrAuditClosed
+	}
+	if s.err != nil {
+		return s.err
+	}
+	if err := auditLockFile(s.f); err != nil {
+		return fmt.Errorf("observers: audit file %s: lock: %w", s.path, err)
+	}
+	defer func() { _ = auditUnlockFile(s.f) }()
+	if err := s.repairLocked(); err != nil {
+		return err
+	}
+	return s.appendLocked(rec)
+}
+
+// appendLocked appends one record with s.mu and the flock held.
+func (s *AuditFileSink) appendLocked(rec []byte) error {
+	if bytes.IndexByte(rec, '\n') >= 0 {
+		return fmt.Errorf("observers: audit file %s: a record must be one line", s.path)
 	}
 	if s.err != nil {
 		return s.err
@@ -176,6 +261,10 @@ func (s *AuditFileSink) Write(_ context.Context, _ string, rec []byte) error {
 			}
 		}
 		return fmt.Errorf("observers: audit file %s: %w", s.path, err)
+	}
+	if s.readOff == s.size {
+		// The writer knows its own record: it need not be read back.
+		s.readOff += int64(n)
 	}
 	s.size += int64(n)
 	s.dirty = true
@@ -256,24 +345,20 @@ func (s *AuditFileSink) Close() error {
 	return errors.Join(err, s.f.Close())
 }
 
-// Replay implements [AuditReplayer]: it reads every whole line of the file.
+// Replay implements [AuditReplayer]: it reads every whole line of the file,
+// under the file's lock.
 func (s *AuditFileSink) Replay(fn func(line []byte) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrAuditClosed
 	}
-	sc := bufio.NewScanner(io.NewSectionReader(s.f, 0, s.size))
-	sc.Buffer(make([]byte, 0, 64<<10), auditMaxLine)
-	for sc.Scan() {
-		if err := fn(sc.Bytes()); err != nil {
-			return fmt.Errorf("%s: %w", s.path, err)
-		}
+	if err := auditLockFile(s.f); err != nil {
+		return fmt.Errorf("observers: audit file %s: lock: %w", s.path, err)
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("%s: %w", s.path, err)
-	}
-	return nil
+	defer func() { _ = auditUnlockFile(s.f) }()
+	s.readOff = 0
+	return s.catchUpLocked(fn)
 }
 
 // AuditWriterSink writes audit records to an io.Writer (stdout, say), one a

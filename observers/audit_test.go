@@ -653,18 +653,32 @@ func TestAuditRebuildRefusesACorruptFile(t *testing.T) {
 	}
 }
 
-func TestAuditFileHasOneWriter(t *testing.T) {
+// TestAuditFileSharedByTwoWriters: two Audits (as in two observer workers)
+// share one file; a task's records reach either of them, some reach both
+// (a redelivery after a handover). Each record is in the file once and every
+// chain is intact.
+func TestAuditFileSharedByTwoWriters(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	a, _ := openAuditFile(t, path, 0)
-	if _, err := NewAuditFileSink(AuditFileConfig{Path: path}); err == nil {
-		t.Error("a second sink opened the file while the first holds it")
+	b, _ := openAuditFile(t, path, 0)
+	for i := range 60 {
+		task := fmt.Sprintf("T%d", i%3)
+		env := auditEnv(t, task, uint64(i/3+1), noeta.TurnStarted{Turn: i / 3})
+		first, second := a, b
+		if i%2 == 1 {
+			first, second = b, a
+		}
+		auditObserve(t, first, env)
+		if i%5 == 0 {
+			auditObserve(t, second, env) // a redelivery to the other worker
+		}
 	}
 	auditClose(t, a)
-	s, err := NewAuditFileSink(AuditFileConfig{Path: path})
-	if err != nil {
-		t.Fatalf("reopen after Close: %v", err)
+	auditClose(t, b)
+	rep, err := VerifyAuditFile(path)
+	if err != nil || !rep.OK() || rep.Records != 60 || rep.Tasks != 3 {
+		t.Errorf("verify: %v %v", rep, err)
 	}
-	_ = s.Close()
 }
 
 func TestAuditFileSyncEvery(t *testing.T) {
