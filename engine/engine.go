@@ -36,7 +36,6 @@ type Log interface {
 
 // Defaults of [Config].
 const (
-	DefaultLeaseTTL      = 30 * time.Second
 	DefaultAbandonCap    = 3
 	DefaultSnapshotEvery = 20
 	// MaxFanOut is the most children one spawn decision may start.
@@ -68,9 +67,12 @@ type Config struct {
 	Actor string
 	// Queue is the ready queue workers lease from (eventlog.DefaultQueue).
 	Queue string
-	// LeaseTTL is the lease length workers ask for (DefaultLeaseTTL).
+	// LeaseTTL is the lease length workers ask for; 0 asks for the
+	// dispatcher's own (the JetStream dispatcher's leases all last its
+	// configured TTL, and it refuses another).
 	LeaseTTL time.Duration
-	// HeartbeatEvery is how often a worker renews its lease; LeaseTTL/3 if 0.
+	// HeartbeatEvery is how often a worker renews its lease; if 0, a third
+	// of the time each lease has left when it is granted.
 	HeartbeatEvery time.Duration
 	// AbandonCap is how many times in a row a turn may be found interrupted
 	// and resumed before the task is parked for a human (DefaultAbandonCap).
@@ -124,12 +126,6 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Actor == "" {
 		host, _ := os.Hostname()
 		cfg.Actor = "engine@" + host + ":" + strconv.Itoa(os.Getpid())
-	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
-	}
-	if cfg.HeartbeatEvery == 0 {
-		cfg.HeartbeatEvery = cfg.LeaseTTL / 3
 	}
 	if cfg.AbandonCap == 0 {
 		cfg.AbandonCap = DefaultAbandonCap

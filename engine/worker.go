@@ -85,7 +85,11 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 // heartbeat renews the lease until ctx ends; a refused renewal stops the
 // segment with the dispatcher's error.
 func (e *Engine) heartbeat(ctx context.Context, lease eventlog.Lease, stop context.CancelCauseFunc) {
-	t := time.NewTicker(e.cfg.HeartbeatEvery)
+	every := e.cfg.HeartbeatEvery
+	if every == 0 {
+		every = max(time.Until(lease.Expires)/3, 10*time.Millisecond)
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
