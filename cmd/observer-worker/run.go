@@ -1,0 +1,421 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/observers"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0 // stopped on a signal, after finishing the deliveries in hand
+	exitFail  = 1 // could not start, or a consumer failed
+	exitUsage = 2 // bad flags or config
+)
+
+type usageError struct{ error }
+
+// opts are the flags.
+type opts struct {
+	natsURL     string
+	prefix      string
+	replicas    int
+	observers   string
+	partitions  string
+	groupPrefix string
+	instance    string
+	maxDeliver  int
+	ackWait     time.Duration
+
+	auditFile    string
+	auditSync    time.Duration
+	auditStdout  bool
+	auditSubject string
+
+	httpAddr string
+
+	otlpEndpoint string
+	otlpProtocol string
+	otlpInsecure bool
+
+	config    string
+	workspace string
+	logLevel  string
+	logFormat string
+}
+
+// knownObservers, in the order they are started.
+var knownObservers = []string{"audit", "metrics", "trace", "fanout", "child", "hooks"}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o opts
+	cmd := &cobra.Command{
+		Use:   "observer-worker --nats URL [--observers audit,metrics,...]",
+		Short: "Run observers from JetStream durable consumers",
+		Long: `observer-worker consumes the committed records of every task from the
+JetStream task stream, through one durable consumer group per observer over
+the partitions it is given, and feeds them to its observers: audit (JSON
+Lines file, stdout or a NATS subject, hash-chained per task), metrics
+(Prometheus /metrics), trace (OpenTelemetry spans over OTLP), fanout
+(server-sent events on /tasks/{id}/events), child (hands finished subtasks
+to their parents and wakes them) and hooks (the config's PostToolUse and
+Notification commands).
+
+Run as many as needed: workers of one group share its partitions (each
+record is handled once, in each task's order), and a worker that dies hands
+its records to the others after --ack-wait. SIGTERM or SIGINT stops it after
+the deliveries in hand are handled and acknowledged.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(cmd.Context(), o, stdout, stderr)
+		},
+	}
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	cmd.SetArgs(args)
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	f := cmd.Flags()
+	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s), comma-separated (required)")
+	f.StringVar(&o.prefix, "prefix", "noeta", "subject and stream prefix of the deployment")
+	f.IntVar(&o.replicas, "replicas", 1, "replicas of the dead-letter stream (3 on a cluster)")
+	f.StringVar(&o.observers, "observers", "audit", "observers to run: "+strings.Join(knownObservers, ","))
+	f.StringVar(&o.partitions, "partitions", "all", `partitions to consume: "all", or ranges like 0-31 or 0-15,32-47`)
+	f.StringVar(&o.groupPrefix, "group-prefix", "obs-", "consumer groups are <group-prefix><observer>")
+	f.StringVar(&o.instance, "instance", "", "this worker's name (fanout's consumer group is its own); default host-pid")
+	f.IntVar(&o.maxDeliver, "max-deliver", eventlog.DefaultMaxDeliver, "deliveries of a record before it is dead-lettered")
+	f.DurationVar(&o.ackWait, "ack-wait", eventlog.DefaultAckWait, "how long a delivery may stay unanswered before it goes to another worker")
+	f.StringVar(&o.auditFile, "audit-file", "", "audit: JSON Lines file (several workers may share one)")
+	f.DurationVar(&o.auditSync, "audit-sync", time.Second, "audit: fsync interval of --audit-file (0: after every record)")
+	f.BoolVar(&o.auditStdout, "audit-stdout", false, "audit: write records to stdout")
+	f.StringVar(&o.auditSubject, "audit-subject", "", "audit: publish each record on <subject>.<task>")
+	f.StringVar(&o.httpAddr, "http", "127.0.0.1:9464", "listen address of /metrics, /tasks/{id}/events and /healthz (empty: none)")
+	f.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "trace: OTLP endpoint (host:port or URL; default from OTEL_EXPORTER_OTLP_*)")
+	f.StringVar(&o.otlpProtocol, "otlp-protocol", "grpc", "trace: grpc or http")
+	f.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "trace: no TLS to the OTLP endpoint")
+	f.StringVar(&o.config, "config", "", "hooks: the noeta.yaml whose hooks: section to run")
+	f.StringVar(&o.workspace, "workspace", ".", "hooks: the directory hooks run in")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
+
+	err := cmd.ExecuteContext(ctx)
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "observer-worker: %v\nRun 'observer-worker --help' for usage.\n", ue.error)
+		return exitUsage
+	}
+	fmt.Fprintln(stderr, "observer-worker:", err)
+	return exitFail
+}
+
+// parsePartitions reads "all" or comma-separated ranges.
+func parsePartitions(s string) ([]int, error) {
+	if s == "all" || s == "" {
+		return nil, nil
+	}
+	seen := map[int]bool{}
+	for part := range strings.SplitSeq(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("--partitions: %q is not a number or a range", part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return nil, fmt.Errorf("--partitions: %q is not a range", part)
+			}
+		}
+		if a < 0 || b >= noeta.Partitions || a > b {
+			return nil, fmt.Errorf("--partitions: %q is outside 0-%d or backwards", part, noeta.Partitions-1)
+		}
+		for p := a; p <= b; p++ {
+			seen[p] = true
+		}
+	}
+	out := make([]int, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func (o opts) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %v", err)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	}
+	return nil, fmt.Errorf("--log-format is %q, want text or json", o.logFormat)
+}
+
+// worker is everything one observer-worker runs.
+type worker struct {
+	log      *slog.Logger
+	nc       *nats.Conn
+	reader   *jetstream.Log
+	feed     *jetstream.Feed
+	durables []*observers.Durable
+	closers  []func(context.Context) error
+	mux      *http.ServeMux
+}
+
+func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
+	log, err := o.logger(stderr)
+	if err != nil {
+		return usageError{err}
+	}
+	if o.natsURL == "" {
+		return usageError{errors.New("--nats is required: the URL of the NATS server holding the task stream")}
+	}
+	parts, err := parsePartitions(o.partitions)
+	if err != nil {
+		return usageError{err}
+	}
+	var names []string
+	for n := range strings.SplitSeq(o.observers, ",") {
+		n = strings.TrimSpace(n)
+		if !slices.Contains(knownObservers, n) {
+			return usageError{fmt.Errorf("--observers: unknown observer %q (known: %s)", n, strings.Join(knownObservers, ", "))}
+		}
+		if slices.Contains(names, n) {
+			return usageError{fmt.Errorf("--observers: %q is named twice", n)}
+		}
+		names = append(names, n)
+	}
+	if o.instance == "" {
+		host, _ := os.Hostname()
+		o.instance = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	fc := eventlog.FeedConfig{Partitions: parts, MaxDeliver: o.maxDeliver, AckWait: o.ackWait}
+	fc.Group = "x"
+	if err := fc.Validate(); err != nil {
+		return usageError{err}
+	}
+
+	w := &worker{log: log, mux: http.NewServeMux()}
+	defer w.close()
+	w.nc, err = nats.Connect(o.natsURL, nats.Name("noeta-observer-worker "+o.instance), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", o.natsURL, err)
+	}
+	if w.reader, err = jetstream.Open(ctx, w.nc, jetstream.Config{Prefix: o.prefix, Replicas: o.replicas}); err != nil {
+		return fmt.Errorf("open the task stream: %w", err)
+	}
+	if w.feed, err = jetstream.OpenFeed(ctx, w.nc, jetstream.FeedOptions{Prefix: o.prefix, Replicas: o.replicas, Logger: log}); err != nil {
+		return fmt.Errorf("open the feed: %w", err)
+	}
+	var metrics *observers.Metrics
+	for _, name := range names {
+		obs, err := w.observer(ctx, name, o, stdout)
+		if err != nil {
+			return err
+		}
+		if m, ok := obs.(*observers.Metrics); ok {
+			metrics = m
+		}
+		dc := observers.DurableConfig{GroupPrefix: o.groupPrefix, Feed: fc, Logger: log}
+		if name == "fanout" {
+			// A live view must see every record: its group is this
+			// worker's own.
+			dc.GroupPrefix = o.groupPrefix + o.instance + "-"
+		}
+		d, err := observers.NewDurable(w.feed, dc, obs)
+		if err != nil {
+			return usageError{err}
+		}
+		w.durables = append(w.durables, d)
+	}
+	if metrics != nil {
+		metrics.SetStats(w.stats)
+	}
+	w.mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		if w.nc.Status() != nats.CONNECTED {
+			http.Error(rw, "nats: "+w.nc.Status().String(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(rw, "ok")
+	})
+	if o.httpAddr != "" {
+		ln, err := net.Listen("tcp", o.httpAddr)
+		if err != nil {
+			return fmt.Errorf("--http: %w", err)
+		}
+		srv := &http.Server{Handler: w.mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		w.closers = append(w.closers, func(ctx context.Context) error {
+			// Server-sent event streams never end by themselves.
+			_ = srv.Shutdown(ctx)
+			return srv.Close()
+		})
+		log.Info("http listening", "addr", ln.Addr().String())
+	}
+	log.Info("observer worker started", "instance", o.instance, "observers", strings.Join(names, ","), "partitions", o.partitions, "prefix", o.prefix)
+
+	errs := make(chan error, len(w.durables))
+	for _, d := range w.durables {
+		go func() { errs <- d.Run(ctx) }()
+	}
+	var first error
+	for range w.durables {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	log.Info("observer worker stopped", "stats", fmt.Sprint(w.stats()), "feed", fmt.Sprintf("%+v", w.feed.Stats()))
+	return first
+}
+
+// observer builds one observer and registers what it serves and how it
+// closes.
+func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Writer) (observers.Observer, error) {
+	switch name {
+	case "audit":
+		var sinks []observers.AuditSink
+		if o.auditFile != "" {
+			s, err := observers.NewAuditFileSink(observers.AuditFileConfig{Path: o.auditFile, SyncEvery: o.auditSync, Logger: w.log})
+			if err != nil {
+				return nil, err
+			}
+			sinks = append(sinks, s)
+		}
+		if o.auditStdout {
+			sinks = append(sinks, observers.NewAuditWriterSink(stdout))
+		}
+		if o.auditSubject != "" {
+			s, err := observers.NewAuditPublishSink(w.nc, o.auditSubject, true)
+			if err != nil {
+				return nil, usageError{fmt.Errorf("--audit-subject: %w", err)}
+			}
+			sinks = append(sinks, s)
+		}
+		if len(sinks) != 1 {
+			for _, s := range sinks {
+				_ = s.Close()
+			}
+			return nil, usageError{errors.New("audit needs exactly one sink: --audit-file, --audit-stdout or --audit-subject")}
+		}
+		a, err := observers.NewAudit(observers.AuditConfig{Sink: sinks[0], Logger: w.log})
+		if err != nil {
+			_ = sinks[0].Close()
+			return nil, err
+		}
+		w.closers = append(w.closers, func(context.Context) error { return a.Close() })
+		return a, nil
+	case "metrics":
+		m, err := observers.NewMetrics(observers.MetricsConfig{Logger: w.log})
+		if err != nil {
+			return nil, err
+		}
+		w.mux.Handle("GET /metrics", m.Handler())
+		w.closers = append(w.closers, m.Shutdown)
+		return m, nil
+	case "trace":
+		exp, err := observers.NewOTLPExporter(ctx, observers.OTLPConfig{Protocol: o.otlpProtocol, Endpoint: o.otlpEndpoint, Insecure: o.otlpInsecure})
+		if err != nil {
+			return nil, usageError{fmt.Errorf("trace: %w", err)}
+		}
+		t, err := observers.NewTrace(observers.TraceConfig{Exporter: exp, Log: w.reader, Logger: w.log})
+		if err != nil {
+			return nil, err
+		}
+		w.closers = append(w.closers, t.Shutdown)
+		return t, nil
+	case "fanout":
+		f := observers.NewFanout(observers.FanoutConfig{Logger: w.log})
+		w.mux.Handle("GET /tasks/{id}/events", f.SSEHandler(w.reader))
+		w.closers = append(w.closers, func(context.Context) error { return f.Close() })
+		return f, nil
+	case "child":
+		waker, err := jetstream.NewWakePublisher(w.nc, o.prefix)
+		if err != nil {
+			return nil, err
+		}
+		return observers.NewChildLifecycle(observers.ChildLifecycleConfig{Log: w.reader, Index: w.reader, Waker: waker, Logger: w.log})
+	case "hooks":
+		if o.config == "" {
+			return nil, usageError{errors.New("hooks needs --config: the noeta.yaml whose hooks: section to run")}
+		}
+		data, err := os.ReadFile(o.config)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--config: %w", err)}
+		}
+		gov, err := guards.ParseConfig(data)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--config %s: %w", o.config, err)}
+		}
+		hc := gov.Hooks()
+		cfg := observers.HooksObserverConfig{Workspace: o.workspace, Logger: w.log}
+		for _, h := range hc.PostToolUse {
+			cfg.PostToolUse = append(cfg.PostToolUse, observers.ToolHookSpec{MatchTool: h.MatchTool, Command: h.Command, Timeout: h.Timeout})
+		}
+		for _, h := range hc.Notification {
+			cfg.Notification = append(cfg.Notification, observers.NotificationHookSpec{On: h.On, Command: h.Command, Timeout: h.Timeout})
+		}
+		h, err := observers.NewHooks(cfg)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		w.closers = append(w.closers, h.Close)
+		return h, nil
+	}
+	return nil, usageError{fmt.Errorf("unknown observer %q", name)}
+}
+
+// stats merges every runner's counters.
+func (w *worker) stats() map[string]observers.ObserverStats {
+	out := map[string]observers.ObserverStats{}
+	for _, d := range w.durables {
+		for k, v := range d.Stats() {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// close shuts the observers down (flushing sinks and exporters), then the
+// connection.
+func (w *worker) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := len(w.closers) - 1; i >= 0; i-- {
+		if err := w.closers[i](ctx); err != nil {
+			w.log.Warn("shutdown", "err", err)
+		}
+	}
+	if w.reader != nil {
+		_ = w.reader.Close()
+	}
+	if w.nc != nil {
+		_ = w.nc.Drain()
+	}
+}
