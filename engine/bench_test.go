@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/policy"
 )
 
@@ -182,3 +184,74 @@ func joinLines(s []string) string {
 	}
 	return out
 }
+
+// BenchmarkObserversCannotSlowTheEngine runs the engine on memlog (where
+// only CPU counts, so an observer's cost would show) with in-process
+// observers behind their bounded queues: none, one that panics on every
+// record, one that blocks forever. Report ns/event; the two bad observers'
+// records are dropped and counted (drops/event).
+func BenchmarkObserversCannotSlowTheEngine(b *testing.B) {
+	panicking := observerFunc{"panicking", func(context.Context, eventlog.Envelope) error { panic("observer bug") }}
+	block := make(chan struct{})
+	blocked := observerFunc{"blocked", func(ctx context.Context, _ eventlog.Envelope) error {
+		<-block
+		return nil
+	}}
+	b.Cleanup(func() { close(block) })
+	for _, c := range []struct {
+		name string
+		obs  []observers.Observer
+	}{
+		{"none", nil},
+		{"panicking", []observers.Observer{panicking}},
+		{"blocked", []observers.Observer{blocked}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			be := memBackend(b, 30*time.Second)
+			turns := max(b.N/4, 1)
+			h := newHarness(b, be, benchConfig, func(cfg *engine.Config) {
+				cfg.Policies = func(context.Context, *engine.State) (engine.Policy, error) { return loopPolicy{turns}, nil }
+			})
+			var runner *observers.InProcess
+			if c.obs != nil {
+				runner = observers.NewInProcess(be.log, observers.InProcessConfig{Logger: discard()}, c.obs...)
+				b.Cleanup(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+					defer cancel()
+					_ = runner.Close(ctx)
+				})
+			}
+			id := h.submit("agent: bench\ngoal: g\nscript: [{finish: {answer: x}}]\n")
+			ctx := context.Background()
+			lease, err := be.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "bench", Task: id, TTL: be.ttl})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			out, err := h.eng.RunLease(ctx, lease)
+			b.StopTimer()
+			if err != nil || out.Status != noeta.StatusTerminal {
+				b.Fatalf("%+v %v", out, err)
+			}
+			events := len(h.log(id)) - 1
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(events), "ns/event")
+			if runner != nil {
+				for _, s := range runner.Stats() {
+					b.ReportMetric(float64(s.Dropped+s.Panicked)/float64(events), "lost/event")
+				}
+			}
+		})
+	}
+}
+
+type observerFunc struct {
+	name string
+	f    func(context.Context, eventlog.Envelope) error
+}
+
+func (o observerFunc) Name() string { return o.name }
+func (o observerFunc) Observe(ctx context.Context, env eventlog.Envelope) error {
+	return o.f(ctx, env)
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -59,8 +59,14 @@ var errPanicked = errors.New("observers: observer panicked")
 func observe(ctx context.Context, o Observer, env eventlog.Envelope, c *counters, now func() time.Time) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			c.panicked.Add(1)
-			err = fmt.Errorf("%w: %s: %v\n%s", errPanicked, o.Name(), p, debug.Stack())
+			// The stack is taken for the first panic only: an observer that
+			// panics on every record must not cost the process a stack
+			// trace per record.
+			if c.panicked.Add(1) == 1 {
+				err = fmt.Errorf("%w: %s: %v\n%s", errPanicked, o.Name(), p, debug.Stack())
+			} else {
+				err = fmt.Errorf("%w: %s: %v", errPanicked, o.Name(), p)
+			}
 		}
 	}()
 	if err = o.Observe(ctx, env); err != nil {
@@ -145,14 +151,43 @@ func (r *InProcess) offer(_ context.Context, env eventlog.Envelope) error {
 	return nil
 }
 
+// An in-process observer that fails this many records in a row is paused
+// (for pauseMin, doubling up to pauseMax while it keeps failing): a broken
+// observer must not spend the engine's CPU on every record. While it is
+// paused its queue fills and the writers' offers are dropped and counted.
+const (
+	failStreakPause = 100
+	pauseMin        = time.Second
+	pauseMax        = 30 * time.Second
+)
+
 func (r *InProcess) drain(ctx context.Context, ir *inProcessRunner) {
+	streak, pause := 0, pauseMin
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case env := <-ir.queue:
-			if err := observe(ctx, ir.o, env, &ir.c, r.now); err != nil && ctx.Err() == nil {
-				r.log.Warn("observer failed; the record is not retried in process", "observer", ir.o.Name(), "task", env.Task, "seq", env.Seq, "type", env.Type, "err", err)
+			err := observe(ctx, ir.o, env, &ir.c, r.now)
+			if err == nil {
+				streak, pause = 0, pauseMin
+				continue
+			}
+			if streak++; streak >= failStreakPause {
+				r.log.Warn("observer keeps failing; paused, its records are dropped meanwhile", "observer", ir.o.Name(), "failures_in_a_row", streak, "pause", pause)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(pause):
+				}
+				streak, pause = 0, min(pause*2, pauseMax)
+			}
+			if ctx.Err() == nil {
+				// Logged for the first failures and then one in a
+				// thousand: the counters have them all.
+				if n := ir.c.failed.Load() + ir.c.panicked.Load(); n <= 10 || n%1000 == 0 {
+					r.log.Warn("observer failed; the record is not retried in process", "observer", ir.o.Name(), "task", env.Task, "seq", env.Seq, "type", env.Type, "failures", n, "err", err)
+				}
 			}
 		}
 	}
