@@ -17,7 +17,6 @@ import (
 	"github.com/noeta-go/noeta/observers"
 )
 
-
 // BenchmarkAuditWorker: how many records a second one worker audits, from
 // the feed to a file (fsync every second). The records are written first
 // (64 tasks, b.N records in all); the clock runs while one durable audit
