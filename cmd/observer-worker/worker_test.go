@@ -64,7 +64,8 @@ func testMain(m *testing.M) int {
 type proc struct {
 	cmd    *exec.Cmd
 	stderr *syncBuffer
-	done   chan error
+	exited chan struct{} // closed when the process has exited; then err is set
+	err    error
 }
 
 type syncBuffer struct {
@@ -87,15 +88,18 @@ func (s *syncBuffer) String() string {
 func startWorker(t *testing.T, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(binPath, args...)
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- cmd.Wait() }()
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-p.done
+		<-p.exited
 	})
 	return p
 }
@@ -105,10 +109,9 @@ func (p *proc) stop(t *testing.T) {
 	t.Helper()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-p.done:
-		p.done <- err
-		if err != nil {
-			t.Errorf("worker exited with %v after SIGTERM\n%s", err, p.stderr)
+	case <-p.exited:
+		if p.err != nil {
+			t.Errorf("worker exited with %v after SIGTERM\n%s", p.err, p.stderr)
 		}
 	case <-time.After(30 * time.Second):
 		t.Errorf("worker did not stop within 30s of SIGTERM\n%s", p.stderr)
@@ -218,7 +221,7 @@ func TestTwoWorkersShareTheAuditGroup(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	_ = a.cmd.Process.Signal(syscall.SIGKILL)
-	<-a.done
+	<-a.exited
 	killedAt := countLines(t, auditFile)
 	a = startWorker(t, workerArgs("0-31")...)
 
