@@ -96,8 +96,8 @@ func BenchmarkGuardCheck(b *testing.B) {
 			}
 			g := &segment{e: e, ctx: b.Context(), st: st}
 			call := noeta.ProposedToolCall{Call: noeta.ToolCall{CallID: "call-x-0", Tool: "echo", Args: json.RawMessage(`{"text":"new"}`)}}
-			if d := g.check(call); !d.IsAllow() {
-				b.Fatalf("not allowed: %+v", d)
+			if d, err := g.check(call); err != nil || !d.IsAllow() {
+				b.Fatalf("not allowed: %+v %v", d, err)
 			}
 			b.ReportAllocs()
 			for b.Loop() {

@@ -367,13 +367,20 @@ func (g *segment) guardContext() *guards.Context {
 }
 
 // check asks the agent's guards about a. A stack that cannot be built denies
-// (fail-closed), naming why.
-func (g *segment) check(a noeta.ProposedAction) guards.Decision {
+// (fail-closed), naming why. If the segment was stopped while the guards
+// were asked (the stack then denies every guard it could not ask), the error
+// is the stop's cause: a verdict made up because the worker is going away
+// must not be recorded as the guards' own.
+func (g *segment) check(a noeta.ProposedAction) (guards.Decision, error) {
 	s, err := g.guards()
 	if err != nil {
-		return guards.Decision{VerdictResult: noeta.Deny(err.Error()), Guard: guards.StackName}
+		return guards.Decision{VerdictResult: noeta.Deny(err.Error()), Guard: guards.StackName}, nil
 	}
-	return s.Check(g.ctx, a, g.guardContext())
+	d := s.Check(g.ctx, a, g.guardContext())
+	if cause := context.Cause(g.ctx); cause != nil {
+		return d, cause
+	}
+	return d, nil
 }
 
 func (g *segment) toolCalls(calls []noeta.ToolCall) error {
@@ -406,7 +413,10 @@ func (g *segment) toolCalls(calls []noeta.ToolCall) error {
 		if err := context.Cause(g.ctx); err != nil {
 			return err
 		}
-		d := g.check(noeta.ProposedToolCall{Call: call})
+		d, err := g.check(noeta.ProposedToolCall{Call: call})
+		if err != nil {
+			return err
+		}
 		switch d.Verdict {
 		case noeta.VerdictAllow:
 			if err := g.runTool(call); err != nil {
@@ -535,7 +545,10 @@ func (g *segment) spawn(specs []noeta.SpawnSpec) error {
 	}
 	if len(specs) == 1 {
 		sp := specs[0]
-		d := g.check(noeta.ProposedSpawnSubtask{Spawn: noeta.SpawnSubtask{Agent: sp.Agent, Goal: sp.Goal}})
+		d, err := g.check(noeta.ProposedSpawnSubtask{Spawn: noeta.SpawnSubtask{Agent: sp.Agent, Goal: sp.Goal}})
+		if err != nil {
+			return err
+		}
 		switch d.Verdict {
 		case noeta.VerdictAllow:
 			return g.startChildren(specs)
@@ -575,6 +588,9 @@ func (g *segment) spawn(specs []noeta.SpawnSpec) error {
 		return g.denySpawn(specs[0].Agent, group, guards.Decision{VerdictResult: noeta.Deny(err.Error()), Guard: guards.StackName})
 	}
 	d := s.CheckFanOut(g.ctx, members, g.guardContext())
+	if cause := context.Cause(g.ctx); cause != nil {
+		return cause
+	}
 	if !d.IsAllow() {
 		m := max(d.Member, 0)
 		return g.denySpawn(specs[m].Agent, group, d.Decision)
@@ -669,7 +685,10 @@ func (g *segment) finish(answer json.RawMessage) error {
 		}
 		return g.complete(fa.Answer)
 	}
-	d := g.check(noeta.ProposedFinish{Answer: answer})
+	d, err := g.check(noeta.ProposedFinish{Answer: answer})
+	if err != nil {
+		return err
+	}
 	switch d.Verdict {
 	case noeta.VerdictAllow:
 		return g.complete(answer)
