@@ -10,6 +10,14 @@
 // dispatcher; the parent's own engine records what it consumed. It never writes
 // the log whose record triggered it.
 //
+// Two runners feed them. [InProcess] hands each record, on the writer's
+// goroutine, to a bounded queue per observer and never waits: a full queue
+// drops and counts, and an observer that keeps failing is paused. [Durable]
+// feeds each observer from an [eventlog.Feed] through a consumer group of its
+// own, one record in flight per partition (docs/adr/0014): at-least-once, in
+// each task's order, so [Audit] and [Trace] are idempotent by (task, seq) and
+// [Metrics] and [Hooks] say they are at-least-once.
+//
 // Interfaces are declared here, where they are consumed, and are as narrow as
 // each observer needs, so what an observer may do shows in what it takes.
 package observers
