@@ -1,0 +1,279 @@
+package nats_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/observers"
+	"github.com/noeta-go/noeta/policy"
+	"github.com/noeta-go/noeta/tools"
+)
+
+// governance of the tasks the tests run: a boss that may spawn helpers.
+const governance = `
+agents:
+  boss:
+    tools: [echo]
+    permission_mode: bypassPermissions
+    budget: {max_spawned_subtasks: 20}
+    permissions: {allowed_subtask_agents: [helper]}
+  helper:
+    tools: [echo]
+    permission_mode: bypassPermissions
+`
+
+// engineSide is an engine process's NATS side, connected as the engine user:
+// the dispatcher, the log, the engine and its pool of workers.
+type engineSide struct {
+	nc   *nats.Conn
+	errs *asyncErrs
+	disp *jetstream.Dispatcher
+	log  *jetstream.Log
+	eng  *engine.Engine
+}
+
+// startEngine opens the dispatcher and the log as the engine user (creating
+// every stream and bucket, and the dead-letter stream observers need), and
+// runs workers until the test ends.
+func startEngine(t testing.TB, urls string, replicas, workers int) *engineSide {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc, errs := connect(t, urls, "engine")
+	disp, err := jetstream.OpenDispatcher(ctx, nc, jetstream.DispatcherConfig{Replicas: replicas, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("OpenDispatcher as engine: %v", err)
+	}
+	t.Cleanup(func() { _ = disp.Close() })
+	log, err := jetstream.Open(ctx, nc, jetstream.Config{Replicas: replicas, Registry: disp, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("Open as engine: %v", err)
+	}
+	t.Cleanup(func() { _ = log.Close() })
+	if err := jetstream.EnsureDeadLetterStream(ctx, nc, "", replicas); err != nil {
+		t.Fatalf("EnsureDeadLetterStream as engine: %v", err)
+	}
+	gov, err := guards.ParseConfig([]byte(governance))
+	if err != nil {
+		t.Fatal(err)
+	}
+	builtins, err := tools.Builtins(tools.BuiltinConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.NewRegistry(builtins...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(engine.Config{
+		Log: log, Dispatcher: disp, Content: log, Governance: gov, Tools: reg, Actor: "deploy-test",
+		Policies: engine.ScriptedPolicies(log, func(b []byte) (engine.Policy, error) {
+			s, err := policy.ScriptFromJSON(b)
+			if err != nil {
+				return nil, err
+			}
+			return policy.NewScripted(s), nil
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if workers > 0 {
+		run, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			eng.NewPool("w", workers).Run(run)
+		}()
+		t.Cleanup(func() {
+			stop()
+			<-done
+		})
+	}
+	return &engineSide{nc: nc, errs: errs, disp: disp, log: log, eng: eng}
+}
+
+// observerSide is an observer worker's NATS side, connected as the observer
+// user, as cmd/observer-worker wires it: the log opened read-only, the feed,
+// ChildLifecycle (inbox writes and wakes) and an audit trail published on
+// noeta.audit.<task>, each through a durable consumer group.
+type observerSide struct {
+	nc     *nats.Conn
+	errs   *asyncErrs
+	reader *jetstream.Reader
+	feed   *jetstream.Feed
+	waker  *jetstream.WakePublisher
+
+	mu      sync.Mutex
+	audited map[string]int // highest log seq seen per task
+}
+
+func startObserver(t testing.TB, urls string, replicas int, partitions []int) *observerSide {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc, errs := connect(t, urls, "observer")
+	o := &observerSide{nc: nc, errs: errs, audited: map[string]int{}}
+	var err error
+	if o.reader, err = jetstream.OpenReader(ctx, nc, jetstream.Config{Replicas: replicas, RequestTimeout: 10 * time.Second}); err != nil {
+		t.Fatalf("OpenReader as observer: %v", err)
+	}
+	if o.feed, err = jetstream.OpenFeed(ctx, nc, jetstream.FeedOptions{Replicas: replicas}); err != nil {
+		t.Fatalf("OpenFeed as observer: %v", err)
+	}
+	if o.waker, err = jetstream.NewWakePublisher(nc, ""); err != nil {
+		t.Fatal(err)
+	}
+	child, err := observers.NewChildLifecycle(observers.ChildLifecycleConfig{Log: o.reader, Index: o.reader, Waker: o.waker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := observers.NewAuditPublishSink(nc, "noeta.audit", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit, err := observers.NewAudit(observers.AuditConfig{Sink: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := countObserver{o}
+	fc := eventlog.FeedConfig{Partitions: partitions, AckWait: 5 * time.Second}
+	run, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, obs := range []observers.Observer{child, audit, counter} {
+		d, err := observers.NewDurable(o.feed, observers.DurableConfig{GroupPrefix: "obs-", Feed: fc}, obs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if err := d.Run(run); err != nil {
+				t.Errorf("observer %s: %v", obs.Name(), err)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		stop()
+		wg.Wait()
+		_ = audit.Close()
+	})
+	return o
+}
+
+// countObserver counts the log records it sees per task (once each, by seq:
+// a redelivery does not count twice).
+type countObserver struct{ o *observerSide }
+
+func (countObserver) Name() string { return "count" }
+
+func (c countObserver) Observe(_ context.Context, env eventlog.Envelope) error {
+	if env.Seq == 0 {
+		return nil // an inbox record
+	}
+	c.o.mu.Lock()
+	defer c.o.mu.Unlock()
+	if k := env.Task; uint64(c.o.audited[k]) < env.Seq {
+		c.o.audited[k] = int(env.Seq)
+	}
+	return nil
+}
+
+func (o *observerSide) auditedOf(task string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.audited[task]
+}
+
+// submit submits a task running script (JSON) for agent.
+func (e *engineSide) submit(t testing.TB, agent, goal, script string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := e.eng.Submit(ctx, engine.Submission{Agent: agent, Goal: goal, Script: json.RawMessage(script)})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	return id
+}
+
+// folder folds a task's log.
+type folder func(ctx context.Context, task string) (*engine.State, error)
+
+// foldRead folds from genesis through a reader that needs no content store
+// (what an observer may read).
+func foldRead(r interface {
+	Read(context.Context, string, uint64) ([]eventlog.Envelope, error)
+}) folder {
+	return func(ctx context.Context, task string) (*engine.State, error) {
+		envs, err := r.Read(ctx, task, 0)
+		if err != nil {
+			return nil, err
+		}
+		if len(envs) == 0 {
+			return nil, fmt.Errorf("task %s has no log", task)
+		}
+		return engine.Fold(envs)
+	}
+}
+
+// foldTask folds from the latest snapshot, as engine inspect does (the
+// snapshot's body is in the content store).
+func foldTask(r interface {
+	Read(context.Context, string, uint64) ([]eventlog.Envelope, error)
+	LatestSnapshot(context.Context, string) (eventlog.Envelope, error)
+	Get(context.Context, noeta.ContentRef) ([]byte, error)
+}) folder {
+	return func(ctx context.Context, task string) (*engine.State, error) {
+		st, _, err := engine.FoldTask(ctx, r, r, task)
+		return st, err
+	}
+}
+
+// waitFold waits until the task's folded state satisfies ok, and returns it.
+func waitFold(t testing.TB, fold folder, task string, within time.Duration, what string, ok func(*engine.State) bool) *engine.State {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last *engine.State
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		st, err := fold(ctx, task)
+		cancel()
+		if err == nil && ok(st) {
+			return st
+		}
+		last, lastErr = st, err
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("task %s: %s not reached within %v: %+v %v", task, what, within, last, lastErr)
+	return nil
+}
+
+func terminal(s *engine.State) bool { return s.Status == noeta.StatusTerminal }
+
+func suspendedOn(kind noeta.WakeKind) func(*engine.State) bool {
+	return func(s *engine.State) bool {
+		return s.Status == noeta.StatusSuspended && s.WakeOn != nil && s.WakeOn.Kind == kind
+	}
+}
+
+// checkDense checks that a task's log has the seqs 1..n without a gap or a
+// repeat, and folds it.
+func checkDense(envs []eventlog.Envelope) (*engine.State, error) {
+	for i, env := range envs {
+		if env.Seq != uint64(i+1) {
+			return nil, fmt.Errorf("record %d has seq %d", i+1, env.Seq)
+		}
+	}
+	return engine.Fold(envs)
+}
