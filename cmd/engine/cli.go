@@ -59,8 +59,42 @@ func exitCode(code int) error {
 type globals struct {
 	data    string
 	workers int
+	conn    connOpts
 	stdout  io.Writer
 	stderr  io.Writer
+	// lookupEnv reads the environment (os.LookupEnv; tests replace it).
+	lookupEnv func(string) (string, bool)
+	// sources says where each setting came from, once resolved.
+	sources sources
+}
+
+// dataDir is --data made absolute, ./.noeta by default.
+func (g *globals) dataDir() (string, error) {
+	data := g.data
+	if data == "" {
+		data = ".noeta"
+	}
+	abs, err := filepath.Abs(data)
+	if err != nil {
+		return "", usageErr("--data: %v", err)
+	}
+	return abs, nil
+}
+
+// where describes the deployment for a message: the data directory, or the
+// NATS servers.
+func (g *globals) where(data string) string {
+	if g.conn.embedded() {
+		return "data " + data
+	}
+	return "nats " + g.conn.describe()
+}
+
+// stackConfig is the stack of the connection flags: the embedded server on
+// data (with the ChildLifecycle observer in process, since nothing else
+// would run it), or the configured NATS (without it).
+func (g *globals) stackConfig(data, verb string, logger *slog.Logger) stackConfig {
+	return stackConfig{data: data, conn: g.conn, child: g.conn.embedded(), recoverChild: true, name: verb, logger: logger}
 }
 
 // logger is where the engine, the dispatcher and the observers report what the
@@ -74,13 +108,18 @@ func (g *globals) check() error {
 	if g.workers < 1 {
 		return usageErr("--workers is %d; it must be at least 1", g.workers)
 	}
-	return nil
+	return g.conn.check()
 }
 
 // run is the whole command: it parses args, runs the verb and returns the
 // exit code. It prints to stdout and stderr only.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRootCmd(stdout, stderr)
+	return runEnv(ctx, args, stdout, stderr, os.LookupEnv)
+}
+
+// runEnv is run with the environment read through lookupEnv.
+func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	root := newRootCmd(stdout, stderr, lookupEnv)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -98,23 +137,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitUsage
 }
 
-func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
-	g := &globals{stdout: stdout, stderr: stderr}
+func newRootCmd(stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr, lookupEnv: lookupEnv}
 	root := &cobra.Command{
 		Use:   "engine",
-		Short: "Run agent tasks under governance on an embedded NATS JetStream",
+		Short: "Run agent tasks under governance on NATS JetStream",
 		Long: `engine runs agent tasks under governance. Every task is an append-only event
 log; guards allow, deny or ask a human before each tool call, subtask and
 finish, and every verdict is recorded with the guard that gave it.
 
-With no NATS server configured, engine starts one in-process, with JetStream
-storing everything under --data. Nothing needs to be installed.
+With no NATS server configured (no --nats), engine starts one in-process,
+with JetStream storing everything under --data, and runs the ChildLifecycle
+observer (a finished subtask's result to its parent) in process too. Nothing
+needs to be installed. With --nats, every verb works on that server or
+cluster.
+
+The connection flags may also come from the environment (a flag wins):
+` + envList(false) + `
+Every process of one deployment must use the same --prefix, --replicas and
+--lease-ttl.
 
 Exit codes: 0 the task completed, 1 it failed or was cancelled, 2 bad usage,
 config or task file, 3 it waits for an approval.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			src, err := applySettings(cmd, false, "", g.lookupEnv)
+			if err != nil {
+				return err
+			}
+			g.sources = src
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(stderr)
 			_ = cmd.Help()
@@ -126,8 +181,18 @@ config or task file, 3 it waits for an approval.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.data, "data", "", "data directory of the embedded server (run: ./.noeta; demo: a temporary directory)")
+	pf.StringVar(&g.data, "data", "", "data directory of the embedded server, without --nats (default ./.noeta; demo: a temporary directory)")
 	pf.IntVar(&g.workers, "workers", 4, "engine workers in the pool")
+	pf.StringVar(&g.conn.url, "nats", "", "NATS server URL(s), comma-separated (default: an embedded server on --data)")
+	pf.StringVar(&g.conn.creds, "creds", "", "NATS credentials file (JWT and NKey seed)")
+	pf.StringVar(&g.conn.user, "user", "", "NATS user")
+	pf.StringVar(&g.conn.password, "password", "", "NATS password of --user (better: NOETA_PASSWORD)")
+	pf.StringVar(&g.conn.tlsCA, "tls-ca", "", "CA certificates (PEM) to verify the NATS servers with")
+	pf.StringVar(&g.conn.tlsCert, "tls-cert", "", "client certificate (PEM) for mutual TLS; with --tls-key")
+	pf.StringVar(&g.conn.tlsKey, "tls-key", "", "key (PEM) of --tls-cert")
+	pf.StringVar(&g.conn.prefix, "prefix", defaultPrefix, "subject, stream and bucket prefix of the deployment")
+	pf.IntVar(&g.conn.replicas, "replicas", 1, "replicas of the streams and buckets: 1 on a single node, 3 on a cluster")
+	pf.DurationVar(&g.conn.leaseTTL, "lease-ttl", 0, "lease length, whole seconds (default 30s); the same for every process of the prefix")
 	root.AddCommand(newRunCmd(g), newDemoCmd(g), newEventsCmd(g), newInspectCmd(g), newTasksCmd(g))
 	return root
 }

@@ -90,14 +90,18 @@ func runDemo(ctx context.Context, g *globals) error {
 	if data == "" {
 		data = filepath.Join(tmp, "data")
 	}
-	st, err := openStack(ctx, data, g.logger())
+	st, err := openStack(ctx, g.stackConfig(data, "demo", g.logger()))
 	if err != nil {
 		return failErr(err)
 	}
 	defer st.Close()
 
 	w := g.stdout
-	fmt.Fprintf(w, "noeta demo: every example of examples/ under examples/noeta.yaml, on an embedded NATS JetStream in %s\n", data)
+	on := "an embedded NATS JetStream in " + data
+	if !g.conn.embedded() {
+		on = "NATS JetStream at " + g.conn.describe()
+	}
+	fmt.Fprintf(w, "noeta demo: every example of examples/ under examples/noeta.yaml, on %s\n", on)
 	var results []demoResult
 	for _, name := range names {
 		if !exampleName.MatchString(name) {

@@ -430,7 +430,7 @@ func TestStackCloseIsQuick(t *testing.T) {
 	ctx := t.Context()
 	var errb syncBuffer
 	g := &globals{workers: 4, stdout: &syncBuffer{}, stderr: &errb}
-	st, err := openStack(ctx, t.TempDir(), g.logger())
+	st, err := openStack(ctx, stackConfig{data: t.TempDir(), conn: connOpts{prefix: defaultPrefix, replicas: 1}, child: true, recoverChild: true, logger: g.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

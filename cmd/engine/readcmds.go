@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -22,17 +21,17 @@ import (
 // The read verbs: events, inspect, tasks. They open the data directory's
 // server and read; they run no worker.
 
-// openData opens the stack of --data (./.noeta by default) for reading.
-func openData(ctx context.Context, g *globals) (*stack, error) {
-	data := g.data
-	if data == "" {
-		data = ".noeta"
+// openData opens the stack of the connection flags (the embedded server on
+// --data, ./.noeta by default) for reading.
+func openData(ctx context.Context, g *globals, verb string) (*stack, error) {
+	if err := g.conn.check(); err != nil {
+		return nil, err
 	}
-	data, err := filepath.Abs(data)
+	data, err := g.dataDir()
 	if err != nil {
-		return nil, usageErr("--data: %v", err)
+		return nil, err
 	}
-	st, err := openStack(ctx, data, g.logger())
+	st, err := openStack(ctx, g.stackConfig(data, verb, g.logger()))
 	if err != nil {
 		return nil, failErr(err)
 	}
@@ -60,7 +59,7 @@ CloudEvents JSON object it is stored as, one per line.`,
 			if err := taskArg(args[0]); err != nil {
 				return err
 			}
-			st, err := openData(cmd.Context(), g)
+			st, err := openData(cmd.Context(), g, "events")
 			if err != nil {
 				return err
 			}
@@ -80,12 +79,12 @@ func printEvents(ctx context.Context, st *stack, task string, follow, asJSON boo
 	envs, err := st.log.Read(ctx, task, 0)
 	if err != nil {
 		if errors.Is(err, eventlog.ErrNotFound) {
-			return failErr(fmt.Errorf("no task %s in this data directory", task))
+			return failErr(fmt.Errorf("no task %s in this deployment", task))
 		}
 		return failErr(err)
 	}
 	if len(envs) == 0 {
-		return failErr(fmt.Errorf("no task %s in this data directory", task))
+		return failErr(fmt.Errorf("no task %s in this deployment", task))
 	}
 	start := envs[0].Time
 	print := func(env eventlog.Envelope) error {
@@ -168,7 +167,7 @@ func newInspectCmd(g *globals) *cobra.Command {
 			if err := taskArg(args[0]); err != nil {
 				return err
 			}
-			st, err := openData(cmd.Context(), g)
+			st, err := openData(cmd.Context(), g, "inspect")
 			if err != nil {
 				return err
 			}
@@ -179,7 +178,7 @@ func newInspectCmd(g *globals) *cobra.Command {
 			}
 			if err != nil {
 				if errors.Is(err, eventlog.ErrNotFound) {
-					return failErr(fmt.Errorf("no task %s in this data directory", args[0]))
+					return failErr(fmt.Errorf("no task %s in this deployment", args[0]))
 				}
 				return failErr(err)
 			}
@@ -271,10 +270,10 @@ func printState(w io.Writer, s *engine.State, ds eventlog.DispatchState, known b
 func newTasksCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "tasks",
-		Short: "List the tasks of the data directory, most recently active first",
+		Short: "List the tasks of the deployment, most recently active first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := openData(cmd.Context(), g)
+			st, err := openData(cmd.Context(), g, "tasks")
 			if err != nil {
 				return err
 			}

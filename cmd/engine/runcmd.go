@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -107,15 +106,12 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if err != nil {
 		return err
 	}
-	data := g.data
-	if data == "" {
-		data = ".noeta"
-	}
-	if data, err = filepath.Abs(data); err != nil {
-		return usageErr("--data: %v", err)
+	data, err := g.dataDir()
+	if err != nil {
+		return err
 	}
 
-	st, err := openStack(ctx, data, g.logger())
+	st, err := openStack(ctx, g.stackConfig(data, "run", g.logger()))
 	if err != nil {
 		return failErr(err)
 	}
@@ -138,8 +134,8 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	untap := st.tap(f.handle)
 	defer untap()
 	if !o.json {
-		fmt.Fprintf(g.stdout, "task %s: %s (agent %s); config %s, workspace %s, data %s, %d workers, approvals %s\n",
-			id, taskPath, tf.Agent, configPath, workspace, data, g.workers, mode)
+		fmt.Fprintf(g.stdout, "task %s: %s (agent %s); config %s, workspace %s, %s, %d workers, approvals %s\n",
+			id, taskPath, tf.Agent, configPath, workspace, g.where(data), g.workers, mode)
 	}
 	if _, err := eng.Submit(ctx, engine.Submission{ID: id, Agent: tf.Agent, Goal: tf.Goal, Script: script}); err != nil {
 		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))

@@ -21,18 +21,21 @@ import (
 	"github.com/noeta-go/noeta/tools"
 )
 
-// stack is the single-process deployment: an embedded nats-server with
-// JetStream on a data directory, one connection, the JetStream event log and
-// dispatcher, the in-process ChildLifecycle observer, and the engines and
-// worker pools that run on them.
+// stack is what a verb runs on: one NATS connection — to an embedded
+// nats-server with JetStream on a data directory (the default), or to a
+// NATS server or cluster (--nats) — the JetStream event log and dispatcher
+// on it, the ChildLifecycle observer in process when it is wanted, and the
+// engines and worker pools that run on them.
 type stack struct {
-	srv    *embedded.Server
+	srv    *embedded.Server // nil on a remote NATS
 	nc     *nats.Conn
 	log    *jetstream.Log
 	disp   *jetstream.Dispatcher
-	child  *observers.ChildLifecycle
+	child  *observers.ChildLifecycle // nil unless stackConfig.child
 	tools  *tools.Registry
 	logger *slog.Logger
+	conn   connOpts
+	data   string // the embedded server's data directory
 
 	subs []*eventlog.Subscription
 
@@ -51,32 +54,62 @@ type closeStep struct {
 	took time.Duration
 }
 
-// openStack starts the embedded server on <data>/nats and wires the log, the
-// dispatcher and the ChildLifecycle observer on it; it recovers every child
-// handoff a previous process may have missed. On error everything started is
+// stackConfig says what to open.
+type stackConfig struct {
+	// data is the embedded server's data directory (with conn.url empty).
+	data string
+	conn connOpts
+	// child runs the ChildLifecycle observer in process: in the embedded
+	// default (nothing else would hand a finished subtask to its parent)
+	// and in serve --child. On a cluster, observer-workers may run it
+	// instead (--observers child).
+	child bool
+	// recoverChild redoes, before openStack returns, every child handoff
+	// a previous process may have missed (serve does it in the background).
+	recoverChild bool
+	// name names the NATS connection (the verb).
+	name   string
+	logger *slog.Logger
+}
+
+// openStack connects — starting the embedded server on <data>/nats first
+// when no NATS URL is configured — and wires the log, the dispatcher and,
+// if asked, the ChildLifecycle observer. On error everything started is
 // shut down again.
-func openStack(ctx context.Context, data string, logger *slog.Logger) (_ *stack, err error) {
-	s := &stack{logger: logger, taps: map[int]eventlog.Handler{}, pools: map[int]*pool{}}
+func openStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
+	logger := cfg.logger
+	s := &stack{logger: logger, conn: cfg.conn, data: cfg.data, taps: map[int]eventlog.Handler{}, pools: map[int]*pool{}}
 	defer func() {
 		if err != nil {
 			s.Close()
 		}
 	}()
-	s.srv, err = embedded.Start(ctx, embedded.Config{Dir: filepath.Join(data, "nats")})
-	if err != nil {
-		return nil, fmt.Errorf("start the embedded NATS server in %s: %w", data, err)
+	name := "noeta-engine"
+	if cfg.name != "" {
+		name += " " + cfg.name
 	}
-	s.nc, err = nats.Connect(s.srv.ClientURL(), nats.Name("noeta-engine"))
-	if err != nil {
-		return nil, fmt.Errorf("connect to the embedded NATS server: %w", err)
+	if cfg.conn.embedded() {
+		s.srv, err = embedded.Start(ctx, embedded.Config{Dir: filepath.Join(cfg.data, "nats")})
+		if err != nil {
+			return nil, fmt.Errorf("start the embedded NATS server in %s: %w", cfg.data, err)
+		}
+		s.nc, err = nats.Connect(s.srv.ClientURL(), nats.Name(name))
+		if err != nil {
+			return nil, fmt.Errorf("connect to the embedded NATS server: %w", err)
+		}
+	} else {
+		s.nc, err = nats.Connect(cfg.conn.url, cfg.conn.natsOptions(name, logger)...)
+		if err != nil {
+			return nil, fmt.Errorf("connect to %s: %w", cfg.conn.describe(), err)
+		}
 	}
-	s.disp, err = jetstream.OpenDispatcher(ctx, s.nc, jetstream.DispatcherConfig{Logger: logger})
+	s.disp, err = jetstream.OpenDispatcher(ctx, s.nc, s.dispatcherConfig())
 	if err != nil {
-		return nil, fmt.Errorf("open the dispatcher: %w", err)
+		return nil, fmt.Errorf("open the dispatcher: %w", leaseTTLHint(err))
 	}
-	s.log, err = jetstream.Open(ctx, s.nc, jetstream.Config{Registry: s.disp})
+	s.log, err = jetstream.Open(ctx, s.nc, jetstream.Config{Prefix: cfg.conn.prefix, Replicas: cfg.conn.replicas, Registry: s.disp})
 	if err != nil {
-		return nil, fmt.Errorf("open the event log: %w", err)
+		return nil, fmt.Errorf("open the event log: %w", leaseTTLHint(err))
 	}
 	builtins, err := tools.Builtins(tools.BuiltinConfig{})
 	if err != nil {
@@ -85,20 +118,32 @@ func openStack(ctx context.Context, data string, logger *slog.Logger) (_ *stack,
 	if s.tools, err = tools.NewRegistry(builtins...); err != nil {
 		return nil, err
 	}
+	// The taps come first: a follower sees a child's terminal record before
+	// ChildLifecycle hands it to the parent and wakes it.
+	s.subs = append(s.subs, s.log.Subscribe(s.deliver))
+	if !cfg.child {
+		return s, nil
+	}
 	s.child, err = observers.NewChildLifecycle(observers.ChildLifecycleConfig{Log: s.log, Index: s.log, Waker: s.disp, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	// The taps come first: a follower sees a child's terminal record before
-	// ChildLifecycle hands it to the parent and wakes it.
-	s.subs = append(s.subs, s.log.Subscribe(s.deliver), s.log.Subscribe(s.child.Handle))
-	if _, err := s.child.Recover(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil, err
+	s.subs = append(s.subs, s.log.Subscribe(s.child.Handle))
+	if cfg.recoverChild {
+		if _, err := s.child.Recover(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			logger.Warn("child handoff recovery was incomplete; the next start retries it", "err", err)
 		}
-		logger.Warn("child handoff recovery was incomplete; the next start retries it", "err", err)
 	}
 	return s, nil
+}
+
+// dispatcherConfig is the dispatcher of the stack's prefix: every process of
+// one prefix uses the same prefix, replicas and lease TTL.
+func (s *stack) dispatcherConfig() jetstream.DispatcherConfig {
+	return jetstream.DispatcherConfig{Prefix: s.conn.prefix, Replicas: s.conn.replicas, LeaseTTL: s.conn.leaseTTL, Logger: s.logger}
 }
 
 // deliver hands a committed record to every tap.
@@ -144,7 +189,14 @@ func parseScript(body []byte) (engine.Policy, error) {
 // shell tools in workspace, and works the ready queue queue ("" for the
 // default queue).
 func (s *stack) engine(gov *guards.Config, workspace, queue string) (*engine.Engine, error) {
+	return s.engineAs(gov, workspace, queue, "")
+}
+
+// engineAs is engine with the actor its records name ("": the engine's
+// default, engine@<host>:<pid>).
+func (s *stack) engineAs(gov *guards.Config, workspace, queue, actor string) (*engine.Engine, error) {
 	return engine.New(engine.Config{
+		Actor:      actor,
 		Log:        s.log,
 		Dispatcher: s.disp,
 		Content:    s.log,

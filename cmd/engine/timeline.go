@@ -70,6 +70,7 @@ type follower struct {
 	order         []string
 	handled       map[string]bool
 	recovered     bool
+	childNoted    bool
 	externalNoted map[string]bool
 }
 
@@ -248,20 +249,74 @@ func (f *follower) record(ctx context.Context, tv *taskView, env eventlog.Envelo
 		known = false
 	}
 	if known {
-		switch p := p.(type) {
-		case *noeta.TaskCreated:
-			tv.depth, tv.agent = p.SubtaskDepth, p.Agent
-		case *noeta.TaskCompleted, *noeta.TaskFailed, *noeta.TaskCancelled:
-			if tv.end == nil {
-				e := env
-				tv.end = &e
-			}
-		}
+		f.note(tv, env, p)
 	}
 	f.print(env, p, known)
 	if s, ok := p.(*noeta.TaskSuspended); known && ok && s.Reason == engine.ReasonWaitingApproval {
 		f.answer(ctx, env.Task, s.WakeOn.Handle)
 	}
+}
+
+// note keeps what the follower needs of a record: a task's depth and
+// agent, its end, and its subtasks, which join the tree (a subtask another
+// process runs is known by its parent's SubtaskSpawned, not by a
+// TaskCreated this process committed).
+func (f *follower) note(tv *taskView, env eventlog.Envelope, p noeta.Payload) {
+	switch p := p.(type) {
+	case *noeta.TaskCreated:
+		tv.depth, tv.agent = p.SubtaskDepth, p.Agent
+	case *noeta.SubtaskSpawned:
+		f.mu.Lock()
+		f.members[p.SubtaskID] = true
+		f.mu.Unlock()
+		f.view(p.SubtaskID)
+	case *noeta.TaskCompleted, *noeta.TaskFailed, *noeta.TaskCancelled:
+		if tv.end == nil {
+			e := env
+			tv.end = &e
+		}
+	}
+}
+
+// seed makes the follower start from the tree as it is now: every task of
+// it, found from the root through the SubtaskSpawned records, is known, with
+// everything already in its log and inbox taken as printed. Call it before
+// tapping the stack; only what is committed afterwards is printed.
+func (f *follower) seed(ctx context.Context) error {
+	queue := []string{f.root}
+	seen := map[string]bool{f.root: true}
+	for len(queue) > 0 {
+		id := queue[0]
+		queue = queue[1:]
+		tv := f.view(id)
+		f.mu.Lock()
+		f.members[id] = true
+		f.mu.Unlock()
+		envs, err := f.st.log.Read(ctx, id, 0)
+		if err != nil && !errors.Is(err, eventlog.ErrNotFound) {
+			return err
+		}
+		for _, env := range envs {
+			tv.printed = env.Seq
+			p, known, err := env.Decode()
+			if err != nil || !known {
+				continue
+			}
+			f.note(tv, env, p)
+			if sp, ok := p.(*noeta.SubtaskSpawned); ok && !seen[sp.SubtaskID] {
+				seen[sp.SubtaskID] = true
+				queue = append(queue, sp.SubtaskID)
+			}
+		}
+		inbox, err := f.st.log.Inbox(ctx, id)
+		if err != nil && !errors.Is(err, eventlog.ErrNotFound) {
+			return err
+		}
+		for _, env := range inbox {
+			tv.inbox[env.Key] = true
+		}
+	}
+	return nil
 }
 
 func (f *follower) print(env eventlog.Envelope, p noeta.Payload, known bool) {
@@ -407,12 +462,20 @@ func (f *follower) settled(ctx context.Context) (outcome, bool, error) {
 		return f.final(ctx, outcome{status: "waiting", waiting: waits})
 	case clock || len(f.externalNoted) > 0:
 		return outcome{}, false, nil
-	case !f.recovered:
+	case !f.recovered && f.st.child != nil:
 		// Every task is idle and the tree waits on subtasks that have all
 		// ended: a handoff was lost. Redo the handoffs once.
 		f.recovered = true
 		if _, err := f.st.child.Recover(ctx); err != nil {
 			fmt.Fprintf(f.msgs, "engine: child handoff recovery: %v\n", err)
+		}
+		return outcome{}, false, nil
+	case f.st.child == nil && f.waitsOnChildren(states):
+		// On a remote NATS the handoff is an observer-worker's (--observers
+		// child), which may be behind: keep waiting.
+		if !f.childNoted {
+			f.childNoted = true
+			fmt.Fprintf(f.msgs, "engine: waiting for subtask results to be handed over (an observer-worker with --observers child, or engine serve --child, does it)\n")
 		}
 		return outcome{}, false, nil
 	}
@@ -424,6 +487,21 @@ func (f *follower) settled(ctx context.Context) (outcome, bool, error) {
 		}
 	}
 	return f.final(ctx, outcome{status: "stuck", detail: "every task is idle and nothing will wake them: " + strings.Join(stuck, "; ")})
+}
+
+// waitsOnChildren reports whether a task of the tree is suspended on
+// subtasks that have all ended.
+func (f *follower) waitsOnChildren(states map[string]eventlog.DispatchState) bool {
+	for _, ds := range states {
+		if ds.Status != eventlog.DispatchSuspended || ds.WakeOn == nil {
+			continue
+		}
+		switch ds.WakeOn.Kind {
+		case noeta.WakeSubtaskCompleted, noeta.WakeSubtaskGroupCompleted:
+			return true
+		}
+	}
+	return false
 }
 
 // final prints the inbox records the subscriber did not deliver and returns

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestConnectionEnvEveryVerb: the connection settings come from the
+// environment for every verb, the serve settings only for serve.
+func TestConnectionEnvEveryVerb(t *testing.T) {
+	t.Parallel()
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	for _, verb := range [][]string{{"tasks"}, {"inspect", "T1"}, {"events", "T1"}, {"run", "task.yaml"}} {
+		var out, errb syncBuffer
+		code := runEnv(t.Context(), append(verb, "--data", t.TempDir()), &out, &errb, env(map[string]string{"NOETA_REPLICAS": "3"}))
+		if code != exitUsage || !strings.Contains(errb.String(), "--replicas 3 needs a cluster") {
+			t.Errorf("%v with NOETA_REPLICAS=3: exit %d, %s", verb, code, &errb)
+		}
+	}
+	// NOETA_WORKERS is not a connection setting: run ignores it (and fails
+	// on its task file).
+	var out, errb syncBuffer
+	code := runEnv(t.Context(), []string{"run", "/nonexistent/task.yaml", "--config", exampleConfig, "--data", t.TempDir()}, &out, &errb,
+		env(map[string]string{"NOETA_WORKERS": "four"}))
+	if code != exitUsage || strings.Contains(errb.String(), "NOETA_WORKERS") || !strings.Contains(errb.String(), "task file") {
+		t.Errorf("run with NOETA_WORKERS=four: exit %d, %s", code, &errb)
+	}
+}
