@@ -12,15 +12,14 @@ func TestConnectionEnvEveryVerb(t *testing.T) {
 	env := func(m map[string]string) func(string) (string, bool) {
 		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 	}
-	for _, verb := range [][]string{{"tasks"}, {"inspect", "T1"}, {"events", "T1"}, {"run", "task.yaml"}} {
+	for _, verb := range [][]string{{"tasks"}, {"inspect", "T1"}, {"submit", "task.yaml"}, {"approve", "T1", "h1"}, {"run", "task.yaml"}} {
 		var out, errb syncBuffer
 		code := runEnv(t.Context(), append(verb, "--data", t.TempDir()), &out, &errb, env(map[string]string{"NOETA_REPLICAS": "3"}))
 		if code != exitUsage || !strings.Contains(errb.String(), "--replicas 3 needs a cluster") {
 			t.Errorf("%v with NOETA_REPLICAS=3: exit %d, %s", verb, code, &errb)
 		}
 	}
-	// NOETA_WORKERS is not a connection setting: run ignores it (and fails
-	// on its task file).
+	// NOETA_WORKERS is serve's: run ignores it (and fails on its task file).
 	var out, errb syncBuffer
 	code := runEnv(t.Context(), []string{"run", "/nonexistent/task.yaml", "--config", exampleConfig, "--data", t.TempDir()}, &out, &errb,
 		env(map[string]string{"NOETA_WORKERS": "four"}))

@@ -208,7 +208,11 @@ func runExample(ctx context.Context, g *globals, st *stack, tmp, name string, go
 		return r, err
 	}
 	r.out, r.took = out, time.Since(start)
-	reportOutcome(w, id, "the demo's data directory", out)
+	where := ""
+	if g.data != "" || !g.conn.embedded() {
+		where = g.conn.flags(st.data)
+	}
+	reportOutcome(w, id, where, out)
 	return r, nil
 }
 

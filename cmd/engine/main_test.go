@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -19,10 +20,33 @@ import (
 	"github.com/noeta-go/noeta/policy"
 )
 
-func TestMain(m *testing.M) {
+// engineBin is the engine binary built from this package, for the tests
+// that run it as a subprocess (serve on several "hosts").
+var engineBin string
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
 	// Whatever the test binary's stdin is, --approvals defaults to leave.
 	stdinIsTerminal = func() bool { return false }
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "noeta-engine-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	engineBin = filepath.Join(dir, "engine")
+	args := []string{"build", "-o", engineBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build engine:", err)
+		return 1
+	}
+	return m.Run()
 }
 
 // syncBuffer is a bytes.Buffer that the command's goroutines may write
@@ -256,7 +280,7 @@ script:
 			[]string{"--workspace", "is not a directory"}},
 		{"no task file", []string{"run", "--config", exampleConfig}, []string{"accepts 1 arg(s), received 0"}},
 		{"two task files", []string{"run", ok, ok, "--config", exampleConfig}, []string{"accepts 1 arg(s), received 2"}},
-		{"unknown verb", []string{"serve"}, []string{`unknown command "serve"`}},
+		{"unknown verb", []string{"frobnicate"}, []string{`unknown command "frobnicate"`}},
 		{"no verb", nil, []string{"name a verb"}},
 		{"demo takes no arguments", []string{"demo", "now"}, []string{`unknown command "now"`}},
 	} {

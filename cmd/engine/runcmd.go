@@ -15,6 +15,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/policy"
 )
 
@@ -42,6 +43,12 @@ func newRunCmd(g *globals) *cobra.Command {
 		Long: `run submits the task of TASKFILE, runs it and its subtasks with a pool of
 workers on the embedded server, and prints every record of the task tree as
 it is committed: guard verdicts with their reasons, approvals, subtasks.
+
+With --nats, the pool runs on that NATS beside any serve processes, which may
+take some of the tree's segments (their records are printed once the tree
+comes to rest), and a subtask's result reaches its parent through whichever
+process runs the ChildLifecycle observer (serve --child, or observer-worker
+--observers child).
 
 Exit codes: 0 the task completed; 1 it failed or was cancelled; 2 bad usage,
 config or task file; 3 the task waits for an approval (with --approvals
@@ -77,30 +84,13 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 		}
 		mode = m
 	}
-	configPath := o.config
-	if configPath == "" {
-		if _, err := os.Stat(defaultConfig); err != nil {
-			return usageErr("no governance config: pass --config FILE (there is no %s in the working directory)", defaultConfig)
-		}
-		configPath = defaultConfig
-	}
-	gov, err := loadConfig(configPath)
+	gov, configPath, err := governance(o.config)
 	if err != nil {
-		return usageErr("--config: %v", err)
+		return err
 	}
-	tf, err := policy.LoadTaskFile(taskPath)
+	tf, script, err := loadTask(taskPath, gov, configPath)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
-			return usageErr("task file: %v", err)
-		}
-		return usageErr("%v", err)
-	}
-	if _, ok := gov.Agent(tf.Agent); !ok {
-		return usageErr("%s: agent: %q is not an agent of %s (its agents: %s)", taskPath, tf.Agent, configPath, strings.Join(gov.Agents(), ", "))
-	}
-	script, err := json.Marshal(tf.Script)
-	if err != nil {
-		return usageErr("%s: script: %v", taskPath, err)
+		return err
 	}
 	workspace, err := absDir("--workspace", o.workspace)
 	if err != nil {
@@ -144,13 +134,51 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if err != nil {
 		return failErr(err)
 	}
-	reportOutcome(msgs, id, data, out)
+	reportOutcome(msgs, id, g.conn.flags(data), out)
 	return exitCode(out.code())
 }
 
+// governance loads the governance config at path, or noeta.yaml in the
+// working directory when path is empty; it returns the path it read.
+func governance(path string) (*guards.Config, string, error) {
+	if path == "" {
+		if _, err := os.Stat(defaultConfig); err != nil {
+			return nil, "", usageErr("no governance config: pass --config FILE (there is no %s in the working directory)", defaultConfig)
+		}
+		path = defaultConfig
+	}
+	gov, err := loadConfig(path)
+	if err != nil {
+		return nil, "", usageErr("--config: %v", err)
+	}
+	return gov, path, nil
+}
+
+// loadTask reads a task file whose agent must be one of gov's, and returns
+// it with its script as JSON.
+func loadTask(taskPath string, gov *guards.Config, configPath string) (policy.TaskFile, json.RawMessage, error) {
+	tf, err := policy.LoadTaskFile(taskPath)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return policy.TaskFile{}, nil, usageErr("task file: %v", err)
+		}
+		return policy.TaskFile{}, nil, usageErr("%v", err)
+	}
+	if _, ok := gov.Agent(tf.Agent); !ok {
+		return policy.TaskFile{}, nil, usageErr("%s: agent: %q is not an agent of %s (its agents: %s)", taskPath, tf.Agent, configPath, strings.Join(gov.Agents(), ", "))
+	}
+	script, err := json.Marshal(tf.Script)
+	if err != nil {
+		return policy.TaskFile{}, nil, usageErr("%s: script: %v", taskPath, err)
+	}
+	return tf, script, nil
+}
+
 // reportOutcome says how the run ended, and for a task left waiting, how to
-// answer it.
-func reportOutcome(w io.Writer, id, data string, out outcome) {
+// answer it; where is the flags that reach the deployment (--data DIR or
+// --nats URL), "" when the task cannot be reached again (the demo's
+// temporary directory).
+func reportOutcome(w io.Writer, id, where string, out outcome) {
 	switch out.status {
 	case "completed":
 		fmt.Fprintf(w, "completed: task %s answered %s\n", id, out.detail)
@@ -171,11 +199,22 @@ func reportOutcome(w io.Writer, id, data string, out outcome) {
 				fmt.Fprintf(w, "waiting for a human: task %s handle %s (%s)\n", wt.task, wt.handle, wt.reason)
 			}
 		}
-		fmt.Fprintf(w, "to answer: run the task file again with --approvals ask (y/N on the terminal), approve or deny;\n"+
-			"  this task stays suspended in %s (answering a suspended task by id comes with the cluster work's `engine approve TASK HANDLE`)\n", data)
+		if where == "" {
+			fmt.Fprintf(w, "to answer: run the task file again with --approvals ask (y/N on the terminal), approve or deny\n")
+			return
+		}
+		fmt.Fprintf(w, "to answer (add --deny to refuse, --reason R to say why):\n")
+		for _, wt := range out.waiting {
+			fmt.Fprintf(w, "  engine approve %s %s %s\n", wt.task, wt.handle, where)
+		}
+		fmt.Fprintf(w, "or run the task file again with --approvals ask (y/N on the terminal), approve or deny\n")
 	case "stuck":
 		fmt.Fprintf(w, "stuck: task %s: %s\n", id, out.detail)
 	case "interrupted":
-		fmt.Fprintf(w, "interrupted: task %s is left as it is in %s\n", id, data)
+		if where == "" {
+			fmt.Fprintf(w, "interrupted: task %s is left as it is\n", id)
+			return
+		}
+		fmt.Fprintf(w, "interrupted: task %s is left as it is (%s)\n", id, where)
 	}
 }

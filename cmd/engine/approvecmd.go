@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/guards"
+)
+
+// submit and approve: the verbs that hand work to whatever runs the tasks
+// (engine serve on a cluster).
+
+func newSubmitCmd(g *globals) *cobra.Command {
+	var config, queue string
+	cmd := &cobra.Command{
+		Use:   "submit TASKFILE",
+		Short: "Submit a task file's task and print its id",
+		Long: `submit creates the task of TASKFILE, makes it ready, prints its id on
+stdout and exits 0: it runs nothing. With --nats, a serve process of the
+deployment runs it (on --queue, the default queue if not given). With the
+embedded default, it waits in the data directory for a process that serves
+it: engine serve on the same --data, or engine approve, which runs the task
+tree to its next rest.
+
+The task's agent must be one of the governance config's (--config, default
+noeta.yaml in the working directory); the processes that run it govern it by
+their own config.`,
+		Example: `  id=$(engine submit task.yaml --config noeta.yaml --nats nats://127.0.0.1:4222 --user engine)
+  engine events "$id" --follow --nats nats://127.0.0.1:4222 --user engine`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return submitTask(cmd.Context(), g, config, queue, args[0])
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&config, "config", "", "governance config (default "+defaultConfig+" in the working directory)")
+	f.StringVar(&queue, "queue", "", "ready queue of the task (default: the default queue)")
+	return cmd
+}
+
+func submitTask(ctx context.Context, g *globals, config, queue, taskPath string) error {
+	if err := g.conn.check(); err != nil {
+		return err
+	}
+	if queue != "" {
+		if err := eventlog.ValidateQueue("--queue", queue); err != nil {
+			return usageErr("%v", err)
+		}
+	}
+	gov, configPath, err := governance(config)
+	if err != nil {
+		return err
+	}
+	tf, script, err := loadTask(taskPath, gov, configPath)
+	if err != nil {
+		return err
+	}
+	data, err := g.dataDir()
+	if err != nil {
+		return err
+	}
+	// Nothing runs here, so no ChildLifecycle.
+	sc := g.stackConfig(data, "submit", g.logger())
+	sc.child = false
+	st, err := openStack(ctx, sc)
+	if err != nil {
+		return failErr(err)
+	}
+	defer st.Close()
+	eng, err := st.engine(gov, "", queue)
+	if err != nil {
+		return failErr(err)
+	}
+	id, err := eng.Submit(ctx, engine.Submission{Agent: tf.Agent, Goal: tf.Goal, Script: script, Queue: queue})
+	if err != nil {
+		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))
+	}
+	fmt.Fprintln(g.stdout, id)
+	q := queue
+	if q == "" {
+		q = eventlog.DefaultQueue
+	}
+	fmt.Fprintf(g.stderr, "engine: submitted task %s (%s, agent %s) to queue %s, %s\n", id, taskPath, tf.Agent, q, g.where(data))
+	if g.conn.embedded() {
+		fmt.Fprintf(g.stderr, "engine: it runs when a process serves %s: engine serve --config %s --data %s (or engine approve, which runs the task tree)\n", data, configPath, data)
+	}
+	return nil
+}
+
+type approveOpts struct {
+	deny      bool
+	reason    string
+	as        string
+	config    string
+	workspace string
+}
+
+func newApproveCmd(g *globals) *cobra.Command {
+	var o approveOpts
+	cmd := &cobra.Command{
+		Use:   "approve TASK HANDLE",
+		Short: "Answer a task's approval request: approve it, or refuse it with --deny",
+		Long: `approve answers the approval request HANDLE of TASK (the handle a waiting
+run prints, such as approval-call-1-0): approve, or with --deny refuse, the
+exact action that was asked for, as --as (default cli:$USER), with --reason.
+It prints whether the task was waiting on HANDLE (it is ready to run again)
+or not yet (the answer is buffered, and applies when the task asks).
+
+With --nats it only answers: a serve process runs the task, and approve
+exits 0. With the embedded default (no --nats), nothing else would run the
+task, so approve also runs its task tree to the next rest on --workers
+workers, printing the timeline of what happens, and exits like run: 0 the
+task completed, 1 it failed, 3 it waits for another approval. That needs the
+governance config (--config, default noeta.yaml in the working directory).
+
+An invalid task id or handle exits 2; a task that does not exist or has
+ended exits 1.`,
+		Example: `  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0 --data .noeta
+  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0 --deny --reason "not on Fridays" --nats nats://127.0.0.1:4222 --user engine`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return approveTask(cmd.Context(), g, o, args[0], args[1])
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.deny, "deny", false, "refuse the request instead of approving it")
+	f.StringVar(&o.reason, "reason", "", "why, recorded with the answer")
+	f.StringVar(&o.as, "as", "", "who answers, recorded as the approver (default cli:$USER)")
+	f.StringVar(&o.config, "config", "", "governance config (default "+defaultConfig+"; needed without --nats, where approve runs the task)")
+	f.StringVar(&o.workspace, "workspace", ".", "without --nats: the directory the file and shell tools work in")
+	return cmd
+}
+
+func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle string) error {
+	if err := taskArg(task); err != nil {
+		return err
+	}
+	if err := noeta.ValidateToken("handle", handle, 128); err != nil {
+		return usageErr("%v", err)
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	decision, verb := noeta.ApprovalApprove, "approved"
+	if o.deny {
+		decision, verb = noeta.ApprovalDeny, "refused"
+	}
+	who := o.as
+	if who == "" {
+		who = approver()
+	}
+	reason := o.reason
+	if reason == "" {
+		reason = verb + " with engine approve"
+	}
+	embedded := g.conn.embedded()
+	var gov *guards.Config
+	var workspace string
+	var err error
+	if embedded || o.config != "" {
+		if gov, _, err = governance(o.config); err != nil {
+			return err
+		}
+	} else {
+		// Answering needs no governance: the serve process that runs the
+		// task governs it.
+		if gov, err = guards.ParseConfig(nil); err != nil {
+			return failErr(err)
+		}
+	}
+	if embedded {
+		if workspace, err = absDir("--workspace", o.workspace); err != nil {
+			return err
+		}
+	}
+	data, err := g.dataDir()
+	if err != nil {
+		return err
+	}
+	st, err := openStack(ctx, g.stackConfig(data, "approve", g.logger()))
+	if err != nil {
+		return failErr(err)
+	}
+	defer st.Close()
+
+	ds, known, err := st.inspect(ctx, task)
+	switch {
+	case err != nil:
+		return failErr(err)
+	case !known:
+		return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, g.where(data)))
+	case ds.Status == eventlog.DispatchTerminal:
+		return failErr(fmt.Errorf("task %s has ended (%s); there is nothing to answer", task, ds.Reason))
+	}
+	eng, err := st.engine(gov, workspace, ds.Queue)
+	if err != nil {
+		return failErr(err)
+	}
+
+	// Without --nats, run the tree: follow it from its root, printing only
+	// what happens from now on.
+	var f *follower
+	if embedded {
+		state, err := eng.Inspect(ctx, task)
+		if err != nil {
+			return failErr(err)
+		}
+		root := state.Root
+		if root == "" {
+			root = task
+		}
+		f = newFollower(st, eng, root, g.stdout, g.stderr, false, approvalsLeave)
+		if err := f.seed(ctx); err != nil {
+			return failErr(err)
+		}
+		defer st.tap(f.handle)()
+		st.startPool(eng, g.workers)
+	}
+
+	matched, err := eng.Approve(ctx, task, handle, decision, who, reason)
+	if err != nil {
+		if errors.Is(err, eventlog.ErrNotFound) {
+			return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, g.where(data)))
+		}
+		return failErr(fmt.Errorf("answer %s of task %s: %w", handle, task, err))
+	}
+	if matched {
+		fmt.Fprintf(g.stdout, "%s: task %s was waiting on %s; it is ready to run again (answer by %s)\n", verb, task, handle, who)
+	} else {
+		fmt.Fprintf(g.stdout, "%s, buffered: task %s is not waiting on %s now (it is %s); the answer applies when it asks (answer by %s)\n",
+			verb, task, handle, ds.Status, who)
+	}
+	if !embedded {
+		return nil
+	}
+	out, err := f.follow(ctx)
+	if err != nil {
+		return failErr(err)
+	}
+	reportOutcome(g.stdout, f.root, g.conn.flags(data), out)
+	return exitCode(out.code())
+}
