@@ -150,8 +150,8 @@ With no NATS server configured (no --nats), engine starts one in-process,
 with JetStream storing everything under --data, and runs the ChildLifecycle
 observer (a finished subtask's result to its parent) in process too. Nothing
 needs to be installed. With --nats, every verb works on that server or
-cluster: submit puts a task there, approve answers it, and the read verbs
-read it.
+cluster: 'engine serve' on each host runs the tasks, observer-workers run the
+observers, and the other verbs submit, answer and read.
 
 The connection flags may also come from the environment (a flag wins):
 ` + envList(false) + `
@@ -164,7 +164,12 @@ config or task file, 3 it waits for an approval.`,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			src, err := applySettings(cmd, false, "", g.lookupEnv)
+			serve := cmd.Name() == "serve"
+			file := ""
+			if serve {
+				file = serveConfigFile(cmd, g.lookupEnv)
+			}
+			src, err := applySettings(cmd, serve, file, g.lookupEnv)
 			if err != nil {
 				return err
 			}
@@ -174,7 +179,7 @@ config or task file, 3 it waits for an approval.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(stderr)
 			_ = cmd.Help()
-			return usageErr("name a verb: run, submit, approve, events, inspect, tasks or demo")
+			return usageErr("name a verb: serve, run, submit, approve, events, inspect, tasks or demo")
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -194,7 +199,7 @@ config or task file, 3 it waits for an approval.`,
 	pf.StringVar(&g.conn.prefix, "prefix", defaultPrefix, "subject, stream and bucket prefix of the deployment")
 	pf.IntVar(&g.conn.replicas, "replicas", 1, "replicas of the streams and buckets: 1 on a single node, 3 on a cluster")
 	pf.DurationVar(&g.conn.leaseTTL, "lease-ttl", 0, "lease length, whole seconds (default 30s); the same for every process of the prefix")
-	root.AddCommand(newRunCmd(g), newSubmitCmd(g), newApproveCmd(g),
+	root.AddCommand(newServeCmd(g), newRunCmd(g), newSubmitCmd(g), newApproveCmd(g),
 		newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newDemoCmd(g))
 	return root
 }

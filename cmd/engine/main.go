@@ -1,16 +1,30 @@
-// Command engine runs agent tasks under governance on an embedded NATS
-// JetStream server: nothing needs to be installed or configured but a
-// governance config (noeta.yaml) and a task file.
+// Command engine runs agent tasks under governance on NATS JetStream: on an
+// embedded server by default, so that nothing needs to be installed or
+// configured but a governance config (noeta.yaml) and a task file, or on a
+// NATS server or cluster (--nats) shared by any number of hosts.
 //
+//	engine serve [--config noeta.yaml] [--workers N] [--grace 30s] [--http ADDR]
 //	engine run TASKFILE [--config noeta.yaml] [--approvals ask|approve|deny|leave] [--json]
+//	engine submit TASKFILE [--config noeta.yaml]
+//	engine approve TASK HANDLE [--deny] [--reason R] [--as NAME]
+//	engine events TASK [--follow] [--json]
+//	engine inspect TASK [--json]
+//	engine tasks
 //	engine demo
 //
-// run submits the task file's task, runs it with a pool of workers, prints its
-// timeline (or, with --json, one CloudEvents JSON object per record) as it
-// happens, and exits 0 when the task completed, 1 when it failed or was
-// cancelled, 2 for bad usage or a bad config or task file, and 3 when the task
-// waits for an approval nobody gave. demo runs every example task of
-// examples/ and sums up what each one showed.
+// serve runs a worker pool until SIGTERM, then stops gracefully: the
+// segments in hand finish within --grace. run submits the task file's task,
+// runs it with a pool of workers, prints its timeline (or, with --json, one
+// CloudEvents JSON object per record) as it happens, and exits 0 when the
+// task completed, 1 when it failed or was cancelled, 2 for bad usage or a bad
+// config or task file, and 3 when the task waits for an approval nobody gave.
+// submit only submits; approve answers an approval request (and, on the
+// embedded server, runs the task tree to its next rest). demo runs every
+// example task of examples/ and sums up what each one showed.
+//
+// Every verb takes the connection flags: --nats, --creds or --user and
+// --password, --tls-ca, --tls-cert, --tls-key, --prefix, --replicas,
+// --lease-ttl (and their NOETA_* variables).
 package main
 
 import (
