@@ -182,7 +182,7 @@ func (o opts) logger(w io.Writer) (*slog.Logger, error) {
 type worker struct {
 	log      *slog.Logger
 	nc       *nats.Conn
-	reader   *jetstream.Log
+	reader   *jetstream.Reader
 	feed     *jetstream.Feed
 	durables []*observers.Durable
 	closers  []func(context.Context) error
@@ -228,7 +228,9 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", o.natsURL, err)
 	}
-	if w.reader, err = jetstream.Open(ctx, w.nc, jetstream.Config{Prefix: o.prefix, Replicas: o.replicas}); err != nil {
+	// Read-only: an observer's NATS user may look the task stream up but
+	// not create or change it (deploy/nats); an engine creates it.
+	if w.reader, err = jetstream.OpenReader(ctx, w.nc, jetstream.Config{Prefix: o.prefix, Replicas: o.replicas}); err != nil {
 		return fmt.Errorf("open the task stream: %w", err)
 	}
 	if w.feed, err = jetstream.OpenFeed(ctx, w.nc, jetstream.FeedOptions{Prefix: o.prefix, Replicas: o.replicas, Logger: log}); err != nil {
