@@ -477,8 +477,8 @@ func TestCluster(t *testing.T) {
 
 // restartUnderLoad submits a hundred tasks over several seconds, kills the
 // node leading the task stream with SIGKILL once a fifth of them are in,
-// starts it again while the rest arrive, and checks that every task
-// completes and that every record an append acknowledged (the engine's
+// waits for the other two to make progress without it, starts it again, and
+// checks that every task completes and that every record an append acknowledged (the engine's
 // subscribers are told of each after the broker acknowledged it) is in its
 // log, at its seq, in a dense log that folds.
 func restartUnderLoad(ctx context.Context, t *testing.T, e *engineSide, reader *jetstream.Reader, nodes []*node) {
@@ -558,12 +558,23 @@ func restartUnderLoad(ctx context.Context, t *testing.T, e *engineSide, reader *
 	}
 	atKill, killedAt := ackedCount(), time.Since(began)
 	victim.kill()
-	time.Sleep(time.Second)
+	// The two others elect new leaders and go on: wait for some progress
+	// with the node down (the requests that were out to the dead leader time
+	// out first), then start it again.
+	for ackedCount() < atKill+200 {
+		if time.Since(began)-killedAt > 45*time.Second {
+			t.Errorf("no progress in 45s with %s down: %d records acknowledged, %d at the kill", victim.name, ackedCount(), atKill)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	restartedAt, atRestart := time.Since(began), ackedCount()
 	victim.restarts++
 	victim.start(t)
 	victim.waitHealthy(t, time.Minute)
-	t.Logf("killed %s (the task stream's leader) at %v with %d records acknowledged; healthy again at %v with %d",
-		victim.name, killedAt.Round(time.Millisecond), atKill, time.Since(began).Round(time.Millisecond), ackedCount())
+	t.Logf("killed %s (the task stream's leader) at %v with %d records acknowledged; restarted it at %v with %d; healthy again at %v with %d",
+		victim.name, killedAt.Round(time.Millisecond), atKill, restartedAt.Round(time.Millisecond), atRestart,
+		time.Since(began).Round(time.Millisecond), ackedCount())
 
 	if err := <-submitted; err != nil {
 		t.Fatal(err)
