@@ -111,6 +111,13 @@ func openStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the event log: %w", leaseTTLHint(err))
 	}
+	if !cfg.conn.embedded() {
+		// Observer workers write dead letters but may not create their
+		// stream (deploy/nats): the engine does.
+		if err := jetstream.EnsureDeadLetterStream(ctx, s.nc, cfg.conn.prefix, cfg.conn.replicas); err != nil {
+			return nil, fmt.Errorf("create the dead-letter stream: %w", leaseTTLHint(err))
+		}
+	}
 	builtins, err := tools.Builtins(tools.BuiltinConfig{})
 	if err != nil {
 		return nil, err
