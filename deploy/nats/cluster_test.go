@@ -458,6 +458,10 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("two engine serve processes share the tasks", func(t *testing.T) {
+		twoServesShare(t, all, e)
+	})
+
 	t.Run("a node restarts under load", func(t *testing.T) {
 		rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer rcancel()

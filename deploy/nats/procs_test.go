@@ -40,8 +40,8 @@ var passwords = map[string]string{
 }
 
 // natsServerBin is the nats-server binary TestMain builds from the pinned
-// module.
-var natsServerBin string
+// module; engineBin is cmd/engine, built from this checkout.
+var natsServerBin, engineBin string
 
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
@@ -53,11 +53,17 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	natsServerBin = filepath.Join(dir, "nats-server")
-	build := exec.Command("go", "build", "-o", natsServerBin, "github.com/nats-io/nats-server/v2")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build nats-server:", err)
-		return 1
+	engineBin = filepath.Join(dir, "engine")
+	for _, b := range []struct{ out, pkg string }{
+		{natsServerBin, "github.com/nats-io/nats-server/v2"},
+		{engineBin, "github.com/noeta-go/noeta/cmd/engine"},
+	} {
+		build := exec.Command("go", "build", "-o", b.out, b.pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", b.pkg+":", err)
+			return 1
+		}
 	}
 	return m.Run()
 }

@@ -1,0 +1,146 @@
+package nats_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// serveProc is an `engine serve` subprocess.
+type serveProc struct {
+	cmd    *exec.Cmd
+	out    *lockedBuffer
+	exited chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func startServe(t *testing.T, args ...string) *serveProc {
+	t.Helper()
+	p := &serveProc{cmd: exec.Command(engineBin, args...), out: &lockedBuffer{}, exited: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	})
+	return p
+}
+
+// ownedBy: serve's workers are named engine@<host>:<pid>/w<n>.
+func (p *serveProc) ownedBy(worker string) bool {
+	return strings.Contains(worker, ":"+strconv.Itoa(p.cmd.Process.Pid)+"/w")
+}
+
+// twoServesShare: two `engine serve` processes, connected to the three
+// servers as the engine user, split 300 tasks; one is killed with SIGKILL
+// once a third are done, and the other finishes every task, each with a
+// dense log.
+func twoServesShare(t *testing.T, urls string, e *engineSide) {
+	const tasks = 300
+	cfg := filepath.Join(t.TempDir(), "noeta.yaml")
+	if err := os.WriteFile(cfg, []byte(governance), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"serve", "--nats", urls, "--user", "engine", "--password", passwords["engine"],
+		"--replicas", "3", "--config", cfg, "--queue", "serve", "--workers", "4", "--http", "", "--workspace", t.TempDir()}
+	a := startServe(t, args...)
+	b := startServe(t, args...)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ids := make([]string, 0, tasks)
+	for range tasks {
+		id, err := e.eng.Submit(ctx, engine.Submission{Agent: "boss", Goal: "g", Script: json.RawMessage(scriptEcho), Queue: "serve"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	terminal := func() int {
+		n := 0
+		for _, id := range ids {
+			if ds, err := e.disp.Inspect(ctx, id); err == nil && ds.Status == eventlog.DispatchTerminal {
+				n++
+			}
+		}
+		return n
+	}
+	for terminal() < tasks/3 {
+		if ctx.Err() != nil {
+			t.Fatalf("a third of the tasks did not end\nA: %s\nB: %s", a.out, b.out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.exited
+	killedAt := terminal()
+	for terminal() < tasks {
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d tasks ended after A was killed\nB: %s", terminal(), tasks, b.out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	ranA, ranB := 0, 0
+	for _, id := range ids {
+		envs, err := e.log.Read(ctx, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := engine.Fold(envs) // refuses a gap in seq
+		if err != nil || st.Status != noeta.StatusTerminal || string(st.Answer) != `"ok"` {
+			t.Fatalf("task %s: %+v %v", id, st, err)
+		}
+		for _, env := range envs {
+			if env.Type != noeta.TypeLeaseGranted {
+				continue
+			}
+			var lg noeta.LeaseGranted
+			_ = json.Unmarshal(env.Payload, &lg)
+			switch {
+			case a.ownedBy(lg.Worker):
+				ranA++
+			case b.ownedBy(lg.Worker):
+				ranB++
+			}
+		}
+	}
+	if ranA == 0 || ranB == 0 {
+		t.Errorf("segments run: A %d, B %d; both should have run some", ranA, ranB)
+	}
+	t.Logf("300 tasks: A ran %d segments before it was killed at %d ended tasks, B %d; every log dense and complete", ranA, killedAt, ranB)
+}
