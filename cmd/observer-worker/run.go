@@ -289,8 +289,16 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 	}
 	var first error
 	for range w.durables {
-		if err := <-errs; err != nil && first == nil {
-			first = err
+		if err := <-errs; err != nil {
+			if ctx.Err() != nil {
+				// Asked to stop: a request cut short by the shutdown (the
+				// server may be going away too) is not a failure.
+				log.Warn("while stopping", "err", err)
+				continue
+			}
+			if first == nil {
+				first = err
+			}
 		}
 	}
 	log.Info("observer worker stopped", "stats", fmt.Sprint(w.stats()), "feed", fmt.Sprintf("%+v", w.feed.Stats()))
