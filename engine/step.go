@@ -423,14 +423,9 @@ func (g *segment) toolCalls(calls []noeta.ToolCall) error {
 				return err
 			}
 		case noeta.VerdictRequireApproval:
-			args, ref, err := eventlog.Spill(g.ctx, g.e.cfg.Content, call.Args, noeta.ArgsInlineLimit)
-			if err != nil {
-				return err
-			}
-			if err := g.engineEmit(noeta.ApprovalRequested{
+			if err := g.requestApproval(noeta.ApprovalRequested{
 				Handle: toolApprovalHandle(call.CallID), Action: noeta.ApprovalToolCall, CallID: call.CallID, Tool: call.Tool,
-				Args: args, ArgsRef: ref, Guard: d.Guard, Reason: d.Reason,
-			}); err != nil {
+			}, call.Args, d); err != nil {
 				return err
 			}
 			return g.awaitToolApproval(call.CallID, calls[i+1:])
@@ -514,6 +509,39 @@ type spawnArgs struct {
 	Script json.RawMessage `json:"script,omitempty"`
 }
 
+// finishArgs is what a finish approval records.
+type finishArgs struct {
+	Answer json.RawMessage `json:"answer"`
+}
+
+// requestApproval records req, the action's args (spilled when large) and
+// the guard's verdict: the durable anchor written before the task suspends.
+func (g *segment) requestApproval(req noeta.ApprovalRequested, args json.RawMessage, d guards.Decision) error {
+	var err error
+	if req.Args, req.ArgsRef, err = eventlog.Spill(g.ctx, g.e.cfg.Content, args, noeta.ArgsInlineLimit); err != nil {
+		return err
+	}
+	req.Guard, req.Reason = d.Guard, d.Reason
+	return g.engineEmit(req)
+}
+
+// approvedArgs decodes the args of the approved request behind handle into
+// v: approve runs exactly what was recorded.
+func (g *segment) approvedArgs(handle string, v any) error {
+	pa, ok := g.st.Turn.Approved[handle]
+	if !ok {
+		return fmt.Errorf("engine: task %s: %s is approved but its request is not in the state", g.st.Task, handle)
+	}
+	raw, err := g.argsOf(pa)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("engine: task %s: the request recorded under %s: %w", g.st.Task, handle, err)
+	}
+	return nil
+}
+
 func (g *segment) spawn(specs []noeta.SpawnSpec) error {
 	st := g.st
 	n := st.Turn.N
@@ -524,17 +552,9 @@ func (g *segment) spawn(specs []noeta.SpawnSpec) error {
 		case CallRefused:
 			return g.endTurn()
 		case CallApproved:
-			pa, ok := st.Turn.Approved[spawnApprovalHandle(n)]
-			if !ok {
-				return fmt.Errorf("engine: task %s: spawn of turn %d is approved but its request is not in the state", st.Task, n)
-			}
-			raw, err := g.argsOf(pa)
-			if err != nil {
-				return err
-			}
 			var sa spawnArgs
-			if err := json.Unmarshal(raw, &sa); err != nil {
-				return fmt.Errorf("engine: task %s: recorded spawn request: %w", st.Task, err)
+			if err := g.approvedArgs(spawnApprovalHandle(n), &sa); err != nil {
+				return err
 			}
 			return g.startChildren([]noeta.SpawnSpec{{Agent: sa.Agent, Goal: sa.Goal, Script: sa.Script}})
 		}
@@ -557,14 +577,9 @@ func (g *segment) spawn(specs []noeta.SpawnSpec) error {
 			if err != nil {
 				return err
 			}
-			args, ref, err := eventlog.Spill(g.ctx, g.e.cfg.Content, raw, noeta.ArgsInlineLimit)
-			if err != nil {
-				return err
-			}
-			if err := g.engineEmit(noeta.ApprovalRequested{
+			if err := g.requestApproval(noeta.ApprovalRequested{
 				Handle: spawnApprovalHandle(n), Action: noeta.ApprovalSpawnSubtask, Agent: sp.Agent,
-				Args: args, ArgsRef: ref, Guard: d.Guard, Reason: d.Reason,
-			}); err != nil {
+			}, raw, d); err != nil {
 				return err
 			}
 			return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(spawnApprovalHandle(n)))
@@ -669,19 +684,9 @@ func (g *segment) finish(answer json.RawMessage) error {
 	case CallRefused:
 		return g.endTurn()
 	case CallApproved:
-		pa, ok := st.Turn.Approved[finishApprovalHandle(n)]
-		if !ok {
-			return fmt.Errorf("engine: task %s: finish of turn %d is approved but its request is not in the state", st.Task, n)
-		}
-		raw, err := g.argsOf(pa)
-		if err != nil {
+		var fa finishArgs
+		if err := g.approvedArgs(finishApprovalHandle(n), &fa); err != nil {
 			return err
-		}
-		var fa struct {
-			Answer json.RawMessage `json:"answer"`
-		}
-		if err := json.Unmarshal(raw, &fa); err != nil {
-			return fmt.Errorf("engine: task %s: recorded finish request: %w", st.Task, err)
 		}
 		return g.complete(fa.Answer)
 	}
@@ -693,19 +698,11 @@ func (g *segment) finish(answer json.RawMessage) error {
 	case noeta.VerdictAllow:
 		return g.complete(answer)
 	case noeta.VerdictRequireApproval:
-		raw, err := json.Marshal(struct {
-			Answer json.RawMessage `json:"answer"`
-		}{answer})
+		raw, err := json.Marshal(finishArgs{answer})
 		if err != nil {
 			return err
 		}
-		args, ref, err := eventlog.Spill(g.ctx, g.e.cfg.Content, raw, noeta.ArgsInlineLimit)
-		if err != nil {
-			return err
-		}
-		if err := g.engineEmit(noeta.ApprovalRequested{
-			Handle: finishApprovalHandle(n), Action: noeta.ApprovalFinish, Args: args, ArgsRef: ref, Guard: d.Guard, Reason: d.Reason,
-		}); err != nil {
+		if err := g.requestApproval(noeta.ApprovalRequested{Handle: finishApprovalHandle(n), Action: noeta.ApprovalFinish}, raw, d); err != nil {
 			return err
 		}
 		return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(finishApprovalHandle(n)))
