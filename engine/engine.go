@@ -96,7 +96,13 @@ type Engine struct {
 	stacks map[string]*guards.Stack
 	// cancels holds the cancel functions of the segments this process runs,
 	// by task, for cooperative cancellation.
-	cancels map[string]context.CancelCauseFunc
+	cancels map[string]segmentStop
+}
+
+// segmentStop stops the segment running under lease.
+type segmentStop struct {
+	lease string
+	stop  context.CancelCauseFunc
 }
 
 // ErrConfig is wrapped by New for a Config it cannot run with.
@@ -117,8 +123,14 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("%w: Tools is nil", ErrConfig)
 	case cfg.Policies == nil:
 		return nil, fmt.Errorf("%w: Policies is nil", ErrConfig)
-	case cfg.LeaseTTL < 0, cfg.HeartbeatEvery < 0, cfg.AbandonCap < 0, cfg.SnapshotEvery < 0:
-		return nil, fmt.Errorf("%w: a negative limit", ErrConfig)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"LeaseTTL", int64(cfg.LeaseTTL)}, {"HeartbeatEvery", int64(cfg.HeartbeatEvery)}, {"AbandonCap", int64(cfg.AbandonCap)}, {"SnapshotEvery", int64(cfg.SnapshotEvery)}} {
+		if f.v < 0 {
+			return nil, fmt.Errorf("%w: %s is negative", ErrConfig, f.name)
+		}
 	}
 	if err := eventlog.ValidateQueue("Queue", cfg.Queue); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -139,7 +151,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = discardLogger()
 	}
-	return &Engine{cfg: cfg, log: cfg.Logger, stacks: map[string]*guards.Stack{}, cancels: map[string]context.CancelCauseFunc{}}, nil
+	return &Engine{cfg: cfg, log: cfg.Logger, stacks: map[string]*guards.Stack{}, cancels: map[string]segmentStop{}}, nil
 }
 
 // stack returns the guard stack of agent, built once.
@@ -280,8 +292,8 @@ func (e *Engine) Cancel(ctx context.Context, task, reason string) (bool, error) 
 		reason = "cancelled"
 	}
 	e.mu.Lock()
-	if stop, ok := e.cancels[task]; ok {
-		stop(errCancelRequested)
+	if s, ok := e.cancels[task]; ok {
+		s.stop(errCancelRequested)
 	}
 	e.mu.Unlock()
 	st, err := e.Inspect(ctx, task)

@@ -422,3 +422,41 @@ agents:
 		t.Errorf("state %+v", st)
 	}
 }
+
+// TestIdenticalWakesAreBothConsumed: a task that waits twice for the same
+// external event is woken twice by two identical events; the second is not
+// mistaken for a redelivery of the first.
+func TestIdenticalWakesAreBothConsumed(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			h := newHarness(t, b, pathsConfig)
+			h.start(2)
+			id := h.submit(`
+agent: boss
+goal: wait twice
+script:
+  - wait_external: {event_kind: ping}
+  - wait_external: {event_kind: ping}
+  - finish: {answer: pinged}
+`)
+			for i := 1; i <= 2; i++ {
+				h.waitFor(id, "suspend", func(s *engine.State) bool { return s.Status == noeta.StatusSuspended && s.Turn.N == i })
+				h.waitReleased(id, eventlog.DispatchSuspended)
+				if _, err := h.b.disp.Wake(context.Background(), id, noeta.ExternalWake("ping")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.waitStatus(id, noeta.StatusTerminal)
+			woken := 0
+			for _, env := range h.log(id) {
+				if env.Type == noeta.TypeTaskWoken {
+					woken++
+				}
+			}
+			if woken != 2 {
+				t.Errorf("%d TaskWoken, want 2\n%s", woken, h.dump(id))
+			}
+		})
+	}
+}

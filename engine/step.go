@@ -97,6 +97,18 @@ func (g *segment) drive() error {
 	st := g.st
 	if w := g.lease.Wake; w != nil {
 		consumed := st.LastWake != nil && st.LastWake.Equal(*w)
+		if consumed && st.Status == noeta.StatusSuspended && noeta.Matches(st.WakeOn, w) {
+			// Wakes carry no id, so this is either the wake the last
+			// segment consumed, redelivered because that segment died
+			// after suspending again and before its release, or a new wake
+			// equal to it (a second "ping"). Only in the first case did
+			// the dispatcher reclaim the last lease.
+			ds, err := g.e.cfg.Dispatcher.Inspect(g.ctx, st.Task)
+			if err != nil {
+				return err
+			}
+			consumed = ds.ReclaimCount > 0
+		}
 		if !consumed {
 			switch {
 			case st.Status == noeta.StatusSuspended && noeta.Matches(st.WakeOn, w):
@@ -284,6 +296,15 @@ func (g *segment) turn() error {
 	}
 	if err := d.Validate(); err != nil {
 		d = noeta.Decision{Kind: noeta.DecisionFail, Error: "the policy gave an invalid decision: " + err.Error()}
+	}
+	if st.Turn.Decided && d.Kind == noeta.DecisionToolCalls {
+		// A resumed turn must propose the calls it recorded: the log knows
+		// them by id, and a call under a new id would run again.
+		for id := range st.Turn.Calls {
+			if !slices.ContainsFunc(d.ToolCalls, func(c noeta.ToolCall) bool { return c.CallID == id }) {
+				return g.terminate(noeta.TaskFailed{Error: fmt.Sprintf("the policy proposed turn %d again without call %s, which the log records (a policy must decide a turn the same way every time, call ids included)", n, id)})
+			}
+		}
 	}
 	if !st.Turn.Decided {
 		if err := g.engineEmit(noeta.PolicyDecided{Turn: n, Decision: d.Kind, CostUSD: d.CostUSD, InputTokens: d.InputTokens, OutputTokens: d.OutputTokens}); err != nil {

@@ -35,11 +35,15 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 	defer stop(nil)
 
 	e.mu.Lock()
-	e.cancels[lease.Task] = stop
+	e.cancels[lease.Task] = segmentStop{lease.ID, stop}
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()
-		delete(e.cancels, lease.Task)
+		// Only this segment's entry: a newer segment of the task (this one
+		// lost its lease and is winding down) may have replaced it.
+		if e.cancels[lease.Task].lease == lease.ID {
+			delete(e.cancels, lease.Task)
+		}
 		e.mu.Unlock()
 	}()
 
@@ -75,8 +79,11 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 	case ctx.Err() != nil, errors.Is(err, errCancelRequested):
 		return Outcome{Task: lease.Task}, err
 	}
-	e.log.Error("segment failed; handing the task back for a retry", "task", lease.Task, "err", err)
-	if ferr := e.cfg.Dispatcher.Fail(ctx, lease, eventlog.Failure{Retryable: true, Reason: truncate(err.Error(), 1024)}); ferr != nil && !errors.Is(ferr, eventlog.ErrInvalidLease) {
+	// A wake that fits nothing in the log would fit nothing on a retry
+	// either: that failure is final.
+	retry := !errors.Is(err, ErrWakeRecovery)
+	e.log.Error("segment failed", "task", lease.Task, "retryable", retry, "err", err)
+	if ferr := e.cfg.Dispatcher.Fail(ctx, lease, eventlog.Failure{Retryable: retry, Reason: truncate(err.Error(), 1024)}); ferr != nil && !errors.Is(ferr, eventlog.ErrInvalidLease) {
 		e.log.Error("fail", "task", lease.Task, "err", ferr)
 	}
 	return Outcome{Task: lease.Task}, err
