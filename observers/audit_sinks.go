@@ -137,6 +137,12 @@ func (s *AuditFileSink) repairLocked() error {
 	if size == s.size {
 		return nil
 	}
+	if size < s.size {
+		// Cut short behind this sink's back (truncated, rotated by copy):
+		// read again from wherever it now ends, or lines others append
+		// there would be skipped.
+		s.log.Warn("the audit file is shorter than this writer last saw it; reading on from its new end", "was", s.size, "now", size)
+	}
 	end, err := auditLastNewline(s.f, size)
 	if err != nil {
 		return fmt.Errorf("observers: audit file %s: %w", s.path, err)
@@ -152,6 +158,7 @@ func (s *AuditFileSink) repairLocked() error {
 			"offset", end, "bytes", size-end)
 	}
 	s.size = end
+	s.readOff = min(s.readOff, s.size)
 	return nil
 }
 

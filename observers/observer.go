@@ -263,7 +263,14 @@ func NewDurable(feed eventlog.Feed, cfg DurableConfig, obs ...Observer) (*Durabl
 		cfg.Now = time.Now
 	}
 	d := &Durable{cfg: cfg, feed: feed}
+	seen := map[string]bool{}
 	for _, o := range obs {
+		if seen[o.Name()] {
+			// Two observers in one consumer group would each see part of
+			// the records.
+			return nil, fmt.Errorf("%w: two observers are named %q", ErrInvalidConfig, o.Name())
+		}
+		seen[o.Name()] = true
 		fc := cfg.Feed
 		fc.Group = cfg.GroupPrefix + o.Name()
 		if err := fc.Validate(); err != nil {
