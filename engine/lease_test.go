@@ -85,3 +85,49 @@ script:
 		})
 	}
 }
+
+// unreachable is a dispatcher whose heartbeats do not get through, as when
+// the worker is cut off from NATS; everything else works.
+type unreachable struct{ eventlog.Dispatcher }
+
+func (unreachable) Heartbeat(context.Context, eventlog.Lease) (time.Time, error) {
+	return time.Time{}, errors.New("nats: no servers available for connection")
+}
+
+// TestWorkerStopsWhenItsLeaseRunsOut: a worker whose renewals cannot get
+// through stops before its lease expires — its tool call too — rather than
+// running on while another worker may take the task.
+func TestWorkerStopsWhenItsLeaseRunsOut(t *testing.T) {
+	b := memBackend(t, time.Second)
+	h := newHarness(t, b, "agents:\n  sleeper: {tools: [sleep]}\n", func(c *engine.Config) {
+		c.Dispatcher = unreachable{b.disp}
+		c.HeartbeatEvery = 100 * time.Millisecond
+	})
+	id := h.submit(`
+agent: sleeper
+goal: sleep long
+script:
+  - tool_calls: [{tool: sleep, args: {seconds: 50}}]
+  - finish: {answer: woke}
+`)
+	ctx := context.Background()
+	lease, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "cut-off", Task: id, TTL: b.ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = h.eng.RunLease(ctx, lease)
+	took := time.Since(start)
+	if !errors.Is(err, eventlog.ErrLeaseLost) {
+		t.Fatalf("RunLease = %v, want a lost lease", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("the cut-off worker ran %v with a 1s lease", took)
+	}
+	// It released nothing: the lease runs out and the task is handed on.
+	ds, _ := b.disp.Inspect(ctx, id)
+	if ds.Status == eventlog.DispatchSuspended || ds.Status == eventlog.DispatchTerminal {
+		t.Errorf("the cut-off worker released the task: %+v", ds)
+	}
+	t.Logf("stopped after %v", took)
+}

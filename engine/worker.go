@@ -104,16 +104,29 @@ func (e *Engine) heartbeat(ctx context.Context, lease eventlog.Lease, stop conte
 			return
 		case <-t.C:
 		}
-		if _, err := e.cfg.Dispatcher.Heartbeat(ctx, lease); err != nil {
-			if errors.Is(err, eventlog.ErrInvalidLease) {
-				stop(err)
-				return
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			e.log.Warn("heartbeat failed; retrying at the next tick", "task", lease.Task, "err", err)
+		expires, err := e.cfg.Dispatcher.Heartbeat(ctx, lease)
+		if err == nil {
+			lease.Expires = expires
+			continue
 		}
+		if errors.Is(err, eventlog.ErrInvalidLease) {
+			stop(err)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		// Renewals that cannot get through (the dispatcher unreachable)
+		// do not end the lease, but its expiry does: past it another
+		// worker may hold the task, so this one stops, tool calls and all,
+		// even though it cannot hear so. A tick of margin keeps it ahead
+		// of the takeover.
+		if !lease.Expires.IsZero() && time.Now().Add(every).After(lease.Expires) {
+			stop(fmt.Errorf("%w: task %s: lease %s expires at %s and no renewal got through (last error: %v)",
+				eventlog.ErrLeaseLost, lease.Task, lease.ID, lease.Expires.Format(time.RFC3339Nano), err))
+			return
+		}
+		e.log.Warn("heartbeat failed; retrying at the next tick", "task", lease.Task, "expires", lease.Expires, "err", err)
 	}
 }
 
