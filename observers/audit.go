@@ -391,14 +391,14 @@ func (a *Audit) applyLine(b []byte) error {
 		Hash string  `json:"hash"`
 	}
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return fmt.Errorf("line %d read back is not an audit record: %v", a.replayed, err)
+		return fmt.Errorf("the record read back is not an audit record: %v", err)
 	}
 	var hash [32]byte
 	if n, err := hex.Decode(hash[:], []byte(rec.Hash)); err != nil || n != len(hash) || len(rec.Hash) != 2*len(hash) {
-		return fmt.Errorf("line %d read back: hash %q is not 64 hex digits", a.replayed, rec.Hash)
+		return fmt.Errorf("the record read back has hash %q, not 64 hex digits", rec.Hash)
 	}
 	if rec.Task == "" || (rec.Seq == nil) == (rec.Key == nil) {
-		return fmt.Errorf("line %d read back: want a task and exactly one of seq and key", a.replayed)
+		return fmt.Errorf("the record read back needs a task and exactly one of seq and key")
 	}
 	ts := a.tasks[rec.Task]
 	if ts == nil {

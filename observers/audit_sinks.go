@@ -173,12 +173,22 @@ func (s *AuditFileSink) catchUpLocked(fn func(line []byte) error) error {
 	}
 	sc := bufio.NewScanner(io.NewSectionReader(s.f, s.readOff, s.size-s.readOff))
 	sc.Buffer(make([]byte, 0, 64<<10), auditMaxLine)
+	off, line := s.readOff, 0
 	for sc.Scan() {
+		line++
 		if fn != nil {
 			if err := fn(sc.Bytes()); err != nil {
-				return fmt.Errorf("%s: %w", s.path, err)
+				// Where, so an operator can find the record: a line number
+				// when reading from the start, else the byte offset (the
+				// lines this writer appended itself are not read back).
+				where := fmt.Sprintf("byte %d", off)
+				if s.readOff == 0 {
+					where = fmt.Sprintf("line %d (byte %d)", line, off)
+				}
+				return fmt.Errorf("%s, %s: %w", s.path, where, err)
 			}
 		}
+		off += int64(len(sc.Bytes())) + 1
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("%s: %w", s.path, err)

@@ -1079,3 +1079,26 @@ func BenchmarkAuditFile(b *testing.B) {
 		})
 	}
 }
+
+// TestAuditSharedFileNamesABadLine: a line another writer appended that is
+// not an audit record stops this writer with the byte offset of the line.
+func TestAuditSharedFileNamesABadLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	a, _ := openAuditFile(t, path, 0)
+	auditObserve(t, a, auditEnv(t, "T", 1, noeta.TurnStarted{Turn: 1}))
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString("not a record\n")
+	_ = f.Close()
+	err = a.Observe(t.Context(), auditEnv(t, "T", 2, noeta.TurnStarted{Turn: 2}))
+	if want := fmt.Sprintf("byte %d", fi.Size()); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Observe after a bad line = %v, want an error naming %s", err, want)
+	}
+	auditClose(t, a)
+}
