@@ -131,3 +131,51 @@ script:
 	}
 	t.Logf("stopped after %v", took)
 }
+
+// TestResumedPatchIsNotRepeated: a worker that stopped after a turn's
+// TaskStatePatched leaves the turn open; the next one finishes it without
+// writing the patch again.
+func TestResumedPatchIsNotRepeated(t *testing.T) {
+	b := memBackend(t, 2*time.Second)
+	h := newHarness(t, b, pathsConfig)
+	id := h.submit(`
+agent: boss
+goal: patch then finish
+script:
+  - state_patch: {k: 1}
+  - finish: {answer: done}
+`)
+	ctx := context.Background()
+	lease, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "first", Task: id, TTL: b.ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the first worker wrote before it stopped.
+	last := uint64(1)
+	for _, p := range []noeta.Payload{
+		noeta.TurnStarted{Turn: 1},
+		noeta.PolicyDecided{Turn: 1, Decision: noeta.DecisionStatePatch},
+		noeta.TaskStatePatched{Patch: []byte(`{"k":1}`)},
+	} {
+		env, _ := eventlog.NewEnvelope(id, eventlog.OriginEngine, "first", p)
+		stored, err := b.log.Emit(ctx, lease, env, eventlog.EmitOptions{ExpectLastSeq: last})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = stored.Seq
+	}
+	if err := b.disp.Enqueue(ctx, id, eventlog.EnqueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "second", Task: id, TTL: b.ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.RunLease(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	wantLog(t, h, id,
+		e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"), e("TaskStatePatched"),
+		e("LeaseGranted"), e("StepAttemptAbandoned"),
+		e("TurnStarted"), e("PolicyDecided"), e("TaskSnapshot"), e("TaskCompleted"))
+}

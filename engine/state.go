@@ -80,6 +80,8 @@ type Turn struct {
 	Approved map[string]noeta.PendingApproval `json:"approved,omitempty"`
 	// Seals counts StepAttemptAbandoned records in this turn in a row.
 	Seals int `json:"seals"`
+	// Patched is set once the turn's TaskStatePatched is in the log.
+	Patched bool `json:"patched,omitempty"`
 }
 
 // CallStatus is where a tool call (or a spawn or finish approval) of the
@@ -234,6 +236,7 @@ func (s *State) Apply(env eventlog.Envelope) error {
 			return fmt.Errorf("%w: task %s seq %d: %v", ErrBadLog, env.Task, env.Seq, err)
 		}
 		s.Data = merged
+		s.Turn.Patched = true
 	case *noeta.TaskSuspended:
 		s.Status, s.Reason = noeta.StatusSuspended, p.Reason
 		w := p.WakeOn.Clone()

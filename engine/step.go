@@ -329,8 +329,10 @@ func (g *segment) turn() error {
 	case noeta.DecisionWaitExternal:
 		return g.suspend("waiting_external", noeta.ExternalWake(d.EventKind))
 	case noeta.DecisionStatePatch:
-		if err := g.engineEmit(noeta.TaskStatePatched{Patch: d.Patch}); err != nil {
-			return err
+		if !st.Turn.Patched {
+			if err := g.engineEmit(noeta.TaskStatePatched{Patch: d.Patch}); err != nil {
+				return err
+			}
 		}
 		return g.endTurn()
 	case noeta.DecisionFinish:
