@@ -81,13 +81,22 @@ type AuditConfig struct {
 	Logger *slog.Logger // slog.Default() if nil
 	// Now stamps each record's audited_at (time.Now).
 	Now func() time.Time
+	// Log, when set, fills gaps: a log record that arrives ahead of its
+	// predecessors (one was dropped by an in-process queue, or
+	// dead-lettered by a feed) has the missing records read from the log
+	// and audited first, so a task's chain never stops. Without it such a
+	// record is refused with ErrAuditGap.
+	Log eventlog.Reader
+	// Context bounds the reads that fill gaps (context.Background()).
+	Context context.Context
 }
 
 // AuditStats counts what an [Audit] did with the records offered to it.
 type AuditStats struct {
 	Written    uint64 // records handed to the sink
 	Duplicates uint64 // records already audited, skipped
-	Gaps       uint64 // log records refused because their predecessor was missing
+	Gaps       uint64 // log records that arrived before a predecessor
+	GapsFilled uint64 // missing records read from the log and audited (with AuditConfig.Log)
 	Malformed  uint64 // records written with malformed: true (the payload did not decode)
 	Invalid    uint64 // envelopes with no task, or not exactly one of seq and key: refused
 	SinkErrors uint64 // records the sink refused
@@ -235,6 +244,9 @@ type Audit struct {
 
 	// What reading back found: records, broken prev links, the first.
 	replayed, broken, firstBroken int
+
+	gapLog eventlog.Reader
+	gapCtx context.Context
 }
 
 var _ Observer = (*Audit)(nil)
@@ -252,10 +264,15 @@ func NewAudit(cfg AuditConfig) (*Audit, error) {
 		cfg.Now = time.Now
 	}
 	a := &Audit{
-		log:   cfg.Logger.With("observer", "audit"),
-		now:   cfg.Now,
-		sink:  cfg.Sink,
-		tasks: make(map[string]*auditTask),
+		log:    cfg.Logger.With("observer", "audit"),
+		now:    cfg.Now,
+		sink:   cfg.Sink,
+		tasks:  make(map[string]*auditTask),
+		gapLog: cfg.Log,
+		gapCtx: cfg.Context,
+	}
+	if a.gapCtx == nil {
+		a.gapCtx = context.Background()
 	}
 	if r, ok := cfg.Sink.(AuditReplayer); ok {
 		if err := a.rebuild(r); err != nil {
@@ -312,7 +329,10 @@ func (a *Audit) observeLocked(env eventlog.Envelope, write func([]byte) error) e
 		}
 		if env.Seq > ts.lastSeq+1 {
 			a.stats.Gaps++
-			return fmt.Errorf("%w: task %s seq %d (%s) came before seq %d", ErrAuditGap, env.Task, env.Seq, env.Type, ts.lastSeq+1)
+			if err := a.fillGap(env, ts, known, write); err != nil {
+				return fmt.Errorf("%w: task %s seq %d (%s) came before seq %d: %v", ErrAuditGap, env.Task, env.Seq, env.Type, ts.lastSeq+1, err)
+			}
+			known = true
 		}
 	} else if ts.hasKey(env.Key) {
 		a.stats.Duplicates++
@@ -337,6 +357,46 @@ func (a *Audit) observeLocked(env eventlog.Envelope, write func([]byte) error) e
 		a.stats.Malformed++
 		a.log.Warn("audited a record whose payload does not decode", "task", env.Task, "seq", env.Seq, "key", env.Key, "type", env.Type, "err", decodeErr)
 	}
+	return nil
+}
+
+// fillGap audits the log records of env's task between the last audited and
+// env, read from the log.
+func (a *Audit) fillGap(env eventlog.Envelope, ts *auditTask, known bool, write func([]byte) error) error {
+	if a.gapLog == nil {
+		return errors.New("no log to read the missing records from")
+	}
+	missing, err := a.gapLog.Read(a.gapCtx, env.Task, ts.lastSeq)
+	if err != nil {
+		return err
+	}
+	for _, m := range missing {
+		if m.Seq >= env.Seq {
+			break
+		}
+		if m.Seq != ts.lastSeq+1 {
+			return fmt.Errorf("the log has seq %d after seq %d", m.Seq, ts.lastSeq)
+		}
+		rec, hash, _, err := buildAuditRecord(m, ts.prev(), a.now())
+		if err != nil {
+			return err
+		}
+		if err := write(rec); err != nil {
+			a.stats.SinkErrors++
+			return err
+		}
+		ts.advance(m.Seq, "", hash)
+		if !known {
+			a.tasks[strings.Clone(env.Task)] = ts
+			known = true
+		}
+		a.stats.Written++
+		a.stats.GapsFilled++
+	}
+	if ts.lastSeq+1 != env.Seq {
+		return fmt.Errorf("the log ends at seq %d", ts.lastSeq)
+	}
+	a.log.Warn("audited records missing from the feed by reading them from the log", "task", env.Task, "up_to_seq", env.Seq-1)
 	return nil
 }
 

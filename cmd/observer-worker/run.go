@@ -334,7 +334,7 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 			}
 			return nil, usageError{errors.New("audit needs exactly one sink: --audit-file, --audit-stdout or --audit-subject")}
 		}
-		a, err := observers.NewAudit(observers.AuditConfig{Sink: sinks[0], Logger: w.log})
+		a, err := observers.NewAudit(observers.AuditConfig{Sink: sinks[0], Logger: w.log, Log: w.reader})
 		if err != nil {
 			_ = sinks[0].Close()
 			return nil, err
