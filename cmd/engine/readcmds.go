@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
@@ -38,6 +39,64 @@ func openData(ctx context.Context, g *globals, verb string) (*stack, error) {
 	return st, nil
 }
 
+// readView is what the read verbs use: the task stream and the dispatcher's
+// rows, read only.
+type readView struct {
+	log interface {
+		eventlog.Reader
+		eventlog.TaskIndex
+		Get(ctx context.Context, ref noeta.ContentRef) ([]byte, error)
+	}
+	inspect func(ctx context.Context, task string) (eventlog.DispatchState, bool, error)
+	close   func()
+}
+
+// openReadView opens what the read verbs need. On the embedded default it is
+// the whole stack of --data; on a remote NATS it only looks things up
+// (jetstream.OpenReader, jetstream.OpenRowReader), so it works with the
+// read-only permissions of deploy/nats's operator role.
+func openReadView(ctx context.Context, g *globals, verb string) (*readView, error) {
+	if g.conn.embedded() {
+		st, err := openData(ctx, g, verb)
+		if err != nil {
+			return nil, err
+		}
+		return &readView{log: st.log, inspect: st.inspect, close: st.Close}, nil
+	}
+	if err := g.conn.check(); err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(g.conn.url, g.conn.natsOptions("noeta-engine "+verb, g.logger())...)
+	if err != nil {
+		return nil, failErr(fmt.Errorf("connect to %s: %w", g.conn.describe(), err))
+	}
+	reader, err := jetstream.OpenReader(ctx, nc, jetstream.Config{Prefix: g.conn.prefix})
+	if err != nil {
+		nc.Close()
+		return nil, failErr(err)
+	}
+	rows, err := jetstream.OpenRowReader(ctx, nc, g.conn.prefix)
+	if err != nil {
+		_ = reader.Close()
+		nc.Close()
+		return nil, failErr(err)
+	}
+	return &readView{
+		log: reader,
+		inspect: func(ctx context.Context, task string) (eventlog.DispatchState, bool, error) {
+			ds, err := rows.Inspect(ctx, task)
+			if errors.Is(err, eventlog.ErrNotFound) {
+				return ds, false, nil
+			}
+			return ds, err == nil, err
+		},
+		close: func() {
+			_ = reader.Close()
+			nc.Close()
+		},
+	}, nil
+}
+
 func taskArg(id string) error {
 	if err := noeta.ValidateTaskID(id); err != nil {
 		return usageErr("%v", err)
@@ -59,12 +118,12 @@ CloudEvents JSON object it is stored as, one per line.`,
 			if err := taskArg(args[0]); err != nil {
 				return err
 			}
-			st, err := openData(cmd.Context(), g, "events")
+			rv, err := openReadView(cmd.Context(), g, "events")
 			if err != nil {
 				return err
 			}
-			defer st.Close()
-			return printEvents(cmd.Context(), st, args[0], follow, asJSON, g.stdout)
+			defer rv.close()
+			return printEvents(cmd.Context(), rv, args[0], follow, asJSON, g.stdout)
 		},
 	}
 	cmd.Flags().BoolVar(&follow, "follow", false, "keep printing new records until the task ends")
@@ -75,7 +134,7 @@ CloudEvents JSON object it is stored as, one per line.`,
 // followPoll is how often events --follow looks for new records.
 const followPoll = 200 * time.Millisecond
 
-func printEvents(ctx context.Context, st *stack, task string, follow, asJSON bool, w io.Writer) error {
+func printEvents(ctx context.Context, st *readView, task string, follow, asJSON bool, w io.Writer) error {
 	envs, err := st.log.Read(ctx, task, 0)
 	if err != nil {
 		if errors.Is(err, eventlog.ErrNotFound) {
@@ -167,11 +226,11 @@ func newInspectCmd(g *globals) *cobra.Command {
 			if err := taskArg(args[0]); err != nil {
 				return err
 			}
-			st, err := openData(cmd.Context(), g, "inspect")
+			st, err := openReadView(cmd.Context(), g, "inspect")
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer st.close()
 			state, note, err := engine.FoldTask(cmd.Context(), st.log, st.log, args[0])
 			if note != "" {
 				fmt.Fprintln(g.stderr, "engine: note:", note)
@@ -273,11 +332,11 @@ func newTasksCmd(g *globals) *cobra.Command {
 		Short: "List the tasks of the deployment, most recently active first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := openData(cmd.Context(), g, "tasks")
+			st, err := openReadView(cmd.Context(), g, "tasks")
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer st.close()
 			sums, err := st.log.Tasks(cmd.Context())
 			if err != nil {
 				return failErr(err)

@@ -143,4 +143,21 @@ func twoServesShare(t *testing.T, urls string, e *engineSide) {
 		t.Errorf("segments run: A %d, B %d; both should have run some", ranA, ranB)
 	}
 	t.Logf("300 tasks: A ran %d segments before it was killed at %d ended tasks, B %d; every log dense and complete", ranA, killedAt, ranB)
+
+	// The operator reads them back with the engine command, under its
+	// read-only permissions (TestCluster fails on any violation).
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"inspect", ids[0]}, "status    terminal"},
+		{[]string{"events", ids[0]}, "TaskCompleted"},
+		{[]string{"tasks"}, ids[len(ids)-1]},
+	} {
+		args := append(c.args, "--nats", urls, "--user", "operator", "--password", passwords["operator"])
+		out, err := exec.Command(engineBin, args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("engine %s as operator: %v\n%s", c.args[0], err, out)
+		}
+	}
 }
