@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/guards"
 )
 
@@ -94,11 +96,12 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 }
 
 type approveOpts struct {
-	deny      bool
-	reason    string
-	as        string
-	config    string
-	workspace string
+	deny       bool
+	reason     string
+	as         string
+	config     string
+	workspace  string
+	viaIngress bool
 }
 
 func newApproveCmd(g *globals) *cobra.Command {
@@ -119,6 +122,11 @@ workers, printing the timeline of what happens, and exits like run: 0 the
 task completed, 1 it failed, 3 it waits for another approval. That needs the
 governance config (--config, default noeta.yaml in the working directory).
 
+With --nats and --via-ingress it needs no more than deploy/nats's operator
+role: it reads the task's row and publishes the answer on the wake ingress,
+where the dispatcher of whichever serve process consumes it applies it; it
+then cannot tell whether the task was waiting.
+
 An invalid task id or handle exits 2; a task that does not exist or has
 ended exits 1.`,
 		Example: `  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0 --data .noeta
@@ -134,6 +142,7 @@ ended exits 1.`,
 	f.StringVar(&o.as, "as", "", "who answers, recorded as the approver (default cli:$USER)")
 	f.StringVar(&o.config, "config", "", "governance config (default "+defaultConfig+"; needed without --nats, where approve runs the task)")
 	f.StringVar(&o.workspace, "workspace", ".", "without --nats: the directory the file and shell tools work in")
+	f.BoolVar(&o.viaIngress, "via-ingress", false, "with --nats: publish the answer on the wake ingress (the operator role's permissions suffice)")
 	return cmd
 }
 
@@ -160,6 +169,12 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		reason = verb + " with engine approve"
 	}
 	embedded := g.conn.embedded()
+	if o.viaIngress {
+		if embedded {
+			return usageErr("--via-ingress needs --nats: on the embedded default approve answers and runs the task itself")
+		}
+		return approveViaIngress(ctx, g, task, handle, decision, verb, who, reason)
+	}
 	var gov *guards.Config
 	var workspace string
 	var err error
@@ -245,4 +260,41 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	}
 	reportOutcome(g.stdout, f.root, g.conn.flags(data), out)
 	return exitCode(out.code())
+}
+
+// approveViaIngress answers with read-only permissions and a publish on the
+// wake ingress: what deploy/nats's operator role allows.
+func approveViaIngress(ctx context.Context, g *globals, task, handle string, decision noeta.ApprovalDecision, verb, who, reason string) error {
+	if err := g.conn.check(); err != nil {
+		return err
+	}
+	nc, err := nats.Connect(g.conn.url, g.conn.natsOptions("noeta-engine approve", g.logger())...)
+	if err != nil {
+		return failErr(fmt.Errorf("connect to %s: %w", g.conn.describe(), err))
+	}
+	defer nc.Close()
+	rows, err := jetstream.OpenRowReader(ctx, nc, g.conn.prefix)
+	if err != nil {
+		return failErr(err)
+	}
+	ds, err := rows.Inspect(ctx, task)
+	switch {
+	case errors.Is(err, eventlog.ErrNotFound):
+		return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, g.conn.describe()))
+	case err != nil:
+		return failErr(err)
+	case ds.Status == eventlog.DispatchTerminal:
+		return failErr(fmt.Errorf("task %s has ended (%s); there is nothing to answer", task, ds.Reason))
+	}
+	wp, err := jetstream.NewWakePublisher(nc, g.conn.prefix)
+	if err != nil {
+		return failErr(err)
+	}
+	w := noeta.HumanResponseWake(handle)
+	w.Decision, w.Approver, w.Text = string(decision), who, reason
+	if _, err := wp.Wake(ctx, task, w); err != nil {
+		return failErr(fmt.Errorf("answer %s of task %s: %w", handle, task, err))
+	}
+	fmt.Fprintf(g.stdout, "%s: the answer to %s of task %s is on the wake ingress (task now %s; answer by %s)\n", verb, handle, task, ds.Status, who)
+	return nil
 }

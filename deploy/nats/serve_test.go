@@ -160,4 +160,38 @@ func twoServesShare(t *testing.T, urls string, e *engineSide) {
 			t.Errorf("engine %s as operator: %v\n%s", c.args[0], err, out)
 		}
 	}
+
+	// And answers a waiting task through the wake ingress; B runs it on.
+	waiting, err := e.eng.Submit(ctx, engine.Submission{Agent: "boss", Goal: "ask", Script: json.RawMessage(scriptHuman), Queue: "serve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ds, err := e.disp.Inspect(ctx, waiting)
+		if err == nil && ds.Status == eventlog.DispatchSuspended {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the question was not asked: %+v %v\nB: %s", ds, err, b.out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	out, err := exec.Command(engineBin, "approve", waiting, "question-1", "--via-ingress", "--as", "oncall",
+		"--nats", urls, "--user", "operator", "--password", passwords["operator"]).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "wake ingress") {
+		t.Fatalf("engine approve --via-ingress as operator: %v\n%s", err, out)
+	}
+	for {
+		st, _, err := engine.FoldTask(ctx, e.log, e.log, waiting)
+		if err == nil && st.Status == noeta.StatusTerminal {
+			if st.LastWake == nil || st.LastWake.Approver != "oncall" {
+				t.Errorf("woken by %+v", st.LastWake)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the answered task did not finish: %+v %v\nB: %s", st, err, b.out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
