@@ -1,7 +1,6 @@
 package nats_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,30 +20,13 @@ import (
 // serveProc is an `engine serve` subprocess.
 type serveProc struct {
 	cmd    *exec.Cmd
-	out    *lockedBuffer
+	out    *syncBuffer
 	exited chan struct{}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func startServe(t *testing.T, args ...string) *serveProc {
 	t.Helper()
-	p := &serveProc{cmd: exec.Command(engineBin, args...), out: &lockedBuffer{}, exited: make(chan struct{})}
+	p := &serveProc{cmd: exec.Command(engineBin, args...), out: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
