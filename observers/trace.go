@@ -810,52 +810,44 @@ type OTLPConfig struct {
 // NewOTLPExporter returns an OTLP span exporter over gRPC or HTTP, for
 // [TraceConfig.Exporter]. It does not connect until the first export.
 func NewOTLPExporter(ctx context.Context, cfg OTLPConfig) (sdktrace.SpanExporter, error) {
-	isURL := strings.Contains(cfg.Endpoint, "://")
 	switch strings.ToLower(cfg.Protocol) {
 	case "", "grpc":
-		var opts []otlptracegrpc.Option
-		switch {
-		case isURL:
-			opts = append(opts, otlptracegrpc.WithEndpointURL(cfg.Endpoint))
-		case cfg.Endpoint != "":
-			opts = append(opts, otlptracegrpc.WithEndpoint(cfg.Endpoint))
-		}
-		if cfg.Insecure {
-			opts = append(opts, otlptracegrpc.WithInsecure())
-		}
-		if len(cfg.Headers) > 0 {
-			opts = append(opts, otlptracegrpc.WithHeaders(cfg.Headers))
-		}
-		if cfg.Timeout > 0 {
-			opts = append(opts, otlptracegrpc.WithTimeout(cfg.Timeout))
-		}
-		exp, err := otlptracegrpc.New(ctx, opts...)
+		exp, err := otlptracegrpc.New(ctx, otlpOptions(cfg, otlptracegrpc.WithEndpointURL, otlptracegrpc.WithEndpoint,
+			otlptracegrpc.WithInsecure, otlptracegrpc.WithHeaders, otlptracegrpc.WithTimeout)...)
 		if err != nil {
 			return nil, fmt.Errorf("observers: OTLP gRPC exporter: %w", err)
 		}
 		return exp, nil
 	case "http", "http/protobuf":
-		var opts []otlptracehttp.Option
-		switch {
-		case isURL:
-			opts = append(opts, otlptracehttp.WithEndpointURL(cfg.Endpoint))
-		case cfg.Endpoint != "":
-			opts = append(opts, otlptracehttp.WithEndpoint(cfg.Endpoint))
-		}
-		if cfg.Insecure {
-			opts = append(opts, otlptracehttp.WithInsecure())
-		}
-		if len(cfg.Headers) > 0 {
-			opts = append(opts, otlptracehttp.WithHeaders(cfg.Headers))
-		}
-		if cfg.Timeout > 0 {
-			opts = append(opts, otlptracehttp.WithTimeout(cfg.Timeout))
-		}
-		exp, err := otlptracehttp.New(ctx, opts...)
+		exp, err := otlptracehttp.New(ctx, otlpOptions(cfg, otlptracehttp.WithEndpointURL, otlptracehttp.WithEndpoint,
+			otlptracehttp.WithInsecure, otlptracehttp.WithHeaders, otlptracehttp.WithTimeout)...)
 		if err != nil {
 			return nil, fmt.Errorf("observers: OTLP HTTP exporter: %w", err)
 		}
 		return exp, nil
 	}
 	return nil, fmt.Errorf("%w: OTLP protocol %q (want grpc or http)", ErrInvalidConfig, cfg.Protocol)
+}
+
+// otlpOptions turns cfg into the options of either OTLP exporter, which
+// spell the same settings with types of their own.
+func otlpOptions[O any](cfg OTLPConfig, endpointURL, endpoint func(string) O, insecure func() O,
+	headers func(map[string]string) O, timeout func(time.Duration) O) []O {
+	var opts []O
+	switch {
+	case strings.Contains(cfg.Endpoint, "://"):
+		opts = append(opts, endpointURL(cfg.Endpoint))
+	case cfg.Endpoint != "":
+		opts = append(opts, endpoint(cfg.Endpoint))
+	}
+	if cfg.Insecure {
+		opts = append(opts, insecure())
+	}
+	if len(cfg.Headers) > 0 {
+		opts = append(opts, headers(cfg.Headers))
+	}
+	if cfg.Timeout > 0 {
+		opts = append(opts, timeout(cfg.Timeout))
+	}
+	return opts
 }
