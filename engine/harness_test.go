@@ -109,15 +109,6 @@ func backends(t *testing.T) []func(testing.TB) backend {
 	}
 }
 
-// parseScript is the policy of a task's script, as the binaries wire it.
-func parseScript(body []byte) (engine.Policy, error) {
-	s, err := policy.ScriptFromJSON(body)
-	if err != nil {
-		return nil, err
-	}
-	return policy.NewScripted(s), nil
-}
-
 type harness struct {
 	t     testing.TB
 	b     backend
@@ -154,7 +145,7 @@ func newHarness(t testing.TB, b backend, config string, edit ...func(*engine.Con
 	}
 	cfg := engine.Config{
 		Log: b.log, Dispatcher: b.disp, Content: b.content, Governance: gov, Tools: reg,
-		Policies:  engine.ScriptedPolicies(b.content, parseScript),
+		Policies:  engine.ScriptedPolicies(b.content, policy.ParseScripted),
 		Workspace: ws, Actor: "engine-test", LeaseTTL: b.ttl,
 	}
 	for _, f := range edit {

@@ -17,11 +17,11 @@ type contentFetcher interface {
 const maxCachedScripts = 1024
 
 // ScriptedPolicies resolves a task's policy from its script_ref: the script
-// body from the content store, made a Policy by parse (policy.ScriptFromJSON
-// and policy.NewScripted, in a binary's wiring). Parsed scripts are cached by
+// body from the content store, made a Policy by parse (policy.ParseScripted,
+// in a binary's wiring). Parsed scripts are cached by
 // hash, since the children of one fan-out usually share one. A task without a
 // script has no policy here: the error names its agent.
-func ScriptedPolicies(cs contentFetcher, parse func(script []byte) (Policy, error)) PolicyResolver {
+func ScriptedPolicies[P Policy](cs contentFetcher, parse func(script []byte) (P, error)) PolicyResolver {
 	var mu sync.Mutex
 	cache := map[string]Policy{}
 	return func(ctx context.Context, st *State) (Policy, error) {
@@ -39,10 +39,11 @@ func ScriptedPolicies(cs contentFetcher, parse func(script []byte) (Policy, erro
 		if err != nil {
 			return nil, fmt.Errorf("script %s: %w", h, err)
 		}
-		p, err = parse(body)
+		parsed, err := parse(body)
 		if err != nil {
 			return nil, fmt.Errorf("script %s: %w", h, err)
 		}
+		p = parsed
 		mu.Lock()
 		if len(cache) >= maxCachedScripts {
 			clear(cache)

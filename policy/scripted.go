@@ -43,6 +43,16 @@ func NewScripted(script Script) *Scripted {
 	return &Scripted{script: script.Clone()}
 }
 
+// ParseScripted is the policy of a script in its JSON form (a task's
+// script_ref body): [ScriptFromJSON], then [NewScripted].
+func ParseScripted(body []byte) (*Scripted, error) {
+	script, err := ScriptFromJSON(body)
+	if err != nil {
+		return nil, err
+	}
+	return NewScripted(script), nil
+}
+
 // Len returns the number of scripted steps.
 func (s *Scripted) Len() int { return len(s.script) }
 

@@ -183,15 +183,6 @@ func (s *stack) tap(h eventlog.Handler) (cancel func()) {
 	}
 }
 
-// parseScript is the policy of a task's script.
-func parseScript(body []byte) (engine.Policy, error) {
-	script, err := policy.ScriptFromJSON(body)
-	if err != nil {
-		return nil, err
-	}
-	return policy.NewScripted(script), nil
-}
-
 // engine returns an engine on the stack that governs by gov, runs file and
 // shell tools in workspace, and works the ready queue queue ("" for the
 // default queue).
@@ -209,7 +200,7 @@ func (s *stack) engineAs(gov *guards.Config, workspace, queue, actor string) (*e
 		Content:    s.log,
 		Governance: gov,
 		Tools:      s.tools,
-		Policies:   engine.ScriptedPolicies(s.log, parseScript),
+		Policies:   engine.ScriptedPolicies(s.log, policy.ParseScripted),
 		Workspace:  workspace,
 		Queue:      queue,
 		Logger:     s.logger,

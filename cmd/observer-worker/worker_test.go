@@ -151,13 +151,7 @@ func runEngine(t *testing.T, prefix string) *engine.Engine {
 	reg, _ := tools.NewRegistry(builtins...)
 	eng, err := engine.New(engine.Config{
 		Log: log, Dispatcher: disp, Content: log, Governance: gov, Tools: reg,
-		Policies: engine.ScriptedPolicies(log, func(b []byte) (engine.Policy, error) {
-			s, err := policy.ScriptFromJSON(b)
-			if err != nil {
-				return nil, err
-			}
-			return policy.NewScripted(s), nil
-		}),
+		Policies: engine.ScriptedPolicies(log, policy.ParseScripted),
 	})
 	if err != nil {
 		t.Fatal(err)

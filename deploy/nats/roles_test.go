@@ -78,13 +78,7 @@ func startEngine(t testing.TB, urls string, replicas, workers int) *engineSide {
 	}
 	eng, err := engine.New(engine.Config{
 		Log: log, Dispatcher: disp, Content: log, Governance: gov, Tools: reg, Actor: "deploy-test",
-		Policies: engine.ScriptedPolicies(log, func(b []byte) (engine.Policy, error) {
-			s, err := policy.ScriptFromJSON(b)
-			if err != nil {
-				return nil, err
-			}
-			return policy.NewScripted(s), nil
-		}),
+		Policies: engine.ScriptedPolicies(log, policy.ParseScripted),
 	})
 	if err != nil {
 		t.Fatal(err)
