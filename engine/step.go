@@ -42,6 +42,8 @@ type segment struct {
 	stack *guards.Stack
 	// woke is set when this segment wrote the TaskWoken of its wake.
 	woke bool
+	// meta is the guards' metadata, built once: guard contexts share it.
+	meta map[string]string
 }
 
 func (e *Engine) newSegment(ctx context.Context, lease eventlog.Lease) (*segment, error) {
@@ -385,8 +387,15 @@ func (g *segment) guardContext() *guards.Context {
 		TaskID:       g.st.Task,
 		Governance:   g.st.Governance,
 		SubtaskDepth: g.st.Depth,
-		Metadata:     map[string]string{"agent": g.st.Agent},
+		Metadata:     g.metadata(),
 	})
+}
+
+func (g *segment) metadata() map[string]string {
+	if g.meta == nil {
+		g.meta = map[string]string{"agent": g.st.Agent}
+	}
+	return g.meta
 }
 
 // check asks the agent's guards about a. A stack that cannot be built denies

@@ -58,7 +58,7 @@ func NewContextAppendOnly(p ContextParams) *Context {
 	gov.SubtaskResults = slices.Clip(gov.SubtaskResults)
 	gov.Approvals = slices.Clip(gov.Approvals)
 	gov.RecentToolCalls = slices.Clone(gov.RecentToolCalls)
-	if gov.PendingApprovals != nil {
+	if len(gov.PendingApprovals) > 0 {
 		gov.PendingApprovals = maps.Clone(gov.PendingApprovals)
 	}
 	return &Context{
