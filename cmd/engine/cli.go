@@ -44,8 +44,15 @@ func usageErr(format string, args ...any) error {
 }
 
 // failErr is a run that could not go on (the server would not start, the
-// log is unreachable): exit 1.
-func failErr(err error) error { return &exitError{code: exitFailed, err: err} }
+// log is unreachable): exit 1. An error that already carries its exit code
+// (a busy data directory is bad usage) keeps it.
+func failErr(err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	return &exitError{code: exitFailed, err: err}
+}
 
 // exitCode is a result without a message to print.
 func exitCode(code int) error {
@@ -66,6 +73,9 @@ type globals struct {
 	lookupEnv func(string) (string, bool)
 	// sources says where each setting came from, once resolved.
 	sources sources
+	// lock is the data directory claimed before the verb ran, until a stack
+	// takes it (takeLock).
+	lock *dataLock
 }
 
 // dataDir is --data made absolute, ./.noeta by default.
@@ -84,7 +94,7 @@ func (g *globals) dataDir() (string, error) {
 // where describes the deployment for a message: the data directory, or the
 // NATS servers.
 func (g *globals) where(data string) string {
-	if g.conn.embedded() {
+	if g.conn.embedded() || g.conn.attached != nil {
 		return "data " + data
 	}
 	return "nats " + g.conn.describe()
@@ -94,7 +104,7 @@ func (g *globals) where(data string) string {
 // data (with the ChildLifecycle observer in process, since nothing else
 // would run it), or the configured NATS (without it).
 func (g *globals) stackConfig(data, verb string, logger *slog.Logger) stackConfig {
-	return stackConfig{data: data, conn: g.conn, child: g.conn.embedded(), recoverChild: true, name: verb, logger: logger}
+	return stackConfig{data: data, conn: g.conn, child: g.conn.embedded(), recoverChild: true, name: verb, logger: logger, lock: g.takeLock(data)}
 }
 
 // logger is where the engine, the dispatcher and the observers report what the
@@ -119,9 +129,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // runEnv is run with the environment read through lookupEnv.
 func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
-	root := newRootCmd(stdout, stderr, lookupEnv)
+	root, g := newRootCmd(stdout, stderr, lookupEnv)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	// A data directory claimed but never handed to a stack (the verb failed
+	// before it opened one) is given back here.
+	g.lock.release()
 	if err == nil {
 		return exitDone
 	}
@@ -137,7 +150,7 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	return exitUsage
 }
 
-func newRootCmd(stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) *cobra.Command {
+func newRootCmd(stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) (*cobra.Command, *globals) {
 	g := &globals{stdout: stdout, stderr: stderr, lookupEnv: lookupEnv}
 	root := &cobra.Command{
 		Use:   "engine",
@@ -174,7 +187,7 @@ config or task file, 3 it waits for an approval.`,
 				return err
 			}
 			g.sources = src
-			return nil
+			return g.claimDataDir(cmd.Name())
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(stderr)
@@ -201,7 +214,7 @@ config or task file, 3 it waits for an approval.`,
 	pf.DurationVar(&g.conn.leaseTTL, "lease-ttl", 0, "lease length, whole seconds (default 30s); the same for every process of the prefix")
 	root.AddCommand(newServeCmd(g), newRunCmd(g), newSubmitCmd(g), newApproveCmd(g), newAuditCmd(g),
 		newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newDemoCmd(g))
-	return root
+	return root, g
 }
 
 // loadConfig reads a governance config; every mistake is reported as

@@ -4,15 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/internal/natsconn"
 )
 
 // connOpts say where the event log and the dispatcher live: the embedded
@@ -29,14 +27,13 @@ type connOpts struct {
 	prefix   string
 	replicas int
 	leaseTTL time.Duration
+	// attached is set when the connection goes to the embedded server of
+	// another process that holds the data directory (claimDataDir).
+	attached *attachment
 }
 
 // defaultPrefix is the subject and stream prefix of a deployment.
 const defaultPrefix = "noeta"
-
-// reconnectWait is the pause between two reconnection attempts to NATS; a
-// connection retries for ever.
-const reconnectWait = time.Second
 
 func (c connOpts) embedded() bool { return c.url == "" }
 
@@ -55,24 +52,8 @@ func (c connOpts) check() error {
 			return usageErr("--replicas %d needs a cluster (--nats): the embedded server is a single node", c.replicas)
 		}
 	}
-	if c.creds != "" && (c.user != "" || c.password != "") {
-		return usageErr("--creds and --user/--password are two ways to authenticate: give one")
-	}
-	if c.password != "" && c.user == "" {
-		return usageErr("--password needs --user")
-	}
-	if (c.tlsCert == "") != (c.tlsKey == "") {
-		return usageErr("--tls-cert and --tls-key go together: a client certificate needs its key")
-	}
-	for _, f := range []struct{ flag, path string }{
-		{"--creds", c.creds}, {"--tls-ca", c.tlsCA}, {"--tls-cert", c.tlsCert}, {"--tls-key", c.tlsKey},
-	} {
-		if f.path == "" {
-			continue
-		}
-		if _, err := os.Stat(f.path); err != nil {
-			return usageErr("%s: %v", f.flag, err)
-		}
+	if err := c.nats().Check(); err != nil {
+		return usageErr("%v", err)
 	}
 	if err := noeta.ValidateToken("--prefix", c.prefix, 32); err != nil {
 		return usageErr("%v", err)
@@ -86,41 +67,26 @@ func (c connOpts) check() error {
 	return nil
 }
 
+// nats are the connection settings proper, shared with observer-worker.
+func (c connOpts) nats() natsconn.Options {
+	return natsconn.Options{URL: c.url, Creds: c.creds, User: c.user, Password: c.password, TLSCA: c.tlsCA, TLSCert: c.tlsCert, TLSKey: c.tlsKey}
+}
+
 // natsOptions are the options of a connection to c.url: it reconnects for
 // ever, and logs its disconnections and reconnections.
 func (c connOpts) natsOptions(name string, logger *slog.Logger) []nats.Option {
-	opts := []nats.Option{
-		nats.Name(name),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(reconnectWait),
-		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			if err != nil {
-				logger.Warn("disconnected from NATS; reconnecting", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			logger.Info("reconnected to NATS", "server", redactURL(nc.ConnectedUrl()))
-		}),
-	}
-	switch {
-	case c.creds != "":
-		opts = append(opts, nats.UserCredentials(c.creds))
-	case c.user != "":
-		opts = append(opts, nats.UserInfo(c.user, c.password))
-	}
-	if c.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(c.tlsCA))
-	}
-	if c.tlsCert != "" {
-		opts = append(opts, nats.ClientCert(c.tlsCert, c.tlsKey))
-	}
-	return opts
+	return c.nats().NATSOptions(name, logger)
+}
+
+// connect connects to c.url; the error never carries a password.
+func (c connOpts) connect(name string, logger *slog.Logger) (*nats.Conn, error) {
+	return c.nats().Connect(name, logger)
 }
 
 // flags names the deployment in messages, as the flags that reach it again.
 func (c connOpts) flags(data string) string {
 	var s string
-	if c.embedded() {
+	if c.embedded() || c.attached != nil {
 		s = "--data " + data
 	} else {
 		s = "--nats " + redactURL(c.url)
@@ -132,34 +98,17 @@ func (c connOpts) flags(data string) string {
 }
 
 // redactURL hides the passwords of a comma-separated list of server URLs.
-func redactURL(s string) string {
-	parts := strings.Split(s, ",")
-	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil || u.User == nil {
-			continue
-		}
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-		parts[i] = u.String()
-	}
-	return strings.Join(parts, ",")
-}
+func redactURL(s string) string { return natsconn.RedactURL(s) }
 
 // describe is a one-line description of the connection for logs.
 func (c connOpts) describe() string {
 	if c.embedded() {
 		return "embedded"
 	}
-	s := redactURL(c.url)
-	switch {
-	case c.creds != "":
-		s += " (creds " + c.creds + ")"
-	case c.user != "":
-		s += " (user " + c.user + ")"
+	if c.attached != nil {
+		return fmt.Sprintf("the embedded server of %v on %s", c.attached.holder, c.attached.dir)
 	}
-	return s
+	return c.nats().Describe()
 }
 
 // leaseTTLHint adds a hint to the error of a dispatcher or log that found

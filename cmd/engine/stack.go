@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 // engines and worker pools that run on them.
 type stack struct {
 	srv    *embedded.Server // nil on a remote NATS
+	lock   *dataLock        // the data directory, held while srv runs
 	nc     *nats.Conn
 	log    *jetstream.Log
 	disp   *jetstream.Dispatcher
@@ -70,6 +72,9 @@ type stackConfig struct {
 	// name names the NATS connection (the verb).
 	name   string
 	logger *slog.Logger
+	// lock is the data directory, already claimed by the verb; nil:
+	// openStack claims it.
+	lock *dataLock
 }
 
 // openStack connects — starting the embedded server on <data>/nats first
@@ -89,18 +94,35 @@ func openStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		name += " " + cfg.name
 	}
 	if cfg.conn.embedded() {
-		s.srv, err = embedded.Start(ctx, embedded.Config{Dir: filepath.Join(cfg.data, "nats")})
+		s.lock = cfg.lock
+		if s.lock == nil {
+			verb, _, _ := strings.Cut(cfg.name, " ")
+			if s.lock, err = lockDataDir(cfg.data, verb); err != nil {
+				var busy *busyError
+				if errors.As(err, &busy) {
+					return nil, busyUsage(verb, busy)
+				}
+				return nil, err
+			}
+		}
+		s.srv, err = embedded.Start(ctx, embedded.Config{
+			Dir:  filepath.Join(cfg.data, "nats"),
+			User: s.lock.creds.User, Password: s.lock.creds.Password,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("start the embedded NATS server in %s: %w", cfg.data, err)
 		}
-		s.nc, err = nats.Connect(s.srv.ClientURL(), nats.Name(name))
+		s.nc, err = nats.Connect(s.srv.ClientURL(), append(s.srv.ClientOptions(), nats.Name(name))...)
 		if err != nil {
 			return nil, fmt.Errorf("connect to the embedded NATS server: %w", err)
 		}
+		if err := s.lock.serving(s.srv.ClientURL()); err != nil {
+			return nil, err
+		}
 	} else {
-		s.nc, err = nats.Connect(cfg.conn.url, cfg.conn.natsOptions(name, logger)...)
+		s.nc, err = cfg.conn.connect(name, logger)
 		if err != nil {
-			return nil, fmt.Errorf("connect to %s: %w", cfg.conn.describe(), err)
+			return nil, err
 		}
 	}
 	s.disp, err = jetstream.OpenDispatcher(ctx, s.nc, s.dispatcherConfig())
@@ -280,6 +302,9 @@ func (s *stack) Close() {
 		if s.srv != nil {
 			step("server", s.srv.Shutdown)
 		}
+		// Only once the server has flushed and closed its store may another
+		// process start one on the directory.
+		s.lock.release()
 	})
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/internal/natsconn"
 	"github.com/noeta-go/noeta/observers"
 )
 
@@ -35,7 +36,7 @@ type usageError struct{ error }
 
 // opts are the flags.
 type opts struct {
-	natsURL     string
+	conn        natsconn.Options
 	prefix      string
 	replicas    int
 	observers   string
@@ -66,6 +67,27 @@ type opts struct {
 var knownObservers = []string{"audit", "metrics", "trace", "fanout", "child", "hooks"}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runEnv(ctx, args, stdout, stderr, os.LookupEnv)
+}
+
+// connFromEnv fills the connection flags not given on the command line from
+// their NOETA_* variables (a flag wins), as every engine verb does.
+func connFromEnv(cmd *cobra.Command, lookupEnv func(string) (string, bool)) error {
+	for flag, env := range natsconn.EnvVars {
+		if cmd.Flags().Changed(flag) {
+			continue
+		}
+		if v, ok := lookupEnv(env); ok && v != "" {
+			if err := cmd.Flags().Set(flag, v); err != nil {
+				return usageError{fmt.Errorf("%s: %w", env, err)}
+			}
+		}
+	}
+	return nil
+}
+
+// runEnv is run with the environment read through lookupEnv.
+func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	var o opts
 	cmd := &cobra.Command{
 		Use:   "observer-worker --nats URL [--observers audit,metrics,...]",
@@ -95,7 +117,13 @@ the deliveries in hand are handled and acknowledged.`,
 	cmd.SetArgs(args)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	f := cmd.Flags()
-	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s), comma-separated (required)")
+	f.StringVar(&o.conn.URL, "nats", "", "NATS server URL(s), comma-separated (required); put no password in it: use --user with NOETA_PASSWORD, or --creds")
+	f.StringVar(&o.conn.Creds, "creds", "", "NATS credentials file (JWT and NKey seed)")
+	f.StringVar(&o.conn.User, "user", "", "NATS user")
+	f.StringVar(&o.conn.Password, "password", "", "NATS password of --user (better: NOETA_PASSWORD, which ps does not show)")
+	f.StringVar(&o.conn.TLSCA, "tls-ca", "", "CA certificates (PEM) to verify the NATS servers with")
+	f.StringVar(&o.conn.TLSCert, "tls-cert", "", "client certificate (PEM) for mutual TLS; with --tls-key")
+	f.StringVar(&o.conn.TLSKey, "tls-key", "", "key (PEM) of --tls-cert")
 	f.StringVar(&o.prefix, "prefix", "noeta", "subject and stream prefix of the deployment")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the dead-letter stream (3 on a cluster)")
 	f.StringVar(&o.observers, "observers", "audit", "observers to run: "+strings.Join(knownObservers, ","))
@@ -117,16 +145,19 @@ the deliveries in hand are handled and acknowledged.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error { return connFromEnv(cmd, lookupEnv) }
 	err := cmd.ExecuteContext(ctx)
 	var ue usageError
+	// Whatever went wrong, a password never reaches the terminal.
+	secrets := o.conn.Secrets()
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "observer-worker: %v\nRun 'observer-worker --help' for usage.\n", ue.error)
+		fmt.Fprintf(stderr, "observer-worker: %s\nRun 'observer-worker --help' for usage.\n", natsconn.RedactText(ue.Error(), secrets...))
 		return exitUsage
 	}
-	fmt.Fprintln(stderr, "observer-worker:", err)
+	fmt.Fprintln(stderr, "observer-worker:", natsconn.RedactText(err.Error(), secrets...))
 	return exitFail
 }
 
@@ -194,8 +225,11 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	if o.natsURL == "" {
-		return usageError{errors.New("--nats is required: the URL of the NATS server holding the task stream")}
+	if o.conn.URL == "" {
+		return usageError{errors.New("--nats is required (or NOETA_NATS): the URL of the NATS server holding the task stream")}
+	}
+	if err := o.conn.Check(); err != nil {
+		return usageError{err}
 	}
 	parts, err := parsePartitions(o.partitions)
 	if err != nil {
@@ -224,9 +258,9 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 
 	w := &worker{log: log, mux: http.NewServeMux()}
 	defer w.close()
-	w.nc, err = nats.Connect(o.natsURL, nats.Name("noeta-observer-worker "+o.instance), nats.MaxReconnects(-1))
+	w.nc, err = o.conn.Connect("noeta-observer-worker "+o.instance, log)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", o.natsURL, err)
+		return err
 	}
 	// Read-only: an observer's NATS user may look the task stream up but
 	// not create or change it (deploy/nats); an engine creates it.

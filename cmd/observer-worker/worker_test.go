@@ -319,3 +319,83 @@ func TestParsePartitions(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentials: the worker authenticates with --user and NOETA_PASSWORD
+// (or --creds), and no password reaches its output. Reproduction of the
+// defect: it had no credential flags, so the README put the password in the
+// URL, where ps shows it, and a failed connection printed "connect to
+// nats://observer:PASSWORD@…".
+func TestCredentials(t *testing.T) {
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir(), User: "observer", Password: "pw-of-the-observer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL(), srv.ClientOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	disp, err := jetstream.OpenDispatcher(t.Context(), nc, jetstream.DispatcherConfig{Prefix: "creds"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = disp.Close() })
+	tasks, err := jetstream.Open(t.Context(), nc, jetstream.Config{Prefix: "creds", Registry: disp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tasks.Close() })
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	base := []string{"--observers", "audit", "--audit-stdout", "--http", "", "--prefix", "creds"}
+
+	// Refused by the server: the error names the server, never the password.
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{[]string{"--nats", "nats://observer:wrong-S3CRET@" + strings.TrimPrefix(srv.ClientURL(), "nats://")}, nil},
+		{[]string{"--nats", "nats://observer:p%zz wrong-S3CRET@127.0.0.1:1"}, nil},
+		{[]string{"--nats", srv.ClientURL(), "--user", "observer"}, map[string]string{"NOETA_PASSWORD": "wrong-S3CRET"}},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--user", "observer", "--password", "wrong-S3CRET"}, nil},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		var out, errb syncBuffer
+		code := runEnv(ctx, append(c.args, base...), &out, &errb, env(c.env))
+		cancel()
+		if code != exitFail {
+			t.Errorf("%v: exit %d, want 1\n%s", c.args, code, errb.String())
+		}
+		if strings.Contains(errb.String()+out.String(), "S3CRET") {
+			t.Errorf("%v: the output leaks the password:\n%s", c.args, errb.String())
+		}
+	}
+
+	// Accepted with the password from the environment: it runs until
+	// stopped.
+	ctx, cancel := context.WithCancel(t.Context())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runEnv(ctx, base, &out, &errb, env(map[string]string{
+			"NOETA_NATS": srv.ClientURL(), "NOETA_USER": "observer", "NOETA_PASSWORD": "pw-of-the-observer",
+		}))
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(errb.String(), "observer worker started") && time.Now().Before(deadline) {
+		select {
+		case code := <-done:
+			t.Fatalf("exited %d before starting:\n%s", code, errb.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	if strings.Contains(errb.String(), "pw-of-the-observer") {
+		t.Errorf("the log leaks the password:\n%s", errb.String())
+	}
+}

@@ -55,8 +55,16 @@ type Config struct {
 	Dir string
 
 	// Host is the client listen address, default 127.0.0.1. Anything not
-	// loopback exposes an unauthenticated server, so it must be set on purpose.
+	// loopback exposes the server to the network, so it must be set on
+	// purpose.
 	Host string
+
+	// User and Password, when set, are the one user the server accepts:
+	// every client must authenticate as it (the readiness probe does). Empty,
+	// the server accepts anyone who can reach Host, which on loopback is
+	// every local user of the machine.
+	User     string
+	Password string
 
 	// Port is the client port; 0 lets the kernel pick a free one (nats-server's
 	// -1), which is what tests want. The chosen URL is [Server.ClientURL].
@@ -95,6 +103,8 @@ func (c Config) Validate() error {
 		return fieldErr("Dir", "is required")
 	case strings.Contains(c.Host, "://") || (c.Host != "" && strings.ContainsAny(c.Host, " /")):
 		return fieldErr("Host", fmt.Sprintf("%q is not a host name or IP address", c.Host))
+	case (c.User == "") != (c.Password == ""):
+		return fieldErr("User", "and Password go together")
 	case c.Port < 0 || c.Port > 65535:
 		return fieldErr("Port", fmt.Sprintf("%d is out of range (0 picks a free port)", c.Port))
 	case strings.ContainsAny(c.ServerName, " \t\n"):
@@ -171,6 +181,8 @@ func (sp spec) options(clientPort int) *server.Options {
 		StoreDir:           c.Dir,
 		JetStreamMaxMemory: c.MaxMemory,
 		JetStreamMaxStore:  c.MaxStore,
+		Username:           c.User,
+		Password:           c.Password,
 	}
 	if c.SyncInterval == 0 {
 		// What "sync_interval: always" sets in a config file (opts.go): fsync
@@ -226,7 +238,7 @@ func launch(ctx context.Context, sp spec, clientPort int) (*Server, error) {
 	err = withClient(ctx, s.clientURL, s.log.fatalErr, func(ctx context.Context, js jetstream.JetStream) error {
 		_, err := js.AccountInfo(ctx)
 		return err
-	})
+	}, s.ClientOptions()...)
 	if err != nil {
 		s.Shutdown()
 		return nil, s.startErr(err)
@@ -312,7 +324,7 @@ func poll(ctx context.Context, fatal func() error, interval time.Duration, probe
 // withClient connects a short-lived nats.go client to url and retries fn until
 // it succeeds or ctx ends. It proves readiness the way a real caller sees it:
 // over TCP, through the JetStream API.
-func withClient(ctx context.Context, url string, fatal func() error, fn func(context.Context, jetstream.JetStream) error) error {
+func withClient(ctx context.Context, url string, fatal func() error, fn func(context.Context, jetstream.JetStream) error, opts ...nats.Option) error {
 	var nc *nats.Conn
 	defer func() {
 		if nc != nil {
@@ -321,7 +333,7 @@ func withClient(ctx context.Context, url string, fatal func() error, fn func(con
 	}()
 	return poll(ctx, fatal, 50*time.Millisecond, func(ctx context.Context) error {
 		if nc == nil {
-			c, err := nats.Connect(url, nats.Name("noeta-embedded-readiness"), nats.Timeout(time.Second))
+			c, err := nats.Connect(url, append([]nats.Option{nats.Name("noeta-embedded-readiness"), nats.Timeout(time.Second)}, opts...)...)
 			if err != nil {
 				return err
 			}
@@ -339,6 +351,15 @@ func withClient(ctx context.Context, url string, fatal func() error, fn func(con
 
 // ClientURL is the URL clients connect to, e.g. nats://127.0.0.1:40123.
 func (s *Server) ClientURL() string { return s.clientURL }
+
+// ClientOptions are the nats.go options a client of the server needs beyond
+// its URL: the user and password of [Config], if it has them.
+func (s *Server) ClientOptions() []nats.Option {
+	if s.spec.cfg.User == "" {
+		return nil
+	}
+	return []nats.Option{nats.UserInfo(s.spec.cfg.User, s.spec.cfg.Password)}
+}
 
 // Config returns the Config the server runs with, defaults filled in and Dir
 // made absolute.

@@ -1,0 +1,383 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// The embedded default keeps everything under one data directory, and one
+// process at a time may run a server on it: two nats-servers on one store
+// corrupt it, and a process that answered an approval on its own server
+// while another served the same tasks left the other's audit trail without
+// the answer. So the first process takes an exclusive lock on
+// <data>/engine.lock for its whole life and writes into it who it is and
+// where its server listens; a later process either becomes a client of that
+// server (the verbs that only submit, answer or read) or is refused at once
+// (the verbs that run tasks: serve, run, demo). See docs/adr/0022.
+
+const (
+	lockFile  = "engine.lock"
+	credsFile = "credentials.json"
+	// holderWait is how long a client waits for a holder that is still
+	// starting its server to say where it listens.
+	holderWait = 15 * time.Second
+	// maxHolderInfo bounds what is read from the lock and credentials
+	// files: both are a few hundred bytes.
+	maxHolderInfo = 64 << 10
+)
+
+// holder is what the process holding a data directory says of itself.
+type holder struct {
+	PID     int       `json:"pid"`
+	Verb    string    `json:"verb"`
+	Host    string    `json:"host,omitempty"`
+	Started time.Time `json:"started"`
+	// URL is the embedded server's client URL, once it listens.
+	URL string `json:"url,omitempty"`
+}
+
+func (h holder) String() string {
+	s := fmt.Sprintf("engine %s (pid %d", h.Verb, h.PID)
+	if h.Host != "" {
+		s += " on " + h.Host
+	}
+	if !h.Started.IsZero() {
+		s += ", since " + h.Started.Format(time.RFC3339)
+	}
+	return s + ")"
+}
+
+// localCreds are the user and password of a data directory's embedded
+// server, generated once and kept in <data>/credentials.json, mode 0600: a
+// local user who cannot read the data directory cannot talk to its server.
+type localCreds struct {
+	User     string `json:"user"`
+	Password string `json:"password"`
+}
+
+// dataLock is a held data directory.
+type dataLock struct {
+	dir   string
+	f     *os.File
+	self  holder
+	creds localCreds
+}
+
+// errDataDirBusy: another process holds the data directory.
+var errDataDirBusy = errors.New("data directory in use")
+
+// busyError names the holder of a busy data directory.
+type busyError struct {
+	dir    string
+	holder holder
+	known  bool
+}
+
+func (e *busyError) Error() string {
+	who := "another process (it did not say who)"
+	if e.known {
+		who = e.holder.String()
+	}
+	return fmt.Sprintf("data directory %s is in use by %s", e.dir, who)
+}
+
+func (e *busyError) Unwrap() error { return errDataDirBusy }
+
+// prepareDataDir creates dir (0700) if it is missing and refuses a path that
+// is not a directory.
+func prepareDataDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return usageErr("--data %s: %v", dir, err)
+		}
+		return nil
+	case err != nil:
+		return usageErr("--data %s: %v", dir, err)
+	case !fi.IsDir():
+		return usageErr("--data %s is not a directory", dir)
+	}
+	return nil
+}
+
+// lockDataDir takes the data directory for verb, or returns a *busyError
+// naming who has it. The lock is the kernel's (flock): it goes away with
+// the process however the process ends, so a crash never leaves a stale
+// lock behind.
+func lockDataDir(dir, verb string) (*dataLock, error) {
+	if err := prepareDataDir(dir); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, usageErr("--data %s: %v", dir, err)
+	}
+	if err := flock(f); err != nil {
+		f.Close()
+		if errors.Is(err, errWouldBlock) {
+			h, ok := readHolder(dir)
+			return nil, &busyError{dir: dir, holder: h, known: ok}
+		}
+		return nil, failErr(fmt.Errorf("lock %s: %w", f.Name(), err))
+	}
+	host, _ := os.Hostname()
+	l := &dataLock{dir: dir, f: f, self: holder{PID: os.Getpid(), Verb: verb, Host: host, Started: time.Now().UTC()}}
+	if err := l.write(); err != nil {
+		l.release()
+		return nil, failErr(err)
+	}
+	if l.creds, err = loadCreds(dir, true); err != nil {
+		l.release()
+		return nil, err
+	}
+	return l, nil
+}
+
+// serving records where the embedded server listens, for the clients.
+func (l *dataLock) serving(url string) error {
+	l.self.URL = url
+	return l.write()
+}
+
+func (l *dataLock) write() error {
+	b, err := json.Marshal(l.self)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if err := l.f.Truncate(0); err != nil {
+		return fmt.Errorf("write %s: %w", l.f.Name(), err)
+	}
+	if _, err := l.f.WriteAt(b, 0); err != nil {
+		return fmt.Errorf("write %s: %w", l.f.Name(), err)
+	}
+	return nil
+}
+
+// release gives the data directory up. It is safe on nil and more than once.
+func (l *dataLock) release() {
+	if l == nil || l.f == nil {
+		return
+	}
+	// Say nothing more about a server that is gone; the next holder
+	// rewrites the file anyway.
+	_ = l.f.Truncate(0)
+	_ = funlock(l.f)
+	_ = l.f.Close()
+	l.f = nil
+}
+
+// readHolder reads what the holder wrote; ok is false while it has written
+// nothing readable.
+func readHolder(dir string) (holder, bool) {
+	var h holder
+	b, err := readSmall(filepath.Join(dir, lockFile))
+	if err != nil || len(b) == 0 {
+		return h, false
+	}
+	if json.Unmarshal(b, &h) != nil {
+		return h, false
+	}
+	return h, h.PID > 0
+}
+
+// readSmall reads a file of at most maxHolderInfo bytes.
+func readSmall(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxHolderInfo+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxHolderInfo {
+		return nil, fmt.Errorf("%s is over %d bytes", path, maxHolderInfo)
+	}
+	return b, nil
+}
+
+// loadCreds reads the data directory's credentials, creating them when
+// create is set and there are none. A credentials file that others may read
+// is refused, not silently repaired: whoever could read it could have used
+// it.
+func loadCreds(dir string, create bool) (localCreds, error) {
+	path := filepath.Join(dir, credsFile)
+	var c localCreds
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && create:
+		return newCreds(path)
+	case err != nil:
+		return c, failErr(fmt.Errorf("read the embedded server's credentials: %w", err))
+	case !fi.Mode().IsRegular():
+		return c, failErr(fmt.Errorf("%s is not a regular file", path))
+	case fi.Mode().Perm()&0o077 != 0:
+		return c, failErr(fmt.Errorf("%s has mode %v: the embedded server's credentials must be readable by their owner only (chmod 600 %s)", path, fi.Mode().Perm(), path))
+	}
+	b, err := readSmall(path)
+	if err != nil {
+		return c, failErr(fmt.Errorf("read the embedded server's credentials: %w", err))
+	}
+	if err := json.Unmarshal(b, &c); err != nil || c.User == "" || c.Password == "" {
+		return c, failErr(fmt.Errorf("%s is not a credentials file of this engine (want {\"user\":…,\"password\":…}); remove it to have new ones generated", path))
+	}
+	return c, nil
+}
+
+func newCreds(path string) (localCreds, error) {
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return localCreds{}, failErr(err)
+	}
+	c := localCreds{User: "noeta-local", Password: base64.RawURLEncoding.EncodeToString(raw[:])}
+	b, _ := json.Marshal(c)
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".credentials-*")
+	if err != nil {
+		return c, failErr(fmt.Errorf("write the embedded server's credentials: %w", err))
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err == nil {
+		_, err = tmp.Write(append(b, '\n'))
+		if err == nil {
+			err = tmp.Sync()
+		}
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), path)
+		}
+		if err != nil {
+			return c, failErr(fmt.Errorf("write the embedded server's credentials: %w", err))
+		}
+	} else {
+		tmp.Close()
+		return c, failErr(err)
+	}
+	return c, nil
+}
+
+// attachTo makes g a client of the process that holds data: the connection
+// flags point at its embedded server, with the data directory's
+// credentials. It waits a little for a holder that is still starting.
+func (g *globals) attachTo(busy *busyError) error {
+	deadline := time.Now().Add(holderWait)
+	h, ok := busy.holder, busy.known
+	for !ok || h.URL == "" {
+		if time.Now().After(deadline) {
+			return failErr(fmt.Errorf("%v, which has not said where its server listens after %v; try again, or stop it", busy, holderWait))
+		}
+		time.Sleep(100 * time.Millisecond)
+		if !dataDirHeld(busy.dir) {
+			return errHolderGone
+		}
+		h, ok = readHolder(busy.dir)
+	}
+	creds, err := loadCreds(busy.dir, false)
+	if err != nil {
+		return err
+	}
+	g.conn.url = h.URL
+	g.conn.user = creds.User
+	g.conn.password = creds.Password
+	g.conn.attached = &attachment{dir: busy.dir, holder: h}
+	return nil
+}
+
+// errHolderGone: the holder let go of the data directory while a client
+// waited for it; the caller tries to take it itself.
+var errHolderGone = errors.New("the holder of the data directory stopped")
+
+// dataDirHeld reports whether some process holds dir's lock now.
+func dataDirHeld(dir string) bool {
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := flock(f); err != nil {
+		return errors.Is(err, errWouldBlock)
+	}
+	_ = funlock(f)
+	return false
+}
+
+// attachment says that the connection is a client of another process's
+// embedded server.
+type attachment struct {
+	dir    string
+	holder holder
+}
+
+// clientVerbs may run as clients of the process that holds the data
+// directory: they submit, answer or read, and the holder runs the tasks. The
+// others run tasks themselves and need the directory to themselves.
+var clientVerbs = map[string]bool{
+	"submit": true, "approve": true, "events": true, "inspect": true, "tasks": true, "doctor": true,
+}
+
+// claimDataDir is what a verb that works on the embedded default does
+// before anything else: a client verb takes the data directory if it is
+// free (openStack then uses the lock) and otherwise becomes a client of its
+// holder; a verb that runs tasks leaves the lock to openStack, which refuses
+// a busy directory.
+func (g *globals) claimDataDir(verb string) error {
+	if !g.conn.embedded() || !clientVerbs[verb] {
+		return nil
+	}
+	if err := g.conn.check(); err != nil {
+		return err
+	}
+	data, err := g.dataDir()
+	if err != nil {
+		return err
+	}
+	for {
+		l, err := lockDataDir(data, verb)
+		if err == nil {
+			g.lock = l
+			return nil
+		}
+		var busy *busyError
+		if !errors.As(err, &busy) {
+			return err
+		}
+		err = g.attachTo(busy)
+		if errors.Is(err, errHolderGone) {
+			continue
+		}
+		return err
+	}
+}
+
+// takeLock hands the lock claimed for data to the stack that opens it.
+func (g *globals) takeLock(data string) *dataLock {
+	l := g.lock
+	if l == nil || l.dir != data {
+		return nil
+	}
+	g.lock = nil
+	return l
+}
+
+// busyUsage is the exit-2 error of a verb that needs the data directory to
+// itself.
+func busyUsage(verb string, busy *busyError) error {
+	hint := "stop it or use another --data"
+	if busy.known && busy.holder.Verb == "serve" {
+		hint = "submit to it with 'engine submit', follow with 'engine events --follow', or use another --data"
+	}
+	return usageErr("%v; engine %s needs the data directory to itself: %s", busy, verb, strings.TrimSpace(hint))
+}
