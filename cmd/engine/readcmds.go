@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
@@ -66,9 +65,9 @@ func openReadView(ctx context.Context, g *globals, verb string) (*readView, erro
 	if err := g.conn.check(); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(g.conn.url, g.conn.natsOptions("noeta-engine "+verb, g.logger())...)
+	nc, err := g.conn.connect("noeta-engine "+verb, g.logger())
 	if err != nil {
-		return nil, failErr(fmt.Errorf("connect to %s: %w", g.conn.describe(), err))
+		return nil, failErr(err)
 	}
 	reader, err := jetstream.OpenReader(ctx, nc, jetstream.Config{Prefix: g.conn.prefix})
 	if err != nil {
