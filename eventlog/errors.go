@@ -68,6 +68,10 @@ var (
 	ErrCorrupt = errors.New("eventlog: corrupt record")
 )
 
+// IsDamage reports whether err says the store lost or mangled a task's
+// records (ErrGap, ErrCorrupt), as opposed to an ordinary failure to read.
+func IsDamage(err error) bool { return errors.Is(err, ErrGap) || errors.Is(err, ErrCorrupt) }
+
 // GapError reports the records missing from a task's log.
 type GapError struct {
 	Task string
