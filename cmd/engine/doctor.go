@@ -98,7 +98,13 @@ type doctorReport struct {
 	Problems []finding `json:"problems"`
 }
 
+// add records f, once: a corrupt last record is met by the index and by the
+// read of its log.
 func (r *doctorReport) add(f finding) {
+	f.Detail = strings.Join(strings.Fields(f.Detail), " ")
+	if slices.Contains(r.Problems, f) {
+		return
+	}
 	r.Problems = append(r.Problems, f)
 	r.Clean = false
 }

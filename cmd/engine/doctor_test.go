@@ -3,12 +3,19 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 )
 
 // corruptTaskFile runs six turns of two echo calls and finishes: 42 records.
@@ -241,5 +248,93 @@ func TestDoctorFindsCorruption(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDoctorRemote runs doctor with --nats against a server it does not
+// start, on a store damaged through the NATS API the way a careless
+// operator or a foreign client can: a content body deleted, a row deleted,
+// garbage published on a task's log and inbox subjects. Before, nothing
+// looked: a fold of the task failed only when it needed the body. Now each
+// is a finding naming the task (and the seq or stream sequence), exit 1.
+func TestDoctorRemote(t *testing.T) {
+	t.Parallel()
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	conn := []string{"--nats", srv.ClientURL(), "--prefix", "doc"}
+	submit := func() string {
+		code, out, errb := runCmd(t, append([]string{"submit", example("01-allowed-call.yaml"), "--config", exampleConfig}, conn...)...)
+		if code != 0 {
+			t.Fatalf("submit: exit %d\n%s", code, errb)
+		}
+		return strings.TrimSpace(out)
+	}
+	a, b := submit(), submit()
+	code, out, errb := runCmd(t, append([]string{"doctor"}, conn...)...)
+	if code != 0 || !strings.Contains(out, "clean: 2 tasks, 2 records, 2 dispatcher rows") {
+		t.Fatalf("doctor on a sound store: exit %d\n%s\n%s", code, out, errb)
+	}
+
+	ctx := t.Context()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a's script body goes.
+	code, out, _ = runCmd(t, append([]string{"events", a, "--json"}, conn...)...)
+	if code != 0 {
+		t.Fatalf("events: exit %d", code)
+	}
+	hash := regexp.MustCompile(`"script_ref":\{"hash":"([^"]+)"`).FindStringSubmatch(out)
+	if hash == nil {
+		t.Fatalf("no script_ref in %s", out)
+	}
+	obs, err := js.ObjectStore(ctx, "doc_content")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Delete(ctx, hash[1]); err != nil {
+		t.Fatal(err)
+	}
+	// b's row goes.
+	rows, err := js.KeyValue(ctx, "doc_tasks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rows.Delete(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	// Garbage on a's log and on b's inbox.
+	logAck, err := js.Publish(ctx, fmt.Sprintf("doc.t.%d.%s.log", noeta.Partition(a), a), []byte("not a record"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inAck, err := js.Publish(ctx, fmt.Sprintf("doc.t.%d.%s.in.junk", noeta.Partition(b), b), []byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errb = runCmd(t, append([]string{"doctor"}, conn...)...)
+	t.Logf("doctor:\n%s%s", out, errb)
+	if code != 1 {
+		t.Errorf("doctor: exit %d, want 1", code)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("corrupt task %s stream seq %d: ", a, logAck.Sequence),
+		"content_missing task " + a + " seq 1: TaskCreated.script_ref names body " + hash[1],
+		"log_without_row task " + b + ": ",
+		fmt.Sprintf("inbox_corrupt task %s stream seq %d: ", b, inAck.Sequence),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor does not say %q", want)
+		}
 	}
 }
