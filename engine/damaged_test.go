@@ -104,9 +104,16 @@ script:
 			t.Errorf("the log's last seq is %d, want 3: the engine wrote on top of the gap", s.LastSeq)
 		}
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.segments) != 1 || !engine.DamagedLog(h.segments[0].err) {
-		t.Errorf("segments %+v, want one, failed on the damaged log", h.segments)
+	// The worker reports its segment after the dispatcher has the failure.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		h.mu.Lock()
+		segs := append([]segmentResult(nil), h.segments...)
+		h.mu.Unlock()
+		if len(segs) > 0 || time.Now().After(deadline) {
+			if len(segs) != 1 || !engine.DamagedLog(segs[0].err) {
+				t.Errorf("segments %+v, want one, failed on the damaged log", segs)
+			}
+			break
+		}
 	}
 }
