@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -261,13 +262,7 @@ func (d *doctor) run(ctx context.Context) error {
 		return err
 	}
 	d.rep.Rows = len(rowTasks)
-	tasks := slices.Collect(func(yield func(string) bool) {
-		for t := range last {
-			if !yield(t) {
-				return
-			}
-		}
-	})
+	tasks := slices.Collect(maps.Keys(last))
 	for _, t := range rowTasks {
 		if _, ok := last[t]; !ok {
 			tasks = append(tasks, t)
