@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/noeta-go/noeta"
@@ -97,6 +98,8 @@ type Engine struct {
 	// cancels holds the cancel functions of the segments this process runs,
 	// by task, for cooperative cancellation.
 	cancels map[string]segmentStop
+
+	damaged atomic.Uint64 // segments refused on a damaged log
 }
 
 // segmentStop stops the segment running under lease.

@@ -28,8 +28,12 @@ type Outcome struct {
 // eventlog.ErrInvalidLease without releasing or failing anything: the task
 // is no longer this worker's to report on. If ctx ends (the worker is
 // stopping or was killed), it likewise returns without touching the
-// dispatcher, and the lease expires into the next worker's hands. Any other
-// error fails the segment as retryable.
+// dispatcher, and the lease expires into the next worker's hands. A damaged
+// log (DamagedLog: a gap, a corrupt record) fails the segment for good, with
+// a reason starting ReasonDamagedLog, before anything is written: the task
+// ends terminal in the dispatcher, its matched wake kept, until someone
+// repairs the log and enqueues it again. Any other error fails the segment as
+// retryable.
 func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, error) {
 	segCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -80,14 +84,40 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 		return Outcome{Task: lease.Task}, err
 	}
 	// A wake that fits nothing in the log would fit nothing on a retry
-	// either: that failure is final.
+	// either: that failure is final. So is a damaged log: every retry would
+	// read the same hole, and writing past it would build on a history
+	// whose lost part may hold a tool call's result.
 	retry := !errors.Is(err, ErrWakeRecovery)
-	e.log.Error("segment failed", "task", lease.Task, "retryable", retry, "err", err)
-	if ferr := e.cfg.Dispatcher.Fail(ctx, lease, eventlog.Failure{Retryable: retry, Reason: truncate(err.Error(), 1024)}); ferr != nil && !errors.Is(ferr, eventlog.ErrInvalidLease) {
+	reason := err.Error()
+	if DamagedLog(err) {
+		retry = false
+		reason = ReasonDamagedLog + ": " + reason
+		e.damaged.Add(1)
+		e.log.Error("the task's log is damaged; refusing to run the task until it is repaired (engine doctor lists the damage)", "task", lease.Task, "err", err)
+	} else {
+		e.log.Error("segment failed", "task", lease.Task, "retryable", retry, "err", err)
+	}
+	if ferr := e.cfg.Dispatcher.Fail(ctx, lease, eventlog.Failure{Retryable: retry, Reason: truncate(reason, 1024)}); ferr != nil && !errors.Is(ferr, eventlog.ErrInvalidLease) {
 		e.log.Error("fail", "task", lease.Task, "err", ferr)
 	}
 	return Outcome{Task: lease.Task}, err
 }
+
+// ReasonDamagedLog starts the failure reason of a task the engine refused to
+// run because its log is damaged (DamagedLog).
+const ReasonDamagedLog = "damaged_log"
+
+// DamagedLog reports whether err says a task's log itself is damaged: a gap
+// in its Seqs (eventlog.ErrGap), a record that does not decode
+// (eventlog.ErrCorrupt), a log a fold cannot make sense of (ErrBadLog).
+// None of them goes away on a retry.
+func DamagedLog(err error) bool {
+	return errors.Is(err, eventlog.ErrGap) || errors.Is(err, eventlog.ErrCorrupt) || errors.Is(err, ErrBadLog)
+}
+
+// DamagedLogs counts the segments this engine refused to run because the
+// task's log was damaged.
+func (e *Engine) DamagedLogs() uint64 { return e.damaged.Load() }
 
 // heartbeat renews the lease until ctx ends; a refused renewal stops the
 // segment with the dispatcher's error.

@@ -3,6 +3,8 @@ package eventlog
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 var (
@@ -51,4 +53,80 @@ var (
 
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("eventlog: closed")
+
+	// ErrGap: a task's log is missing records — the Seqs a read returned are
+	// not dense (1, 2, 3, …) up to the log's last record. Records are never
+	// deleted, so a gap is damage to the store (a lost or corrupted message
+	// block, a truncated file), never a state a writer leaves. It comes as a
+	// *GapError naming the task and the missing Seqs. Nothing may be appended
+	// to a gapped log: what was lost may have been a tool call's result.
+	ErrGap = errors.New("eventlog: gap in the log")
+
+	// ErrCorrupt: a stored record does not decode (a flipped byte, a foreign
+	// message on a task's subject). The error names the task or subject and
+	// where in the store it is.
+	ErrCorrupt = errors.New("eventlog: corrupt record")
 )
+
+// IsDamage reports whether err says the store lost or mangled a task's
+// records (ErrGap, ErrCorrupt), as opposed to an ordinary failure to read.
+func IsDamage(err error) bool { return errors.Is(err, ErrGap) || errors.Is(err, ErrCorrupt) }
+
+// GapError reports the records missing from a task's log.
+type GapError struct {
+	Task string
+	// After is the last Seq read before the gap (0: the gap starts at the
+	// genesis).
+	After uint64
+	// First through Last are the absent Seqs.
+	First, Last uint64
+	// Next is the Seq found after the gap; 0 when the gap is at the end (the
+	// log's last record was expected and not found).
+	Next uint64
+}
+
+func (e *GapError) Error() string {
+	var b strings.Builder
+	b.WriteString("eventlog: gap in the log of task ")
+	b.WriteString(e.Task)
+	b.WriteString(": missing seq ")
+	b.WriteString(e.Seqs())
+	if e.Next != 0 {
+		b.WriteString(" (seq " + strconv.FormatUint(e.After, 10) + " is followed by seq " + strconv.FormatUint(e.Next, 10) + ")")
+	}
+	return b.String()
+}
+
+// Seqs renders the missing Seqs: "37" or "37-41".
+func (e *GapError) Seqs() string {
+	if e.First == e.Last {
+		return strconv.FormatUint(e.First, 10)
+	}
+	return strconv.FormatUint(e.First, 10) + "-" + strconv.FormatUint(e.Last, 10)
+}
+
+// Unwrap lets errors.Is(err, ErrGap) hold.
+func (e *GapError) Unwrap() error { return ErrGap }
+
+// CheckDense checks that envs, records of task's log read after Seq after,
+// are exactly after+1, after+2, … and, when last is not 0, end at last (the
+// log's last Seq as the backend knows it). It returns the first gap as a
+// *GapError, or nil. Every backend's Read runs it, so a reader never folds or
+// prints a log with a hole in it.
+func CheckDense(task string, after uint64, envs []Envelope, last uint64) error {
+	want := after + 1
+	for _, env := range envs {
+		switch {
+		case env.Seq == want:
+			want++
+			continue
+		case env.Seq < want:
+			return fmt.Errorf("%w: task %s: seq %d appears again after seq %d", ErrCorrupt, task, env.Seq, want-1)
+		}
+		return &GapError{Task: task, After: want - 1, First: want, Last: env.Seq - 1, Next: env.Seq}
+	}
+	if last != 0 && want <= last {
+		return &GapError{Task: task, After: want - 1, First: want, Last: last}
+	}
+	return nil
+}

@@ -12,6 +12,15 @@ import (
 type Reader interface {
 	// Read returns the log records with Seq > afterSeq, in Seq order (afterSeq 0
 	// reads the whole log). ErrNotFound if the task was never created.
+	//
+	// What it returns is dense: afterSeq+1, afterSeq+2, … up to the log's last
+	// record. A record the store lost is never skipped silently: the read
+	// fails with a *GapError (ErrGap) naming the task and the missing Seqs,
+	// and a record that does not decode fails it with ErrCorrupt naming where
+	// it is. A backend that cannot lose records (memlog) never returns either.
+	// A loss at the very end of a log (its last records gone together) leaves
+	// nothing in the log itself to see it by; the dispatcher's row and the
+	// store's own counters do (see engine doctor).
 	Read(ctx context.Context, task string, afterSeq uint64) ([]Envelope, error)
 
 	// Inbox returns the task's inbox records (SystemEmit), in the order they were

@@ -192,7 +192,7 @@ config or task file, 3 it waits for an approval.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(stderr)
 			_ = cmd.Help()
-			return usageErr("name a verb: serve, run, submit, approve, events, inspect, tasks or demo")
+			return usageErr("name a verb: serve, run, submit, approve, events, inspect, tasks, doctor or demo")
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -213,7 +213,7 @@ config or task file, 3 it waits for an approval.`,
 	pf.IntVar(&g.conn.replicas, "replicas", 1, "replicas of the streams and buckets: 1 on a single node, 3 on a cluster")
 	pf.DurationVar(&g.conn.leaseTTL, "lease-ttl", 0, "lease length, whole seconds (default 30s); the same for every process of the prefix")
 	root.AddCommand(newServeCmd(g), newRunCmd(g), newSubmitCmd(g), newApproveCmd(g), newAuditCmd(g),
-		newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newDemoCmd(g))
+		newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newDoctorCmd(g), newDemoCmd(g))
 	return root, g
 }
 

@@ -122,7 +122,21 @@ CloudEvents JSON object it is stored as, one per line.`,
 				return err
 			}
 			defer rv.close()
-			return printEvents(cmd.Context(), rv, args[0], follow, asJSON, g.stdout)
+			if err := printEvents(cmd.Context(), rv, args[0], follow, asJSON, g.stdout); err != nil {
+				return err
+			}
+			if cmd.Context().Err() != nil {
+				return nil // interrupted while following
+			}
+			state, _, err := engine.FoldTask(cmd.Context(), rv.log, rv.log, args[0])
+			if err != nil {
+				return failErr(damagedHint(err))
+			}
+			ds, known, err := rv.inspect(cmd.Context(), args[0])
+			if err != nil {
+				return failErr(err)
+			}
+			return tailCheck(cmd.Context(), rv, state, ds, known)
 		},
 	}
 	cmd.Flags().BoolVar(&follow, "follow", false, "keep printing new records until the task ends")
@@ -137,12 +151,12 @@ func printEvents(ctx context.Context, st *readView, task string, follow, asJSON 
 	envs, err := st.log.Read(ctx, task, 0)
 	if err != nil {
 		if errors.Is(err, eventlog.ErrNotFound) {
-			return failErr(fmt.Errorf("no task %s in this deployment", task))
+			return noTask(ctx, st, task)
 		}
-		return failErr(err)
+		return failErr(damagedHint(err))
 	}
 	if len(envs) == 0 {
-		return failErr(fmt.Errorf("no task %s in this deployment", task))
+		return noTask(ctx, st, task)
 	}
 	start := envs[0].Time
 	print := func(env eventlog.Envelope) error {
@@ -230,6 +244,14 @@ func newInspectCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer st.close()
+			// The fold reads from the newest snapshot on; the whole log is
+			// read first, so a hole before the snapshot is not folded over.
+			if _, err := st.log.Read(cmd.Context(), args[0], 0); err != nil {
+				if errors.Is(err, eventlog.ErrNotFound) {
+					return noTask(cmd.Context(), st, args[0])
+				}
+				return failErr(damagedHint(err))
+			}
 			state, note, err := engine.FoldTask(cmd.Context(), st.log, st.log, args[0])
 			if note != "" {
 				fmt.Fprintln(g.stderr, "engine: note:", note)
@@ -257,10 +279,10 @@ func newInspectCmd(g *globals) *cobra.Command {
 					return failErr(err)
 				}
 				fmt.Fprintf(g.stdout, "%s\n", b)
-				return nil
+			} else {
+				printState(g.stdout, state, ds, known)
 			}
-			printState(g.stdout, state, ds, known)
-			return nil
+			return tailCheck(cmd.Context(), st, state, ds, known)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the folded state and the dispatcher's row as JSON")
@@ -341,14 +363,70 @@ func newTasksCmd(g *globals) *cobra.Command {
 				return failErr(err)
 			}
 			fmt.Fprintf(g.stdout, "%-26s  %-10s  %7s  %s\n", "TASK", "DISPATCH", "RECORDS", "LAST RECORD")
+			var damaged []error
+			if c, ok := st.log.(interface{ CheckStream(context.Context) error }); ok {
+				if err := c.CheckStream(cmd.Context()); err != nil {
+					damaged = append(damaged, err)
+				}
+			}
 			for _, s := range sums {
 				status := "-"
 				if ds, known, err := st.inspect(cmd.Context(), s.Task); err == nil && known {
 					status = string(ds.Status)
 				}
 				fmt.Fprintf(g.stdout, "%-26s  %-10s  %7d  %s\n", s.Task, status, s.LastSeq, s.LastTime.Format(time.RFC3339))
+				// The listing reads only each log's last record; a hole
+				// before it shows only to a read of the whole log.
+				if _, err := st.log.Read(cmd.Context(), s.Task, 0); err != nil {
+					if !eventlog.IsDamage(err) {
+						return failErr(err)
+					}
+					damaged = append(damaged, err)
+				}
+			}
+			if len(damaged) > 0 {
+				return failErr(damagedHint(errors.Join(damaged...)))
 			}
 			return nil
 		},
 	}
+}
+
+// damagedHint points a damaged store's error at engine doctor.
+func damagedHint(err error) error {
+	if eventlog.IsDamage(err) || errors.Is(err, jetstream.ErrStreamLoss) {
+		return fmt.Errorf("%w\nthe store is damaged: 'engine doctor' lists everything it lost", err)
+	}
+	return err
+}
+
+// tailCheck compares the dispatcher's row with the folded log: a row that
+// says the task suspended or ended while the log does not is a log that lost
+// its last records, which nothing in the log itself shows.
+func tailCheck(ctx context.Context, st *readView, state *engine.State, ds eventlog.DispatchState, known bool) error {
+	if !known || state.LastSeq == 0 {
+		return nil
+	}
+	envs, err := st.log.Read(ctx, state.Task, state.LastSeq-1)
+	if err != nil || len(envs) == 0 {
+		return nil
+	}
+	again, ok, err := st.inspect(ctx, state.Task)
+	if err != nil || !ok || again.Status != ds.Status || again.Generation != ds.Generation {
+		return nil // the task moved while it was read
+	}
+	if f, bad := rowAgainstLog(state.Task, ds, state, envs[len(envs)-1]); bad {
+		return failErr(damagedHint(fmt.Errorf("%w: task %s: seq %s: %s", eventlog.ErrGap, f.Task, f.Seqs, f.Detail)))
+	}
+	return nil
+}
+
+// noTask reports a task with no log: unknown, or — when the dispatcher has a
+// row for it — a log the store lost.
+func noTask(ctx context.Context, st *readView, task string) error {
+	if ds, known, err := st.inspect(ctx, task); err == nil && known {
+		return failErr(damagedHint(fmt.Errorf("%w: task %s: seq 1-: the dispatcher has the task (%s, lease generation %d) and the stream has no record of it: its whole log is lost",
+			eventlog.ErrGap, task, ds.Status, ds.Generation)))
+	}
+	return failErr(fmt.Errorf("no task %s in this deployment", task))
 }

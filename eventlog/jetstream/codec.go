@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -31,8 +30,8 @@ const (
 )
 
 // ErrCorrupt is wrapped by reads of a record that does not decode as one of
-// ours; the message carries its stream sequence.
-var ErrCorrupt = errors.New("jetstream: corrupt record")
+// ours; the message carries its stream sequence. It is eventlog.ErrCorrupt.
+var ErrCorrupt = eventlog.ErrCorrupt
 
 // CorruptRecordError reports one record that could not be read.
 type CorruptRecordError struct {
@@ -42,7 +41,21 @@ type CorruptRecordError struct {
 }
 
 func (e *CorruptRecordError) Error() string {
+	if task := e.Task(); task != "" {
+		return fmt.Sprintf("jetstream: corrupt record of task %s at stream sequence %d on %s: %v", task, e.StreamSeq, e.Subject, e.Err)
+	}
 	return fmt.Sprintf("jetstream: corrupt record at stream sequence %d on %s: %v", e.StreamSeq, e.Subject, e.Err)
+}
+
+// Task is the task whose log or inbox subject the record is on ("" if the
+// subject is not a task's).
+func (e *CorruptRecordError) Task() string {
+	// <prefix>.t.<partition>.<task>.log or .in.<key>
+	parts := strings.Split(e.Subject, ".")
+	if len(parts) < 5 || parts[1] != "t" {
+		return ""
+	}
+	return parts[3]
 }
 
 // Unwrap lets errors.Is(err, ErrCorrupt) hold.

@@ -27,9 +27,10 @@ type Config struct {
 	// retried publish return the original. Idempotency keys do not depend on
 	// it. Default 2m.
 	DuplicateWindow time.Duration
-	// OnCorrupt, when set, is told of every record a read cannot decode, and
-	// the read skips it. When nil, such a read fails with the
-	// *CorruptRecordError.
+	// OnCorrupt, when set, is told of every record a read cannot decode and
+	// of every gap a Read finds in a log (an *eventlog.GapError), and the read
+	// goes on without them. When nil, such a read fails with the
+	// *CorruptRecordError or the *eventlog.GapError.
 	OnCorrupt func(error)
 }
 

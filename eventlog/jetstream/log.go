@@ -65,7 +65,8 @@ type tail struct {
 
 // Open connects a Log to JetStream over nc (which the caller owns and
 // closes), creating the stream and buckets if they do not exist and refusing
-// ones that exist with other settings.
+// ones that exist with other settings. A task stream that is missing while
+// its buckets exist was lost: ErrStreamLost, and nothing is created.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -76,6 +77,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	l := &Log{cfg: c, nc: nc, js: js, streamName: c.streamName(), subj: subjects{c.Prefix}, tasks: map[string]*taskState{}}
+	if err := checkNotLost(ctx, js, c); err != nil {
+		return nil, err
+	}
 	if l.stream, err = ensureStream(ctx, js, StreamConfig(c)); err != nil {
 		return nil, err
 	}

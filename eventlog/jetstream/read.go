@@ -92,6 +92,7 @@ func (l *Log) Read(ctx context.Context, task string, afterSeq uint64) ([]eventlo
 		return nil, fmt.Errorf("%w: %v", eventlog.ErrInvalidArgument, err)
 	}
 	t, err := l.readTail(ctx, task)
+	last := uint64(0) // the Seq the read must end at; 0: unknown
 	if err != nil {
 		var corrupt *CorruptRecordError
 		if !errors.As(err, &corrupt) || l.cfg.OnCorrupt == nil {
@@ -99,6 +100,8 @@ func (l *Log) Read(ctx context.Context, task string, afterSeq uint64) ([]eventlo
 		}
 		// The tail is unreadable; read to the end of the stream instead.
 		t = tail{streamSeq: corrupt.StreamSeq, seq: ^uint64(0)}
+	} else {
+		last = t.seq
 	}
 	if afterSeq >= t.seq {
 		return []eventlog.Envelope{}, nil
@@ -113,7 +116,19 @@ func (l *Log) Read(ctx context.Context, task string, afterSeq uint64) ([]eventlo
 			out = append(out, r.env)
 		}
 	})
-	return out, err
+	if err != nil {
+		return out, err
+	}
+	// The server skips a message whose checksum fails and drops what a
+	// truncated block held; either leaves a hole only the Seqs show.
+	if err := eventlog.CheckDense(task, afterSeq, out, last); err != nil {
+		l.corrupt.Add(1)
+		if l.cfg.OnCorrupt == nil {
+			return nil, err
+		}
+		l.cfg.OnCorrupt(err)
+	}
+	return out, nil
 }
 
 // scan delivers the records of subject from stream sequence start up to and

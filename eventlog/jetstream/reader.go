@@ -57,6 +57,9 @@ func OpenReader(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error)
 	l := &Log{cfg: c, nc: nc, js: js, streamName: c.streamName(), subj: subjects{c.Prefix}, tasks: map[string]*taskState{}}
 	s, err := js.Stream(ctx, l.streamName)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if lerr := checkNotLost(ctx, js, c); lerr != nil {
+			return nil, lerr
+		}
 		return nil, fmt.Errorf("%w: task stream %s (an engine's Open creates it): %w", ErrStreamMissing, l.streamName, err)
 	}
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,4 +63,27 @@ func (r *RowReader) Inspect(ctx context.Context, task string) (eventlog.Dispatch
 		return eventlog.DispatchState{}, err
 	}
 	return row.state(task), nil
+}
+
+// Tasks lists the tasks the dispatcher has a row for, in key order.
+func (r *RowReader) Tasks(ctx context.Context) ([]string, error) {
+	lister, err := r.kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: dispatcher rows: %w", err)
+	}
+	defer func() { _ = lister.Stop() }()
+	var out []string
+	for k := range lister.Keys() {
+		if noeta.ValidateTaskID(k) == nil {
+			out = append(out, k)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	return out, nil
 }

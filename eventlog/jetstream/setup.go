@@ -16,6 +16,36 @@ import (
 // direct gets off (see leaderReads), which loses nothing.
 var ErrConfigMismatch = errors.New("jetstream: existing stream or bucket has a different configuration")
 
+// ErrStreamLost: the task stream is gone but the buckets Open creates with
+// it are there, so it existed and its history is lost (a removed stream
+// directory, a deleted stream). Open refuses to create a fresh, empty one in
+// its place: that would look like a store where nothing ever ran. It wraps
+// ErrStreamMissing.
+var ErrStreamLost = fmt.Errorf("%w: it existed (its buckets are there) and its history is lost", ErrStreamMissing)
+
+// checkNotLost returns ErrStreamLost when the task stream of c does not
+// exist while a bucket Open creates after it does. The buckets are the
+// marker: Open creates the stream first, so a store with a bucket had a
+// stream, on one node or a cluster alike, and no other file or key needs
+// keeping in step.
+func checkNotLost(ctx context.Context, js jetstream.JetStream, c Config) error {
+	_, err := js.Stream(ctx, c.streamName())
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil // there, or a failure the caller's own lookup reports
+	}
+	for _, witness := range []string{"KV_" + c.idemBucket(), "OBJ_" + c.contentBucket()} {
+		_, err := js.Stream(ctx, witness)
+		if err == nil {
+			return fmt.Errorf("%w: task stream %s is missing while %s exists; restore the stream from a backup, or delete %s and %s to start an empty store on purpose",
+				ErrStreamLost, c.streamName(), witness, "KV_"+c.idemBucket(), "OBJ_"+c.contentBucket())
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("jetstream: stream %s: %w", witness, err)
+		}
+	}
+	return nil
+}
+
 // StreamConfig is the task stream's definition; deploy/nats holds the same.
 func StreamConfig(c Config) jetstream.StreamConfig {
 	c, _ = c.withDefaults()
