@@ -197,9 +197,9 @@ func runDoctor(ctx context.Context, g *globals) (*doctorReport, error) {
 		defer st.Close()
 		nc = st.nc
 	} else {
-		c, err := nats.Connect(g.conn.url, g.conn.natsOptions("noeta-engine doctor", g.logger())...)
+		c, err := g.conn.connect("noeta-engine doctor", g.logger())
 		if err != nil {
-			return nil, failErr(fmt.Errorf("connect to %s: %w", g.conn.describe(), err))
+			return nil, failErr(err)
 		}
 		defer c.Close()
 		nc = c
