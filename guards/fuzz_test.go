@@ -83,9 +83,17 @@ func expectRules(t *testing.T, r *Rules, tool string, args []byte, c *Context) n
 		if (cr.hasArg || cr.when != nil) && canonErr != nil {
 			return mustDenyNaming(t, cr, canonErr)
 		}
+		res, why := matched, ""
 		if cr.hasArg {
 			checkLookup(t, cr, canon, decoded)
-			if !cr.matchArg(canon) {
+			r, w := cr.matchArg(canon)
+			if res, why = both(res, why, r, w); res == notMatched {
+				continue
+			}
+		}
+		if cr.shell != nil {
+			r, w := cr.shell.match(&ruleEval{}, canon)
+			if res, why = both(res, why, r, w); res == notMatched {
 				continue
 			}
 		}
@@ -101,7 +109,15 @@ func expectRules(t *testing.T, r *Rules, tool string, args []byte, c *Context) n
 				continue
 			}
 		}
-		return cr.verdict
+		switch {
+		case res == matched:
+			return cr.verdict
+		case !cr.allow:
+			if why == "" {
+				t.Fatalf("%s could not judge and gives no reason", cr.path)
+			}
+			return noeta.VerdictResult{Verdict: cr.verdict.Verdict, Reason: fmt.Sprintf("%s (%s on %q: %s: treated as matching)", cr.verdict.Reason, cr.path, cr.matchTool, why)}
+		}
 	}
 	return noeta.Allow()
 }
@@ -161,8 +177,15 @@ func checkLookup(t *testing.T, cr *compiledRule, canon []byte, decoded map[strin
 		if err == nil && !bytes.Equal(raw, want) {
 			t.Fatalf("lookupPath(%s, %q) = %s, encoding/json gives %s", canon, cr.segments, raw, want)
 		}
-		if cr.op == MatchRegex {
-			if s, ok := stringValue(raw); ok && cr.re.Match(s) && !mayMatch(cr.reLits, s) {
+		s, n, isStr := stringValue(raw)
+		if str, ok := v.(string); ok != isStr || (ok && n != utf8.RuneCountInString(str)) {
+			t.Fatalf("stringValue(%s) = %d characters, %v; encoding/json gives %q", raw, n, isStr, v)
+		}
+		if res, _ := cr.matchArg(canon); res == unjudged && (cr.op == MatchEquals || n <= MatchStringCap) {
+			t.Fatalf("%s could not judge %s, a value it can read whole", cr.path, raw)
+		}
+		if cr.op == MatchRegex && n <= MatchStringCap {
+			if isStr && cr.re.Match(s) && !mayMatch(cr.reLits, s) {
 				t.Fatalf("regex %v matches %q but its prefilter %q says it cannot", cr.re, s, cr.reLits)
 			}
 		}
