@@ -35,6 +35,9 @@ func FuzzRules(f *testing.F) {
 		{"rules:\n  - {match_tool: x, when: 'task.metadata.size() == 0 && size(task.active_skills) == 0', action: deny}\n", "x", ``},
 		{"guards:\n  - {name: g, priority: 150, rules: [{match_tool: \"*\", when: 'args.x', action: deny}]}\n", "t", `{"x":"not a bool"}`},
 		{"rules: [{match_tool: '*', match_arg: {path: a, equals: &e [1, *e]}, action: deny}]", "t", `{}`},
+		{"rules:\n  - {match_tool: shell, match_shell: {path: command, program: rm, flags_all: [recursive, force]}, action: deny}\n", "shell", `{"command":"sudo -u root sh -c 'r\"m\" -r -f x' | xargs"}`},
+		{"rules:\n  - {match_tool: shell, match_shell: {path: command, program: [ls, cat]}, action: allow}\n  - {match_tool: shell, action: require_approval}\n", "shell", `{"command":"ls $(cat x) > /dev/null"}`},
+		{"rules:\n  - {match_tool: shell, match_shell: {path: c, program: git, flags_any: [[-f, --force]]}, action: deny}\n", "shell", `{"c":"git push --for $X; eval \"$Y\""}`},
 	} {
 		f.Add(seed.yaml, seed.tool, []byte(seed.args))
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/noeta-go/noeta"
 )
 
-func mustRules(t *testing.T, rules ...Rule) *Rules {
+func mustRules(t testing.TB, rules ...Rule) *Rules {
 	t.Helper()
 	r, err := NewRules(rules)
 	if err != nil {

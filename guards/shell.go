@@ -256,7 +256,7 @@ func (sm *shellMatcher) match(ev *ruleEval, args []byte) (ruleOutcome, string) {
 		if n > MatchStringCap {
 			script.unknown(overCap(sm.path, n))
 		} else {
-			script.analyse(string(s), 0)
+			script.analyse(string(s), topLevel)
 		}
 		if ev.scripts == nil {
 			ev.scripts = map[string]*shellScript{}
@@ -445,17 +445,58 @@ func (s *shellScript) taint(why string) {
 	}
 }
 
+// level is where a script is parsed: how deep in scripts run by scripts,
+// and as which shell languages.
+type level struct {
+	depth int
+	langs []syntax.LangVariant
+}
+
+// The tool's shell may be a POSIX sh (dash) or bash, and they read some
+// text differently: ((rm -rf /x)) is arithmetic to bash and two subshells
+// running rm to dash. A script of unknown shell is parsed as both, and its
+// commands are those of both readings; a script either refuses cannot be
+// judged (a shell runs the commands before a syntax error).
+var (
+	posixOrBash = []syntax.LangVariant{syntax.LangPOSIX, syntax.LangBash}
+	topLevel    = level{langs: posixOrBash}
+)
+
+// shellLangs are the languages of the shells whose -c script is parsed.
+var shellLangs = map[string][]syntax.LangVariant{
+	"sh": posixOrBash, "dash": posixOrBash, "ash": posixOrBash, "posh": posixOrBash, "yash": posixOrBash,
+	"bash": {syntax.LangBash}, "rbash": {syntax.LangBash},
+	"ksh": {syntax.LangMirBSDKorn}, "ksh93": {syntax.LangMirBSDKorn}, "mksh": {syntax.LangMirBSDKorn},
+	"lksh": {syntax.LangMirBSDKorn}, "pdksh": {syntax.LangMirBSDKorn},
+	"zsh": {syntax.LangZsh},
+}
+
+// in is the level of a script run from this one by a shell of langs.
+func (l level) in(langs []syntax.LangVariant) level {
+	return level{depth: l.depth + 1, langs: langs}
+}
+
 // analyse parses src and records its commands.
-func (s *shellScript) analyse(src string, depth int) {
-	if depth > maxShellDepth {
+func (s *shellScript) analyse(src string, lv level) {
+	if lv.depth > maxShellDepth {
 		s.unknown(fmt.Sprintf("shell scripts run by shell scripts more than %d deep", maxShellDepth))
 		return
 	}
-	f, err := parseShell(src)
-	if err != nil {
-		s.unknown(fmt.Sprintf("the shell command does not parse (%v)", err))
-		return
+	files := make([]*syntax.File, len(lv.langs))
+	for i, lang := range lv.langs {
+		f, err := parseShell(src, lang)
+		if err != nil {
+			s.unknown(fmt.Sprintf("the shell command does not parse as %v (%v)", lang, err))
+			return
+		}
+		files[i] = f
 	}
+	for _, f := range files {
+		s.walk(f, src, lv)
+	}
+}
+
+func (s *shellScript) walk(f *syntax.File, src string, lv level) {
 	syntax.Walk(f, func(n syntax.Node) bool {
 		switch n := n.(type) {
 		case *syntax.CallExpr:
@@ -467,12 +508,20 @@ func (s *shellScript) analyse(src string, depth int) {
 				for i, w := range n.Args {
 					words[i] = resolveWord(w, src)
 				}
-				s.command(words, depth, "")
+				s.command(words, lv, "")
 			}
 		case *syntax.DeclClause:
 			s.taint("it declares a variable")
 		case *syntax.FuncDecl:
 			s.taint("it defines a function")
+		case *syntax.WordIter:
+			s.taint("a loop assigns a variable")
+		case *syntax.ArithmCmd, *syntax.ArithmExp, *syntax.LetClause:
+			s.taint("arithmetic may assign variables")
+		case *syntax.ParamExp:
+			if n.Exp != nil && (n.Exp.Op == syntax.AssignUnset || n.Exp.Op == syntax.AssignUnsetOrNull) {
+				s.taint("an expansion assigns a variable")
+			}
 		case *syntax.Redirect:
 			if writes(n) {
 				s.taint("it writes a file through a redirection")
@@ -482,14 +531,14 @@ func (s *shellScript) analyse(src string, depth int) {
 	})
 }
 
-func parseShell(src string) (f *syntax.File, err error) {
+func parseShell(src string, lang syntax.LangVariant) (f *syntax.File, err error) {
 	// A parser bug on hostile input must not take the process down.
 	defer func() {
 		if v := recover(); v != nil {
 			f, err = nil, fmt.Errorf("parser failed: %v", v)
 		}
 	}()
-	return syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(src), "")
+	return syntax.NewParser(syntax.Variant(lang)).Parse(strings.NewReader(src), "")
 }
 
 func writes(r *syntax.Redirect) bool {
@@ -521,14 +570,8 @@ func isDigits(s string) bool {
 	return true
 }
 
-// shellNames are the shells whose -c script is parsed.
-var shellNames = map[string]bool{
-	"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "ksh93": true, "mksh": true,
-	"lksh": true, "pdksh": true, "ash": true, "yash": true, "posh": true, "rbash": true,
-}
-
 // command records the command words and whatever it runs in turn.
-func (s *shellScript) command(words []shellWord, depth int, extra string) {
+func (s *shellScript) command(words []shellWord, lv level, extra string) {
 	if len(words) == 0 {
 		return
 	}
@@ -556,7 +599,7 @@ func (s *shellScript) command(words []shellWord, depth int, extra string) {
 			if wr.extra != "" {
 				inner = wr.extra
 			}
-			s.command(args[start:], depth, inner)
+			s.command(args[start:], lv, inner)
 		case wr.noCmd != "":
 			s.unknown(prog + " " + wr.noCmd)
 		}
@@ -564,10 +607,10 @@ func (s *shellScript) command(words []shellWord, depth int, extra string) {
 	}
 	s.cmds = append(s.cmds, shellCmd{program: prog, args: args, extra: extra})
 	switch {
-	case shellNames[name]:
-		s.shell(prog, args, depth)
+	case shellLangs[name] != nil:
+		s.shell(prog, args, lv.in(shellLangs[name]))
 	case name == "eval":
-		s.script(prog, args, depth)
+		s.script(prog, args, lv.in(lv.langs))
 	case name == "trap":
 		a := args
 		if len(a) > 0 && !a[0].dynamic && a[0].lit == "--" {
@@ -575,12 +618,12 @@ func (s *shellScript) command(words []shellWord, depth int, extra string) {
 		}
 		// trap -p, trap - INT: no script.
 		if len(a) > 0 && (a[0].dynamic || !strings.HasPrefix(a[0].lit, "-")) {
-			s.script(prog, a[:1], depth)
+			s.script(prog, a[:1], lv.in(lv.langs))
 		}
 	case name == "su" || name == "runuser":
-		s.su(prog, args, depth)
+		s.su(prog, args, lv.in(posixOrBash))
 	case name == "find":
-		s.find(args, depth, extra)
+		s.find(args, lv, extra)
 	case name == "source" || name == ".":
 		s.unknown(fmt.Sprintf("%s runs a script file, which a rule cannot read", prog))
 	case name == "alias" || name == "enable" || (name == "hash" && len(args) > 0):
@@ -589,7 +632,7 @@ func (s *shellScript) command(words []shellWord, depth int, extra string) {
 }
 
 // script parses the words, joined by spaces, as a script run by prog.
-func (s *shellScript) script(prog string, words []shellWord, depth int) {
+func (s *shellScript) script(prog string, words []shellWord, lv level) {
 	parts := make([]string, len(words))
 	for i, w := range words {
 		if w.dynamic {
@@ -598,12 +641,12 @@ func (s *shellScript) script(prog string, words []shellWord, depth int) {
 		}
 		parts[i] = w.lit
 	}
-	s.analyse(strings.Join(parts, " "), depth+1)
+	s.analyse(strings.Join(parts, " "), lv)
 }
 
 // shell follows sh -c SCRIPT; a shell run on a file or on its input runs
 // what a rule cannot see.
-func (s *shellScript) shell(prog string, args []shellWord, depth int) {
+func (s *shellScript) shell(prog string, args []shellWord, lv level) {
 	dashC := false
 	i := 0
 	for ; i < len(args); i++ {
@@ -633,11 +676,15 @@ func (s *shellScript) shell(prog string, args []shellWord, depth int) {
 		}
 		if strings.ContainsAny(w.lit[1:], "oO") {
 			i++ // -o option
+			if i < len(args) && args[i].splits {
+				s.unknown(fmt.Sprintf("%s's argument %s is not known before it runs", prog, args[i].text))
+				return
+			}
 		}
 	}
 	switch {
 	case i < len(args) && dashC:
-		s.script(prog, args[i:i+1], depth)
+		s.script(prog, args[i:i+1], lv)
 	case i < len(args):
 		s.unknown(fmt.Sprintf("%s runs the script file %s, which a rule cannot read", prog, args[i].text))
 	case !dashC:
@@ -646,7 +693,7 @@ func (s *shellScript) shell(prog string, args []shellWord, depth int) {
 }
 
 // su follows su -c SCRIPT.
-func (s *shellScript) su(prog string, args []shellWord, depth int) {
+func (s *shellScript) su(prog string, args []shellWord, lv level) {
 	for i, w := range args {
 		switch {
 		case w.dynamic && (w.lit == "" || w.lit[0] == '-'):
@@ -654,12 +701,12 @@ func (s *shellScript) su(prog string, args []shellWord, depth int) {
 			return
 		case w.lit == "-c" || w.lit == "--command" || w.lit == "--session-command":
 			if i+1 < len(args) {
-				s.script(prog, args[i+1:i+2], depth)
+				s.script(prog, args[i+1:i+2], lv)
 				return
 			}
 		case strings.HasPrefix(w.lit, "--command=") || strings.HasPrefix(w.lit, "--session-command="):
 			_, v, _ := strings.Cut(w.lit, "=")
-			s.analyse(v, depth+1)
+			s.analyse(v, lv)
 			return
 		}
 	}
@@ -667,7 +714,7 @@ func (s *shellScript) su(prog string, args []shellWord, depth int) {
 }
 
 // find follows -exec, -execdir, -ok and -okdir.
-func (s *shellScript) find(args []shellWord, depth int, extra string) {
+func (s *shellScript) find(args []shellWord, lv level, extra string) {
 	for i := 0; i < len(args); i++ {
 		switch args[i].lit {
 		case "-exec", "-execdir", "-ok", "-okdir":
@@ -675,7 +722,7 @@ func (s *shellScript) find(args []shellWord, depth int, extra string) {
 			for j < len(args) && (args[j].dynamic || (args[j].lit != ";" && args[j].lit != "+")) {
 				j++
 			}
-			s.command(args[i+1:j], depth, extra)
+			s.command(args[i+1:j], lv, extra)
 			i = j
 		}
 	}
@@ -727,11 +774,23 @@ var wrappers = map[string]*wrapper{
 // option cannot be read, so the command cannot be found.
 func (wr *wrapper) parse(args []shellWord) (start int, why string) {
 	i := 0
+	// unknown: a word before the command that may become several words
+	// or an option shifts where the command starts.
+	unknown := func(w shellWord) (int, string) {
+		return 0, fmt.Sprintf("has the argument %s, which is not known before it runs, so the command it runs cannot be found", w.text)
+	}
 	for i < len(args) {
 		w := args[i]
+		if wr.assigns && !strings.HasPrefix(w.lit, "-") && strings.Contains(w.lit, "=") {
+			if w.splits {
+				return unknown(w)
+			}
+			i++
+			continue
+		}
 		if w.dynamic {
 			if w.splits || w.lit == "" || w.lit[0] == '-' {
-				return 0, fmt.Sprintf("has the argument %s, which is not known before it runs, so the command it runs cannot be found", w.text)
+				return unknown(w)
 			}
 			break
 		}
@@ -740,41 +799,41 @@ func (wr *wrapper) parse(args []shellWord) (start int, why string) {
 			i++
 			break
 		}
-		if wr.assigns && !strings.HasPrefix(s, "-") && strings.Contains(s, "=") {
-			i++
-			continue
-		}
 		if len(s) < 2 || s[0] != '-' {
 			break
 		}
+		takesNext := false
 		if name, ok := strings.CutPrefix(s, "--"); ok {
 			name, _, hasValue := strings.Cut(name, "=")
-			switch opt, takes := wr.long(name); {
-			case opt == "":
+			opt, takes := wr.long(name)
+			if opt == "" {
 				return 0, fmt.Sprintf("has the option %s, which a rule does not know, so the command it runs cannot be found", w.text)
-			case takes && !hasValue:
-				i++
 			}
-			i++
-			continue
-		}
-		if wr.numeric && isDigits(s[1:]) {
-			i++
-			continue
-		}
-		for j := 1; j < len(s); j++ {
-			c := s[j]
-			if strings.IndexByte(wr.argShort, c) >= 0 {
-				if j == len(s)-1 {
-					i++ // the argument is the next word
+			takesNext = takes && !hasValue
+		} else if !wr.numeric || !isDigits(s[1:]) {
+			for j := 1; j < len(s); j++ {
+				c := s[j]
+				if strings.IndexByte(wr.argShort, c) >= 0 {
+					takesNext = j == len(s)-1
+					break
 				}
-				break
-			}
-			if strings.IndexByte(wr.flagShort, c) < 0 {
-				return 0, fmt.Sprintf("has the option %s, which a rule does not know, so the command it runs cannot be found", w.text)
+				if strings.IndexByte(wr.flagShort, c) < 0 {
+					return 0, fmt.Sprintf("has the option %s, which a rule does not know, so the command it runs cannot be found", w.text)
+				}
 			}
 		}
 		i++
+		if takesNext {
+			if i < len(args) && args[i].splits {
+				return unknown(args[i])
+			}
+			i++
+		}
+	}
+	for k := i; k < i+wr.operands && k < len(args); k++ {
+		if args[k].splits {
+			return unknown(args[k])
+		}
 	}
 	return i + wr.operands, ""
 }

@@ -73,7 +73,9 @@ func TestMatchShellRecursiveForce(t *testing.T) {
 		{"echo `rm -rf x`", match, ""},
 		{`echo "$(rm -rf x)"`, match, ""},
 		{"x=$(rm -rf y)", match, ""},
-		{"cat <(rm -rf x)", match, ""},
+		{"bash -c 'cat <(rm -rf x)'", match, ""},
+		// bash reads arithmetic, dash two subshells that run rm -rf /x.
+		{"((rm -rf /x))", match, ""},
 		{"ls > $(rm -rf x)", match, ""},
 		{"cat <<EOF\n$(rm -rf x)\nEOF", match, ""},
 		{"if true; then rm -rf x; fi", match, ""},
@@ -82,7 +84,7 @@ func TestMatchShellRecursiveForce(t *testing.T) {
 		{"for f in a b; do rm -rf $f; done", match, ""},
 		{"case y in y) rm -rf x;; esac", match, ""},
 		{"f() { rm -rf x; }; f", match, ""},
-		{"function f { rm -rf x; }", match, ""},
+		{"bash -c 'function f { rm -rf x; }'", match, ""},
 		{"time rm -rf x", match, ""},
 		{"echo a\nrm -rf x # a comment", match, ""},
 		// Program paths.
@@ -162,6 +164,13 @@ func TestMatchShellRecursiveForce(t *testing.T) {
 		{"su root", unknown, "su runs a shell that reads its input"},
 		{"rm -rf 'x", unknown, "the shell command does not parse"},
 		{"echo $(", unknown, "the shell command does not parse"},
+		// The tool's shell may be dash: bash-only text cannot be judged.
+		{"cat <(ls)", unknown, "the shell command does not parse as posix"},
+		{"function f { ls; }", unknown, "the shell command does not parse as posix"},
+		{"sudo -u $U ls", unknown, `sudo has the argument "$U", which is not known before it runs`}, // U='root curl'
+		{"sh -o $O -c 'ls'", unknown, `sh's argument "$O" is not known`},                            // O='x -c "rm -rf y"'
+		{"timeout $T ls", unknown, `timeout has the argument "$T"`},
+		{"env A=$V ls", unknown, `env has the argument "A=$V"`},
 		{strings.Repeat("eval ", 8) + "rm -rf x", match, ""},
 		{strings.Repeat("eval ", 9) + "ls", unknown, "shell scripts run by shell scripts more than 8 deep"},
 		{"rm -r /tmp/$X", unknown, "could be a flag"}, // X='a -f' splits into two words
@@ -191,6 +200,10 @@ func TestMatchShellRecursiveForce(t *testing.T) {
 		{"command -v rm", no, ""},
 		{"for f in *; do echo $f; done", no, ""},
 		{"X=$(cat f); echo $X", no, ""},
+		{`env A="$V" ls -rf`, no, ""},
+		{`sudo -u "$U" ls -rf`, no, ""},
+		{"x=1; ((x++)); echo $x", no, ""},
+		{"bash -c '[[ -f x ]] && ls'", no, ""},
 		{`echo "$HOME" > /tmp/x`, no, ""},
 		{"find . -name x -delete", no, ""}, // a limit: another program that deletes
 	}
@@ -311,7 +324,7 @@ func TestMatchShellParsesOnce(t *testing.T) {
 			t.Fatalf("rule %d: %v, %v", i, res, err)
 		}
 	}
-	if len(ev.scripts) != 1 || len(ev.scripts["command"].cmds) != 1 {
+	if len(ev.scripts) != 1 || ev.scripts["command"] == nil {
 		t.Errorf("scripts after two rules: %+v", ev.scripts)
 	}
 }
@@ -388,4 +401,51 @@ rules:
 			}
 		})
 	}
+}
+
+// FuzzMatchShell feeds arbitrary text to match_shell. It never panics; a
+// script a refusing rule finds no match in has no command it could not
+// resolve; and whatever an allow rule over a program lets through, a deny
+// rule over the same program matches (or the script runs nothing).
+func FuzzMatchShell(f *testing.F) {
+	for _, s := range []string{
+		"rm -rf x", "sudo -u root sh -c 'r\"m\" -r -f x' | xargs", "ls $(cat x) > /dev/null", "git push --for $X; eval \"$Y\"",
+		"((rm -rf /x))", "find . -exec rm {} \\;", "env -i A=1 nice -n 3 timeout 5 rm -fr x", "f() { rm -rf \"$@\"; }; f /",
+		"cat <<EOF\n$(rm -rf x)\nEOF", "bash -c 'cat <(rm -rf x)'", "trap 'rm -rf x' EXIT", "{rm,-rf,x}", "x=$'\\x72m'; $x -rf y",
+	} {
+		f.Add(s)
+	}
+	deny := mustRules(f, Rule{MatchTool: "*", MatchShell: &MatchShell{Path: "c", Programs: []string{"rm"}, FlagsAll: [][]string{{"recursive"}, {"force"}}}, Action: noeta.VerdictDeny, Reason: "x"})
+	denyRm := mustRules(f, Rule{MatchTool: "*", MatchShell: &MatchShell{Path: "c", Programs: []string{"rm"}}, Action: noeta.VerdictDeny, Reason: "x"})
+	allowRm := mustRules(f, Rule{MatchTool: "*", MatchShell: &MatchShell{Path: "c", Programs: []string{"rm"}}, Action: noeta.VerdictAllow},
+		Rule{MatchTool: "*", Action: noeta.VerdictDeny, Reason: "other"})
+	c := gctx(noeta.GovernanceState{}, 0)
+	f.Fuzz(func(t *testing.T, script string) {
+		b, err := json.Marshal(map[string]string{"c": script})
+		if err != nil {
+			return
+		}
+		a := toolCall("t", string(b))
+		ev := ruleEval{call: noeta.ToolCall{Tool: "t", Args: b}, c: c}
+		res, _, err := deny.rules[0].eval(&ev)
+		ev.release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := ev.scripts["c"]; res == notMatched && s != nil {
+			for _, cmd := range s.cmds {
+				if cmd.why != "" {
+					t.Fatalf("%q: no match although %s", script, cmd.why)
+				}
+			}
+		}
+		checkGuard(t, deny, a, c)
+		if checkGuard(t, allowRm, a, c).IsAllow() {
+			ev := ruleEval{call: noeta.ToolCall{Tool: "t", Args: b}, c: c}
+			res, _, _ := denyRm.rules[0].eval(&ev)
+			if res != matched && len(ev.scripts["c"].cmds) > 0 {
+				t.Fatalf("%q: allowed as rm only, but a deny rule on rm says %v", script, res)
+			}
+		}
+	})
 }
