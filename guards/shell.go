@@ -17,7 +17,8 @@ import (
 // if/while/for/case bodies and functions — then each command is resolved:
 // the program by its basename (/bin/rm is rm), through the wrappers env,
 // sudo, doas, command, builtin, exec, nice, nohup, timeout, stdbuf, ionice,
-// setsid, chroot, time, xargs, busybox and toybox, through find's -exec, and
+// setsid, chroot, time, xargs, busybox, toybox, watch and ssh (the remote
+// command), through find's -exec, and
 // into the scripts of sh/bash/… -c, su -c, eval and trap, parsed in turn (at
 // most maxShellDepth deep). Quotes and escapes are removed as the shell
 // would ('rm' "-r"f is rm -rf).
@@ -510,6 +511,10 @@ func (s *shellScript) walk(f *syntax.File, src string, lv level) {
 				}
 				s.command(words, lv, "")
 			}
+		case *syntax.Assign:
+			if n.Name != nil && codeVars[n.Name.Value] {
+				s.unknown(fmt.Sprintf("it sets %s, whose text the shell runs", n.Name.Value))
+			}
 		case *syntax.DeclClause:
 			s.taint("it declares a variable")
 		case *syntax.FuncDecl:
@@ -570,6 +575,13 @@ func isDigits(s string) bool {
 	return true
 }
 
+// codeVars are variables whose value a shell runs or expands as code: the
+// prompts (PS4 under set -x), PROMPT_COMMAND, and the files named by
+// BASH_ENV and ENV.
+var codeVars = map[string]bool{
+	"PS1": true, "PS2": true, "PS3": true, "PS4": true, "PROMPT_COMMAND": true, "BASH_ENV": true, "ENV": true,
+}
+
 // command records the command words and whatever it runs in turn.
 func (s *shellScript) command(words []shellWord, lv level, extra string) {
 	if len(words) == 0 {
@@ -594,6 +606,8 @@ func (s *shellScript) command(words []shellWord, lv level, extra string) {
 		switch {
 		case why != "":
 			s.unknown(fmt.Sprintf("%s %s", prog, why))
+		case start < len(args) && wr.joins:
+			s.script(prog, args[start:], lv.in(posixOrBash))
 		case start < len(args):
 			inner := extra
 			if wr.extra != "" {
@@ -739,6 +753,9 @@ type wrapper struct {
 	assigns             bool // env NAME=VALUE
 	extra               string
 	noCmd               string // why running with no command cannot be judged
+	// joins: the command words are joined by spaces and run by a shell
+	// (watch, ssh on the remote host).
+	joins bool
 }
 
 var wrappers = map[string]*wrapper{
@@ -768,6 +785,10 @@ var wrappers = map[string]*wrapper{
 		extra:    "xargs adds arguments it reads from its input, which could be flags"},
 	"busybox": {},
 	"toybox":  {},
+	"watch": {argShort: "nq", flagShort: "bcdegprtwx", argLong: []string{"interval", "equexit"},
+		flagLong: []string{"beep", "color", "no-color", "differences", "errexit", "chgexit", "precise", "no-title", "no-wrap", "exec", "no-linewrap"}, joins: true},
+	"ssh": {argShort: "BbcDEeFIiJLlmOopQRSWw", flagShort: "46AaCfGgKkMNnqsTtVvXxYy", operands: 1, joins: true,
+		noCmd: "opens a remote shell that reads its input, which a rule cannot read"},
 }
 
 // parse finds where the wrapped command starts in args; why is set when an
@@ -784,6 +805,9 @@ func (wr *wrapper) parse(args []shellWord) (start int, why string) {
 		if wr.assigns && !strings.HasPrefix(w.lit, "-") && strings.Contains(w.lit, "=") {
 			if w.splits {
 				return unknown(w)
+			}
+			if name, _, _ := strings.Cut(w.lit, "="); codeVars[name] {
+				return 0, fmt.Sprintf("sets %s, whose text the shell runs", name)
 			}
 			i++
 			continue

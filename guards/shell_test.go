@@ -123,6 +123,10 @@ func TestMatchShellRecursiveForce(t *testing.T) {
 		{"find . -execdir rm -r -f {} +", match, ""},
 		{"busybox rm -rf x", match, ""},
 		{"sudo env nice -n 1 rm -rf x", match, ""},
+		{"watch -n 5 rm -rf x", match, ""},
+		{"watch 'ls; rm -rf x'", match, ""},
+		{"ssh -p 22 host 'cd /; rm -rf x'", match, ""},
+		{"ssh host rm -r -f x", match, ""},
 		// Scripts run by scripts.
 		{"sh -c 'rm -rf x'", match, ""},
 		{`bash -c "rm -r -f x"`, match, ""},
@@ -162,6 +166,7 @@ func TestMatchShellRecursiveForce(t *testing.T) {
 		{"sudo --bogus rm -rf y", unknown, `sudo has the option "--bogus", which a rule does not know`},
 		{"env -S 'rm -rf y'", unknown, `env has the option "-S"`},
 		{"su root", unknown, "su runs a shell that reads its input"},
+		{"ssh host", unknown, "ssh opens a remote shell that reads its input"},
 		{"rm -rf 'x", unknown, "the shell command does not parse"},
 		{"echo $(", unknown, "the shell command does not parse"},
 		// The tool's shell may be dash: bash-only text cannot be judged.
@@ -169,6 +174,9 @@ func TestMatchShellRecursiveForce(t *testing.T) {
 		{"function f { ls; }", unknown, "the shell command does not parse as posix"},
 		{"sudo -u $U ls", unknown, `sudo has the argument "$U", which is not known before it runs`}, // U='root curl'
 		{"sh -o $O -c 'ls'", unknown, `sh's argument "$O" is not known`},                            // O='x -c "rm -rf y"'
+		{`PS4='$(rm -rf y)' bash -xc ls`, unknown, "it sets PS4, whose text the shell runs"},
+		{`export BASH_ENV=./x.sh; bash -c ls`, unknown, "it sets BASH_ENV"},
+		{`env PS4='$(rm -rf y)' bash -xc ls`, unknown, "env sets PS4, whose text the shell runs"},
 		{"timeout $T ls", unknown, `timeout has the argument "$T"`},
 		{"env A=$V ls", unknown, `env has the argument "A=$V"`},
 		{strings.Repeat("eval ", 8) + "rm -rf x", match, ""},
@@ -197,6 +205,8 @@ func TestMatchShellRecursiveForce(t *testing.T) {
 		{"sh -c 'ls -rf'", no, ""},
 		{"sudo ls -rf", no, ""},
 		{"timeout 5 ls -rf", no, ""},
+		{"ssh host ls -rf", no, ""},
+		{"watch -n 1 ls -rf", no, ""},
 		{"command -v rm", no, ""},
 		{"for f in *; do echo $f; done", no, ""},
 		{"X=$(cat f); echo $X", no, ""},
