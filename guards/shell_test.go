@@ -268,6 +268,10 @@ func TestMatchShellAllow(t *testing.T) {
 		{"ls 'x", false},
 		{"alias x=ls", false},
 		{"find . -exec ls {} ;", false},
+		{"for f in a; do ls $f; done", false},
+		{"echo $((1+2))", false},
+		{"echo ${PATH:=/tmp}; ls", false},
+		{"echo ${HOME:-/tmp}; ls", true},
 		{"xargs ls", false},
 	}
 	for _, tt := range tests {
@@ -458,4 +462,49 @@ func FuzzMatchShell(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRegexCannotReadShell pins what docs/shell-rules.md and
+// examples/noeta.yaml say of the regex rm\s+-rf: it misses each of these
+// commands, every one of which runs rm with -r and -f, and it catches
+// commands that delete nothing; match_shell gets both right.
+func TestRegexCannotReadShell(t *testing.T) {
+	regex := mustRules(t, Rule{MatchTool: "shell", MatchArg: &MatchArg{Path: "command", Op: MatchRegex, Value: `rm\s+-rf`}, Action: noeta.VerdictDeny})
+	shell := mustRules(t, Rule{MatchTool: "shell", MatchShell: &MatchShell{Path: "command", Programs: []string{"rm"}, FlagsAll: [][]string{{"recursive"}, {"force"}}}, Action: noeta.VerdictDeny})
+	c := gctx(noeta.GovernanceState{}, 0)
+	for _, tt := range []struct {
+		command string
+		deletes bool
+	}{
+		{"rm -r -f x", true},
+		{"rm -fr x", true},
+		{"rm -Rf x", true},
+		{"rm --recursive --force x", true},
+		{"'rm' -rf x", true},
+		{`"rm" "-rf" x`, true},
+		{"echo $(rm -r -f x)", true},
+		{"ls; rm -fr x", true},
+		{"true && rm -R -f x", true},
+		{"/bin/rm -fr x", true},
+		{"env rm --force -r x", true},
+		{"sh -c 'rm -r -f x'", true},
+		{"rm --rec --f x", true},
+		{`r""m -r''f x`, true},
+		{"echo `rm -fr x`", true},
+		{"false || rm -fr x", true},
+		{"./rm -Rf x", true},
+		{"sudo rm -fr x", true},
+		{"xargs rm -fr", true},
+		{"eval 'rm -fr x'", true},
+		{"echo rm -rf", false},
+		{"git rm -rf cache", false},
+	} {
+		a := toolCall("shell", shellArgs(t, tt.command))
+		if byRegex := !checkGuard(t, regex, a, c).IsAllow(); byRegex == tt.deletes {
+			t.Errorf("%s: the regex denies it: %v; the docs say it gets it wrong", tt.command, byRegex)
+		}
+		if byShell := !checkGuard(t, shell, a, c).IsAllow(); byShell != tt.deletes {
+			t.Errorf("%s: match_shell denies it: %v, want %v", tt.command, byShell, tt.deletes)
+		}
+	}
 }
