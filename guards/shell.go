@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/noeta-go/noeta"
 	"mvdan.cc/sh/v3/syntax"
@@ -57,6 +59,11 @@ type MatchShell struct {
 // maxShellDepth bounds how deeply scripts run by scripts (sh -c 'sh -c …')
 // are parsed; deeper is a script a rule cannot judge.
 const maxShellDepth = 8
+
+// maxShellWork bounds the characters parsed for one argument, every reading
+// of every nested script counted: nesting (eval eval …) must not multiply
+// the work of a script at MatchStringCap.
+const maxShellWork = 4 * MatchStringCap
 
 // shellFlags is what a flag table knows about a program: its flags by name,
 // and which of its options take an argument as the next word (so that a "--"
@@ -334,12 +341,12 @@ func (pf *programFlags) test(c *shellCmd) (ruleOutcome, string) {
 	} else {
 		seen = make([]bool, n)
 	}
-	dynamic := ""
+	dynamic := -1 // the first word that could be any flag
 	ended := false
 	for i, w := range c.args {
 		if w.dynamic {
-			if w.splits || w.lit == "" || w.lit[0] == '-' {
-				dynamic = firstOf(dynamic, fmt.Sprintf("%s's argument %s is not known before it runs and could be a flag", c.program, w.text))
+			if dynamic < 0 && (w.splits || w.lit == "" || w.lit[0] == '-') {
+				dynamic = i
 			}
 			continue
 		}
@@ -361,8 +368,12 @@ func (pf *programFlags) test(c *shellCmd) (ruleOutcome, string) {
 			seen[len(pf.all)+k] = seen[len(pf.all)+k] || pf.any[k].matches(s)
 		}
 	}
-	if c.extra != "" && !ended {
-		dynamic = firstOf(dynamic, c.extra)
+	why := ""
+	switch {
+	case dynamic >= 0:
+		why = fmt.Sprintf("%s's argument %s is not known before it runs and could be a flag", c.program, c.args[dynamic].quoted())
+	case c.extra != "" && !ended:
+		why = c.extra
 	}
 	missing := ""
 	for k := range pf.all {
@@ -377,8 +388,8 @@ func (pf *programFlags) test(c *shellCmd) (ruleOutcome, string) {
 	switch {
 	case missing == "":
 		return matched, ""
-	case dynamic != "":
-		return unjudged, dynamic
+	case why != "":
+		return unjudged, why
 	}
 	return notMatched, ""
 }
@@ -404,11 +415,19 @@ func (pf *programFlags) mayTakeArgument(prev shellWord) bool {
 // shellScript is what a script would run, as far as it can be known
 // statically.
 type shellScript struct {
-	cmds []shellCmd
+	parsed int // characters parsed so far, each language counted
+	seen   map[analysed]bool
+	cmds   []shellCmd
 	// impure says why an allow rule cannot pass the script even if every
 	// program is listed: it assigns variables, defines functions or writes
 	// files through redirections.
 	impure string
+}
+
+// analysed is a script parsed as a set of languages.
+type analysed struct {
+	src   string
+	langs syntax.LangVariant
 }
 
 // shellCmd is one command: a program and its arguments, or why it cannot be
@@ -433,7 +452,16 @@ type shellWord struct {
 	// base: for a dynamic word that cannot split, the basename fixed by
 	// static text after its last dynamic part ("$HOME"/bin/rm: rm).
 	base string
-	text string // the word as written, for reasons
+	raw  string // the word as written
+}
+
+// quoted is the word as written, quoted and shortened for a reason.
+func (w shellWord) quoted() string {
+	t := w.raw
+	if len(t) > 60 {
+		t = t[:57] + "..."
+	}
+	return strconv.Quote(t)
 }
 
 func (s *shellScript) unknown(why string) {
@@ -481,6 +509,22 @@ func (l level) in(langs []syntax.LangVariant) level {
 func (s *shellScript) analyse(src string, lv level) {
 	if lv.depth > maxShellDepth {
 		s.unknown(fmt.Sprintf("shell scripts run by shell scripts more than %d deep", maxShellDepth))
+		return
+	}
+	// Both readings of a script find the scripts it runs; parse each once.
+	key := analysed{src: src}
+	for _, l := range lv.langs {
+		key.langs |= l
+	}
+	if s.seen[key] {
+		return
+	}
+	if s.seen == nil {
+		s.seen = map[analysed]bool{}
+	}
+	s.seen[key] = true
+	if s.parsed += len(src) * len(lv.langs); s.parsed > maxShellWork {
+		s.unknown(fmt.Sprintf("the script and the scripts it runs are more than %d characters to parse", maxShellWork))
 		return
 	}
 	files := make([]*syntax.File, len(lv.langs))
@@ -536,6 +580,12 @@ func (s *shellScript) walk(f *syntax.File, src string, lv level) {
 	})
 }
 
+// parsers keeps parsers for reuse, by language: a new one costs
+// kilobytes of buffers.
+var parsers = map[syntax.LangVariant]*sync.Pool{
+	syntax.LangPOSIX: {}, syntax.LangBash: {}, syntax.LangMirBSDKorn: {}, syntax.LangZsh: {},
+}
+
 func parseShell(src string, lang syntax.LangVariant) (f *syntax.File, err error) {
 	// A parser bug on hostile input must not take the process down.
 	defer func() {
@@ -543,7 +593,15 @@ func parseShell(src string, lang syntax.LangVariant) (f *syntax.File, err error)
 			f, err = nil, fmt.Errorf("parser failed: %v", v)
 		}
 	}()
-	return syntax.NewParser(syntax.Variant(lang)).Parse(strings.NewReader(src), "")
+	pool := parsers[lang]
+	p, _ := pool.Get().(*syntax.Parser)
+	if p == nil {
+		p = syntax.NewParser(syntax.Variant(lang))
+	}
+	f, err = p.Parse(strings.NewReader(src), "")
+	// A parser is reusable after an error too: Parse resets it.
+	pool.Put(p)
+	return f, err
 }
 
 func writes(r *syntax.Redirect) bool {
@@ -591,7 +649,7 @@ func (s *shellScript) command(words []shellWord, lv level, extra string) {
 	prog := w.lit
 	if w.dynamic {
 		if w.splits || w.base == "" {
-			s.unknown(fmt.Sprintf("the program %s is not known before it runs", w.text))
+			s.unknown(fmt.Sprintf("the program %s is not known before it runs", w.quoted()))
 			return
 		}
 		prog = w.base
@@ -650,7 +708,7 @@ func (s *shellScript) script(prog string, words []shellWord, lv level) {
 	parts := make([]string, len(words))
 	for i, w := range words {
 		if w.dynamic {
-			s.unknown(fmt.Sprintf("%s runs %s, which is not known before it runs", prog, w.text))
+			s.unknown(fmt.Sprintf("%s runs %s, which is not known before it runs", prog, w.quoted()))
 			return
 		}
 		parts[i] = w.lit
@@ -667,7 +725,7 @@ func (s *shellScript) shell(prog string, args []shellWord, lv level) {
 		w := args[i]
 		if w.dynamic {
 			if !dashC && (w.splits || w.lit == "" || w.lit[0] == '-' || w.lit[0] == '+') {
-				s.unknown(fmt.Sprintf("%s's argument %s is not known before it runs", prog, w.text))
+				s.unknown(fmt.Sprintf("%s's argument %s is not known before it runs", prog, w.quoted()))
 				return
 			}
 			break
@@ -691,7 +749,7 @@ func (s *shellScript) shell(prog string, args []shellWord, lv level) {
 		if strings.ContainsAny(w.lit[1:], "oO") {
 			i++ // -o option
 			if i < len(args) && args[i].splits {
-				s.unknown(fmt.Sprintf("%s's argument %s is not known before it runs", prog, args[i].text))
+				s.unknown(fmt.Sprintf("%s's argument %s is not known before it runs", prog, args[i].quoted()))
 				return
 			}
 		}
@@ -700,7 +758,7 @@ func (s *shellScript) shell(prog string, args []shellWord, lv level) {
 	case i < len(args) && dashC:
 		s.script(prog, args[i:i+1], lv)
 	case i < len(args):
-		s.unknown(fmt.Sprintf("%s runs the script file %s, which a rule cannot read", prog, args[i].text))
+		s.unknown(fmt.Sprintf("%s runs the script file %s, which a rule cannot read", prog, args[i].quoted()))
 	case !dashC:
 		s.unknown(fmt.Sprintf("%s reads the script it runs from its input, which a rule cannot read", prog))
 	}
@@ -711,7 +769,7 @@ func (s *shellScript) su(prog string, args []shellWord, lv level) {
 	for i, w := range args {
 		switch {
 		case w.dynamic && (w.lit == "" || w.lit[0] == '-'):
-			s.unknown(fmt.Sprintf("%s's option %s is not known before it runs", prog, w.text))
+			s.unknown(fmt.Sprintf("%s's option %s is not known before it runs", prog, w.quoted()))
 			return
 		case w.lit == "-c" || w.lit == "--command" || w.lit == "--session-command":
 			if i+1 < len(args) {
@@ -798,7 +856,7 @@ func (wr *wrapper) parse(args []shellWord) (start int, why string) {
 	// unknown: a word before the command that may become several words
 	// or an option shifts where the command starts.
 	unknown := func(w shellWord) (int, string) {
-		return 0, fmt.Sprintf("has the argument %s, which is not known before it runs, so the command it runs cannot be found", w.text)
+		return 0, fmt.Sprintf("has the argument %s, which is not known before it runs, so the command it runs cannot be found", w.quoted())
 	}
 	for i < len(args) {
 		w := args[i]
@@ -831,7 +889,7 @@ func (wr *wrapper) parse(args []shellWord) (start int, why string) {
 			name, _, hasValue := strings.Cut(name, "=")
 			opt, takes := wr.long(name)
 			if opt == "" {
-				return 0, fmt.Sprintf("has the option %s, which a rule does not know, so the command it runs cannot be found", w.text)
+				return 0, fmt.Sprintf("has the option %s, which a rule does not know, so the command it runs cannot be found", w.quoted())
 			}
 			takesNext = takes && !hasValue
 		} else if !wr.numeric || !isDigits(s[1:]) {
@@ -842,7 +900,7 @@ func (wr *wrapper) parse(args []shellWord) (start int, why string) {
 					break
 				}
 				if strings.IndexByte(wr.flagShort, c) < 0 {
-					return 0, fmt.Sprintf("has the option %s, which a rule does not know, so the command it runs cannot be found", w.text)
+					return 0, fmt.Sprintf("has the option %s, which a rule does not know, so the command it runs cannot be found", w.quoted())
 				}
 			}
 		}
@@ -897,13 +955,25 @@ func resolveWord(w *syntax.Word, src string) shellWord {
 	if w == nil {
 		return shellWord{dynamic: true, splits: true}
 	}
-	out := shellWord{text: wordText(w, src)}
-	// Brace expansion ({rm,-rf,x} is three words) is found on a copy:
-	// syntax.Walk, still to visit the word, does not know BraceExp nodes.
-	cp := *w
-	cp.Parts = slices.Clone(w.Parts)
-	syntax.SplitBraces(&cp)
-	w = &cp
+	out := shellWord{raw: wordSource(w, src)}
+	if len(w.Parts) == 1 {
+		if l, ok := w.Parts[0].(*syntax.Lit); ok && !strings.ContainsAny(l.Value, "\\*?[{~") {
+			out.lit = l.Value
+			return out
+		}
+	}
+	if slices.ContainsFunc(w.Parts, func(p syntax.WordPart) bool {
+		l, ok := p.(*syntax.Lit)
+		return ok && strings.Contains(l.Value, "{")
+	}) {
+		// Brace expansion ({rm,-rf,x} is three words) is found on a
+		// copy: syntax.Walk, still to visit the word, does not know
+		// BraceExp nodes.
+		cp := *w
+		cp.Parts = slices.Clone(w.Parts)
+		syntax.SplitBraces(&cp)
+		w = &cp
+	}
 	var b strings.Builder
 	// after: static text after the last dynamic part, for base.
 	var after strings.Builder
@@ -1015,15 +1085,11 @@ func unquoteDouble(s string) string {
 	return b.String()
 }
 
-// wordText is the word as written, quoted for a reason and shortened.
-func wordText(w *syntax.Word, src string) string {
+// wordSource is the word as written in src.
+func wordSource(w *syntax.Word, src string) string {
 	start, end := w.Pos().Offset(), w.End().Offset()
-	t := ""
 	if start < end && end <= uint(len(src)) {
-		t = src[start:end]
+		return src[start:end]
 	}
-	if len(t) > 60 {
-		t = t[:57] + "..."
-	}
-	return fmt.Sprintf("%q", t)
+	return ""
 }

@@ -181,7 +181,7 @@ func TestMatchShellRecursiveForce(t *testing.T) {
 		{"env A=$V ls", unknown, `env has the argument "A=$V"`},
 		{strings.Repeat("eval ", 8) + "rm -rf x", match, ""},
 		{strings.Repeat("eval ", 9) + "ls", unknown, "shell scripts run by shell scripts more than 8 deep"},
-		{"rm -r /tmp/$X", unknown, "could be a flag"}, // X='a -f' splits into two words
+		{"rm -r /tmp/$X", unknown, "could be a flag"},
 
 		// Not rm with both flags, and knowably so.
 		{"rm file", no, ""},
@@ -506,5 +506,29 @@ func TestRegexCannotReadShell(t *testing.T) {
 		if byShell := !checkGuard(t, shell, a, c).IsAllow(); byShell != tt.deletes {
 			t.Errorf("%s: match_shell denies it: %v, want %v", tt.command, byShell, tt.deletes)
 		}
+	}
+}
+
+// TestMatchShellWorkBound: nesting a script at the cap in evals would parse it
+// once per level; past 4×MatchStringCap characters parsed, the matcher stops
+// and a refusing rule refuses.
+func TestMatchShellWorkBound(t *testing.T) {
+	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	script := strings.Repeat("ls; ", 6000) // 24,000 characters
+	for range 5 {
+		script = "eval " + quote(script)
+	}
+	r := mustRules(t, Rule{MatchTool: "shell", MatchShell: &MatchShell{Path: "command", Programs: []string{"rm"}}, Action: noeta.VerdictDeny, Reason: "x"})
+	got := checkGuard(t, r, toolCall("shell", shellArgs(t, script)), gctx(noeta.GovernanceState{}, 0))
+	if got.Verdict != noeta.VerdictDeny || !strings.Contains(got.Reason, "the script and the scripts it runs are more than 262144 characters to parse") {
+		t.Errorf("got %v %q", got.Verdict, got.Reason)
+	}
+	// Three levels are within the bound, and judged.
+	script = strings.Repeat("ls; ", 6000)
+	for range 3 {
+		script = "eval " + quote(script)
+	}
+	if got := checkGuard(t, r, toolCall("shell", shellArgs(t, script)), gctx(noeta.GovernanceState{}, 0)); !got.IsAllow() {
+		t.Errorf("three levels: got %v %q", got.Verdict, got.Reason)
 	}
 }
