@@ -368,28 +368,20 @@ func (pf *programFlags) test(c *shellCmd) (ruleOutcome, string) {
 			seen[len(pf.all)+k] = seen[len(pf.all)+k] || pf.any[k].matches(s)
 		}
 	}
-	why := ""
-	switch {
-	case dynamic >= 0:
-		why = fmt.Sprintf("%s's argument %s is not known before it runs and could be a flag", c.program, c.args[dynamic].quoted())
-	case c.extra != "" && !ended:
-		why = c.extra
-	}
-	missing := ""
+	complete := true
 	for k := range pf.all {
-		if !seen[k] {
-			missing = pf.all[k].name
-			break
-		}
+		complete = complete && seen[k]
 	}
-	if missing == "" && len(pf.any) > 0 && !slices.Contains(seen[len(pf.all):], true) {
-		missing = "any of the flags_any"
+	if len(pf.any) > 0 && !slices.Contains(seen[len(pf.all):], true) {
+		complete = false
 	}
 	switch {
-	case missing == "":
+	case complete:
 		return matched, ""
-	case why != "":
-		return unjudged, why
+	case dynamic >= 0:
+		return unjudged, fmt.Sprintf("%s's argument %s is not known before it runs and could be a flag", c.program, c.args[dynamic].quoted())
+	case c.extra != "" && !ended:
+		return unjudged, c.extra
 	}
 	return notMatched, ""
 }
@@ -647,6 +639,9 @@ func (s *shellScript) command(words []shellWord, lv level, extra string) {
 	}
 	w := words[0]
 	prog := w.lit
+	if !w.dynamic && prog == "" {
+		return // "" is no command: the shell runs nothing
+	}
 	if w.dynamic {
 		if w.splits || w.base == "" {
 			s.unknown(fmt.Sprintf("the program %s is not known before it runs", w.quoted()))
@@ -1026,9 +1021,12 @@ func resolveWord(w *syntax.Word, src string) shellWord {
 			for _, q := range p.Parts {
 				if l, ok := q.(*syntax.Lit); ok {
 					write(unquoteDouble(l.Value))
-				} else {
-					stop(false)
+					continue
 				}
+				// "$@", "${a[@]}", "${!p@}" are as many words as
+				// there are elements, quotes or not.
+				pe, isParam := q.(*syntax.ParamExp)
+				stop(!isParam || strings.Contains(nodeSource(pe, src), "@"))
 			}
 		default:
 			stop(true)
@@ -1086,8 +1084,11 @@ func unquoteDouble(s string) string {
 }
 
 // wordSource is the word as written in src.
-func wordSource(w *syntax.Word, src string) string {
-	start, end := w.Pos().Offset(), w.End().Offset()
+func wordSource(w *syntax.Word, src string) string { return nodeSource(w, src) }
+
+// nodeSource is a node as written in src, or "" if src is not its script.
+func nodeSource(n syntax.Node, src string) string {
+	start, end := n.Pos().Offset(), n.End().Offset()
 	if start < end && end <= uint(len(src)) {
 		return src[start:end]
 	}

@@ -177,6 +177,9 @@ func TestMatchShellRecursiveForce(t *testing.T) {
 		{`PS4='$(rm -rf y)' bash -xc ls`, unknown, "it sets PS4, whose text the shell runs"},
 		{`export BASH_ENV=./x.sh; bash -c ls`, unknown, "it sets BASH_ENV"},
 		{`env PS4='$(rm -rf y)' bash -xc ls`, unknown, "env sets PS4, whose text the shell runs"},
+		{`env A="$@" ls`, unknown, `env has the argument "A=\"$@\""`},
+		{`bash -c 'sudo "${args[@]}"'`, unknown, `sudo has the argument`},
+		{`rm -r "$@"`, unknown, "could be a flag"},
 		{"timeout $T ls", unknown, `timeout has the argument "$T"`},
 		{"env A=$V ls", unknown, `env has the argument "A=$V"`},
 		{strings.Repeat("eval ", 8) + "rm -rf x", match, ""},
@@ -211,6 +214,8 @@ func TestMatchShellRecursiveForce(t *testing.T) {
 		{"for f in *; do echo $f; done", no, ""},
 		{"X=$(cat f); echo $X", no, ""},
 		{`env A="$V" ls -rf`, no, ""},
+		{`"" rm -rf x`, no, ""}, // an empty command name runs nothing
+		{`env A="$*" ls -rf`, no, ""},
 		{`sudo -u "$U" ls -rf`, no, ""},
 		{"x=1; ((x++)); echo $x", no, ""},
 		{"bash -c '[[ -f x ]] && ls'", no, ""},
