@@ -876,6 +876,10 @@ func (wr *wrapper) parse(args []shellWord) (start int, why string) {
 			i++
 			break
 		}
+		if s == "-" && wr.assigns {
+			i++ // env -: env -i
+			continue
+		}
 		if len(s) < 2 || s[0] != '-' {
 			break
 		}
@@ -952,7 +956,7 @@ func resolveWord(w *syntax.Word, src string) shellWord {
 	}
 	out := shellWord{raw: wordSource(w, src)}
 	if len(w.Parts) == 1 {
-		if l, ok := w.Parts[0].(*syntax.Lit); ok && !strings.ContainsAny(l.Value, "\\*?[{~") {
+		if l, ok := w.Parts[0].(*syntax.Lit); ok && !strings.ContainsAny(l.Value, "\\*?[{~") && !strings.HasPrefix(l.Value, "=") {
 			out.lit = l.Value
 			return out
 		}
@@ -990,7 +994,11 @@ func resolveWord(w *syntax.Word, src string) shellWord {
 		switch p := part.(type) {
 		case *syntax.Lit:
 			v := p.Value
-			if i == 0 && strings.HasPrefix(v, "~") {
+			if i == 0 && len(v) > 1 && v[0] == '=' {
+				// zsh: =rm is the path of rm.
+				stop(false)
+				v = "/" + v[1:]
+			} else if i == 0 && strings.HasPrefix(v, "~") {
 				// ~ and ~user expand to a directory: one word,
 				// known only at run time.
 				stop(false)

@@ -97,6 +97,8 @@ func TestMatchShellRecursiveForce(t *testing.T) {
 		// Wrappers.
 		{"env rm -rf x", match, ""},
 		{"env -i FOO=1 rm -rf x", match, ""},
+		{"env - rm -rf x", match, ""},
+		{"zsh -c '=rm -rf x'", match, ""},
 		{"FOO=1 rm -rf x", match, ""},
 		{"sudo rm -rf x", match, ""},
 		{"sudo -u root -E rm -rf x", match, ""},
