@@ -156,37 +156,49 @@ func compileShell(m *MatchShell, action noeta.Verdict, p string, errs *configErr
 	if len(m.Programs) == 0 {
 		fail("program", "required: a program name or a list of them")
 	}
+	var order []string
 	for i, prog := range m.Programs {
 		if prog == "" || strings.ContainsAny(prog, "/ \t\n") {
 			errs.addf(index(join(p, "program"), i), "must be a program's name without a directory (rm, not /bin/rm), not %q", prog)
 			ok = false
 			continue
 		}
-		sm.programs[strings.ToLower(prog)] = programFlags{}
+		if name := strings.ToLower(prog); !slices.Contains(order, name) {
+			order = append(order, name)
+		}
 	}
 	if sm.allow && (len(m.FlagsAll) > 0 || len(m.FlagsAny) > 0) {
 		errs.add(p, "an allow rule cannot require flags: that a flag is given does not make a command safe (list programs only)")
 		return sm, false
 	}
-	for prog := range sm.programs {
+	// Flags are compiled per program (a name means different spellings
+	// for different programs); a bad spelling is reported once.
+	reported := map[string]bool{}
+	report := func(path, msg string) {
+		if !reported[path+"\x00"+msg] {
+			reported[path+"\x00"+msg] = true
+			errs.add(path, msg)
+		}
+		ok = false
+	}
+	for _, prog := range order {
 		pf := programFlags{}
 		if t, found := shellFlagTable[prog]; found {
 			pf.table = &t
 		}
-		pf.all = compileFlags(m.FlagsAll, prog, pf.table, join(p, "flags_all"), &ok, errs)
-		pf.any = compileFlags(m.FlagsAny, prog, pf.table, join(p, "flags_any"), &ok, errs)
+		pf.all = compileFlags(m.FlagsAll, prog, pf.table, join(p, "flags_all"), report)
+		pf.any = compileFlags(m.FlagsAny, prog, pf.table, join(p, "flags_any"), report)
 		sm.programs[prog] = pf
 	}
 	return sm, ok
 }
 
-func compileFlags(flags [][]string, prog string, table *shellFlags, p string, ok *bool, errs *configErrors) []flagSpec {
+func compileFlags(flags [][]string, prog string, table *shellFlags, p string, report func(path, msg string)) []flagSpec {
 	out := make([]flagSpec, 0, len(flags))
 	for i, alts := range flags {
 		fp := index(p, i)
 		if len(alts) == 0 {
-			errs.add(fp, "an empty list of spellings")
-			*ok = false
+			report(fp, "an empty list of spellings")
 			continue
 		}
 		spec := flagSpec{name: strings.Join(alts, "/")}
@@ -195,15 +207,13 @@ func compileFlags(flags [][]string, prog string, table *shellFlags, p string, ok
 			switch {
 			case strings.HasPrefix(s, "--"):
 				if len(s) == 2 || strings.ContainsAny(s, "= \t\n") {
-					errs.addf(fp, "%q is not a long flag (--name)", s)
-					*ok = false
+					report(fp, fmt.Sprintf("%q is not a long flag (--name)", s))
 					return
 				}
 				spec.long = append(spec.long, s[2:])
 			case strings.HasPrefix(s, "-"):
 				if len(s) == 1 || strings.ContainsAny(s, "= \t\n") {
-					errs.addf(fp, "%q is not a flag (-x, --name or -name)", s)
-					*ok = false
+					report(fp, fmt.Sprintf("%q is not a flag (-x, --name or -name)", s))
 					return
 				}
 				if len(s) == 2 {
@@ -219,8 +229,7 @@ func compileFlags(flags [][]string, prog string, table *shellFlags, p string, ok
 					spellings = table.names[s]
 				}
 				if spellings == nil {
-					errs.addf(fp, "%q is not a flag %s is known to have (%s); spell it out, e.g. [-x, --%s]", s, prog, knownFlags(table), s)
-					*ok = false
+					report(fp, fmt.Sprintf("%q is not a flag %s is known to have (%s); spell it out, e.g. [-x, --%s]", s, prog, knownFlags(table), s))
 					return
 				}
 				for _, sp := range spellings {

@@ -403,6 +403,8 @@ rules:
 			`rules[0].match_shell.flags_all[0]: "recursive" is not a flag mv is known to have`},
 		{"bad spelling", "rules:\n  - {match_tool: shell, action: deny, match_shell: {path: command, program: x, flags_any: [\"-\"]}}\n",
 			`rules[0].match_shell.flags_any[0]: "-" is not a flag (-x, --name or -name)`},
+		{"bad spelling reported once", "rules:\n  - {match_tool: shell, action: deny, match_shell: {path: command, program: [x, y], flags_any: [\"-\"]}}\n",
+			`rules[0].match_shell.flags_any[0]: "-" is not a flag (-x, --name or -name) (line 2)`},
 		{"long spelling with a value", "rules:\n  - {match_tool: shell, action: deny, match_shell: {path: command, program: x, flags_any: [--a=b]}}\n",
 			`rules[0].match_shell.flags_any[0]: "--a=b" is not a long flag (--name)`},
 		{"empty alternatives", "rules:\n  - {match_tool: shell, action: deny, match_shell: {path: command, program: x, flags_any: [[]]}}\n",
@@ -417,8 +419,8 @@ rules:
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tt.yaml))
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("got\n%v\nwant it to contain %q", err, tt.want)
+			if err == nil || strings.Count(err.Error(), tt.want) != 1 {
+				t.Errorf("got\n%v\nwant it to contain %q once", err, tt.want)
 			}
 		})
 	}
