@@ -21,8 +21,10 @@ import (
 const MatchStringCap = 64 * 1024
 
 // Rule is one user PreToolUse rule. It matches a tool call when MatchTool
-// matches the tool's name and, if set, MatchArg and When both match; the first
-// rule that matches decides with its Action.
+// matches the tool's name and, of MatchArg, MatchShell and When, every one
+// that is set matches; the first rule that matches decides with its Action. A
+// test that cannot judge the call (MatchStringCap, MatchShell) makes a deny or
+// require_approval rule match and an allow rule not match.
 type Rule struct {
 	// MatchTool is a glob on the whole tool name: '*' matches any run of
 	// characters, '?' one, [a-z] and [!a-z] a class (Python fnmatchcase).
