@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/noeta-go/noeta"
@@ -132,4 +133,28 @@ func BenchmarkRulesLayer(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchCheck(b, s, c, allowedCall, noeta.VerdictAllow)
+}
+
+// BenchmarkMatchShell is one match_shell rule (rm with recursive and force)
+// on shell commands of increasing size: parsing as POSIX sh and as bash is
+// most of it.
+func BenchmarkMatchShell(b *testing.B) {
+	r, err := NewRules([]Rule{{MatchTool: "shell", MatchShell: &MatchShell{Path: "command", Programs: []string{"rm"}, FlagsAll: [][]string{{"recursive"}, {"force"}}}, Action: noeta.VerdictDeny}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := NewStack([]Guard{r})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := NewContext(ContextParams{TaskID: "01JBENCH"})
+	for _, bc := range []struct{ name, cmd string }{
+		{"short", "ls -la"},
+		{"pipeline", `git log --oneline | grep -v "fixup" | head -n 20 > /dev/null && echo done`},
+		{"script-1KiB", strings.Repeat(`if [ -f "$f" ]; then sudo rm -r -- "$f"; fi; `, 24)},
+	} {
+		args, _ := json.Marshal(map[string]string{"command": bc.cmd})
+		a := noeta.ProposedAction(noeta.ProposedToolCall{Call: noeta.ToolCall{CallID: "c", Tool: "shell", Args: args}})
+		b.Run(bc.name, func(b *testing.B) { benchCheck(b, s, c, a, noeta.VerdictAllow) })
+	}
 }

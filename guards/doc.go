@@ -23,7 +23,10 @@
 // panicked: …"). So is a check whose context is already cancelled, an action
 // of a kind the guards do not know, and a nil *Stack. A tool whose risk level
 // is unknown, an argument document that is not valid JSON, and a user rule that
-// errors at run time are all denials.
+// errors at run time are all denials. A user rule that cannot read all of what
+// it judges — an argument over [MatchStringCap], a shell command that does not
+// parse or is only known at run time — refuses if its action refuses, and
+// does not match if its action is allow ([MatchShell]).
 //
 // # The default stack
 //

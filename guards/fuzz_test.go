@@ -35,6 +35,9 @@ func FuzzRules(f *testing.F) {
 		{"rules:\n  - {match_tool: x, when: 'task.metadata.size() == 0 && size(task.active_skills) == 0', action: deny}\n", "x", ``},
 		{"guards:\n  - {name: g, priority: 150, rules: [{match_tool: \"*\", when: 'args.x', action: deny}]}\n", "t", `{"x":"not a bool"}`},
 		{"rules: [{match_tool: '*', match_arg: {path: a, equals: &e [1, *e]}, action: deny}]", "t", `{}`},
+		{"rules:\n  - {match_tool: shell, match_shell: {path: command, program: rm, flags_all: [recursive, force]}, action: deny}\n", "shell", `{"command":"sudo -u root sh -c 'r\"m\" -r -f x' | xargs"}`},
+		{"rules:\n  - {match_tool: shell, match_shell: {path: command, program: [ls, cat]}, action: allow}\n  - {match_tool: shell, action: require_approval}\n", "shell", `{"command":"ls $(cat x) > /dev/null"}`},
+		{"rules:\n  - {match_tool: shell, match_shell: {path: c, program: git, flags_any: [[-f, --force]]}, action: deny}\n", "shell", `{"c":"git push --for $X; eval \"$Y\""}`},
 	} {
 		f.Add(seed.yaml, seed.tool, []byte(seed.args))
 	}
@@ -83,9 +86,17 @@ func expectRules(t *testing.T, r *Rules, tool string, args []byte, c *Context) n
 		if (cr.hasArg || cr.when != nil) && canonErr != nil {
 			return mustDenyNaming(t, cr, canonErr)
 		}
+		res, why := matched, ""
 		if cr.hasArg {
 			checkLookup(t, cr, canon, decoded)
-			if !cr.matchArg(canon) {
+			r, w := cr.matchArg(canon)
+			if res, why = both(res, why, r, w); res == notMatched {
+				continue
+			}
+		}
+		if cr.shell != nil {
+			r, w := cr.shell.match(&ruleEval{}, canon)
+			if res, why = both(res, why, r, w); res == notMatched {
 				continue
 			}
 		}
@@ -101,7 +112,15 @@ func expectRules(t *testing.T, r *Rules, tool string, args []byte, c *Context) n
 				continue
 			}
 		}
-		return cr.verdict
+		switch {
+		case res == matched:
+			return cr.verdict
+		case !cr.allow:
+			if why == "" {
+				t.Fatalf("%s could not judge and gives no reason", cr.path)
+			}
+			return noeta.VerdictResult{Verdict: cr.verdict.Verdict, Reason: fmt.Sprintf("%s (%s on %q: %s: treated as matching)", cr.verdict.Reason, cr.path, cr.matchTool, why)}
+		}
 	}
 	return noeta.Allow()
 }
@@ -161,8 +180,15 @@ func checkLookup(t *testing.T, cr *compiledRule, canon []byte, decoded map[strin
 		if err == nil && !bytes.Equal(raw, want) {
 			t.Fatalf("lookupPath(%s, %q) = %s, encoding/json gives %s", canon, cr.segments, raw, want)
 		}
-		if cr.op == MatchRegex {
-			if s, ok := stringValue(raw); ok && cr.re.Match(s) && !mayMatch(cr.reLits, s) {
+		s, n, isStr := stringValue(raw)
+		if str, ok := v.(string); ok != isStr || (ok && n != utf8.RuneCountInString(str)) {
+			t.Fatalf("stringValue(%s) = %d characters, %v; encoding/json gives %q", raw, n, isStr, v)
+		}
+		if res, _ := cr.matchArg(canon); res == unjudged && (cr.op == MatchEquals || n <= MatchStringCap) {
+			t.Fatalf("%s could not judge %s, a value it can read whole", cr.path, raw)
+		}
+		if cr.op == MatchRegex && n <= MatchStringCap {
+			if isStr && cr.re.Match(s) && !mayMatch(cr.reLits, s) {
 				t.Fatalf("regex %v matches %q but its prefilter %q says it cannot", cr.re, s, cr.reLits)
 			}
 		}

@@ -49,13 +49,15 @@ func TestRulesNeverLoosen(t *testing.T) {
 		rules := make([]Rule, rng.IntN(6))
 		for i := range rules {
 			r := Rule{MatchTool: patterns[rng.IntN(len(patterns))], Action: verdicts[rng.IntN(len(verdicts))], When: whens[rng.IntN(len(whens))]}
-			switch rng.IntN(4) {
+			switch rng.IntN(5) {
 			case 1:
 				r.MatchArg = &MatchArg{Path: "path", Op: MatchEquals, Value: "/etc/passwd"}
 			case 2:
 				r.MatchArg = &MatchArg{Path: "command", Op: MatchContains, Value: "rm"}
 			case 3:
 				r.MatchArg = &MatchArg{Path: "path", Op: MatchRegex, Value: `^/`}
+			case 4:
+				r.MatchShell = &MatchShell{Path: "command", Programs: []string{"rm", "ls"}}
 			}
 			rules[i] = r
 		}

@@ -12,20 +12,28 @@ import (
 	"github.com/noeta-go/noeta"
 )
 
-// MatchStringCap is how many characters of an argument string match_arg's
-// contains and regex look at, as in the reference: a match further on is not
-// seen.
+// MatchStringCap is the longest argument string, in characters, that
+// match_arg's contains and regex and match_shell examine. They do not look at
+// part of a longer string: a rule that cannot read all of what it judges must
+// not let it through, so a deny or require_approval rule decides as if it had
+// matched, saying why, and an allow rule does not match
+// (docs/adr/0015-a-rule-that-cannot-read-does-not-allow.md).
 const MatchStringCap = 64 * 1024
 
 // Rule is one user PreToolUse rule. It matches a tool call when MatchTool
-// matches the tool's name and, if set, MatchArg and When both match; the first
-// rule that matches decides with its Action.
+// matches the tool's name and, of MatchArg, MatchShell and When, every one
+// that is set matches; the first rule that matches decides with its Action. A
+// test that cannot judge the call (MatchStringCap, MatchShell) makes a deny or
+// require_approval rule match and an allow rule not match.
 type Rule struct {
 	// MatchTool is a glob on the whole tool name: '*' matches any run of
 	// characters, '?' one, [a-z] and [!a-z] a class (Python fnmatchcase).
 	MatchTool string
 	// MatchArg, if set, tests one argument.
 	MatchArg *MatchArg
+	// MatchShell, if set, tests the commands of a shell script held by one
+	// argument.
+	MatchShell *MatchShell
 	// When, if set, is a CEL expression that must be true. It sees tool
 	// (string), args (map, JSON numbers are doubles) and task (map: id,
 	// iterations, tool_calls, cost_usd, spawned_subtasks, input_tokens,
@@ -49,16 +57,21 @@ const (
 	// MatchEquals: the argument equals Value as JSON values (numbers by value,
 	// 1 == 1.0; objects regardless of key order; true is not 1).
 	MatchEquals MatchOp = "equals"
-	// MatchContains: the argument is a string containing Value, a string,
-	// within its first MatchStringCap characters.
+	// MatchContains: the argument is a string containing Value, a string.
 	MatchContains MatchOp = "contains"
-	// MatchRegex: the argument is a string in whose first MatchStringCap
-	// characters Value, an RE2 pattern, finds a match (unanchored).
+	// MatchRegex: the argument is a string in which Value, an RE2 pattern,
+	// finds a match (unanchored).
 	MatchRegex MatchOp = "regex"
 )
 
 // MatchArg tests one argument of a tool call. A missing argument, or a path
-// that runs through something that is not an object, does not match.
+// that runs through something that is not an object, does not match; nor does
+// a value that is not a string for contains and regex.
+//
+// equals compares the whole value, whatever its size. contains and regex
+// examine strings of up to MatchStringCap characters; on a longer string they
+// cannot answer, and the rule decides as if it matched when its action is deny
+// or require_approval, and does not match when it is allow.
 type MatchArg struct {
 	// Path is a dotted path of object keys into the arguments: "command",
 	// "options.mode". There is no array indexing.
@@ -155,15 +168,51 @@ func (r *Rules) Check(_ context.Context, a noeta.ProposedAction, c *Context) (no
 		if !cr.glob.match(call.Tool) {
 			continue
 		}
-		matched, err := cr.eval(&ev)
+		res, why, err := cr.eval(&ev)
 		if err != nil {
 			return noeta.Deny(fmt.Sprintf("%s on %q failed: %v; fail-closed", cr.path, cr.matchTool, err)), nil
 		}
-		if matched {
+		switch res {
+		case matched:
 			return cr.verdict, nil
+		case unjudged:
+			// What the rule could not read may be exactly what it is
+			// there to catch; only a refusing rule may act on it.
+			if cr.allow {
+				continue
+			}
+			return noeta.VerdictResult{
+				Verdict: cr.verdict.Verdict,
+				Reason:  fmt.Sprintf("%s (%s on %q: %s: treated as matching)", cr.verdict.Reason, cr.path, cr.matchTool, why),
+			}, nil
 		}
 	}
 	return noeta.Allow(), nil
+}
+
+// ruleOutcome is what one rule, or one of its tests, makes of a call.
+type ruleOutcome uint8
+
+const (
+	notMatched ruleOutcome = iota
+	matched
+	// unjudged: the test could not examine all it had to (a string over
+	// MatchStringCap, a shell command that does not parse or is built at run
+	// time); a refusing rule treats it as matched, an allow rule as not.
+	unjudged
+)
+
+// both combines the outcomes of two tests that must both hold.
+func both(a ruleOutcome, aWhy string, b ruleOutcome, bWhy string) (ruleOutcome, string) {
+	switch {
+	case a == notMatched || b == notMatched:
+		return notMatched, ""
+	case a == unjudged:
+		return unjudged, aWhy
+	case b == unjudged:
+		return unjudged, bWhy
+	}
+	return matched, ""
 }
 
 // compiledRule is a Rule ready to run: glob compiled, path split and encoded,
@@ -174,13 +223,18 @@ type compiledRule struct {
 	glob      glob
 	verdict   noeta.VerdictResult
 
+	allow bool // the action is ALLOW: a rule that cannot judge does not match
+
 	hasArg   bool
+	argPath  string   // the path as written, for reasons
 	segments [][]byte // the path's keys as they appear in canonical JSON
 	op       MatchOp
 	equals   []byte // canonical JSON
 	contains []byte
 	re       *regexp.Regexp
 	reLits   [][]byte // one of these is in every match; nil: no prefilter
+
+	shell *shellMatcher
 
 	when *celProgram
 }
@@ -207,6 +261,7 @@ func compileRules(rules []Rule, path string, errs *configErrors) []compiledRule 
 			}
 			if r.Action == noeta.VerdictAllow {
 				cr.verdict = noeta.Allow()
+				cr.allow = true
 			} else {
 				cr.verdict = noeta.VerdictResult{Verdict: r.Action, Reason: reason}
 			}
@@ -217,6 +272,7 @@ func compileRules(rules []Rule, path string, errs *configErrors) []compiledRule 
 		}
 		if m := r.MatchArg; m != nil {
 			cr.hasArg = true
+			cr.argPath = m.Path
 			ap := join(p, "match_arg")
 			if segs, err := compilePath(m.Path); err != nil {
 				errs.addf(join(ap, "path"), "%v", err)
@@ -259,6 +315,11 @@ func compileRules(rules []Rule, path string, errs *configErrors) []compiledRule 
 				errs.addf(ap, "needs one of equals, contains or regex (got op %q)", m.Op)
 				ok = false
 			}
+		}
+		if r.MatchShell != nil {
+			sm, sok := compileShell(r.MatchShell, r.Action, join(p, "match_shell"), errs)
+			ok = ok && sok
+			cr.shell = sm
 		}
 		if r.When != "" {
 			prg, err := compileCEL(r.When)
@@ -307,6 +368,9 @@ type ruleEval struct {
 	canonErr error
 	canoned  bool
 	vars     *celVars
+	// scripts holds the shell scripts analysed so far, by the argument
+	// path that held them, so that rules over one script parse it once.
+	scripts map[string]*shellScript
 }
 
 func (ev *ruleEval) release() {
@@ -323,77 +387,108 @@ func (ev *ruleEval) args() ([]byte, error) {
 	return ev.canon, ev.canonErr
 }
 
-// eval reports whether the rule matches the call; its tool pattern has matched
-// already.
-func (cr *compiledRule) eval(ev *ruleEval) (bool, error) {
-	if cr.hasArg {
+// eval reports whether the rule matches the call, its tool pattern having
+// matched already, and if it cannot tell, why.
+func (cr *compiledRule) eval(ev *ruleEval) (ruleOutcome, string, error) {
+	res, why := matched, ""
+	if cr.hasArg || cr.shell != nil {
 		args, err := ev.args()
 		if err != nil {
-			return false, err
+			return notMatched, "", err
 		}
-		if !cr.matchArg(args) {
-			return false, nil
+		if cr.hasArg {
+			r, w := cr.matchArg(args)
+			if res, why = both(res, why, r, w); res == notMatched {
+				return notMatched, "", nil
+			}
+		}
+		if cr.shell != nil {
+			r, w := cr.shell.match(ev, args)
+			if res, why = both(res, why, r, w); res == notMatched {
+				return notMatched, "", nil
+			}
 		}
 	}
 	if cr.when != nil {
 		args, err := ev.args()
 		if err != nil {
-			return false, err
+			return notMatched, "", err
 		}
 		if ev.vars == nil {
 			ev.vars = newCELVars(ev.call.Tool, args, ev.c)
 		}
-		return cr.when.eval(ev.vars)
+		// CEL reads whole values: its answer is never partial, and its
+		// errors (the cost limit on a huge input among them) deny.
+		ok, err := cr.when.eval(ev.vars)
+		if err != nil {
+			return notMatched, "", err
+		}
+		if !ok {
+			return notMatched, "", nil
+		}
 	}
-	return true, nil
+	return res, why, nil
 }
 
-func (cr *compiledRule) matchArg(args []byte) bool {
+func (cr *compiledRule) matchArg(args []byte) (ruleOutcome, string) {
 	v, ok := lookupPath(args, cr.segments)
 	if !ok {
-		return false
+		return notMatched, ""
 	}
 	if cr.op == MatchEquals {
-		return bytes.Equal(v, cr.equals)
+		// Byte equality of canonical forms reads the whole value.
+		if bytes.Equal(v, cr.equals) {
+			return matched, ""
+		}
+		return notMatched, ""
 	}
-	s, ok := stringValue(v)
-	if !ok {
-		return false
+	s, n, ok := stringValue(v)
+	switch {
+	case !ok:
+		return notMatched, ""
+	case n > MatchStringCap:
+		return unjudged, overCap(cr.argPath, n)
+	case cr.op == MatchContains:
+		if bytes.Contains(s, cr.contains) {
+			return matched, ""
+		}
+	case mayMatch(cr.reLits, s) && cr.re.Match(s):
+		return matched, ""
 	}
-	if cr.op == MatchContains {
-		return bytes.Contains(s, cr.contains)
-	}
-	return mayMatch(cr.reLits, s) && cr.re.Match(s)
+	return notMatched, ""
 }
 
-// stringValue returns the first MatchStringCap characters of a canonical JSON
-// string value, and false for any other value.
-func stringValue(v []byte) ([]byte, bool) {
+// overCap is why a rule could not examine a string of n characters.
+func overCap(path string, n int) string {
+	return fmt.Sprintf("argument %s is %d characters, over the %d-character cap a rule can examine", path, n, MatchStringCap)
+}
+
+// stringValue decodes a canonical JSON string value and counts its
+// characters; it returns false for any other value. A string of more than
+// MatchStringCap characters comes back with its count and no text: nothing
+// may examine part of it.
+func stringValue(v []byte) (s []byte, chars int, ok bool) {
 	if len(v) < 2 || v[0] != '"' {
-		return nil, false
+		return nil, 0, false
 	}
 	raw := v[1 : len(v)-1]
 	if bytes.IndexByte(raw, '\\') < 0 {
 		// Canonical strings escape everything but printable ASCII, so
 		// without escapes a character is a byte.
-		return raw[:min(len(raw), MatchStringCap)], true
-	}
-	var s string
-	if err := json.Unmarshal(v, &s); err != nil {
-		return nil, false
-	}
-	b := []byte(s)
-	if len(b) > MatchStringCap {
-		n := 0
-		for i := range s {
-			if n == MatchStringCap {
-				b = b[:i]
-				break
-			}
-			n++
+		if len(raw) > MatchStringCap {
+			return nil, len(raw), true
 		}
+		return raw, len(raw), true
 	}
-	return b, true
+	var str string
+	if err := json.Unmarshal(v, &str); err != nil {
+		return nil, 0, false
+	}
+	n := utf8.RuneCountInString(str)
+	if n > MatchStringCap {
+		return nil, n, true
+	}
+	return []byte(str), n, true
 }
 
 // lookupPath follows object keys through canonical JSON and returns the bytes

@@ -8,7 +8,7 @@ import (
 	"github.com/noeta-go/noeta"
 )
 
-func mustRules(t *testing.T, rules ...Rule) *Rules {
+func mustRules(t testing.TB, rules ...Rule) *Rules {
 	t.Helper()
 	r, err := NewRules(rules)
 	if err != nil {
@@ -61,8 +61,10 @@ func TestRulesMatchArg(t *testing.T) {
 		{"contains decodes escapes", denyIf(MatchContains, "c", "a\nb"), `{"c":"xa\nby"}`, true},
 		{"contains non-ASCII", denyIf(MatchContains, "c", "ü"), `{"c":"Grüße"}`, true},
 		{"contains within the cap", denyIf(MatchContains, "c", "ab"), `{"c":"` + long[:MatchStringCap-1] + `b"}`, true},
-		{"contains beyond the cap", denyIf(MatchContains, "c", "b"), `{"c":"` + long + `b"}`, false},
-		{"contains beyond the cap, escaped", denyIf(MatchContains, "c", "b"), `{"c":"é` + long + `b"}`, false},
+		// Past the cap a rule cannot read the value: a deny rule denies
+		// (TestRulesCannotBeBlinded).
+		{"contains beyond the cap", denyIf(MatchContains, "c", "b"), `{"c":"` + long + `b"}`, true},
+		{"contains beyond the cap, escaped", denyIf(MatchContains, "c", "b"), `{"c":"é` + long + `b"}`, true},
 		{"cap counts characters", denyIf(MatchContains, "c", "éb"), `{"c":"` + long[:MatchStringCap-2] + `éb"}`, true},
 		// regex: RE2, unanchored.
 		{"regex", denyIf(MatchRegex, "command", `rm\s+-rf`), `{"command":"sudo rm  -rf /"}`, true},
@@ -71,7 +73,8 @@ func TestRulesMatchArg(t *testing.T) {
 		{"regex non-string value", denyIf(MatchRegex, "n", `1`), `{"n":1}`, false},
 		{"regex case-insensitive", denyIf(MatchRegex, "c", `(?i)DROP\s+TABLE`), `{"c":"drop table x"}`, true},
 		{"regex alternation", denyIf(MatchRegex, "p", `^/etc/|\.ssh/`), `{"p":"/home/u/.ssh/id"}`, true},
-		{"regex beyond the cap", denyIf(MatchRegex, "c", `b`), `{"c":"` + long + `b"}`, false},
+		{"regex beyond the cap", denyIf(MatchRegex, "c", `b`), `{"c":"` + long + `b"}`, true},
+		{"regex at the cap", denyIf(MatchRegex, "c", `b`), `{"c":"` + long + `"}`, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

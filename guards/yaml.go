@@ -27,6 +27,7 @@ import (
 //	rules:                                 # process-wide, priority 100
 //	  - match_tool: "shell"
 //	    match_arg: {path: command, regex: "rm\\s+-rf"}   # or equals: / contains:
+//	    match_shell: {path: command, program: rm, flags_all: [recursive, force]}
 //	    when: 'args.command.size() > 100'  # CEL over tool, args, task
 //	    action: deny                       # allow | deny | require_approval
 //	    reason: "destructive shell command"
@@ -446,7 +447,7 @@ func (d *decoder) rules(n *yaml.Node, path string) []Rule {
 	out := make([]Rule, 0, len(items))
 	for i, it := range items {
 		p := index(path, i)
-		f, ok := d.fields(it, p, "match_tool", "match_arg", "when", "action", "reason")
+		f, ok := d.fields(it, p, "match_tool", "match_arg", "match_shell", "when", "action", "reason")
 		if !ok && f == nil {
 			continue
 		}
@@ -463,6 +464,9 @@ func (d *decoder) rules(n *yaml.Node, path string) []Rule {
 		}
 		if mn, ok := f["match_arg"]; ok && !isNull(mn) {
 			r.MatchArg = d.matchArg(mn, join(p, "match_arg"))
+		}
+		if mn, ok := f["match_shell"]; ok && !isNull(mn) {
+			r.MatchShell = d.matchShell(mn, join(p, "match_shell"))
 		}
 		out = append(out, r)
 	}
@@ -507,6 +511,46 @@ func (d *decoder) matchArg(n *yaml.Node, path string) *MatchArg {
 		m.Value = s
 	}
 	return m
+}
+
+func (d *decoder) matchShell(n *yaml.Node, path string) *MatchShell {
+	f, _ := d.fields(n, path, "path", "program", "flags_all", "flags_any")
+	m := &MatchShell{}
+	m.Path, _ = d.str(f["path"], join(path, "path"))
+	m.Programs = d.strOrList(f["program"], join(path, "program"))
+	m.FlagsAll = d.flags(f["flags_all"], join(path, "flags_all"))
+	m.FlagsAny = d.flags(f["flags_any"], join(path, "flags_any"))
+	return m
+}
+
+// strOrList reads a string as a list of one, or a list of strings.
+func (d *decoder) strOrList(n *yaml.Node, path string) []string {
+	if n = d.enter(n, path); isNull(n) {
+		return nil
+	}
+	if n.Kind == yaml.SequenceNode {
+		return d.strList(n, path)
+	}
+	if s, ok := d.str(n, path); ok {
+		return []string{s}
+	}
+	return nil
+}
+
+// flags reads a list of flags, each one a spelling or a list of alternative
+// spellings.
+func (d *decoder) flags(n *yaml.Node, path string) [][]string {
+	items := d.seq(n, path)
+	out := make([][]string, 0, len(items))
+	for i, it := range items {
+		fp := index(path, i)
+		if isNull(it) {
+			d.errs.add(fp, "must be a flag or a list of its spellings, not null")
+			continue
+		}
+		out = append(out, d.strOrList(it, fp))
+	}
+	return out
 }
 
 // jsonValue converts a YAML value to the Go value of the same JSON: mappings
