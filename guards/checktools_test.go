@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/noeta-go/noeta/internal/memtest"
 )
 
 // TestCheckTools: every tool name and match_tool pattern of a config is
@@ -99,4 +101,24 @@ func TestParseConfigBoundsInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzConfigMemory holds the config parser to a memory ceiling: what it
+// allocates for any input is at most memtest.Ceiling(len(input)) (64 MiB
+// plus 256 bytes per input byte), aliases and all.
+func FuzzConfigMemory(f *testing.F) {
+	for _, seed := range []string{
+		designConfig,
+		"rules: [" + strings.Repeat("a,", 2000) + "a]",
+		"rules:\n  - match_tool: echo\n    action: deny\n    match_arg: {path: x, equals: {a: &a [x,x,x,x,x,x,x,x], b: &b [*a,*a,*a,*a,*a,*a,*a,*a], c: &c [*b,*b,*b,*b,*b,*b,*b,*b], d: [*c,*c,*c,*c,*c,*c,*c,*c]}}\n",
+		strings.Repeat("- ", 3000),
+		strings.Repeat("[", 5000),
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if got := memtest.Allocated(func() { ParseConfig(data) }); got > memtest.Ceiling(len(data)) {
+			t.Fatalf("%d bytes allocated for %d bytes of input, over the ceiling of %d", got, len(data), memtest.Ceiling(len(data)))
+		}
+	})
 }
