@@ -311,6 +311,7 @@ func TestUsageErrorsUpFront(t *testing.T) {
 		{"data is a file", []string{"run", task, "--config", cfg, "--data", "/etc/passwd"}, []string{"--data /etc/passwd is not a directory"}},
 		{"data under a file", []string{"tasks", "--data", "/etc/passwd/x"}, []string{"--data /etc/passwd/x: a parent of it is not a directory"}},
 		{"data of a read verb is a file", []string{"events", "T1", "--data", "/etc/passwd"}, []string{"--data /etc/passwd is not a directory"}},
+		{"data of the demo is a file", []string{"demo", "--data", "/etc/passwd"}, []string{"--data /etc/passwd is not a directory"}},
 		{"unknown tools", []string{"run", task, "--config", badTools, "--data", data}, []string{
 			badTools + `:3: agents.a.tools[1]: unknown tool "shel"`,
 			badTools + `:5: agents.a.permissions.denied_tools[0]: unknown tool "write"`,
