@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // AgentConfig is the governance of one agent: the agents.<name> entry of
@@ -41,6 +42,18 @@ type Config struct {
 	rules  *Rules      // nil: no process-wide rules
 	sets   []*Rules    // named rule sets, in config order
 	hooks  HooksConfig // hooks:, validated, default timeouts filled in
+	// ruleTools is the match_tool of every rule, with its path, for
+	// CheckTools.
+	ruleTools []toolRef
+	// pos is the line and column of each path of the file it was parsed
+	// from (nil for NewConfig), for CheckTools' errors.
+	pos map[string][2]int
+}
+
+// toolRef is a tool name or pattern of the config and where it is.
+type toolRef struct {
+	path string
+	name string
 }
 
 // NewConfig validates and compiles a config given as Go values. Errors name
@@ -71,6 +84,14 @@ func buildConfig(agents map[string]AgentConfig, rules []Rule, sets []RuleSet, er
 			}
 		}
 		cfg.agents[name] = a
+	}
+	for i, r := range rules {
+		cfg.ruleTools = append(cfg.ruleTools, toolRef{join(index("rules", i), "match_tool"), r.MatchTool})
+	}
+	for i, s := range sets {
+		for j, r := range s.Rules {
+			cfg.ruleTools = append(cfg.ruleTools, toolRef{join(index(join(index("guards", i), "rules"), j), "match_tool"), r.MatchTool})
+		}
 	}
 	if len(rules) > 0 {
 		cfg.rules = &Rules{name: NameRules, priority: PriorityRules, rules: compileRules(rules, "rules", errs)}
@@ -114,6 +135,49 @@ func clonePtr[T any](p *T) *T {
 	}
 	v := *p
 	return &v
+}
+
+// CheckTools reports every tool the config names that is not one of known
+// (the tool registry's names), each as a [*ConfigError] with its path and,
+// for a parsed config, its line; nil when there is none. Exact names are
+// checked in each agent's tools, allowed_tools, denied_tools and
+// require_approval_tools; a match_tool pattern (rules, named rule sets,
+// post_tool_use hooks) must match at least one known tool. Either mistake
+// would otherwise surface only when a task of the agent runs — or never: a
+// misspelt denied tool or deny rule denies nothing.
+func (c *Config) CheckTools(known []string) error {
+	errs := configErrors{pos: c.pos}
+	isKnown := func(t string) bool { return slices.Contains(known, t) }
+	exact := func(path string, list []string) {
+		for i, t := range list {
+			if !isKnown(t) {
+				errs.addf(index(path, i), "unknown tool %q (the tools: %s)", t, strings.Join(known, ", "))
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.agents)) {
+		a := c.agents[name]
+		p := join("agents", name)
+		pp := join(p, "permissions")
+		exact(join(p, "tools"), a.Tools)
+		exact(join(pp, "allowed_tools"), a.Permissions.AllowedTools)
+		exact(join(pp, "denied_tools"), a.Permissions.DeniedTools)
+		exact(join(pp, "require_approval_tools"), a.Permissions.RequireApprovalTools)
+	}
+	refs := slices.Clone(c.ruleTools)
+	for i, h := range c.hooks.PostToolUse {
+		refs = append(refs, toolRef{join(index(join("hooks", "post_tool_use"), i), "match_tool"), h.MatchTool})
+	}
+	for _, r := range refs {
+		if r.name == "" {
+			continue // reported when the config was built
+		}
+		g := compileGlob(r.name)
+		if !slices.ContainsFunc(known, g.match) {
+			errs.addf(r.path, "%q matches no tool (the tools: %s)", r.name, strings.Join(known, ", "))
+		}
+	}
+	return errs.err()
 }
 
 // Agents returns the names of the configured agents, sorted.

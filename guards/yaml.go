@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/internal/boundedio"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -44,8 +45,16 @@ import (
 // counts as absent: an absent list is "no list", an empty one ([]) a list of
 // nothing. Anchors, aliases and merge keys (<<) are followed. The hooks
 // section is only parsed and validated here (see [HooksConfig]); package
-// observers runs the hooks, and the binary hands them over.
+// observers runs the hooks, and the binary hands them over. data over
+// [MaxConfigSize] bytes is refused before it is parsed.
 func ParseConfig(data []byte) (*Config, error) {
+	if len(data) > MaxConfigSize {
+		return nil, &ConfigError{Msg: fmt.Sprintf("the config is %d bytes, over the limit of %d MiB", len(data), MaxConfigSize>>20)}
+	}
+	// Bound the node tree before the parser builds it.
+	if err := boundedio.CheckYAML(data, maxConfigNodes); err != nil {
+		return nil, &ConfigError{Msg: err.Error()}
+	}
 	var root yaml.Node
 	if err := safeUnmarshal(data, &root); err != nil {
 		return nil, &ConfigError{Msg: err.Error()}
@@ -62,6 +71,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, err
 	}
 	cfg.hooks = withHookDefaults(hooks)
+	cfg.pos = errs.pos
 	return cfg, nil
 }
 
@@ -75,6 +85,12 @@ func safeUnmarshal(data []byte, root *yaml.Node) (err error) {
 	}()
 	return yaml.Unmarshal(data, root)
 }
+
+// MaxConfigSize is the largest governance config parsed: 1 MiB, and what the
+// binaries allow a noeta.yaml file to be. The YAML parser builds the whole
+// node tree before the limits below are looked at, so the size is what bounds
+// its memory (measured: under 160 MB at 1 MiB for the worst shapes).
+const MaxConfigSize = 1 << 20
 
 // Limits on what a config document may make the decoder do: aliases can make a
 // small document a very large tree, or a cycle.

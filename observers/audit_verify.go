@@ -4,16 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/internal/boundedio"
 )
 
 // AuditReport is what [VerifyAudit] found.
@@ -59,14 +60,28 @@ func (b AuditBreak) String() string {
 	return fmt.Sprintf("broken at line %d%s: %s", b.Line, where, b.Why)
 }
 
-// VerifyAuditFile verifies the audit file at path; see [VerifyAudit].
+// MaxAuditLine is the longest line [VerifyAudit] reads: 1 MiB. An audit
+// record is a few KiB (payloads over 4 KiB are stored by reference); a longer
+// line is reported as a broken record, and skipped without being held in
+// memory.
+const MaxAuditLine = 1 << 20
+
+// VerifyAuditFile is [VerifyAuditFileContext] with a context that never ends.
 func VerifyAuditFile(path string) (AuditReport, error) {
-	f, err := os.Open(path)
+	return VerifyAuditFileContext(context.Background(), path)
+}
+
+// VerifyAuditFileContext verifies the audit file at path, a regular file
+// (a directory, a FIFO or a device is refused without being read), until
+// ctx ends; see [VerifyAudit]. Its size is not limited: memory grows with
+// the number of distinct tasks in it, not with its length.
+func VerifyAuditFileContext(ctx context.Context, path string) (AuditReport, error) {
+	f, _, err := boundedio.Open(path)
 	if err != nil {
 		return AuditReport{}, fmt.Errorf("observers: audit verify: %w", err)
 	}
 	defer f.Close()
-	rep, err := VerifyAudit(f)
+	rep, err := VerifyAudit(boundedio.Reader(ctx, f))
 	if err != nil {
 		return rep, fmt.Errorf("observers: audit verify %s: %w", path, err)
 	}
@@ -87,8 +102,9 @@ type verifyTask struct {
 // the sha256 of its canonical JSON without the hash, that its prev is the
 // hash of its task's previous record, that each task's log seqs go up by
 // exactly one, and that no (task, seq) or (task, key) appears twice. It
-// reports the first record that fails, and counts every line. The error is
-// for reading problems only.
+// reports the first record that fails, and counts every line. A line over
+// [MaxAuditLine] bytes is a broken record. The error is for reading problems
+// only.
 //
 // A hash chain shows an edited, inserted, deleted or reordered record, but
 // not the loss of a task's last records, nor a trail rewritten from some
@@ -98,8 +114,17 @@ func VerifyAudit(r io.Reader) (AuditReport, error) {
 	var rep AuditReport
 	tasks := make(map[string]*verifyTask)
 	br := bufio.NewReaderSize(r, 64<<10)
+	var line []byte
 	for {
-		line, readErr := br.ReadBytes('\n')
+		var readErr error
+		line, readErr = readAuditLine(br, line[:0])
+		if errors.Is(readErr, errLineTooLong) {
+			rep.Records++
+			if rep.FirstBroken == nil {
+				rep.FirstBroken = &AuditBreak{Line: rep.Records, Why: fmt.Sprintf("the line is longer than the limit of %d KiB", MaxAuditLine>>10)}
+			}
+			continue
+		}
 		if len(line) == 0 && readErr != nil {
 			if errors.Is(readErr, io.EOF) {
 				break
@@ -122,6 +147,30 @@ func VerifyAudit(r io.Reader) (AuditReport, error) {
 	}
 	rep.Tasks = len(tasks)
 	return rep, nil
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readAuditLine appends the next line of br, with its newline, to buf. A line
+// over MaxAuditLine bytes is read to its end and dropped: errLineTooLong.
+func readAuditLine(br *bufio.Reader, buf []byte) ([]byte, error) {
+	long := false
+	for {
+		frag, err := br.ReadSlice('\n')
+		if !long {
+			buf = append(buf, frag...)
+			if len(buf) > MaxAuditLine+1 { // +1: the newline
+				long, buf = true, buf[:0]
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if long && (err == nil || errors.Is(err, io.EOF)) {
+			return buf, errLineTooLong
+		}
+		return buf, err
+	}
 }
 
 // verifyAuditLine checks one line and advances its task's state; it returns

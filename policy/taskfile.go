@@ -1,8 +1,17 @@
 package policy
 
 import (
-	"os"
+	"context"
+	"fmt"
+
+	"github.com/noeta-go/noeta/internal/boundedio"
 )
+
+// MaxTaskFileSize is the largest task file read or parsed: 1 MiB. It bounds
+// the memory a hostile file can cost, since the YAML parser builds the whole
+// node tree before anything is checked (measured: under 160 MB at 1 MiB for
+// the worst shapes, a flow list of one-character items or of empty maps).
+const MaxTaskFileSize = 1 << 20
 
 // TaskFile is a task file (DESIGN.md §7): the agent to run, its goal, and the
 // scripted decisions it will propose, turn by turn.
@@ -20,10 +29,17 @@ type TaskFile struct {
 	Script Script
 }
 
-// LoadTaskFile reads and checks the task file at path; errors name the file
-// as path.
+// LoadTaskFile is [LoadTaskFileContext] with a context that never ends.
 func LoadTaskFile(path string) (TaskFile, error) {
-	data, err := os.ReadFile(path)
+	return LoadTaskFileContext(context.Background(), path)
+}
+
+// LoadTaskFileContext reads and checks the task file at path; errors name
+// the file as path. It must be a regular file of at most [MaxTaskFileSize]
+// bytes: a directory, a FIFO or a device is refused without being read, and
+// the read ends when ctx does.
+func LoadTaskFileContext(ctx context.Context, path string) (TaskFile, error) {
+	data, err := boundedio.ReadFile(ctx, path, MaxTaskFileSize)
 	if err != nil {
 		return TaskFile{}, err
 	}
@@ -63,8 +79,12 @@ func LoadTaskFile(path string) (TaskFile, error) {
 // YAML strings, integers (every digit kept, however long), floats, booleans
 // and null map to their JSON counterparts; a date or base64 value stays the
 // text written. Aliases are followed, within limits on the size and depth of
-// the expanded document.
+// the expanded document. data over [MaxTaskFileSize] bytes is refused before
+// it is parsed.
 func ParseTaskFile(name string, data []byte) (TaskFile, error) {
+	if len(data) > MaxTaskFileSize {
+		return TaskFile{}, fmt.Errorf("%s: %w: %d bytes, over the limit of %s", name, boundedio.ErrTooLarge, len(data), boundedio.Size(MaxTaskFileSize))
+	}
 	errs := &errorList{file: name}
 	root := parseYAML(data, errs)
 	if root == nil {

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/internal/boundedio"
 )
 
 // A task file is read in two passes: the YAML (or, for a child's script, the
@@ -294,6 +295,12 @@ func (b *treeBuilder) bigInt(n *yaml.Node, path string) *value {
 // parseYAML parses one YAML document into a value tree. A syntax error is
 // reported at the line the parser names.
 func parseYAML(data []byte, errs *errorList) *value {
+	// Bound the node tree before the parser builds it (maxNodes as well:
+	// the tree is what expands).
+	if err := boundedio.CheckYAML(data, maxNodes); err != nil {
+		errs.add(0, "", err.Error())
+		return nil
+	}
 	var doc yaml.Node
 	if err := safeYAML(data, &doc); err != nil {
 		line, msg := yamlErrorLine(err)

@@ -13,7 +13,8 @@ import (
 // readFileTool reads {"path": p}, a regular file in the workspace, and returns
 // {"path", "content", "size", "truncated"} with at most maxBytes of content.
 // size is the file's size; content that is not UTF-8 text is base64 and the
-// output then says "encoding": "base64".
+// output then says "encoding": "base64". A file with more than one hard link
+// is refused: its other name may be outside the workspace.
 type readFileTool struct{ maxBytes int }
 
 func (readFileTool) Name() string    { return "read_file" }
@@ -69,6 +70,9 @@ func (t readFileTool) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return Failf("%s: %q is not a regular file", tool, a.Path), nil
+	}
+	if linkedElsewhere(fi) {
+		return Failf("%s: %q has other hard links, which may be outside the workspace; it is not read", tool, a.Path), nil
 	}
 	data, err := io.ReadAll(io.LimitReader(f, int64(t.maxBytes)+1))
 	if err != nil {

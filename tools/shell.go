@@ -24,6 +24,11 @@ import (
 //     holds when the shell exits on its own is killed too: a call leaves no
 //     process behind (one that escaped with setsid excepted; its output is
 //     then abandoned after a short grace).
+//   - On Linux the shell has SIGKILL as its parent-death signal: an engine
+//     killed outright (SIGKILL, the OOM killer) takes the shell with it, so a
+//     command's later steps (sleep 2; touch x) do not run. The signal reaches
+//     the shell only: a background grandchild (sleep 2 && touch x &) lives on
+//     in that case, as does one that called setsid.
 //   - stdin is /dev/null; the environment is PATH (the engine's), HOME (the
 //     workspace) and LANG=C, nothing else of the engine's.
 //   - stdout and stderr are each kept up to the output cap and drained past
@@ -97,7 +102,7 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 	cmd := exec.CommandContext(runCtx, t.path, "-c", a.Command)
 	cmd.Dir = dir
 	cmd.Env = shellEnv(dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = toolProcAttr()
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	cmd.WaitDelay = shellWaitDelay
 
@@ -115,6 +120,10 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 		return Result{}, fmt.Errorf("%s: %w", tool, err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
+	// The parent-death signal follows the forking thread: hold it until the
+	// shell is reaped.
+	unlock := lockThread()
+	defer unlock()
 	err = cmd.Start()
 	outW.Close()
 	errW.Close()

@@ -45,6 +45,18 @@ func localName(ws, p string) (string, bool) {
 	return filepath.Clean(p), true
 }
 
+// linkedElsewhere reports whether the opened file fi has more than one hard
+// link. The os.Root keeps a call's path inside the workspace, but a hard link
+// is the same file under a second name, and nothing tells whether the other
+// name is inside the workspace too: a link to /etc/passwd made in the
+// workspace would let a call read or overwrite it. The file tools refuse such
+// a file (docs/adr/0018). It is checked on the opened descriptor, so the file
+// checked is the file read or written.
+func linkedElsewhere(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink > 1
+}
+
 // fsFailure words a file-system error of a call for the model.
 func fsFailure(tool, name string, err error) Result {
 	switch {

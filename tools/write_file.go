@@ -14,7 +14,8 @@ import (
 // the workspace, creating missing parent directories, and returns {"path",
 // "bytes", "mode"}. mode is overwrite (the default), append, or create (which
 // fails if the file exists); encoding is utf-8 (the default) or base64. It is
-// the built-in edit tool.
+// the built-in edit tool. An existing file with more than one hard link is
+// refused, and left untouched: its other name may be outside the workspace.
 type writeFileTool struct{}
 
 func (writeFileTool) Name() string    { return "write_file" }
@@ -43,11 +44,13 @@ func (writeFileTool) Run(ctx context.Context, call Call) (Result, error) {
 	if a.Path == "" {
 		return Failf("%s: args.path must not be empty", tool), nil
 	}
+	// No O_TRUNC: an overwrite truncates only once the opened file has been
+	// checked (a hard link to a file outside the workspace must be left as
+	// it is).
 	flags := os.O_WRONLY | os.O_CREATE | syscall.O_NONBLOCK
 	switch a.Mode {
 	case "", "overwrite":
 		a.Mode = "overwrite"
-		flags |= os.O_TRUNC
 	case "append":
 		flags |= os.O_APPEND
 	case "create":
@@ -101,6 +104,16 @@ func (writeFileTool) Run(ctx context.Context, call Call) (Result, error) {
 	if !fi.Mode().IsRegular() {
 		f.Close()
 		return Failf("%s: %q is not a regular file", tool, a.Path), nil
+	}
+	if linkedElsewhere(fi) {
+		f.Close()
+		return Failf("%s: %q has other hard links, which may be outside the workspace; it is not written", tool, a.Path), nil
+	}
+	if a.Mode == "overwrite" {
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return fsFailure(tool, a.Path, err), nil
+		}
 	}
 	n, err := f.Write(data)
 	if cerr := f.Close(); err == nil {

@@ -55,11 +55,11 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 			return usageErr("%v", err)
 		}
 	}
-	gov, configPath, err := governance(config)
+	gov, configPath, err := governance(ctx, config)
 	if err != nil {
 		return err
 	}
-	tf, script, err := loadTask(taskPath, gov, configPath)
+	tf, script, err := loadTask(ctx, taskPath, gov, configPath)
 	if err != nil {
 		return err
 	}
@@ -179,7 +179,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	var workspace string
 	var err error
 	if embedded || o.config != "" {
-		if gov, _, err = governance(o.config); err != nil {
+		if gov, _, err = governance(ctx, o.config); err != nil {
 			return err
 		}
 	} else {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -25,10 +26,14 @@ every record's hash, checks that each record's prev is the hash of its task's
 previous record and that each task's log records come once each, in order.
 
 Exit codes: 0 every chain is intact; 1 a record is broken (the first one is
-named, with its line, task and seq); 2 the file cannot be read.`,
+named, with its line, task and seq); 2 the file cannot be read (it must be
+a regular file; a line longer than 1 MiB is a broken record).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rep, err := observers.VerifyAuditFile(args[0])
+			rep, err := observers.VerifyAuditFileContext(cmd.Context(), args[0])
+			if err != nil && cmd.Context().Err() != nil {
+				return failErr(errors.New("audit verify: interrupted"))
+			}
 			if err != nil {
 				return usageErr("audit verify: %v", err)
 			}

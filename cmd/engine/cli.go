@@ -9,10 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/internal/boundedio"
+	"github.com/noeta-go/noeta/tools"
 )
 
 // Exit codes (DESIGN.md §7).
@@ -88,6 +91,14 @@ func (g *globals) dataDir() (string, error) {
 	if err != nil {
 		return "", usageErr("--data: %v", err)
 	}
+	// A directory that does not exist yet is made by the embedded server;
+	// a file in its place (or on its path) is a mistake of the command line.
+	switch fi, err := os.Stat(abs); {
+	case err == nil && !fi.IsDir():
+		return "", usageErr("--data %s is not a directory", data)
+	case errors.Is(err, syscall.ENOTDIR):
+		return "", usageErr("--data %s: a parent of it is not a directory", data)
+	}
 	return abs, nil
 }
 
@@ -114,9 +125,15 @@ func (g *globals) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
+// maxWorkers bounds --workers. Each worker is a goroutine with its own
+// consumer and lease traffic on NATS; 100000 of them took 12 s and 2 GB to
+// start before failing. A host that needs more concurrency than this runs
+// more engine processes (docs/adr/0018).
+const maxWorkers = 1024
+
 func (g *globals) check() error {
-	if g.workers < 1 {
-		return usageErr("--workers is %d; it must be at least 1", g.workers)
+	if g.workers < 1 || g.workers > maxWorkers {
+		return usageErr("--workers is %d; it must be from 1 to %d (run more engine processes for more)", g.workers, maxWorkers)
 	}
 	return g.conn.check()
 }
@@ -217,22 +234,46 @@ config or task file, 3 it waits for an approval.`,
 	return root, g
 }
 
-// loadConfig reads a governance config; every mistake is reported as
+// loadConfig reads a governance config, a regular file of at most
+// guards.MaxConfigSize bytes, until ctx ends; every mistake is reported as
 // FILE:LINE: field.path: message.
-func loadConfig(path string) (*guards.Config, error) {
-	data, err := os.ReadFile(path)
+func loadConfig(ctx context.Context, path string) (*guards.Config, error) {
+	data, err := boundedio.ReadFile(ctx, path, guards.MaxConfigSize)
 	if err != nil {
 		return nil, err
 	}
 	return parseConfig(path, data)
 }
 
+// parseConfig parses a governance config and checks every tool it names
+// against the built-in tools, which are the tools of every verb's registry:
+// a misspelt tool is refused here, not when a task of the agent first runs.
 func parseConfig(name string, data []byte) (*guards.Config, error) {
 	cfg, err := guards.ParseConfig(data)
 	if err != nil {
 		return nil, errors.New(configErrors(name, err))
 	}
+	known, err := builtinToolNames()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckTools(known); err != nil {
+		return nil, errors.New(configErrors(name, err))
+	}
 	return cfg, nil
+}
+
+// builtinToolNames is the names of the tools the stack registers.
+func builtinToolNames() ([]string, error) {
+	builtins, err := tools.Builtins(tools.BuiltinConfig{})
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(builtins))
+	for i, t := range builtins {
+		names[i] = t.Name()
+	}
+	return names, nil
 }
 
 // configErrors renders the errors of guards.ParseConfig one per line, each

@@ -89,6 +89,8 @@ func runDemo(ctx context.Context, g *globals) error {
 	data := g.data
 	if data == "" {
 		data = filepath.Join(tmp, "data")
+	} else if data, err = g.dataDir(); err != nil {
+		return err
 	}
 	st, err := openStack(ctx, g.stackConfig(data, "demo", g.logger()))
 	if err != nil {

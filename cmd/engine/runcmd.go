@@ -16,6 +16,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/internal/boundedio"
 	"github.com/noeta-go/noeta/policy"
 )
 
@@ -84,11 +85,11 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 		}
 		mode = m
 	}
-	gov, configPath, err := governance(o.config)
+	gov, configPath, err := governance(ctx, o.config)
 	if err != nil {
 		return err
 	}
-	tf, script, err := loadTask(taskPath, gov, configPath)
+	tf, script, err := loadTask(ctx, taskPath, gov, configPath)
 	if err != nil {
 		return err
 	}
@@ -140,14 +141,14 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 
 // governance loads the governance config at path, or noeta.yaml in the
 // working directory when path is empty; it returns the path it read.
-func governance(path string) (*guards.Config, string, error) {
+func governance(ctx context.Context, path string) (*guards.Config, string, error) {
 	if path == "" {
 		if _, err := os.Stat(defaultConfig); err != nil {
 			return nil, "", usageErr("no governance config: pass --config FILE (there is no %s in the working directory)", defaultConfig)
 		}
 		path = defaultConfig
 	}
-	gov, err := loadConfig(path)
+	gov, err := loadConfig(ctx, path)
 	if err != nil {
 		return nil, "", usageErr("--config: %v", err)
 	}
@@ -156,10 +157,11 @@ func governance(path string) (*guards.Config, string, error) {
 
 // loadTask reads a task file whose agent must be one of gov's, and returns
 // it with its script as JSON.
-func loadTask(taskPath string, gov *guards.Config, configPath string) (policy.TaskFile, json.RawMessage, error) {
-	tf, err := policy.LoadTaskFile(taskPath)
+func loadTask(ctx context.Context, taskPath string, gov *guards.Config, configPath string) (policy.TaskFile, json.RawMessage, error) {
+	tf, err := policy.LoadTaskFileContext(ctx, taskPath)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||
+			errors.Is(err, boundedio.ErrNotRegular) || errors.Is(err, boundedio.ErrTooLarge) {
 			return policy.TaskFile{}, nil, usageErr("task file: %v", err)
 		}
 		return policy.TaskFile{}, nil, usageErr("%v", err)

@@ -167,7 +167,7 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	if err != nil {
 		return err
 	}
-	gov, configPath, err := governance(o.config)
+	gov, configPath, err := governance(ctx, o.config)
 	if err != nil {
 		return err
 	}

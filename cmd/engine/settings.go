@@ -1,9 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/noeta-go/noeta/internal/boundedio"
 )
 
 // Settings come from three places, the first that has one winning: a flag
@@ -113,14 +115,19 @@ type sources map[string]string
 
 // applySettings fills every flag of cmd that was not given on the command
 // line from the environment, then (serve) from the config file. Errors name
-// the variable, or the file and key, and are usage errors.
+// the variable, or the file, line and key, and are usage errors; every one
+// is reported, not only the first, so one run shows everything to fix.
 func applySettings(cmd *cobra.Command, serve bool, file string, lookupEnv func(string) (string, bool)) (sources, error) {
 	src := sources{}
 	var fileVals map[string]*yaml.Node
+	var errs []string
 	if file != "" {
-		var err error
-		if fileVals, err = readSettingsFile(file); err != nil {
-			return nil, err
+		ctx := cmd.Context()
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		if fileVals, errs = readSettingsFile(ctx, file); fileVals == nil {
+			return nil, usageErr("%s", strings.Join(errs, "\n"))
 		}
 	}
 	for _, s := range settings {
@@ -135,7 +142,7 @@ func applySettings(cmd *cobra.Command, serve bool, file string, lookupEnv func(s
 		if s.conn || serve {
 			if v, ok := lookupEnv(s.env()); ok && v != "" {
 				if err := setFlag(fl, s, v); err != nil {
-					return nil, usageErr("%s: %v", s.env(), err)
+					errs = append(errs, fmt.Sprintf("%s: %v", s.env(), err))
 				}
 				src[s.key] = "env " + s.env()
 				continue
@@ -147,26 +154,35 @@ func applySettings(cmd *cobra.Command, serve bool, file string, lookupEnv func(s
 				err = setFlag(fl, s, v)
 			}
 			if err != nil {
-				return nil, usageErr("%s: %s: %v", file, s.key, err)
+				errs = append(errs, fmt.Sprintf("%s: %s: %v (line %d)", file, s.key, err, n.Line))
 			}
 			src[s.key] = file
 			continue
 		}
 		src[s.key] = "default"
 	}
+	if len(errs) > 0 {
+		return nil, usageErr("%s", strings.Join(errs, "\n"))
+	}
 	return src, nil
 }
 
+// maxServeConfigSize is the largest serve config file read: a mapping of a
+// score of scalars needs a few hundred bytes.
+const maxServeConfigSize = 64 << 10
+
 // readSettingsFile reads a serve config file: a YAML (or JSON) mapping of
-// known keys to scalars.
-func readSettingsFile(path string) (map[string]*yaml.Node, error) {
-	data, err := os.ReadFile(path)
+// known keys to scalars, a regular file of at most maxServeConfigSize bytes.
+// It returns the values and every mistake found, FILE: key: message (line N); a
+// nil map when the file could not be read as a mapping at all.
+func readSettingsFile(ctx context.Context, path string) (map[string]*yaml.Node, []string) {
+	data, err := boundedio.ReadFile(ctx, path, maxServeConfigSize)
 	if err != nil {
-		return nil, usageErr("--serve-config: %v", err)
+		return nil, []string{fmt.Sprintf("--serve-config: %v", err)}
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, usageErr("%s: %v", path, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, []string{fmt.Sprintf("%s: %v", path, strings.TrimPrefix(err.Error(), "yaml: "))}
 	}
 	out := map[string]*yaml.Node{}
 	if len(doc.Content) == 0 {
@@ -174,20 +190,23 @@ func readSettingsFile(path string) (map[string]*yaml.Node, error) {
 	}
 	m := doc.Content[0]
 	if m.Kind != yaml.MappingNode {
-		return nil, usageErr("%s: want a mapping of settings (key: value), not a %s", path, nodeKind(m))
+		return nil, []string{fmt.Sprintf("%s: want a mapping of settings (key: value), not a %s", path, nodeKind(m))}
 	}
 	keys := settingKeys()
+	var errs []string
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
 		if !slices.Contains(keys, k.Value) {
-			return nil, usageErr("%s: %s: unknown key (line %d; the keys: %s)", path, k.Value, k.Line, strings.Join(keys, ", "))
+			errs = append(errs, fmt.Sprintf("%s: %s: unknown key (line %d; the keys: %s)", path, k.Value, k.Line, strings.Join(keys, ", ")))
+			continue
 		}
 		if _, dup := out[k.Value]; dup {
-			return nil, usageErr("%s: %s: given twice (line %d)", path, k.Value, k.Line)
+			errs = append(errs, fmt.Sprintf("%s: %s: given twice (line %d)", path, k.Value, k.Line))
+			continue
 		}
 		out[k.Value] = v
 	}
-	return out, nil
+	return out, errs
 }
 
 func nodeKind(n *yaml.Node) string {
@@ -207,20 +226,20 @@ func nodeValue(n *yaml.Node, s setting) (string, error) {
 		n = n.Alias
 	}
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		return "", fmt.Errorf("must be a single value, not a %s (line %d)", nodeKind(n), n.Line)
+		return "", fmt.Errorf("must be a single value, not a %s", nodeKind(n))
 	}
 	switch s.kind {
 	case kindInt:
 		if n.Tag != "!!int" {
-			return "", fmt.Errorf("must be a number, not %q (line %d)", n.Value, n.Line)
+			return "", fmt.Errorf("must be a number, not %q", n.Value)
 		}
 	case kindBool:
 		if n.Tag != "!!bool" {
-			return "", fmt.Errorf("must be true or false, not %q (line %d)", n.Value, n.Line)
+			return "", fmt.Errorf("must be true or false, not %q", n.Value)
 		}
 	case kindDuration:
 		if n.Tag == "!!int" || n.Tag == "!!float" {
-			return "", fmt.Errorf("must be a duration with its unit, such as 30s or 1m, not %s (line %d)", n.Value, n.Line)
+			return "", fmt.Errorf("must be a duration with its unit, such as 30s or 1m, not %s", n.Value)
 		}
 	}
 	return n.Value, nil

@@ -21,6 +21,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/internal/boundedio"
 	"github.com/noeta-go/noeta/internal/natsconn"
 	"github.com/noeta-go/noeta/observers"
 )
@@ -235,6 +236,9 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
+	if err := noeta.ValidateToken("--prefix", o.prefix, 32); err != nil {
+		return usageError{err}
+	}
 	var names []string
 	for n := range strings.SplitSeq(o.observers, ",") {
 		n = strings.TrimSpace(n)
@@ -409,7 +413,7 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		if o.config == "" {
 			return nil, usageError{errors.New("hooks needs --config: the noeta.yaml whose hooks: section to run")}
 		}
-		data, err := os.ReadFile(o.config)
+		data, err := boundedio.ReadFile(ctx, o.config, guards.MaxConfigSize)
 		if err != nil {
 			return nil, usageError{fmt.Errorf("--config: %w", err)}
 		}
