@@ -180,13 +180,23 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 			if slices.Contains(r.Applied, seq) {
 				return nil, errDuplicate
 			}
-			r.applyWake(ev)
+			if _, err := r.applyWake(task, ev); err != nil {
+				return nil, err
+			}
 			r.noteApplied(seq)
 			return r, nil
 		})
 		switch {
 		case err == nil:
 			d.stats.wakesApplied.Add(1)
+		case errors.Is(err, eventlog.ErrNotWaiting), errors.Is(err, eventlog.ErrAlreadyAnswered):
+			// The sender published and left: nobody can be told, so the
+			// refusal is logged and counted, and the message acked (a
+			// redelivery would be refused the same way).
+			d.stats.refusedWakes.Add(1)
+			d.log.Warn("human_response on the wake ingress answers nothing the task waits on; dropped",
+				"task", task, "handle", ev.Handle, "decision", ev.Decision, "approver", ev.Approver, "seq", seq, "err", err)
+			err = nil
 		case errors.Is(err, errDuplicate):
 			d.stats.duplicateWakes.Add(1)
 			err = nil
