@@ -293,3 +293,39 @@ func TestSubmitApproveRemote(t *testing.T) {
 		t.Errorf("approve --via-ingress after the race: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
+
+// TestFollowTimeout: approve and run follow a task tree until it rests, and
+// one waiting for an external event nothing sends never does; --timeout
+// ends the follow, leaving the task as it is, exit 1.
+//
+// Before: approve and run had no deadline; only a signal stopped them (a
+// concurrent approve and deny on one --data were seen hanging 8 minutes).
+func TestFollowTimeout(t *testing.T) {
+	t.Parallel()
+	data, ws := t.TempDir(), workspace(t)
+	task := writeFile(t, "wait.yaml", `agent: researcher
+goal: "Ask, then wait for ever"
+script:
+  - tool_calls: [{tool: shell, args: {command: "ls"}}]
+  - wait_external: {event_kind: never-sent}
+  - finish: {answer: done}
+`)
+	code, out, errOut := runCmd(t, "run", task, "--config", exampleConfig, "--data", data, "--workspace", ws)
+	if code != exitWaiting {
+		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	id, handle := waitingHandle(t, out, "approval-call-1-0")
+	code, out, errOut = runCmd(t, "approve", id, handle, "--timeout", "2s", "--config", exampleConfig, "--data", data, "--workspace", ws)
+	if code != exitFailed || !strings.Contains(out, "interrupted: task "+id+" is left as it is (--timeout 2s reached") ||
+		!strings.Contains(out, "approved: task "+id+" was waiting on "+handle) {
+		t.Fatalf("approve --timeout 2s: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = runCmd(t, "run", writeFile(t, "wait2.yaml", `agent: researcher
+goal: "Wait for ever"
+script:
+  - wait_external: {event_kind: never-sent}
+`), "--timeout", "1s", "--config", exampleConfig, "--data", data, "--workspace", ws)
+	if code != exitFailed || !strings.Contains(out, "is left as it is (--timeout 1s reached") {
+		t.Fatalf("run --timeout 1s: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
