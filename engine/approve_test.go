@@ -238,3 +238,55 @@ func TestResumeRefusesForeignAnswer(t *testing.T) {
 		t.Errorf("after the real answer: %+v", st.Governance)
 	}
 }
+
+// TestOldHandleStillAnswered: a task that asked, before handles carried a
+// nonce, under approval-call-1-0 and waits on it is answered under that
+// handle, and the recorded call runs: the resumed turn finds its request
+// by the call id, not by rebuilding the handle.
+func TestOldHandleStillAnswered(t *testing.T) {
+	b := memBackend(t, 2*time.Second)
+	h := newHarness(t, b, pathsConfig, withGuards(gate("tool_call")))
+	ctx := context.Background()
+	id := h.submit(`
+agent: boss
+goal: asked long ago
+script:
+  - tool_calls: [{tool: echo, args: {text: "old"}}]
+  - finish: {answer: done}
+`)
+	l, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "old-engine", Task: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const old = "approval-call-1-0"
+	last := uint64(1)
+	for _, p := range []noeta.Payload{
+		noeta.TurnStarted{Turn: 1},
+		noeta.PolicyDecided{Turn: 1, Decision: noeta.DecisionToolCalls},
+		noeta.ApprovalRequested{Handle: old, Action: noeta.ApprovalToolCall, CallID: "call-1-0", Tool: "echo",
+			Args: []byte(`{"text":"old"}`), Guard: "gate", Reason: "a human signs off"},
+		noeta.TaskSuspended{Reason: engine.ReasonWaitingApproval, WakeOn: noeta.HumanResponseWake(old)},
+	} {
+		env, err := eventlog.NewEnvelope(id, eventlog.OriginEngine, "old-engine", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, err := b.log.Emit(ctx, l, env, eventlog.EmitOptions{})
+		if err != nil {
+			t.Fatalf("emit %s: %v", p.EventType(), err)
+		}
+		last = stored.Seq
+	}
+	w := noeta.HumanResponseWake(old)
+	if err := b.disp.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &w, Reason: engine.ReasonWaitingApproval}); err != nil {
+		t.Fatal(err)
+	}
+	h.start(1)
+	if err := h.eng.Approve(ctx, id, old, noeta.ApprovalApprove, "alice", "seen"); err != nil {
+		t.Fatalf("Approve %s: %v", old, err)
+	}
+	st := h.waitStatus(id, noeta.StatusTerminal)
+	if st.Governance.ToolCalls != 1 || len(st.Governance.Approvals) != 1 || st.Governance.Approvals[0].Handle != old || string(st.Answer) != `"done"` {
+		t.Fatalf("after the answer: %+v answer %s (log from seq %d)\n%s", st.Governance, st.Answer, last, h.dump(id))
+	}
+}
