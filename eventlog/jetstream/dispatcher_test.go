@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/noeta-go/noeta"
@@ -500,6 +502,47 @@ func TestDispatcherEarlyAnswerRefused(t *testing.T) {
 				return nil
 			})
 		})
+	}
+}
+
+// TestDispatcherTimerHeaderOnAnswerRefused: an answer published on the
+// ingress with a timer's generation header, exactly the condition the task
+// waits on, is dropped as invalid: only timer_fired wakes fire as timers.
+//
+// Before: it "fired" as the task's timer, matching the human_response
+// condition with no answer check.
+func TestDispatcherTimerHeaderOnAnswerRefused(t *testing.T) {
+	t.Parallel()
+	// A prefix of its own: this Dispatcher alone consumes its ingress.
+	const prefix = "dforge"
+	d := openDispatcher(t, singleURL, 1, prefix)
+	ctx := t.Context()
+	task := noeta.NewTaskID()
+	mustEnqueue(t, d, task, eventlog.EnqueueOptions{})
+	l := mustLease(t, d, eventlog.LeaseRequest{Worker: "a", Task: task})
+	cond := noeta.HumanResponseWake("approval-call-1-0-" + strings.ToLower(noeta.NewID()[16:]))
+	if err := d.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond, Reason: "waiting_approval"}); err != nil {
+		t.Fatal(err)
+	}
+	before := d.Stats().InvalidWakes
+	m := nats.NewMsg(jetstream.WakeSubject(prefix, task))
+	m.Header.Set("Noeta-Timer-Generation", strconv.FormatUint(l.Generation, 10))
+	m.Data = wakeJSON(t, cond)
+	js, err := natsjs.New(connect(t, singleURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the forged timer dropped", func() error {
+		if d.Stats().InvalidWakes == before {
+			return fmt.Errorf("not dropped (the task is %s)", mustInspect(t, d, task).Status)
+		}
+		return nil
+	})
+	if st := mustInspect(t, d, task); st.Status != eventlog.DispatchSuspended || st.MatchedWake != nil {
+		t.Fatalf("after the forged timer: %s matched %v; want still suspended", st.Status, st.MatchedWake)
 	}
 }
 

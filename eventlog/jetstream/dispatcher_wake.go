@@ -160,6 +160,15 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 			_ = m.Term()
 			return
 		}
+		if ev.Kind != noeta.WakeTimerFired {
+			// Only the broker's copy of an armed timer carries the header;
+			// anything else with it is a forgery (a human's answer dressed
+			// as a timer would skip the answer rules).
+			d.stats.invalidWakes.Add(1)
+			d.log.Warn("a timer header on a wake that is not timer_fired; dropped", "subject", m.Subject(), "seq", seq, "kind", ev.Kind)
+			_ = m.Term()
+			return
+		}
 		_, err = d.fireTimer(ctx, task, gen, ev, seq)
 		switch {
 		case err == nil:
