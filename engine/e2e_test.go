@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"testing"
 
@@ -174,22 +175,29 @@ func TestRuleDenial(t *testing.T) {
 	})
 }
 
-// approve waits for task to wait on handle and answers it.
-func approve(t *testing.T, h *harness, task, handle string, d noeta.ApprovalDecision, reason string) {
+// approve waits for task to wait on an approval whose handle is prefix, a
+// dash and a 10-character nonce, answers it and returns the handle.
+func approve(t *testing.T, h *harness, task, prefix string, d noeta.ApprovalDecision, reason string) string {
 	t.Helper()
 	st := h.waitStatus(task, noeta.StatusSuspended)
-	if st.WakeOn == nil || st.WakeOn.Handle != handle || st.Reason != engine.ReasonWaitingApproval {
-		t.Fatalf("task %s suspended %q on %+v, want an approval on %s", task, st.Reason, st.WakeOn, handle)
+	if st.WakeOn == nil || !approvalHandle(prefix).MatchString(st.WakeOn.Handle) || st.Reason != engine.ReasonWaitingApproval {
+		t.Fatalf("task %s suspended %q on %+v, want an approval on %s-<nonce>", task, st.Reason, st.WakeOn, prefix)
 	}
-	if _, err := h.eng.Approve(context.Background(), task, handle, d, "alice@example.com", reason); err != nil {
+	if err := h.eng.Approve(context.Background(), task, st.WakeOn.Handle, d, "alice@example.com", reason); err != nil {
 		t.Fatal(err)
 	}
+	return st.WakeOn.Handle
+}
+
+// approvalHandle matches the handles of requests named prefix.
+func approvalHandle(prefix string) *regexp.Regexp {
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-[0-9a-hjkmnp-tv-z]{10}$`)
 }
 
 func TestRepetitionApproval(t *testing.T) {
 	eachBackend(t, func(t *testing.T, h *harness) {
 		id := h.submit(readExample(t, "05-repetition-approval.yaml"))
-		approve(t, h, id, "approval-call-1-2", noeta.ApprovalApprove, "")
+		handle := approve(t, h, id, "approval-call-1-2", noeta.ApprovalApprove, "")
 		st := h.waitStatus(id, noeta.StatusTerminal)
 		envs := wantLog(t, h, id,
 			e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"),
@@ -202,7 +210,7 @@ func TestRepetitionApproval(t *testing.T) {
 			t.Errorf("request %+v", req)
 		}
 		wantGovernance(t, st, governance{Iterations: 2, ToolCalls: 3, Approvals: []noeta.ApprovalRecord{
-			{Handle: "approval-call-1-2", Action: noeta.ApprovalToolCall, CallID: "call-1-2", Tool: "echo", Decision: noeta.ApprovalApprove, Approver: "alice@example.com"},
+			{Handle: handle, Action: noeta.ApprovalToolCall, CallID: "call-1-2", Tool: "echo", Decision: noeta.ApprovalApprove, Approver: "alice@example.com"},
 		}})
 	})
 }
@@ -210,7 +218,7 @@ func TestRepetitionApproval(t *testing.T) {
 func TestApprovalGranted(t *testing.T) {
 	eachBackend(t, func(t *testing.T, h *harness) {
 		id := h.submit(readExample(t, "06-approval-granted.yaml"))
-		approve(t, h, id, "approval-call-1-0", noeta.ApprovalApprove, "looks safe")
+		handle := approve(t, h, id, "approval-call-1-0", noeta.ApprovalApprove, "looks safe")
 		st := h.waitStatus(id, noeta.StatusTerminal)
 		envs := wantLog(t, h, id,
 			e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"),
@@ -222,7 +230,7 @@ func TestApprovalGranted(t *testing.T) {
 			t.Errorf("ls result %+v %s", fin, fin.Output)
 		}
 		wantGovernance(t, st, governance{Iterations: 2, ToolCalls: 1, Approvals: []noeta.ApprovalRecord{
-			{Handle: "approval-call-1-0", Action: noeta.ApprovalToolCall, CallID: "call-1-0", Tool: "shell", Decision: noeta.ApprovalApprove, Approver: "alice@example.com", Reason: "looks safe"},
+			{Handle: handle, Action: noeta.ApprovalToolCall, CallID: "call-1-0", Tool: "shell", Decision: noeta.ApprovalApprove, Approver: "alice@example.com", Reason: "looks safe"},
 		}})
 	})
 }
@@ -230,7 +238,7 @@ func TestApprovalGranted(t *testing.T) {
 func TestApprovalRefused(t *testing.T) {
 	eachBackend(t, func(t *testing.T, h *harness) {
 		id := h.submit(readExample(t, "07-approval-refused.yaml"))
-		approve(t, h, id, "approval-call-1-0", noeta.ApprovalDeny, "not today")
+		handle := approve(t, h, id, "approval-call-1-0", noeta.ApprovalDeny, "not today")
 		st := h.waitStatus(id, noeta.StatusTerminal)
 		wantLog(t, h, id,
 			e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"),
@@ -240,7 +248,7 @@ func TestApprovalRefused(t *testing.T) {
 		wantGovernance(t, st, governance{Iterations: 2,
 			Denials: []noeta.Denial{{Type: "ApprovalResolved", Reason: "not today", CallID: "call-1-0", Tool: "shell"}},
 			Approvals: []noeta.ApprovalRecord{
-				{Handle: "approval-call-1-0", Action: noeta.ApprovalToolCall, CallID: "call-1-0", Tool: "shell", Decision: noeta.ApprovalDeny, Approver: "alice@example.com", Reason: "not today"},
+				{Handle: handle, Action: noeta.ApprovalToolCall, CallID: "call-1-0", Tool: "shell", Decision: noeta.ApprovalDeny, Approver: "alice@example.com", Reason: "not today"},
 			}})
 	})
 }

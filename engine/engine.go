@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,7 +102,15 @@ type Engine struct {
 	cancels map[string]segmentStop
 
 	damaged atomic.Uint64 // segments refused on a damaged log
+
+	// refusedAnswers counts leases whose human_response answered nothing
+	// the task waited on.
+	refusedAnswers atomic.Uint64
 }
+
+// RefusedAnswers returns how many human answers this engine refused when a
+// lease delivered one that answers no request the task waits on.
+func (e *Engine) RefusedAnswers() uint64 { return e.refusedAnswers.Load() }
 
 // segmentStop stops the segment running under lease.
 type segmentStop struct {
@@ -260,20 +270,115 @@ func (e *Engine) create(ctx context.Context, tc noeta.TaskCreated, origin eventl
 	return e.cfg.Dispatcher.Enqueue(ctx, tc.TaskID, opts)
 }
 
-// Approve answers the approval request behind handle: a human_response wake
-// with the decision, who made it and why. The task records the resolution
-// when it resumes; a task not (yet) waiting on handle keeps the answer
-// buffered until it is.
-func (e *Engine) Approve(ctx context.Context, task, handle string, decision noeta.ApprovalDecision, approver, reason string) (bool, error) {
+// answerSettle bounds how long Approve waits for a task whose request is in
+// its log to be suspended on it: the segment that asked releases the task
+// right after writing the suspend, unless its worker died, and then the
+// lease's expiry hands the task to another.
+const answerSettle = 30 * time.Second
+
+// Approve answers the request behind handle: a human_response wake with the
+// decision, who made it and why. The task records the resolution when it
+// resumes.
+//
+// It answers only a request that is open now: an approval whose
+// ApprovalRequested is in the task's log and unresolved, or the handle the
+// task is suspended on (a park, a question). Anything else is refused with
+// eventlog.ErrNotWaiting, naming what is open, if anything; a request
+// already answered (the loser of a race between two answers) with
+// eventlog.ErrAlreadyAnswered, naming the answer that won. Nothing refused
+// is kept for later. Between the request and the suspend that waits on it
+// (the segment that asked has not yet handed the task back) Approve waits for
+// the suspend, up to answerSettle.
+func (e *Engine) Approve(ctx context.Context, task, handle string, decision noeta.ApprovalDecision, approver, reason string) error {
 	if decision != noeta.ApprovalApprove && decision != noeta.ApprovalDeny {
-		return false, fmt.Errorf("%w: decision %q (want approve or deny)", eventlog.ErrInvalidArgument, decision)
+		return fmt.Errorf("%w: decision %q (want approve or deny)", eventlog.ErrInvalidArgument, decision)
 	}
 	if approver == "" {
-		return false, fmt.Errorf("%w: approver is empty: an approval must say who gave it", eventlog.ErrInvalidArgument)
+		return fmt.Errorf("%w: approver is empty: an approval must say who gave it", eventlog.ErrInvalidArgument)
 	}
 	w := noeta.HumanResponseWake(handle)
 	w.Decision, w.Approver, w.Text = string(decision), approver, reason
-	return e.cfg.Dispatcher.Wake(ctx, task, w)
+	deadline := time.Now().Add(answerSettle)
+	pause := 5 * time.Millisecond
+	for {
+		st, err := e.Inspect(ctx, task)
+		if err != nil {
+			return err
+		}
+		if err := OpenRequest(st, handle); err != nil {
+			return err
+		}
+		_, err = e.cfg.Dispatcher.Wake(ctx, task, w)
+		if !errors.Is(err, eventlog.ErrNotWaiting) {
+			return err
+		}
+		// The log has the request and the dispatcher does not wait on it:
+		// the task has not been handed back since it asked, or an answer
+		// landed between the read and the wake.
+		ds, derr := e.cfg.Dispatcher.Inspect(ctx, task)
+		transit := derr == nil && (ds.Status == eventlog.DispatchLeased || ds.Status == eventlog.DispatchReady)
+		if !transit || time.Now().After(deadline) {
+			if st, rerr := e.Inspect(ctx, task); rerr == nil {
+				if oerr := OpenRequest(st, handle); oerr != nil {
+					return oerr
+				}
+			}
+			if transit {
+				return fmt.Errorf("%w: task %s asked under %s but has not suspended on it within %s (the dispatcher has it %s); answer again once it waits",
+					eventlog.ErrNotWaiting, task, handle, answerSettle, ds.Status)
+			}
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		pause = min(2*pause, 200*time.Millisecond)
+	}
+}
+
+// OpenRequest reports, from a task's folded state, whether handle names a
+// request open now: an approval requested and not resolved, or the
+// human_response the task is suspended on (a park, a question). If not, the
+// error wraps eventlog.ErrAlreadyAnswered when the log holds the answer to
+// it, and eventlog.ErrNotWaiting otherwise; either names what is open.
+func OpenRequest(st *State, handle string) error {
+	for i := len(st.Governance.Approvals) - 1; i >= 0; i-- {
+		if a := st.Governance.Approvals[i]; a.Handle == handle {
+			return fmt.Errorf("%w: task %s: %s was answered already (%s by %s)", eventlog.ErrAlreadyAnswered, st.Task, handle, a.Decision, a.Approver)
+		}
+	}
+	if st.Status == noeta.StatusTerminal {
+		return fmt.Errorf("%w: task %s has ended; there is nothing to answer", eventlog.ErrNotWaiting, st.Task)
+	}
+	if _, ok := st.Governance.PendingApprovals[handle]; ok {
+		return nil
+	}
+	if st.Status == noeta.StatusSuspended && st.WakeOn != nil && st.WakeOn.Kind == noeta.WakeHumanResponse && st.WakeOn.Handle == handle {
+		return nil
+	}
+	open := OpenHandles(st)
+	if len(open) == 0 {
+		return fmt.Errorf("%w: task %s has asked nothing under %s, and no request of it is open", eventlog.ErrNotWaiting, st.Task, handle)
+	}
+	return fmt.Errorf("%w: task %s has asked nothing under %s; open now: %s", eventlog.ErrNotWaiting, st.Task, handle, strings.Join(open, ", "))
+}
+
+// OpenHandles lists the handles a task can be answered on now, sorted.
+func OpenHandles(st *State) []string {
+	open := make([]string, 0, len(st.Governance.PendingApprovals)+1)
+	for h := range st.Governance.PendingApprovals {
+		open = append(open, h)
+	}
+	if st.Status == noeta.StatusSuspended && st.WakeOn != nil && st.WakeOn.Kind == noeta.WakeHumanResponse &&
+		!slices.Contains(open, st.WakeOn.Handle) {
+		open = append(open, st.WakeOn.Handle)
+	}
+	slices.Sort(open)
+	return open
 }
 
 // Inspect folds a task's log.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -111,6 +112,19 @@ func (g *segment) drive() error {
 			}
 			consumed = ds.ReclaimCount > 0
 		}
+		if !consumed && w.Kind == noeta.WakeHumanResponse && !g.answersOpen(*w) {
+			// A human answered something the task does not wait on now (a
+			// dispatcher that buffered it, a row written before answers
+			// stopped being buffered): it resolves nothing. The release
+			// consumes it and leaves the task as its log says.
+			g.e.log.Warn("refused a human_response that answers no request the task waits on",
+				"task", st.Task, "handle", w.Handle, "decision", w.Decision, "approver", w.Approver, "waits_on", wakeString(st.WakeOn))
+			g.e.refusedAnswers.Add(1)
+			if st.Status != noeta.StatusRunning {
+				return nil
+			}
+			return g.loop()
+		}
 		if !consumed {
 			switch {
 			case st.Status == noeta.StatusSuspended && noeta.Matches(st.WakeOn, w):
@@ -136,6 +150,21 @@ func (g *segment) drive() error {
 		return nil
 	}
 	return g.loop()
+}
+
+// answersOpen reports whether w answers what the task is suspended on now,
+// and, when that is an approval, a request the log holds unresolved under
+// w's handle.
+func (g *segment) answersOpen(w noeta.Wake) bool {
+	st := g.st
+	if st.Status != noeta.StatusSuspended || !noeta.Matches(st.WakeOn, &w) {
+		return false
+	}
+	if st.Reason != ReasonWaitingApproval {
+		return true
+	}
+	_, ok := st.Governance.PendingApprovals[w.Handle]
+	return ok
 }
 
 // afterWake records what the wake delivered: subtask results from the inbox,
@@ -274,11 +303,56 @@ func (g *segment) seal() (parked bool, err error) {
 // with it (any decision) resumes the turn.
 func ParkHandle(turn int) string { return "resume-turn-" + strconv.Itoa(turn) }
 
-// Approval handles, one per request: a tool call's by its call id, a spawn's
-// and a finish's by the turn (a turn has at most one of either).
-func toolApprovalHandle(callID string) string { return "approval-" + callID }
-func spawnApprovalHandle(turn int) string     { return "approval-spawn-" + strconv.Itoa(turn) }
-func finishApprovalHandle(turn int) string    { return "approval-finish-" + strconv.Itoa(turn) }
+// Approval handles, one per request: a tool call's names its call id, a
+// spawn's and a finish's the turn (a turn has at most one of either), and
+// each ends in a nonce drawn when the request is made (ADR 0021), so no
+// handle can be known before its ApprovalRequested is in the log. A request
+// is found again by what it asks for, never by rebuilding its handle: logs
+// written before the nonce hold handles without one, and stay answerable.
+func toolApprovalHandle(callID string) string { return "approval-" + callID + "-" + handleNonce() }
+func spawnApprovalHandle(turn int) string {
+	return "approval-spawn-" + strconv.Itoa(turn) + "-" + handleNonce()
+}
+func finishApprovalHandle(turn int) string {
+	return "approval-finish-" + strconv.Itoa(turn) + "-" + handleNonce()
+}
+
+// nonceAlphabet is Crockford's base32 in lower case: no i, l, o or u, so a
+// handle read aloud or retyped is not mistaken for another.
+const nonceAlphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+
+// handleNonce is 10 characters of base32 from the operating system's
+// randomness: 50 bits, so a guessed handle is right once in 10^15.
+func handleNonce() string {
+	var b [10]byte
+	rand.Read(b[:]) // never returns an error; it crashes the program if the OS has no randomness
+	for i := range b {
+		b[i] = nonceAlphabet[b[i]&31]
+	}
+	return string(b[:])
+}
+
+// pendingHandle returns the handle of the open request for a tool call (or,
+// with callID "", for the turn's spawn or finish: action).
+func (st *State) pendingHandle(action noeta.ApprovalAction, callID string) (string, bool) {
+	for h, pa := range st.Governance.PendingApprovals {
+		if pa.Action == action && pa.CallID == callID {
+			return h, true
+		}
+	}
+	return "", false
+}
+
+// approvedRequest returns the approved request of this turn for a tool call
+// (or, with callID "", for the turn's spawn or finish: action).
+func (st *State) approvedRequest(action noeta.ApprovalAction, callID string) (noeta.PendingApproval, bool) {
+	for _, pa := range st.Turn.Approved {
+		if pa.Action == action && pa.CallID == callID {
+			return pa, true
+		}
+	}
+	return noeta.PendingApproval{}, false
+}
 
 // turn decides the current turn (again, when it is being resumed) and
 // carries the decision out.
@@ -427,9 +501,13 @@ func (g *segment) toolCalls(calls []noeta.ToolCall) error {
 			}
 			continue
 		case CallAwaiting:
-			return g.awaitToolApproval(call.CallID, calls[i+1:])
+			handle, ok := st.pendingHandle(noeta.ApprovalToolCall, call.CallID)
+			if !ok {
+				return fmt.Errorf("engine: task %s: call %s awaits approval but its request is not in the state", st.Task, call.CallID)
+			}
+			return g.awaitToolApproval(handle, calls[i+1:])
 		case CallApproved:
-			pa, ok := st.Turn.Approved[toolApprovalHandle(call.CallID)]
+			pa, ok := st.approvedRequest(noeta.ApprovalToolCall, call.CallID)
 			if !ok {
 				return fmt.Errorf("engine: task %s: call %s is approved but its request is not in the state", st.Task, call.CallID)
 			}
@@ -455,12 +533,13 @@ func (g *segment) toolCalls(calls []noeta.ToolCall) error {
 				return err
 			}
 		case noeta.VerdictRequireApproval:
+			handle := toolApprovalHandle(call.CallID)
 			if err := g.requestApproval(noeta.ApprovalRequested{
-				Handle: toolApprovalHandle(call.CallID), Action: noeta.ApprovalToolCall, CallID: call.CallID, Tool: call.Tool,
+				Handle: handle, Action: noeta.ApprovalToolCall, CallID: call.CallID, Tool: call.Tool,
 			}, call.Args, d); err != nil {
 				return err
 			}
-			return g.awaitToolApproval(call.CallID, calls[i+1:])
+			return g.awaitToolApproval(handle, calls[i+1:])
 		default:
 			if err := g.engineEmit(noeta.ToolCallDenied{CallID: call.CallID, Tool: call.Tool, Guard: d.Guard, Reason: d.Reason}); err != nil {
 				return err
@@ -471,8 +550,8 @@ func (g *segment) toolCalls(calls []noeta.ToolCall) error {
 }
 
 // awaitToolApproval gives the calls after the one awaiting approval a
-// skipped result (they never run) and suspends on the approval.
-func (g *segment) awaitToolApproval(callID string, later []noeta.ToolCall) error {
+// skipped result (they never run) and suspends on the approval's handle.
+func (g *segment) awaitToolApproval(handle string, later []noeta.ToolCall) error {
 	for _, c := range later {
 		if g.st.Turn.Calls[c.CallID] != "" {
 			continue
@@ -481,7 +560,7 @@ func (g *segment) awaitToolApproval(callID string, later []noeta.ToolCall) error
 			return err
 		}
 	}
-	return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(toolApprovalHandle(callID)))
+	return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(handle))
 }
 
 // recordedCall rebuilds the call an approval request recorded.
@@ -557,21 +636,31 @@ func (g *segment) requestApproval(req noeta.ApprovalRequested, args json.RawMess
 	return g.engineEmit(req)
 }
 
-// approvedArgs decodes the args of the approved request behind handle into
-// v: approve runs exactly what was recorded.
-func (g *segment) approvedArgs(handle string, v any) error {
-	pa, ok := g.st.Turn.Approved[handle]
+// approvedArgs decodes the args of the turn's approved spawn or finish
+// request into v: approve runs exactly what was recorded.
+func (g *segment) approvedArgs(action noeta.ApprovalAction, v any) error {
+	pa, ok := g.st.approvedRequest(action, "")
 	if !ok {
-		return fmt.Errorf("engine: task %s: %s is approved but its request is not in the state", g.st.Task, handle)
+		return fmt.Errorf("engine: task %s: the %s of turn %d is approved but its request is not in the state", g.st.Task, action, g.st.Turn.N)
 	}
 	raw, err := g.argsOf(pa)
 	if err != nil {
 		return err
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("engine: task %s: the request recorded under %s: %w", g.st.Task, handle, err)
+		return fmt.Errorf("engine: task %s: the %s request of turn %d: %w", g.st.Task, action, g.st.Turn.N, err)
 	}
 	return nil
+}
+
+// awaitTurnApproval suspends again on the open spawn or finish request of
+// the turn.
+func (g *segment) awaitTurnApproval(action noeta.ApprovalAction) error {
+	handle, ok := g.st.pendingHandle(action, "")
+	if !ok {
+		return fmt.Errorf("engine: task %s: the %s of turn %d awaits approval but its request is not in the state", g.st.Task, action, g.st.Turn.N)
+	}
+	return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(handle))
 }
 
 func (g *segment) spawn(specs []noeta.SpawnSpec) error {
@@ -580,12 +669,12 @@ func (g *segment) spawn(specs []noeta.SpawnSpec) error {
 	if len(specs) == 1 {
 		switch st.Turn.Approval {
 		case CallAwaiting:
-			return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(spawnApprovalHandle(n)))
+			return g.awaitTurnApproval(noeta.ApprovalSpawnSubtask)
 		case CallRefused:
 			return g.endTurn()
 		case CallApproved:
 			var sa spawnArgs
-			if err := g.approvedArgs(spawnApprovalHandle(n), &sa); err != nil {
+			if err := g.approvedArgs(noeta.ApprovalSpawnSubtask, &sa); err != nil {
 				return err
 			}
 			return g.startChildren([]noeta.SpawnSpec{{Agent: sa.Agent, Goal: sa.Goal, Script: sa.Script}})
@@ -609,12 +698,13 @@ func (g *segment) spawn(specs []noeta.SpawnSpec) error {
 			if err != nil {
 				return err
 			}
+			handle := spawnApprovalHandle(n)
 			if err := g.requestApproval(noeta.ApprovalRequested{
-				Handle: spawnApprovalHandle(n), Action: noeta.ApprovalSpawnSubtask, Agent: sp.Agent,
+				Handle: handle, Action: noeta.ApprovalSpawnSubtask, Agent: sp.Agent,
 			}, raw, d); err != nil {
 				return err
 			}
-			return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(spawnApprovalHandle(n)))
+			return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(handle))
 		default:
 			return g.denySpawn(sp.Agent, "", d)
 		}
@@ -712,12 +802,12 @@ func (g *segment) finish(answer json.RawMessage) error {
 	n := st.Turn.N
 	switch st.Turn.Approval {
 	case CallAwaiting:
-		return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(finishApprovalHandle(n)))
+		return g.awaitTurnApproval(noeta.ApprovalFinish)
 	case CallRefused:
 		return g.endTurn()
 	case CallApproved:
 		var fa finishArgs
-		if err := g.approvedArgs(finishApprovalHandle(n), &fa); err != nil {
+		if err := g.approvedArgs(noeta.ApprovalFinish, &fa); err != nil {
 			return err
 		}
 		return g.complete(fa.Answer)
@@ -734,10 +824,11 @@ func (g *segment) finish(answer json.RawMessage) error {
 		if err != nil {
 			return err
 		}
-		if err := g.requestApproval(noeta.ApprovalRequested{Handle: finishApprovalHandle(n), Action: noeta.ApprovalFinish}, raw, d); err != nil {
+		handle := finishApprovalHandle(n)
+		if err := g.requestApproval(noeta.ApprovalRequested{Handle: handle, Action: noeta.ApprovalFinish}, raw, d); err != nil {
 			return err
 		}
-		return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(finishApprovalHandle(n)))
+		return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(handle))
 	default:
 		if err := g.engineEmit(noeta.FinishDenied{Guard: d.Guard, Reason: d.Reason}); err != nil {
 			return err

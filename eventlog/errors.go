@@ -47,6 +47,16 @@ var (
 	// matched wake. Nothing was changed.
 	ErrWakeMismatch = errors.New("eventlog: consumed wake does not match")
 
+	// ErrNotWaiting: Wake with a human_response the task is not suspended on
+	// now (it asked nothing under that handle, or not yet, or no longer).
+	// Nothing was changed: a human's answer is never buffered for a request
+	// that does not exist yet.
+	ErrNotWaiting = errors.New("eventlog: the task is not waiting on that handle")
+
+	// ErrAlreadyAnswered: Wake with a human_response on a handle another
+	// answer has already matched. Nothing was changed: the first answer wins.
+	ErrAlreadyAnswered = errors.New("eventlog: already answered")
+
 	// ErrInvalidArgument: malformed input (task id, origin, actor, payload, key,
 	// release state). The message names the field.
 	ErrInvalidArgument = errors.New("eventlog: invalid argument")

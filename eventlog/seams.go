@@ -305,8 +305,13 @@ type Dispatcher interface {
 	// Wake delivers a wake event. If the task is suspended on a condition the
 	// event matches, it becomes the matched wake, the task becomes ready and
 	// matched is true; otherwise the event is buffered, in arrival order, and
-	// checked again at the task's next suspend. ErrNotFound for a task the
-	// dispatcher does not know; ErrInvalidArgument for an invalid event.
+	// checked again at the task's next suspend. A human_response is never
+	// buffered: it applies only to the suspend of this moment, and otherwise
+	// is refused with ErrNotWaiting, or ErrAlreadyAnswered when another answer
+	// on its handle was matched first (see CheckAnswer); buffered
+	// human_responses (rows written before this rule) are dropped at the next
+	// suspend. ErrNotFound for a task the dispatcher does not know;
+	// ErrInvalidArgument for an invalid event.
 	Wake(ctx context.Context, task string, event noeta.Wake) (matched bool, err error)
 
 	// RequeueStale requeues every leased task whose lease has expired and

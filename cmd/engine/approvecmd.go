@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -27,8 +28,8 @@ func newSubmitCmd(g *globals) *cobra.Command {
 stdout and exits 0: it runs nothing. With --nats, a serve process of the
 deployment runs it (on --queue, the default queue if not given). With the
 embedded default, it waits in the data directory for a process that serves
-it: engine serve on the same --data, or engine approve, which runs the task
-tree to its next rest.
+it: engine serve on the same --data. (engine approve runs a task tree only
+once the task has asked for an approval: it answers nothing else.)
 
 The task's agent must be one of the governance config's (--config, default
 noeta.yaml in the working directory); the processes that run it govern it by
@@ -90,7 +91,7 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 	}
 	fmt.Fprintf(g.stderr, "engine: submitted task %s (%s, agent %s) to queue %s, %s\n", id, taskPath, tf.Agent, q, g.where(data))
 	if g.conn.embedded() {
-		fmt.Fprintf(g.stderr, "engine: it runs when a process serves %s: engine serve --config %s --data %s (or engine approve, which runs the task tree)\n", data, configPath, data)
+		fmt.Fprintf(g.stderr, "engine: it runs when a process serves %s: engine serve --config %s --data %s\n", data, configPath, data)
 	}
 	return nil
 }
@@ -102,6 +103,7 @@ type approveOpts struct {
 	config     string
 	workspace  string
 	viaIngress bool
+	timeout    time.Duration
 }
 
 func newApproveCmd(g *globals) *cobra.Command {
@@ -110,10 +112,17 @@ func newApproveCmd(g *globals) *cobra.Command {
 		Use:   "approve TASK HANDLE",
 		Short: "Answer a task's approval request: approve it, or refuse it with --deny",
 		Long: `approve answers the approval request HANDLE of TASK (the handle a waiting
-run prints, such as approval-call-1-0): approve, or with --deny refuse, the
-exact action that was asked for, as --as (default cli:$USER), with --reason.
-It prints whether the task was waiting on HANDLE (it is ready to run again)
-or not yet (the answer is buffered, and applies when the task asks).
+run prints, such as approval-call-1-0-7kq3m9x2vd): approve, or with --deny
+refuse, the exact action that was asked for, as --as (default cli:$USER),
+with --reason.
+
+It answers only a request that is open now: its ApprovalRequested is in the
+task's log and nothing has answered it. A handle the task has not asked
+under (a typo, the wrong task, a request not made yet: handles end in a
+nonce drawn when the request is made, so none can be known before) is
+refused, naming the requests that are open, and exits 1; nothing is kept
+for later. So is an answer to a request another answer won (an approve and
+a deny sent together: one wins, the other is told it lost).
 
 With --nats it only answers: a serve process runs the task, and approve
 exits 0. With the embedded default (no --nats), nothing else would run the
@@ -121,16 +130,21 @@ task, so approve also runs its task tree to the next rest on --workers
 workers, printing the timeline of what happens, and exits like run: 0 the
 task completed, 1 it failed, 3 it waits for another approval. That needs the
 governance config (--config, default noeta.yaml in the working directory).
+--timeout bounds the whole command (0, the default: no limit); SIGINT or
+SIGTERM stops it at any point, leaving the task as it is.
 
 With --nats and --via-ingress it needs no more than deploy/nats's operator
-role: it reads the task's row and publishes the answer on the wake ingress,
-where the dispatcher of whichever serve process consumes it applies it; it
-then cannot tell whether the task was waiting.
+role: it reads the task's row, refuses a handle the task is not suspended on
+now, and publishes the answer on the wake ingress, where the dispatcher of
+whichever serve process consumes it applies it. An answer that has stopped
+matching by the time it is applied (another answer won the race) is dropped
+there and counted (noeta_engine_dispatcher_answers_refused_total, and a
+warning in that process's log); approve cannot report it, as it has exited.
 
 An invalid task id or handle exits 2; a task that does not exist or has
-ended exits 1.`,
-		Example: `  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0 --data .noeta
-  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0 --deny --reason "not on Fridays" --nats nats://127.0.0.1:4222 --user engine`,
+ended, a handle that is not open, and a lost race exit 1.`,
+		Example: `  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0-7kq3m9x2vd --data .noeta
+  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0-7kq3m9x2vd --deny --reason "not on Fridays" --nats nats://127.0.0.1:4222 --user engine`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return approveTask(cmd.Context(), g, o, args[0], args[1])
@@ -143,6 +157,7 @@ ended exits 1.`,
 	f.StringVar(&o.config, "config", "", "governance config (default "+defaultConfig+"; needed without --nats, where approve runs the task)")
 	f.StringVar(&o.workspace, "workspace", ".", "without --nats: the directory the file and shell tools work in")
 	f.BoolVar(&o.viaIngress, "via-ingress", false, "with --nats: publish the answer on the wake ingress (the operator role's permissions suffice)")
+	f.DurationVar(&o.timeout, "timeout", 0, "stop after this long, leaving the task as it is (0: no limit; SIGINT stops it too)")
 	return cmd
 }
 
@@ -156,6 +171,11 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	if err := g.check(); err != nil {
 		return err
 	}
+	ctx, cancel, err := withTimeout(ctx, o.timeout)
+	if err != nil {
+		return err
+	}
+	defer cancel()
 	decision, verb := noeta.ApprovalApprove, "approved"
 	if o.deny {
 		decision, verb = noeta.ApprovalDeny, "refused"
@@ -177,7 +197,6 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	}
 	var gov *guards.Config
 	var workspace string
-	var err error
 	if embedded || o.config != "" {
 		if gov, _, err = governance(ctx, o.config); err != nil {
 			return err
@@ -210,21 +229,33 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		return failErr(err)
 	case !known:
 		return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, g.where(data)))
-	case ds.Status == eventlog.DispatchTerminal:
-		return failErr(fmt.Errorf("task %s has ended (%s); there is nothing to answer", task, ds.Reason))
 	}
 	eng, err := st.engine(gov, workspace, ds.Queue)
 	if err != nil {
 		return failErr(err)
 	}
+	if ds.Status == eventlog.DispatchTerminal {
+		// Say that another answer won, if one did (the loser of a race
+		// whose winner's answer ended the task).
+		if state, err := eng.Inspect(ctx, task); err == nil {
+			if err := engine.OpenRequest(state, handle); errors.Is(err, eventlog.ErrAlreadyAnswered) {
+				return answerErr(err, task, handle, g.where(data))
+			}
+		}
+		return failErr(fmt.Errorf("task %s has ended (%s); there is nothing to answer", task, ds.Reason))
+	}
 
 	// Without --nats, run the tree: follow it from its root, printing only
-	// what happens from now on.
+	// what happens from now on. An answer to nothing open is refused
+	// before anything runs.
 	var f *follower
 	if embedded {
 		state, err := eng.Inspect(ctx, task)
 		if err != nil {
 			return failErr(err)
+		}
+		if err := engine.OpenRequest(state, handle); err != nil {
+			return answerErr(err, task, handle, g.where(data))
 		}
 		root := state.Root
 		if root == "" {
@@ -238,19 +269,10 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		st.startPool(eng, g.workers)
 	}
 
-	matched, err := eng.Approve(ctx, task, handle, decision, who, reason)
-	if err != nil {
-		if errors.Is(err, eventlog.ErrNotFound) {
-			return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, g.where(data)))
-		}
-		return failErr(fmt.Errorf("answer %s of task %s: %w", handle, task, err))
+	if err := eng.Approve(ctx, task, handle, decision, who, reason); err != nil {
+		return answerErr(err, task, handle, g.where(data))
 	}
-	if matched {
-		fmt.Fprintf(g.stdout, "%s: task %s was waiting on %s; it is ready to run again (answer by %s)\n", verb, task, handle, who)
-	} else {
-		fmt.Fprintf(g.stdout, "%s, buffered: task %s is not waiting on %s now (it is %s); the answer applies when it asks (answer by %s)\n",
-			verb, task, handle, ds.Status, who)
-	}
+	fmt.Fprintf(g.stdout, "%s: task %s was waiting on %s; it is ready to run again (answer by %s)\n", verb, task, handle, who)
 	if !embedded {
 		return nil
 	}
@@ -260,6 +282,34 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	}
 	reportOutcome(g.stdout, f.root, g.conn.flags(data), out)
 	return exitCode(out.code())
+}
+
+// answerErr is the error of an answer Approve refused: exit 1, saying
+// whether nothing was asked under the handle or another answer won.
+func answerErr(err error, task, handle, where string) error {
+	switch {
+	case errors.Is(err, eventlog.ErrNotFound):
+		return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, where))
+	case errors.Is(err, eventlog.ErrAlreadyAnswered):
+		return failErr(fmt.Errorf("not applied: another answer to %s of task %s came first; yours was not applied: %w", handle, task, err))
+	case errors.Is(err, eventlog.ErrNotWaiting):
+		return failErr(fmt.Errorf("refused: task %s has no open request %s; nothing was answered or kept: %w", task, handle, err))
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return failErr(fmt.Errorf("answer %s of task %s: stopped before it was applied: %w", handle, task, err))
+	}
+	return failErr(fmt.Errorf("answer %s of task %s: %w", handle, task, err))
+}
+
+// withTimeout bounds ctx by --timeout d (0: no bound).
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc, error) {
+	switch {
+	case d < 0:
+		return nil, nil, usageErr("--timeout %s: want 0 (no limit) or a positive duration", d)
+	case d == 0:
+		return ctx, func() {}, nil
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, d, fmt.Errorf("--timeout %s reached", d))
+	return ctx, cancel, nil
 }
 
 // approveViaIngress answers with read-only permissions and a publish on the
@@ -286,15 +336,20 @@ func approveViaIngress(ctx context.Context, g *globals, task, handle string, dec
 	case ds.Status == eventlog.DispatchTerminal:
 		return failErr(fmt.Errorf("task %s has ended (%s); there is nothing to answer", task, ds.Reason))
 	}
+	// The row is what the dispatcher will judge the answer by; refusing
+	// here what it would drop is the only report the sender can get.
+	w := noeta.HumanResponseWake(handle)
+	w.Decision, w.Approver, w.Text = string(decision), who, reason
+	if err := eventlog.CheckAnswer(task, ds.Status, ds.WakeOn, ds.MatchedWake, w); err != nil {
+		return answerErr(err, task, handle, g.conn.describe())
+	}
 	wp, err := jetstream.NewWakePublisher(nc, g.conn.prefix)
 	if err != nil {
 		return failErr(err)
 	}
-	w := noeta.HumanResponseWake(handle)
-	w.Decision, w.Approver, w.Text = string(decision), who, reason
 	if _, err := wp.Wake(ctx, task, w); err != nil {
 		return failErr(fmt.Errorf("answer %s of task %s: %w", handle, task, err))
 	}
-	fmt.Fprintf(g.stdout, "%s: the answer to %s of task %s is on the wake ingress (task now %s; answer by %s)\n", verb, handle, task, ds.Status, who)
+	fmt.Fprintf(g.stdout, "%s: the answer to %s of task %s is on the wake ingress (the task was waiting on it; answer by %s); a serve process applies it unless another answer came first\n", verb, handle, task, who)
 	return nil
 }

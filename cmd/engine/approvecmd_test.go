@@ -3,8 +3,8 @@ package main
 import (
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
-	"time"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
@@ -26,23 +26,71 @@ func submitExample(t *testing.T, data, name string) string {
 	return id
 }
 
-// TestSubmitThenApprove: on the embedded default, a submitted task that
-// asks for an approval is answered by approve, which runs it to its end.
+// waitingHandle is the task and handle a waiting run says to approve, for
+// a request named prefix.
+func waitingHandle(t *testing.T, out, prefix string) (task, handle string) {
+	t.Helper()
+	m := regexp.MustCompile(`engine approve ([0-9A-Z]{26}) (` + regexp.QuoteMeta(prefix) + `-[0-9a-hjkmnp-tv-z]{10}) `).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("the run does not say how to approve %s-<nonce>:\n%s", prefix, out)
+	}
+	return m[1], m[2]
+}
+
+// TestSubmitThenApprove: on the embedded default, a task that asks for an
+// approval is answered by approve, which runs it to its end; an answer to
+// anything else is refused, exit 1, and nothing is kept for later.
+//
+// Before: `engine approve TASK approval-call-1-0` on a submitted task that
+// had asked nothing was accepted ("approved, buffered"), and the call ran,
+// approved, the moment the task proposed it.
 func TestSubmitThenApprove(t *testing.T) {
 	t.Parallel()
 	data, ws := t.TempDir(), workspace(t, "marker.txt")
 
-	t.Run("approve", func(t *testing.T) {
+	t.Run("before the request", func(t *testing.T) {
 		id := submitExample(t, data, "06-approval-granted.yaml")
-		code, out, errOut := runCmd(t, "approve", id, "approval-call-1-0", "--config", exampleConfig, "--data", data, "--workspace", ws)
+		for _, handle := range []string{"approval-call-1-0", "approval-call-1-0-0000000000"} {
+			code, out, errOut := runCmd(t, "approve", id, handle, "--config", exampleConfig, "--data", data, "--workspace", ws)
+			if code != exitFailed || !strings.Contains(errOut, "refused: task "+id+" has no open request "+handle) ||
+				!strings.Contains(errOut, "has asked nothing under "+handle+", and no request of it is open") {
+				t.Fatalf("approve %s before the request: exit %d\n%s\n%s", handle, code, out, errOut)
+			}
+			if strings.Contains(out, "LeaseGranted") {
+				t.Errorf("a refused approve ran the task:\n%s", out)
+			}
+		}
+		code, out, _ := runCmd(t, "inspect", id, "--data", data)
+		if code != 0 || !strings.Contains(out, "dispatch  ready") || strings.Contains(out, "approval ") {
+			t.Errorf("inspect after the refused answers: exit %d\n%s", code, out)
+		}
+	})
+
+	t.Run("approve", func(t *testing.T) {
+		// run leaves it waiting and says how to answer it.
+		code, out, _ := runCmd(t, "run", example("06-approval-granted.yaml"), "--config", exampleConfig, "--data", data, "--workspace", ws)
+		if code != exitWaiting {
+			t.Fatalf("run: exit %d\n%s", code, out)
+		}
+		if !strings.Contains(out, " --data "+data) {
+			t.Errorf("run's approve line lacks --data %s:\n%s", data, out)
+		}
+		id, handle := waitingHandle(t, out, "approval-call-1-0")
+		// The old shape of handle, and a guessed nonce, are refused, naming
+		// the open request.
+		for _, wrong := range []string{"approval-call-1-0", "approval-call-1-0-0000000000"} {
+			code, out, errOut := runCmd(t, "approve", id, wrong, "--config", exampleConfig, "--data", data, "--workspace", ws)
+			if code != exitFailed || !strings.Contains(errOut, "open now: "+handle) {
+				t.Fatalf("approve %s: exit %d\n%s\n%s", wrong, code, out, errOut)
+			}
+		}
+		code, out, errOut := runCmd(t, "approve", id, handle, "--config", exampleConfig, "--data", data, "--workspace", ws)
 		if code != exitDone {
 			t.Fatalf("approve: exit %d\n%s\n%s", code, out, errOut)
 		}
 		for _, want := range []string{
-			// Submitted, never run: the answer waits for the request.
-			"approved, buffered: task " + id + " is not waiting on approval-call-1-0 now (it is ready)",
-			"ApprovalRequested     guard=permission  approval-call-1-0 shell call-1-0",
-			"ApprovalResolved      approval-call-1-0 approve by cli",
+			"approved: task " + id + " was waiting on " + handle + "; it is ready to run again",
+			"ApprovalResolved      " + handle + " approve by cli",
 			"ToolCallStarted       shell call-1-0",
 			"marker.txt",
 			"completed: task " + id + ` answered "listed"`,
@@ -51,22 +99,35 @@ func TestSubmitThenApprove(t *testing.T) {
 				t.Errorf("approve's output lacks %q:\n%s", want, out)
 			}
 		}
+		// Only what happened after the answer is printed.
+		if strings.Contains(out, "ApprovalRequested") || !strings.Contains(out, "TaskWoken") {
+			t.Errorf("approve printed the wrong records:\n%s", out)
+		}
 		code, out, _ = runCmd(t, "inspect", id, "--data", data)
-		if code != 0 || !strings.Contains(out, "status    terminal") || !regexp.MustCompile(`approval approval-call-1-0 +approve by cli`).MatchString(out) {
+		if code != 0 || !strings.Contains(out, "status    terminal") || !regexp.MustCompile(`approval `+handle+` +approve by cli`).MatchString(out) {
 			t.Errorf("inspect: exit %d\n%s", code, out)
+		}
+		// Answered already: a second answer is told so, naming the first.
+		code, out, errOut = runCmd(t, "approve", id, handle, "--deny", "--config", exampleConfig, "--data", data, "--workspace", ws)
+		if code != exitFailed || !strings.Contains(errOut, "another answer to "+handle) || !strings.Contains(errOut, "approve by cli") {
+			t.Errorf("a second answer: exit %d\n%s\n%s", code, out, errOut)
 		}
 	})
 
 	t.Run("deny", func(t *testing.T) {
-		id := submitExample(t, data, "07-approval-refused.yaml")
-		code, out, errOut := runCmd(t, "approve", id, "approval-call-1-0", "--deny", "--reason", "not today", "--as", "alice",
+		code, out, _ := runCmd(t, "run", example("07-approval-refused.yaml"), "--config", exampleConfig, "--data", data, "--workspace", ws)
+		if code != exitWaiting {
+			t.Fatalf("run: exit %d\n%s", code, out)
+		}
+		id, handle := waitingHandle(t, out, "approval-call-1-0")
+		code, out, errOut := runCmd(t, "approve", id, handle, "--deny", "--reason", "not today", "--as", "alice",
 			"--config", exampleConfig, "--data", data, "--workspace", ws)
 		if code != exitDone {
 			t.Fatalf("approve --deny: exit %d\n%s\n%s", code, out, errOut)
 		}
 		for _, want := range []string{
-			"refused, buffered: task " + id,
-			"ApprovalResolved      approval-call-1-0 deny by alice: not today",
+			"refused: task " + id + " was waiting on " + handle,
+			"ApprovalResolved      " + handle + " deny by alice: not today",
 			`completed: task ` + id + ` answered "no date, the approver said no"`,
 		} {
 			if !strings.Contains(out, want) {
@@ -81,28 +142,6 @@ func TestSubmitThenApprove(t *testing.T) {
 			if code != 0 || !strings.Contains(out, want) {
 				t.Errorf("inspect lacks %q:\n%s", want, out)
 			}
-		}
-	})
-
-	t.Run("a task waiting for the answer", func(t *testing.T) {
-		// run leaves it waiting and says how to answer it.
-		code, out, _ := runCmd(t, "run", example("06-approval-granted.yaml"), "--config", exampleConfig, "--data", data, "--workspace", ws)
-		if code != exitWaiting {
-			t.Fatalf("run: exit %d\n%s", code, out)
-		}
-		m := regexp.MustCompile(`engine approve ([0-9A-Z]{26}) approval-call-1-0 --data (\S+)`).FindStringSubmatch(out)
-		if m == nil || m[2] != data {
-			t.Fatalf("run does not say how to approve:\n%s", out)
-		}
-		id := m[1]
-		code, out, errOut := runCmd(t, "approve", id, "approval-call-1-0", "--config", exampleConfig, "--data", data, "--workspace", ws)
-		if code != exitDone || !strings.Contains(out, "approved: task "+id+" was waiting on approval-call-1-0; it is ready to run again") ||
-			!strings.Contains(out, "completed: task "+id) {
-			t.Fatalf("approve: exit %d\n%s\n%s", code, out, errOut)
-		}
-		// Only what happened after the answer is printed.
-		if strings.Contains(out, "ApprovalRequested") || !strings.Contains(out, "TaskWoken") {
-			t.Errorf("approve printed the wrong records:\n%s", out)
 		}
 	})
 
@@ -121,21 +160,23 @@ script:
     tools: [shell]
 `)
 		code, out, _ := runCmd(t, "run", task, "--config", cfg, "--data", data, "--workspace", ws)
-		m := regexp.MustCompile(`engine approve ([0-9A-Z]{26}) (approval-call-1-0) --data`).FindStringSubmatch(out)
-		if code != exitWaiting || m == nil {
+		if code != exitWaiting {
 			t.Fatalf("run: exit %d\n%s", code, out)
 		}
-		code, out, errOut := runCmd(t, "approve", m[1], m[2], "--config", cfg, "--data", data, "--workspace", ws)
+		child, handle := waitingHandle(t, out, "approval-call-1-0")
+		code, out, errOut := runCmd(t, "approve", child, handle, "--config", cfg, "--data", data, "--workspace", ws)
 		if code != exitDone || !strings.Contains(out, `answered "parent done"`) || !strings.Contains(out, "SubtaskResultRecorded") {
 			t.Fatalf("approve: exit %d\n%s\n%s", code, out, errOut)
 		}
 	})
 
 	t.Run("errors", func(t *testing.T) {
-		ended := submitExample(t, data, "01-allowed-call.yaml")
-		if code, out, errOut := runCmd(t, "approve", ended, "nothing-1", "--config", exampleConfig, "--data", data, "--workspace", ws); code != exitDone {
-			t.Fatalf("approve of a task that asks nothing: exit %d\n%s\n%s", code, out, errOut)
+		code, out, errOut := runCmd(t, "run", example("01-allowed-call.yaml"), "--config", exampleConfig, "--data", data, "--workspace", ws)
+		m := regexp.MustCompile(`task ([0-9A-Z]{26})`).FindStringSubmatch(out)
+		if code != exitDone || m == nil {
+			t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
 		}
+		ended := m[1]
 		for _, tc := range []struct {
 			args []string
 			code int
@@ -146,6 +187,7 @@ script:
 			{[]string{"approve", ended}, exitUsage, "accepts 2 arg(s), received 1"},
 			{[]string{"approve", noeta.NewTaskID(), "approval-call-1-0"}, exitFailed, "no task "},
 			{[]string{"approve", ended, "approval-call-1-0"}, exitFailed, "has ended"},
+			{[]string{"approve", ended, "approval-call-1-0", "--timeout", "-1s"}, exitUsage, "--timeout -1s"},
 			{[]string{"approve", ended, "approval-call-1-0", "--config", "/nonexistent.yaml"}, exitUsage, "--config"},
 			{[]string{"submit", "/nonexistent/task.yaml"}, exitUsage, "task file"},
 			{[]string{"submit", example("01-allowed-call.yaml"), "--queue", "a.b"}, exitUsage, "--queue"},
@@ -166,7 +208,12 @@ script:
 }
 
 // TestSubmitApproveRemote: with --nats, submit only submits and approve
-// only answers; the answer waits in the dispatcher for a serve process.
+// only answers. An answer to a task that has asked nothing is refused, with
+// or without --via-ingress, and nothing is kept; an approve and a deny sent
+// together on a request: one wins, the other exits 1 saying it lost.
+//
+// Before: the early answer was accepted ("approved, buffered") and kept in
+// the row, and both racing answers exited 0.
 func TestSubmitApproveRemote(t *testing.T) {
 	t.Parallel()
 	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
@@ -180,17 +227,18 @@ func TestSubmitApproveRemote(t *testing.T) {
 	if code != 0 || noeta.ValidateTaskID(id) != nil || strings.Contains(errOut, "engine serve --config") {
 		t.Fatalf("submit: exit %d %q\n%s", code, out, errOut)
 	}
-	// No governance config needed to answer.
-	start := time.Now()
-	code, out, errOut = runCmd(t, append([]string{"approve", id, "approval-call-1-0", "--as", "bob"}, conn...)...)
-	if code != 0 || !strings.Contains(out, "approved, buffered: task "+id) || strings.Contains(out, "LeaseGranted") {
-		t.Fatalf("approve: exit %d\n%s\n%s", code, out, errOut)
+	// No governance config needed to answer; nothing asked, nothing kept.
+	for _, extra := range [][]string{nil, {"--via-ingress"}} {
+		args := append(append([]string{"approve", id, "approval-call-1-0", "--as", "bob"}, extra...), conn...)
+		code, out, errOut = runCmd(t, args...)
+		if code != exitFailed || !strings.Contains(errOut, "refused: task "+id+" has no open request approval-call-1-0") {
+			t.Fatalf("approve %v before the request: exit %d\n%s\n%s", extra, code, out, errOut)
+		}
 	}
-	t.Logf("approve --nats took %v", time.Since(start))
 	d := newDeployment(t, srv.ClientURL(), "remote", 1, 0)
 	ds, err := d.st.disp.Inspect(t.Context(), id)
-	if err != nil || ds.Status != eventlog.DispatchReady || ds.PendingWakes != 1 {
-		t.Errorf("the task's row: %+v %v; want ready with the answer buffered", ds, err)
+	if err != nil || ds.Status != eventlog.DispatchReady || ds.PendingWakes != 0 || ds.MatchedWake != nil {
+		t.Errorf("the task's row: %+v %v; want ready with nothing kept", ds, err)
 	}
 	code, out, _ = runCmd(t, append([]string{"inspect", id}, conn...)...)
 	if code != 0 || !strings.Contains(out, "status    created") && !strings.Contains(out, "dispatch  ready") {
@@ -199,5 +247,85 @@ func TestSubmitApproveRemote(t *testing.T) {
 	code, out, _ = runCmd(t, append([]string{"events", id}, conn...)...)
 	if code != 0 || !strings.Contains(out, "TaskCreated") {
 		t.Errorf("events --nats: exit %d\n%s", code, out)
+	}
+
+	// A task that asks: run leaves it waiting; then approve and deny race.
+	code, out, errOut = runCmd(t, append([]string{"run", example("06-approval-granted.yaml"), "--config", exampleConfig, "--workspace", workspace(t)}, conn...)...)
+	if code != exitWaiting {
+		t.Fatalf("run --nats: exit %d\n%s\n%s", code, out, errOut)
+	}
+	task, handle := waitingHandle(t, out, "approval-call-1-0")
+	type result struct {
+		code     int
+		out, err string
+	}
+	results := make([]result, 2)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, extra := range [][]string{{"--as", "alice"}, {"--deny", "--as", "bob"}} {
+		wg.Go(func() {
+			<-start
+			code, out, errOut := runCmd(t, append(append([]string{"approve", task, handle}, extra...), conn...)...)
+			results[i] = result{code, out, errOut}
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner, loser := 0, 1
+	if results[0].code != exitDone {
+		winner, loser = 1, 0
+	}
+	if results[winner].code != exitDone || results[loser].code != exitFailed ||
+		!strings.Contains(results[loser].err, "another answer to "+handle+" of task "+task+" came first; yours was not applied") {
+		t.Fatalf("race: got %+v; want one exit 0 and one exit 1 saying it lost", results)
+	}
+	who := []string{"alice", "bob"}[winner]
+	if !strings.Contains(results[loser].err, "by "+who) {
+		t.Errorf("the loser is not told who won (%s): %s", who, results[loser].err)
+	}
+	ds, err = d.st.disp.Inspect(t.Context(), task)
+	if err != nil || ds.Status != eventlog.DispatchReady || ds.MatchedWake == nil || ds.MatchedWake.Approver != who || ds.PendingWakes != 0 {
+		t.Errorf("the task's row after the race: %+v %v; want ready with the winner's answer alone", ds, err)
+	}
+	// Through the ingress too, the answer that came second is refused.
+	code, out, errOut = runCmd(t, append([]string{"approve", task, handle, "--via-ingress", "--as", "carol"}, conn...)...)
+	if code != exitFailed || !strings.Contains(errOut, "came first") {
+		t.Errorf("approve --via-ingress after the race: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestFollowTimeout: approve and run follow a task tree until it rests, and
+// one waiting for an external event nothing sends never does; --timeout
+// ends the follow, leaving the task as it is, exit 1.
+//
+// Before: approve and run had no deadline; only a signal stopped them (a
+// concurrent approve and deny on one --data were seen hanging 8 minutes).
+func TestFollowTimeout(t *testing.T) {
+	t.Parallel()
+	data, ws := t.TempDir(), workspace(t)
+	task := writeFile(t, "wait.yaml", `agent: researcher
+goal: "Ask, then wait for ever"
+script:
+  - tool_calls: [{tool: shell, args: {command: "ls"}}]
+  - wait_external: {event_kind: never-sent}
+  - finish: {answer: done}
+`)
+	code, out, errOut := runCmd(t, "run", task, "--config", exampleConfig, "--data", data, "--workspace", ws)
+	if code != exitWaiting {
+		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	id, handle := waitingHandle(t, out, "approval-call-1-0")
+	code, out, errOut = runCmd(t, "approve", id, handle, "--timeout", "2s", "--config", exampleConfig, "--data", data, "--workspace", ws)
+	if code != exitFailed || !strings.Contains(out, "interrupted: task "+id+" is left as it is (--timeout 2s reached") ||
+		!strings.Contains(out, "approved: task "+id+" was waiting on "+handle) {
+		t.Fatalf("approve --timeout 2s: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = runCmd(t, "run", writeFile(t, "wait2.yaml", `agent: researcher
+goal: "Wait for ever"
+script:
+  - wait_external: {event_kind: never-sent}
+`), "--timeout", "1s", "--config", exampleConfig, "--data", data, "--workspace", ws)
+	if code != exitFailed || !strings.Contains(out, "is left as it is (--timeout 1s reached") {
+		t.Fatalf("run --timeout 1s: exit %d\n%s\n%s", code, out, errOut)
 	}
 }

@@ -4,9 +4,9 @@
 // NATS server or cluster (--nats) shared by any number of hosts.
 //
 //	engine serve [--config noeta.yaml] [--workers N] [--grace 30s] [--http ADDR]
-//	engine run TASKFILE [--config noeta.yaml] [--approvals ask|approve|deny|leave] [--json]
+//	engine run TASKFILE [--config noeta.yaml] [--approvals ask|approve|deny|leave] [--json] [--timeout D]
 //	engine submit TASKFILE [--config noeta.yaml]
-//	engine approve TASK HANDLE [--deny] [--reason R] [--as NAME]
+//	engine approve TASK HANDLE [--deny] [--reason R] [--as NAME] [--timeout D]
 //	engine events TASK [--follow] [--json]
 //	engine inspect TASK [--json]
 //	engine tasks
@@ -18,8 +18,9 @@
 // CloudEvents JSON object per record) as it happens, and exits 0 when the
 // task completed, 1 when it failed or was cancelled, 2 for bad usage or a bad
 // config or task file, and 3 when the task waits for an approval nobody gave.
-// submit only submits; approve answers an approval request (and, on the
-// embedded server, runs the task tree to its next rest). demo runs every
+// submit only submits; approve answers an approval request that is open
+// now, and nothing else (and, on the embedded server, runs the task tree to
+// its next rest). demo runs every
 // example task of examples/ and sums up what each one showed.
 //
 // Every verb takes the connection flags: --nats, --creds or --user and

@@ -93,6 +93,16 @@ func runCmd(t *testing.T, args ...string) (int, string, string) {
 
 const exampleConfig = "../../examples/noeta.yaml"
 
+// hasOut reports whether out contains want, where <nonce> in want stands for
+// the nonce that ends an approval handle.
+func hasOut(out, want string) bool {
+	if !strings.Contains(want, "<nonce>") {
+		return strings.Contains(out, want)
+	}
+	re := strings.ReplaceAll(regexp.QuoteMeta(want), "<nonce>", "[0-9a-hjkmnp-tv-z]{10}")
+	return regexp.MustCompile(re).MatchString(out)
+}
+
 func example(name string) string { return filepath.Join("../../examples", name) }
 
 // workspace is a fresh workspace holding a README.md and the given files.
@@ -127,17 +137,17 @@ func TestDemo(t *testing.T) {
 		"ToolCallDenied        guard=budget  echo call-1-1: max_tool_calls",
 		"ToolCallDenied        guard=permission  write_file call-1-0: ",
 		"ToolCallDenied        guard=rules  shell call-1-0: destructive shell command",
-		"ApprovalRequested     guard=repetition  approval-call-1-2 echo call-1-2",
-		"ApprovalRequested     guard=permission  approval-call-1-0 shell call-1-0 {\"command\":\"ls\"}",
+		"ApprovalRequested     guard=repetition  approval-call-1-2-<nonce> echo call-1-2",
+		"ApprovalRequested     guard=permission  approval-call-1-0-<nonce> shell call-1-0 {\"command\":\"ls\"}",
 		// the approvals and the refusal, by the command line
-		"ApprovalResolved      approval-call-1-2 approve by cli",
-		"ApprovalResolved      approval-call-1-0 approve by cli",
-		"ApprovalResolved      approval-call-1-0 deny by cli",
+		"ApprovalResolved      approval-call-1-2-<nonce> approve by cli",
+		"ApprovalResolved      approval-call-1-0-<nonce> approve by cli",
+		"ApprovalResolved      approval-call-1-0-<nonce> deny by cli",
 		// the approved call ran in the demo's workspace
 		`"stdout":"README.md\n"`,
 		"all 8 examples ended as expected",
 	} {
-		if !strings.Contains(out, want) {
+		if !hasOut(out, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
@@ -191,17 +201,17 @@ script:
 		{"allowed call", []string{example("01-allowed-call.yaml")}, exitDone,
 			[]string{"TaskCompleted         answer \"The README says hello.\"", "completed: task "}, nil},
 		{"approval left waiting", []string{example("06-approval-granted.yaml"), "--approvals", "leave"}, exitWaiting,
-			[]string{"waiting for approval: task ", "handle approval-call-1-0", `shell call-1-0 {"command":"ls"}`, "guard permission: ", "--approvals ask"},
+			[]string{"waiting for approval: task ", "handle approval-call-1-0-<nonce>\n", `shell call-1-0 {"command":"ls"}`, "guard permission: ", "--approvals ask"},
 			[]string{"ToolCallStarted"}},
 		{"approval left waiting by default without a terminal", []string{example("06-approval-granted.yaml")}, exitWaiting,
-			[]string{"approvals leave", "handle approval-call-1-0"}, nil},
+			[]string{"approvals leave", "handle approval-call-1-0-<nonce>\n"}, nil},
 		{"approval granted", []string{example("06-approval-granted.yaml"), "--approvals", "approve"}, exitDone,
-			[]string{"approval-call-1-0 approve by cli", "ToolCallStarted       shell call-1-0", "marker.txt"}, nil},
+			[]string{"approval-call-1-0-<nonce> approve by cli", "ToolCallStarted       shell call-1-0", "marker.txt"}, nil},
 		{"approval refused", []string{example("07-approval-refused.yaml"), "--approvals", "deny"}, exitDone,
-			[]string{"approval-call-1-0 deny by cli: refused from the command line", `answer "no date, the approver said no"`},
+			[]string{"approval-call-1-0-<nonce> deny by cli: refused from the command line", `answer "no date, the approver said no"`},
 			[]string{"ToolCallStarted"}},
 		{"repetition approved", []string{example("05-repetition-approval.yaml"), "--approvals=approve"}, exitDone,
-			[]string{"guard=repetition", "approval-call-1-2 approve by cli"}, nil},
+			[]string{"guard=repetition", "approval-call-1-2-<nonce> approve by cli"}, nil},
 		{"fan-out", []string{example("08-fan-out.yaml"), "--workers", "2"}, exitDone,
 			[]string{"subtask_group_completed", `answer "1, 2 and 3"`}, nil},
 		{"script fails", []string{failing}, exitFailed,
@@ -220,7 +230,7 @@ script:
 				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, out, errOut)
 			}
 			for _, w := range tc.wantOut {
-				if !strings.Contains(out, w) {
+				if !hasOut(out, w) {
 					t.Errorf("stdout lacks %q", w)
 				}
 			}
@@ -396,9 +406,9 @@ func TestAsk(t *testing.T) {
 		code        int
 		want        string
 	}{
-		{"yes", "y\n", []string{"--approvals", "ask"}, exitDone, "approval-call-1-0 approve by cli: answered on the terminal"},
-		{"no", "n\n", []string{"--approvals", "ask"}, exitDone, "approval-call-1-0 deny by cli: answered on the terminal"},
-		{"empty answer is no", "\n", []string{"--approvals", "ask"}, exitDone, "approval-call-1-0 deny by cli"},
+		{"yes", "y\n", []string{"--approvals", "ask"}, exitDone, "approval-call-1-0-<nonce> approve by cli: answered on the terminal"},
+		{"no", "n\n", []string{"--approvals", "ask"}, exitDone, "approval-call-1-0-<nonce> deny by cli: answered on the terminal"},
+		{"empty answer is no", "\n", []string{"--approvals", "ask"}, exitDone, "approval-call-1-0-<nonce> deny by cli"},
 		{"no input leaves it waiting", "", []string{"--approvals", "ask"}, exitWaiting, "waiting for approval"},
 		{"ask is the default on a terminal", "yes\n", nil, exitDone, "approve by cli"},
 	} {
@@ -408,7 +418,7 @@ func TestAsk(t *testing.T) {
 			args := append([]string{"run", example("06-approval-granted.yaml"), "--config", exampleConfig,
 				"--data", t.TempDir(), "--workspace", workspace(t)}, tc.args...)
 			code, out, errOut := runCmd(t, args...)
-			if code != tc.code || !strings.Contains(out, tc.want) {
+			if code != tc.code || !hasOut(out, tc.want) {
 				t.Fatalf("exit %d (want %d), stdout lacks %q?\nstdout:\n%s\nstderr:\n%s", code, tc.code, tc.want, out, errOut)
 			}
 			for _, w := range []string{"approval needed: task ", `shell call-1-0 {"command":"ls"}`, "guard permission: ", "approve? [y/N]"} {

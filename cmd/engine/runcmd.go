@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -34,6 +35,7 @@ type runOpts struct {
 	json      bool
 	approvals string
 	workspace string
+	timeout   time.Duration
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -54,7 +56,8 @@ process runs the ChildLifecycle observer (serve --child, or observer-worker
 Exit codes: 0 the task completed; 1 it failed or was cancelled; 2 bad usage,
 config or task file; 3 the task waits for an approval (with --approvals
 leave, the default when stdin is not a terminal): its id and the approval's
-handle are printed.`,
+handle are printed. --timeout bounds the run (0, the default: no limit);
+SIGINT or SIGTERM stops it too, leaving the task as it is (exit 1).`,
 		Example: `  engine run examples/01-allowed-call.yaml --config examples/noeta.yaml
   engine run task.yaml --approvals approve --json`,
 		Args: cobra.ExactArgs(1),
@@ -67,6 +70,7 @@ handle are printed.`,
 	f.BoolVar(&o.json, "json", false, "print one CloudEvents JSON object per committed record per line, instead of the timeline")
 	f.StringVar(&o.approvals, "approvals", "", "how to answer approval requests: ask, approve, deny or leave (default ask on a terminal, else leave)")
 	f.StringVar(&o.workspace, "workspace", ".", "directory the file and shell tools work in")
+	f.DurationVar(&o.timeout, "timeout", 0, "stop after this long, leaving the task as it is (0: no limit; SIGINT stops it too)")
 	return cmd
 }
 
@@ -74,6 +78,11 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if err := g.check(); err != nil {
 		return err
 	}
+	ctx, cancel, err := withTimeout(ctx, o.timeout)
+	if err != nil {
+		return err
+	}
+	defer cancel()
 	mode := approvalsLeave
 	if stdinIsTerminal() {
 		mode = approvalsAsk
@@ -214,9 +223,9 @@ func reportOutcome(w io.Writer, id, where string, out outcome) {
 		fmt.Fprintf(w, "stuck: task %s: %s\n", id, out.detail)
 	case "interrupted":
 		if where == "" {
-			fmt.Fprintf(w, "interrupted: task %s is left as it is\n", id)
+			fmt.Fprintf(w, "interrupted: task %s is left as it is (%s)\n", id, out.detail)
 			return
 		}
-		fmt.Fprintf(w, "interrupted: task %s is left as it is (%s)\n", id, where)
+		fmt.Fprintf(w, "interrupted: task %s is left as it is (%s; %s)\n", id, out.detail, where)
 	}
 }

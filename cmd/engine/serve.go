@@ -408,6 +408,8 @@ func (sv *server) register(reg *prometheus.Registry) {
 		counter("noeta_engine_dispatcher_wakes_applied_total", "Wake ingress messages this process's dispatcher applied (fired timers included).",
 			func() uint64 { return sv.st.disp.Stats().WakesApplied }),
 		counter("noeta_engine_damaged_logs_total", "Segments refused because the task's log is damaged (a gap, a corrupt record); each task so refused ends failed.", sv.eng.DamagedLogs),
+		counter("noeta_engine_dispatcher_answers_refused_total", "Human answers on the wake ingress that matched no request the task waits on now: dropped, not kept.",
+			func() uint64 { return sv.st.disp.Stats().RefusedWakes }),
 		counter("noeta_engine_dispatcher_requeued_total", "Expired leases this process's dispatcher requeued or ended.",
 			func() uint64 { return sv.st.disp.Stats().Requeued + sv.leaser.Stats().Requeued }),
 	)

@@ -364,7 +364,12 @@ func (f *follower) answer(ctx context.Context, task, handle string) {
 		}
 		reason = "answered on the terminal"
 	}
-	if _, err := f.eng.Approve(ctx, task, handle, decision, f.approver, reason); err != nil {
+	if err := f.eng.Approve(ctx, task, handle, decision, f.approver, reason); err != nil {
+		if errors.Is(err, eventlog.ErrAlreadyAnswered) || errors.Is(err, eventlog.ErrNotWaiting) {
+			// Final: another answer came first, or the request is gone.
+			fmt.Fprintf(f.msgs, "engine: the answer to %s of task %s was not applied: %v\n", handle, task, err)
+			return
+		}
 		f.handled[key] = false
 		fmt.Fprintf(f.msgs, "engine: answer %s of task %s: %v\n", handle, task, err)
 	}

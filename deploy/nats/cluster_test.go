@@ -67,6 +67,7 @@ func TestSingleNode(t *testing.T) {
 		t.Fatalf("OpenReader as operator: %v", err)
 	}
 	st := waitFold(t, foldTask(op), human, time.Minute, "the question", suspendedOn(noeta.WakeHumanResponse))
+	waitRowSuspended(t, onc, human, time.Minute)
 	opWaker, err := jetstream.NewWakePublisher(onc, "")
 	if err != nil {
 		t.Fatal(err)
@@ -408,6 +409,7 @@ func TestCluster(t *testing.T) {
 		}
 		id := e.submit(t, "boss", "ask", scriptHuman)
 		st := waitFold(t, foldTask(op), id, time.Minute, "the question", suspendedOn(noeta.WakeHumanResponse))
+		waitRowSuspended(t, pnc, id, time.Minute)
 		waker, err := jetstream.NewWakePublisher(pnc, "")
 		if err != nil {
 			t.Fatal(err)

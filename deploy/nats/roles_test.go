@@ -255,6 +255,29 @@ func waitFold(t testing.TB, fold folder, task string, within time.Duration, what
 
 func terminal(s *engine.State) bool { return s.Status == noeta.StatusTerminal }
 
+// waitRowSuspended waits until the dispatcher holds task suspended: a
+// human's answer applies only to the suspend of that moment, and the log
+// says "suspended" a moment before the worker hands the task back.
+func waitRowSuspended(t testing.TB, nc *nats.Conn, task string, within time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	rows, err := jetstream.OpenRowReader(ctx, nc, "")
+	if err != nil {
+		t.Fatalf("open the row reader: %v", err)
+	}
+	for {
+		ds, err := rows.Inspect(ctx, task)
+		if err == nil && ds.Status == eventlog.DispatchSuspended {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("task %s: the dispatcher does not hold it suspended within %v: %+v %v", task, within, ds, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func suspendedOn(kind noeta.WakeKind) func(*engine.State) bool {
 	return func(s *engine.State) bool {
 		return s.Status == noeta.StatusSuspended && s.WakeOn != nil && s.WakeOn.Kind == kind

@@ -52,6 +52,13 @@ var dispatcherCases = []suiteCase{
 	{"WakeTerminal", testWakeTerminal},
 	{"WakeUnknownTask", testWakeUnknownTask},
 	{"WakeInvalid", testWakeInvalid},
+	// human answers: never buffered (answers.go)
+	{"AnswerMatchesSuspend", testAnswerMatchesSuspend},
+	{"AnswerBeforeAskRefused", testAnswerBeforeAskRefused},
+	{"AnswerWrongHandleRefused", testAnswerWrongHandleRefused},
+	{"AnswerOtherWaitRefused", testAnswerOtherWaitRefused},
+	{"AnswerRaceOneWins", testAnswerRaceOneWins},
+	{"AnswerAfterConsumeRefused", testAnswerAfterConsumeRefused},
 	// release, yield, fail
 	{"ReleaseNextInvalid", testReleaseNextInvalid},
 	{"UnknownLease", testUnknownLease},
@@ -235,7 +242,7 @@ func testTargetedNotReady(t *testing.T, b Backend) {
 	leased, _ := newLeased(t, b)
 	wantNoReady(t, b, eventlog.LeaseRequest{Task: leased}, "targeted lease of a leased task")
 	suspended, l := newLeased(t, b)
-	suspendOn(t, b, l, humanCond())
+	suspendOn(t, b, l, eventCond())
 	wantNoReady(t, b, eventlog.LeaseRequest{Task: suspended}, "targeted lease of a suspended task")
 	terminal, l2 := newLeased(t, b)
 	release(t, b, l2, eventlog.Release{Next: eventlog.DispatchTerminal, Reason: "done"})
@@ -298,7 +305,7 @@ func testForceEnqueueInvalidatesLease(t *testing.T, b Backend) {
 
 func testForceEnqueueSuspendedTerminal(t *testing.T, b Backend) {
 	suspended, l := newLeased(t, b)
-	suspendOn(t, b, l, humanCond())
+	suspendOn(t, b, l, eventCond())
 	enqueue(t, b, suspended, eventlog.EnqueueOptions{})
 	wantStatus(t, b, suspended, eventlog.DispatchReady, "after forcing a suspended task")
 	leaseTask(t, b, suspended)
@@ -392,9 +399,9 @@ func testGenerationIncreases(t *testing.T, b Backend) {
 	}
 	yield(t, b, l)
 	next("Yield")
-	cond := humanCond()
+	cond := eventCond()
 	suspendOn(t, b, l, cond)
-	wake(t, b, task, answer(cond, "ok"), true)
+	wake(t, b, task, occurred(cond, "ok"), true)
 	next("suspend and wake")
 	enqueue(t, b, task, eventlog.EnqueueOptions{})
 	next("a forced Enqueue")
@@ -489,7 +496,7 @@ func testExpiredLeaseRefused(t *testing.T, b Backend) {
 	expire(t, b, l)
 	_, err := b.Dispatcher.Heartbeat(ctx, l)
 	checkErrIs(t, "Heartbeat of an expired lease", err, eventlog.ErrInvalidLease)
-	cond := humanCond()
+	cond := eventCond()
 	err = b.Dispatcher.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond})
 	checkErrIs(t, "Release of an expired lease", err, eventlog.ErrInvalidLease)
 	err = b.Dispatcher.Yield(ctx, l)
@@ -506,19 +513,19 @@ func testExpiredLeaseRefused(t *testing.T, b Backend) {
 
 func testWakeMatches(t *testing.T, b Backend) {
 	task, l := newLeased(t, b)
-	cond := humanCond()
+	cond := eventCond()
 	release(t, b, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond, Reason: "waiting_human"})
 	st := wantStatus(t, b, task, eventlog.DispatchSuspended, "after the suspend")
 	wantWake(t, "WakeOn", st.WakeOn, cond)
 	if st.Reason != "waiting_human" {
 		t.Errorf("Reason: got %q, want %q", st.Reason, "waiting_human")
 	}
-	wake(t, b, task, answer(humanCond(), "other handle"), false)
-	ev := answer(cond, "approved")
+	wake(t, b, task, occurred(eventCond(), "other handle"), false)
+	ev := occurred(cond, "approved")
 	wake(t, b, task, ev, true)
 	st = wantStatus(t, b, task, eventlog.DispatchReady, "after the matching wake")
 	wantWake(t, "MatchedWake (the event, not the condition)", st.MatchedWake, ev)
-	wake(t, b, task, answer(cond, "again"), false) // the task no longer waits
+	wake(t, b, task, occurred(cond, "again"), false) // the task no longer waits
 	l2 := leaseTask(t, b, task)
 	wantWake(t, "lease after the wake", l2.Wake, ev)
 }
@@ -535,7 +542,7 @@ func testWakeSurvivesLease(t *testing.T, b Backend) {
 
 func testConsumeClears(t *testing.T, b Backend) {
 	task, l, ev := leasedWithWake(t, b, eventlog.EnqueueOptions{})
-	next := humanCond()
+	next := eventCond()
 	release(t, b, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &next, Reason: "waiting", ConsumedWake: &ev})
 	st := wantStatus(t, b, task, eventlog.DispatchSuspended, "after a consuming suspend")
 	wantNoWake(t, "MatchedWake after consuming", st.MatchedWake)
@@ -550,14 +557,12 @@ func testConsumeMismatch(t *testing.T, b Backend) {
 	ctx := t.Context()
 	task, l, ev := leasedWithWake(t, b, eventlog.EnqueueOptions{})
 	before := inspect(t, b, task)
-	sameHandle := ev.Clone()
-	sameHandle.Text = "a different answer"
 	for what, wrong := range map[string]noeta.Wake{
-		"another handle":           answer(humanCond(), "x"),
-		"the condition, not event": noeta.HumanResponseWake(ev.Handle),
-		"same handle, other text":  sameHandle,
+		"another event kind":       occurred(eventCond(), "x"),
+		"the condition, not event": noeta.ExternalWake(ev.EventKind),
+		"same kind, other data":    occurred(noeta.ExternalWake(ev.EventKind), "a different event"),
 	} {
-		next := humanCond()
+		next := eventCond()
 		err := b.Dispatcher.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &next, ConsumedWake: &wrong})
 		checkErrIs(t, "Release consuming "+what, err, eventlog.ErrWakeMismatch)
 		after := inspect(t, b, task)
@@ -580,15 +585,15 @@ func testConsumeMismatch(t *testing.T, b Backend) {
 
 func testBufferedWakeMatchedAtSuspend(t *testing.T, b Backend) {
 	task, l := newLeased(t, b)
-	c1, c2 := humanCond(), humanCond()
+	c1, c2 := eventCond(), eventCond()
 	suspendOn(t, b, l, c1)
-	ev2 := answer(c2, "early")
+	ev2 := occurred(c2, "early")
 	wake(t, b, task, ev2, false)
 	st := wantStatus(t, b, task, eventlog.DispatchSuspended, "after a non-matching wake")
 	if st.PendingWakes != 1 {
 		t.Errorf("PendingWakes: got %d, want 1", st.PendingWakes)
 	}
-	ev1 := answer(c1, "first")
+	ev1 := occurred(c1, "first")
 	wake(t, b, task, ev1, true)
 	l2 := leaseTask(t, b, task)
 	wantWake(t, "lease", l2.Wake, ev1)
@@ -604,8 +609,8 @@ func testBufferedWakeMatchedAtSuspend(t *testing.T, b Backend) {
 
 func testEarlyWakeWhileLeased(t *testing.T, b Backend) {
 	task, l := newLeased(t, b)
-	cond := humanCond()
-	ev := answer(cond, "before the suspend")
+	cond := eventCond()
+	ev := occurred(cond, "before the suspend")
 	wake(t, b, task, ev, false)
 	if st := wantStatus(t, b, task, eventlog.DispatchLeased, "after an early wake"); st.PendingWakes != 1 {
 		t.Errorf("PendingWakes: got %d, want 1", st.PendingWakes)
@@ -620,8 +625,8 @@ func testEarlyWakeWhileLeased(t *testing.T, b Backend) {
 
 func testBufferedWakesArrivalOrder(t *testing.T, b Backend) {
 	task, l := newLeased(t, b)
-	cond := humanCond()
-	first, second, other := answer(cond, "first"), answer(cond, "second"), answer(humanCond(), "other")
+	cond := eventCond()
+	first, second, other := occurred(cond, "first"), occurred(cond, "second"), occurred(eventCond(), "other")
 	wake(t, b, task, first, false)
 	wake(t, b, task, other, false)
 	wake(t, b, task, second, false)
@@ -645,7 +650,7 @@ func testBufferedWakesArrivalOrder(t *testing.T, b Backend) {
 
 func testUnconsumedWakeRedelivered(t *testing.T, b Backend) {
 	task, l, ev := leasedWithWake(t, b, eventlog.EnqueueOptions{})
-	suspendOn(t, b, l, humanCond())
+	suspendOn(t, b, l, eventCond())
 	st := wantStatus(t, b, task, eventlog.DispatchReady, "after a suspend that did not consume the wake")
 	wantWake(t, "MatchedWake", st.MatchedWake, ev)
 	l2 := leaseTask(t, b, task)
@@ -654,8 +659,8 @@ func testUnconsumedWakeRedelivered(t *testing.T, b Backend) {
 
 func testTerminalClearsBuffer(t *testing.T, b Backend) {
 	task, l := newLeased(t, b)
-	cond := humanCond()
-	wake(t, b, task, answer(cond, "buffered"), false)
+	cond := eventCond()
+	wake(t, b, task, occurred(cond, "buffered"), false)
 	release(t, b, l, eventlog.Release{Next: eventlog.DispatchTerminal, Reason: "done"})
 	st := wantStatus(t, b, task, eventlog.DispatchTerminal, "after the terminal release")
 	if st.PendingWakes != 0 || st.Reason != "done" {
@@ -681,26 +686,26 @@ func testSuspendWithoutCondition(t *testing.T, b Backend) {
 	if st.Reason != "parked" || st.WakeOn != nil {
 		t.Errorf("Inspect: got Reason %q WakeOn %s, want %q and none", st.Reason, wakeString(st.WakeOn), "parked")
 	}
-	wake(t, b, task, answer(humanCond(), "anything"), false)
+	wake(t, b, task, occurred(eventCond(), "anything"), false)
 	wantStatus(t, b, task, eventlog.DispatchSuspended, "after a wake")
 }
 
 func testWakeTerminal(t *testing.T, b Backend) {
 	task, l := newLeased(t, b)
-	cond := humanCond()
+	cond := eventCond()
 	release(t, b, l, eventlog.Release{Next: eventlog.DispatchTerminal, Reason: "done"})
-	wake(t, b, task, answer(cond, "late"), false)
+	wake(t, b, task, occurred(cond, "late"), false)
 	wantStatus(t, b, task, eventlog.DispatchTerminal, "after a wake of a terminal task")
 }
 
 func testWakeUnknownTask(t *testing.T, b Backend) {
-	_, err := b.Dispatcher.Wake(t.Context(), noeta.NewTaskID(), answer(humanCond(), "x"))
+	_, err := b.Dispatcher.Wake(t.Context(), noeta.NewTaskID(), occurred(eventCond(), "x"))
 	checkErrIs(t, "Wake of an unknown task", err, eventlog.ErrNotFound)
 }
 
 func testWakeInvalid(t *testing.T, b Backend) {
 	task, l := newLeased(t, b)
-	suspendOn(t, b, l, humanCond())
+	suspendOn(t, b, l, eventCond())
 	for what, ev := range map[string]noeta.Wake{
 		"the zero wake":               {},
 		"an unknown kind":             {Kind: "bogus", Handle: "h"},
@@ -847,9 +852,9 @@ func testFailAttemptsNeverReset(t *testing.T, b Backend) {
 		}
 		yield(t, b, l)
 		l = leaseTask(t, b, task)
-		cond := humanCond()
+		cond := eventCond()
 		suspendOn(t, b, l, cond)
-		wake(t, b, task, answer(cond, "go"), true)
+		wake(t, b, task, occurred(cond, "go"), true)
 		l = leaseTask(t, b, task)
 		release(t, b, l, eventlog.Release{Next: eventlog.DispatchSuspended, Reason: "parked", ConsumedWake: l.Wake})
 		enqueue(t, b, task, eventlog.EnqueueOptions{})
@@ -1057,7 +1062,7 @@ func testTimerFiresOnce(t *testing.T, b Backend) {
 	eventually(t, b, "timer", statusIs(t, b, task, eventlog.DispatchReady))
 	l := leaseTask(t, b, task)
 	wantWake(t, "lease after the timer", l.Wake, cond)
-	next := humanCond()
+	next := eventCond()
 	release(t, b, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &next, Reason: "waiting", ConsumedWake: l.Wake})
 	advance(t, b, 2*d)
 	st := wantStatus(t, b, task, eventlog.DispatchSuspended, "after the timer's deadline passed again")
@@ -1174,11 +1179,11 @@ func testLeaseWaitCancel(t *testing.T, b Backend) {
 func testExactlyOnceHandoff(t *testing.T, b Backend) {
 	task, l1 := newLeased(t, b)
 	emitTurn(t, b, l1, 1)
-	cond := humanCond()
+	cond := eventCond()
 	suspendOn(t, b, l1, cond)
 
 	// 1. The wake matches: stored, task ready.
-	ev := answer(cond, "approved")
+	ev := occurred(cond, "approved")
 	wake(t, b, task, ev, true)
 	// 2. The lease hands it over and keeps it.
 	l2 := leaseTask(t, b, task)
@@ -1229,7 +1234,7 @@ func testExactlyOnceHandoff(t *testing.T, b Backend) {
 func dispatcherCalls(t *testing.T, b Backend, l eventlog.Lease) []call {
 	d := b.Dispatcher
 	ttl := leaseTTL(t, b)
-	cond := humanCond()
+	cond := eventCond()
 	return []call{
 		{"Valid", func(ctx context.Context) error { _, err := d.Valid(ctx, l); return err }},
 		{"Enqueue", func(ctx context.Context) error { return d.Enqueue(ctx, l.Task, eventlog.EnqueueOptions{}) }},
@@ -1247,7 +1252,7 @@ func dispatcherCalls(t *testing.T, b Backend, l eventlog.Lease) []call {
 		}},
 		{"Yield", func(ctx context.Context) error { return d.Yield(ctx, l) }},
 		{"Fail", func(ctx context.Context) error { return d.Fail(ctx, l, eventlog.Failure{Retryable: true}) }},
-		{"Wake", func(ctx context.Context) error { _, err := d.Wake(ctx, l.Task, answer(cond, "x")); return err }},
+		{"Wake", func(ctx context.Context) error { _, err := d.Wake(ctx, l.Task, occurred(cond, "x")); return err }},
 		{"RequeueStale", func(ctx context.Context) error { _, err := d.RequeueStale(ctx); return err }},
 		{"Inspect", func(ctx context.Context) error { _, err := d.Inspect(ctx, l.Task); return err }},
 	}

@@ -486,15 +486,30 @@ func wake(t *testing.T, b Backend, task string, ev noeta.Wake, wantMatched bool)
 	}
 }
 
-// humanCond is a fresh human_response condition.
-func humanCond() noeta.Wake { return noeta.HumanResponseWake("h-" + noeta.NewID()) }
+// eventCond is a fresh external_event condition. The generic wake cases
+// (matching, buffering, consuming) use it: a human_response is never
+// buffered, and its own cases say so.
+func eventCond() noeta.Wake { return noeta.ExternalWake("ev-" + noeta.NewID()) }
 
-// answer is a human_response event matching cond, with text to tell it apart.
-func answer(cond noeta.Wake, text string) noeta.Wake {
+// occurred is an external_event matching cond, with text in its data to
+// tell it apart.
+func occurred(cond noeta.Wake, text string) noeta.Wake {
 	ev := cond.Clone()
-	ev.Decision = "approve"
-	ev.Text = text
-	ev.Approver = "alice"
+	data, err := json.Marshal(map[string]string{"text": text})
+	if err != nil {
+		panic(err) // a map of strings always marshals
+	}
+	ev.Data = data
+	return ev
+}
+
+// humanCond is a fresh human_response condition (an approval handle).
+func humanCond() noeta.Wake { return noeta.HumanResponseWake("approval-" + noeta.NewID()) }
+
+// answer is a human_response event matching cond: decision by approver.
+func answer(cond noeta.Wake, decision, approver string) noeta.Wake {
+	ev := cond.Clone()
+	ev.Decision, ev.Approver, ev.Text = decision, approver, decision+" by "+approver
 	return ev
 }
 
@@ -533,9 +548,9 @@ func leasedWithWake(t *testing.T, b Backend, opts eventlog.EnqueueOptions) (stri
 	task := newTask(t, b)
 	enqueue(t, b, task, opts)
 	l := leaseTask(t, b, task)
-	cond := humanCond()
+	cond := eventCond()
 	suspendOn(t, b, l, cond)
-	ev := answer(cond, "yes")
+	ev := occurred(cond, "yes")
 	wake(t, b, task, ev, true)
 	l = leaseTask(t, b, task)
 	wantWake(t, "lease after the wake", l.Wake, ev)

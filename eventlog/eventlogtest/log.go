@@ -472,9 +472,9 @@ func testLeaseGenStamped(t *testing.T, b Backend) {
 func testNewLeaseNewLeaseGranted(t *testing.T, b Backend) {
 	task, l1 := newLeased(t, b)
 	emitTurn(t, b, l1, 1)
-	cond := humanCond()
+	cond := eventCond()
 	suspendOn(t, b, l1, cond)
-	wake(t, b, task, answer(cond, "go on"), true)
+	wake(t, b, task, occurred(cond, "go on"), true)
 	l2 := leaseTask(t, b, task)
 	if l2.Generation <= l1.Generation {
 		t.Fatalf("generation of the next lease: got %d, want more than %d", l2.Generation, l1.Generation)
@@ -519,7 +519,7 @@ func testEmitEndedLease(t *testing.T, b Backend) {
 		end  func(l eventlog.Lease) error
 	}{
 		{"released suspended", func(l eventlog.Lease) error {
-			c := humanCond()
+			c := eventCond()
 			return b.Dispatcher.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &c})
 		}},
 		{"released terminal", func(l eventlog.Lease) error {
@@ -951,7 +951,7 @@ func testIdempotentBeatsStaleSequence(t *testing.T, b Backend) {
 func testIdempotentBeatsEndedLease(t *testing.T, b Backend) {
 	task, l := newLeased(t, b)
 	first := mustEmitOpts(t, b, l, turnEnv(t, task, 1), keyed("k"))
-	suspendOn(t, b, l, humanCond())
+	suspendOn(t, b, l, eventCond())
 	retry := mustEmitOpts(t, b, l, turnEnv(t, task, 1), keyed("k"))
 	wantSameEnvelope(t, "retry under a released lease", retry, first)
 	_, err := b.Log.Emit(t.Context(), l, turnEnv(t, task, 2), keyed("new"))

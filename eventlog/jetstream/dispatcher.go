@@ -330,11 +330,12 @@ type DispatcherStats struct {
 	DuplicateWakes   uint64 // ingress redeliveries recognised by stream sequence
 	UnknownTaskWakes uint64 // ingress wakes for a task without a row: acked and dropped
 	InvalidWakes     uint64 // ingress messages that are not a valid wake: dropped
+	RefusedWakes     uint64 // ingress human_responses that matched no suspend of now: dropped
 	Requeued         uint64 // expired leases this instance requeued or ended
 }
 
 type dispatcherCounters struct {
-	wakesApplied, timersFired, staleTimers, duplicateWakes, unknownTaskWakes, invalidWakes, requeued atomic.Uint64
+	wakesApplied, timersFired, staleTimers, duplicateWakes, unknownTaskWakes, invalidWakes, refusedWakes, requeued atomic.Uint64
 }
 
 // Stats returns this instance's counters.
@@ -347,6 +348,7 @@ func (d *Dispatcher) Stats() DispatcherStats {
 		DuplicateWakes:   s.duplicateWakes.Load(),
 		UnknownTaskWakes: s.unknownTaskWakes.Load(),
 		InvalidWakes:     s.invalidWakes.Load(),
+		RefusedWakes:     s.refusedWakes.Load(),
 		Requeued:         s.requeued.Load(),
 	}
 }

@@ -384,7 +384,10 @@ func (d *Dispatcher) Wake(ctx context.Context, task string, event noeta.Wake) (b
 		if r == nil {
 			return nil, fmt.Errorf("%w: wake for task %q: the dispatcher does not know the task (it was never enqueued)", eventlog.ErrNotFound, task)
 		}
-		matched = r.applyWake(event.Clone())
+		var err error
+		if matched, err = r.applyWake(task, event.Clone()); err != nil {
+			return nil, err
+		}
 		return r, nil
 	})
 	if err != nil {

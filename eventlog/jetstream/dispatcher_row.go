@@ -110,10 +110,18 @@ func (r *taskRow) match(wake noeta.Wake) {
 // timer_fired deadline already due. Otherwise a timer_fired condition is
 // armed as a message schedule before the row is written (see armTimer). The
 // lease must already be cleared.
+//
+// A human_response in the buffer (only a row written before answers stopped
+// being buffered can hold one) is dropped, never matched: it answered
+// nothing that was asked.
 func (r *taskRow) suspend(wakeOn *noeta.Wake, reason string, now time.Time) {
 	r.Status = eventlog.DispatchSuspended
 	r.WakeOn = wakeOn
 	r.Reason = reason
+	r.Pending = slices.DeleteFunc(r.Pending, func(w noeta.Wake) bool { return w.Kind == noeta.WakeHumanResponse })
+	if len(r.Pending) == 0 {
+		r.Pending = nil
+	}
 	if r.Matched != nil {
 		r.makeReady()
 		return
@@ -157,16 +165,23 @@ func (r *taskRow) requeue(reclaimMax int) bool {
 
 // applyWake delivers ev: the matched wake if the row is suspended on a
 // condition it matches, else buffered (also on a terminal row: a buffer is
-// only cleared by a transition to terminal, never drained after it).
-func (r *taskRow) applyWake(ev noeta.Wake) bool {
+// only cleared by a transition to terminal, never drained after it). A
+// human_response that does not match is refused (CheckAnswer's error), not
+// buffered.
+func (r *taskRow) applyWake(task string, ev noeta.Wake) (bool, error) {
+	if ev.Kind == noeta.WakeHumanResponse {
+		if err := eventlog.CheckAnswer(task, r.Status, r.WakeOn, r.Matched, ev); err != nil {
+			return false, err
+		}
+	}
 	if r.Status == eventlog.DispatchSuspended && noeta.Matches(r.WakeOn, &ev) {
 		// The event, not the condition, becomes the matched wake: it carries
 		// what the waker had to say.
 		r.match(ev)
-		return true
+		return true, nil
 	}
 	r.Pending = append(r.Pending, ev)
-	return false
+	return false, nil
 }
 
 // noteApplied records an applied ingress sequence.

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/noeta-go/noeta"
@@ -390,9 +392,9 @@ func TestDispatcherEarlyWake(t *testing.T) {
 			task := noeta.NewTaskID()
 			mustEnqueue(t, hostA, task, eventlog.EnqueueOptions{})
 			l := mustLease(t, hostA, eventlog.LeaseRequest{Worker: "a", Task: task})
-			cond := noeta.HumanResponseWake("h-" + noeta.NewID())
+			cond := noeta.ExternalWake("deploy-" + noeta.NewID())
 			ev := cond.Clone()
-			ev.Decision, ev.Text = "approve", "before the suspend"
+			ev.Data = []byte(`"before the suspend"`)
 
 			if via == "Wake" {
 				matched, err := hostB.Wake(ctx, task, ev)
@@ -400,13 +402,7 @@ func TestDispatcherEarlyWake(t *testing.T) {
 					t.Fatalf("early Wake: got %v, %v; want false, nil (buffered)", matched, err)
 				}
 			} else {
-				js, err := natsjs.New(connect(t, clusterURL))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := js.Publish(ctx, jetstream.WakeSubject(dispatcherTestPrefix, task), wakeJSON(t, ev)); err != nil {
-					t.Fatalf("publish to the ingress: %v", err)
-				}
+				publishWake(t, task, ev)
 				waitFor(t, 10*time.Second, "the ingress wake buffered", func() error {
 					if st := mustInspect(t, hostA, task); st.PendingWakes != 1 {
 						return fmt.Errorf("PendingWakes %d", st.PendingWakes)
@@ -429,6 +425,151 @@ func TestDispatcherEarlyWake(t *testing.T) {
 				t.Errorf("lease after the suspend: got wake %v, want %v", l2.Wake, ev)
 			}
 		})
+	}
+}
+
+func publishWake(t *testing.T, task string, ev noeta.Wake) {
+	t.Helper()
+	js, err := natsjs.New(connect(t, clusterURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(t.Context(), jetstream.WakeSubject(dispatcherTestPrefix, task), wakeJSON(t, ev)); err != nil {
+		t.Fatalf("publish to the ingress: %v", err)
+	}
+}
+
+// TestDispatcherEarlyAnswerRefused: a human's answer that arrives before
+// the task asks is not kept for the ask. Through Wake the sender gets
+// ErrNotWaiting; through the ingress, where the sender has gone, the
+// dispatcher drops it and counts it. Either way the task, once it asks,
+// waits for an answer given after the ask.
+//
+// Before: both were buffered, and the suspend on the answered handle
+// matched the early answer at once (an approval nobody saw the request of).
+func TestDispatcherEarlyAnswerRefused(t *testing.T) {
+	t.Parallel()
+	hostA := openDispatcher(t, clusterURL, 3, dispatcherTestPrefix)
+	hostB := openDispatcher(t, clusterURL, 3, dispatcherTestPrefix)
+	ctx := t.Context()
+	refused := func() uint64 { return hostA.Stats().RefusedWakes + hostB.Stats().RefusedWakes }
+
+	for _, via := range []string{"Wake", "ingress"} {
+		t.Run(via, func(t *testing.T) {
+			task := noeta.NewTaskID()
+			mustEnqueue(t, hostA, task, eventlog.EnqueueOptions{})
+			l := mustLease(t, hostA, eventlog.LeaseRequest{Worker: "a", Task: task})
+			cond := noeta.HumanResponseWake("approval-call-2-0")
+			ev := cond.Clone()
+			ev.Decision, ev.Approver = "approve", "mallory"
+
+			if via == "Wake" {
+				matched, err := hostB.Wake(ctx, task, ev)
+				if !errors.Is(err, eventlog.ErrNotWaiting) || matched {
+					t.Fatalf("early answer through Wake: got %v, %v; want false, %v", matched, err, eventlog.ErrNotWaiting)
+				}
+			} else {
+				before := refused()
+				publishWake(t, task, ev)
+				waitFor(t, 10*time.Second, "the early answer dropped and counted", func() error {
+					if n := refused() - before; n != 1 {
+						return fmt.Errorf("refused %d", n)
+					}
+					return nil
+				})
+			}
+			if st := mustInspect(t, hostA, task); st.Status != eventlog.DispatchLeased || st.PendingWakes != 0 {
+				t.Fatalf("after the early answer: got %s with %d pending, want leased with none", st.Status, st.PendingWakes)
+			}
+			if err := hostA.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond, Reason: "waiting_approval"}); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			if st := mustInspect(t, hostB, task); st.Status != eventlog.DispatchSuspended || st.MatchedWake != nil {
+				t.Fatalf("after the ask: got %s matched %v, want suspended with nothing matched", st.Status, st.MatchedWake)
+			}
+			// The answer given now, through the same path, applies.
+			if via == "Wake" {
+				if matched, err := hostB.Wake(ctx, task, ev); err != nil || !matched {
+					t.Fatalf("answer after the ask: got %v, %v; want true, nil", matched, err)
+				}
+			} else {
+				publishWake(t, task, ev)
+			}
+			waitFor(t, 10*time.Second, "the answer after the ask applied", func() error {
+				if st := mustInspect(t, hostA, task); st.Status != eventlog.DispatchReady || st.MatchedWake == nil || !st.MatchedWake.Equal(ev) {
+					return fmt.Errorf("%s matched %v", st.Status, st.MatchedWake)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestDispatcherTimerHeaderOnAnswerRefused: an answer published on the
+// ingress with a timer's generation header, exactly the condition the task
+// waits on, is dropped as invalid: only timer_fired wakes fire as timers.
+//
+// Before: it "fired" as the task's timer, matching the human_response
+// condition with no answer check.
+func TestDispatcherTimerHeaderOnAnswerRefused(t *testing.T) {
+	t.Parallel()
+	// A prefix of its own: this Dispatcher alone consumes its ingress.
+	const prefix = "dforge"
+	d := openDispatcher(t, singleURL, 1, prefix)
+	ctx := t.Context()
+	task := noeta.NewTaskID()
+	mustEnqueue(t, d, task, eventlog.EnqueueOptions{})
+	l := mustLease(t, d, eventlog.LeaseRequest{Worker: "a", Task: task})
+	cond := noeta.HumanResponseWake("approval-call-1-0-" + strings.ToLower(noeta.NewID()[16:]))
+	if err := d.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond, Reason: "waiting_approval"}); err != nil {
+		t.Fatal(err)
+	}
+	before := d.Stats().InvalidWakes
+	m := nats.NewMsg(jetstream.WakeSubject(prefix, task))
+	m.Header.Set("Noeta-Timer-Generation", strconv.FormatUint(l.Generation, 10))
+	m.Data = wakeJSON(t, cond)
+	js, err := natsjs.New(connect(t, singleURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the forged timer dropped", func() error {
+		if d.Stats().InvalidWakes == before {
+			return fmt.Errorf("not dropped (the task is %s)", mustInspect(t, d, task).Status)
+		}
+		return nil
+	})
+	if st := mustInspect(t, d, task); st.Status != eventlog.DispatchSuspended || st.MatchedWake != nil {
+		t.Fatalf("after the forged timer: %s matched %v; want still suspended", st.Status, st.MatchedWake)
+	}
+}
+
+// TestDispatcherBufferedAnswerDropped: a row written before answers stopped
+// being buffered may hold a human_response in its buffer; the next suspend
+// on that handle drops it instead of matching it.
+func TestDispatcherBufferedAnswerDropped(t *testing.T) {
+	t.Parallel()
+	d := openDispatcher(t, singleURL, 1, dispatcherTestPrefix)
+	ctx := t.Context()
+	task := noeta.NewTaskID()
+	mustEnqueue(t, d, task, eventlog.EnqueueOptions{})
+	l := mustLease(t, d, eventlog.LeaseRequest{Worker: "a", Task: task})
+	cond := noeta.HumanResponseWake("approval-call-2-0")
+	early := cond.Clone()
+	early.Decision, early.Approver = "approve", "mallory"
+	other := noeta.ExternalWake("deploy")
+	jetstream.BufferWakeForTest(t, d, task, early)
+	jetstream.BufferWakeForTest(t, d, task, other)
+	if st := mustInspect(t, d, task); st.PendingWakes != 2 {
+		t.Fatalf("the old row: got %d pending, want 2", st.PendingWakes)
+	}
+	if err := d.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond, Reason: "waiting_approval"}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if st := mustInspect(t, d, task); st.Status != eventlog.DispatchSuspended || st.MatchedWake != nil || st.PendingWakes != 1 {
+		t.Fatalf("after the ask: got %s matched %v pending %d, want suspended, nothing matched, the external event still buffered", st.Status, st.MatchedWake, st.PendingWakes)
 	}
 }
 
@@ -684,10 +825,12 @@ func TestDispatcherManyTasksThreeHosts(t *testing.T) {
 		index[tasks[i]] = i
 		mustEnqueue(t, hosts[i%3], tasks[i], eventlog.EnqueueOptions{Queue: q})
 	}
-	cond := func(i int) noeta.Wake { return noeta.HumanResponseWake("h-" + tasks[i]) }
+	// External events, which may arrive before their suspend and are then
+	// buffered (a human's answer never is).
+	cond := func(i int) noeta.Wake { return noeta.ExternalWake("e-" + tasks[i]) }
 	event := func(i int) noeta.Wake {
 		ev := cond(i)
-		ev.Decision, ev.Text = "approve", fmt.Sprint("answer ", i)
+		ev.Data = []byte(fmt.Sprint(i))
 		return ev
 	}
 

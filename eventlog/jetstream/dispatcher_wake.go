@@ -160,6 +160,15 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 			_ = m.Term()
 			return
 		}
+		if ev.Kind != noeta.WakeTimerFired {
+			// Only the broker's copy of an armed timer carries the header;
+			// anything else with it is a forgery (a human's answer dressed
+			// as a timer would skip the answer rules).
+			d.stats.invalidWakes.Add(1)
+			d.log.Warn("a timer header on a wake that is not timer_fired; dropped", "subject", m.Subject(), "seq", seq, "kind", ev.Kind)
+			_ = m.Term()
+			return
+		}
 		_, err = d.fireTimer(ctx, task, gen, ev, seq)
 		switch {
 		case err == nil:
@@ -180,13 +189,23 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 			if slices.Contains(r.Applied, seq) {
 				return nil, errDuplicate
 			}
-			r.applyWake(ev)
+			if _, err := r.applyWake(task, ev); err != nil {
+				return nil, err
+			}
 			r.noteApplied(seq)
 			return r, nil
 		})
 		switch {
 		case err == nil:
 			d.stats.wakesApplied.Add(1)
+		case errors.Is(err, eventlog.ErrNotWaiting), errors.Is(err, eventlog.ErrAlreadyAnswered):
+			// The sender published and left: nobody can be told, so the
+			// refusal is logged and counted, and the message acked (a
+			// redelivery would be refused the same way).
+			d.stats.refusedWakes.Add(1)
+			d.log.Warn("human_response on the wake ingress answers nothing the task waits on; dropped",
+				"task", task, "handle", ev.Handle, "decision", ev.Decision, "approver", ev.Approver, "seq", seq, "err", err)
+			err = nil
 		case errors.Is(err, errDuplicate):
 			d.stats.duplicateWakes.Add(1)
 			err = nil

@@ -459,6 +459,12 @@ func (s *Store) Wake(ctx context.Context, task string, event noeta.Wake) (bool, 
 	if r == nil {
 		return false, fmt.Errorf("%w: wake for task %q: the dispatcher does not know the task", eventlog.ErrNotFound, task)
 	}
+	if event.Kind == noeta.WakeHumanResponse {
+		// A human answers what is asked now: never buffered.
+		if err := eventlog.CheckAnswer(task, r.status, r.wakeOn, r.matched, event); err != nil {
+			return false, err
+		}
+	}
 	if r.status == eventlog.DispatchSuspended && noeta.Matches(r.wakeOn, &event) {
 		// The event, not the condition, becomes the matched wake: it carries
 		// what the waker had to say (a subtask's result, a human's answer).

@@ -593,16 +593,16 @@ func TestDispatcherEarlyWakesInArrivalOrder(t *testing.T) {
 	ctx := context.Background()
 	mustEnqueue(t, s, "t", eventlog.EnqueueOptions{})
 	l := mustLease(t, s, eventlog.LeaseRequest{})
-	first := noeta.HumanResponseWake("h")
-	first.Text = "first"
-	second := noeta.HumanResponseWake("h")
-	second.Text = "second"
+	first := noeta.ExternalWake("h")
+	first.Data = []byte(`"first"`)
+	second := noeta.ExternalWake("h")
+	second.Data = []byte(`"second"`)
 	for _, ev := range []noeta.Wake{noeta.ExternalWake("x"), first, second} {
 		if ok, err := s.Wake(ctx, "t", ev); ok || err != nil {
 			t.Fatalf("Wake on a leased task = %v, %v", ok, err)
 		}
 	}
-	if err := s.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: wakePtr(noeta.HumanResponseWake("h"))}); err != nil {
+	if err := s.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: wakePtr(noeta.ExternalWake("h"))}); err != nil {
 		t.Fatal(err)
 	}
 	st := wantStatus(t, s, "t", eventlog.DispatchReady)
@@ -610,7 +610,7 @@ func TestDispatcherEarlyWakesInArrivalOrder(t *testing.T) {
 		t.Fatalf("state %+v", st)
 	}
 	l = mustLease(t, s, eventlog.LeaseRequest{})
-	if err := s.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: wakePtr(noeta.HumanResponseWake("h")), ConsumedWake: &first}); err != nil {
+	if err := s.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: wakePtr(noeta.ExternalWake("h")), ConsumedWake: &first}); err != nil {
 		t.Fatal(err)
 	}
 	if st := wantStatus(t, s, "t", eventlog.DispatchReady); !st.MatchedWake.Equal(second) || st.PendingWakes != 1 {
