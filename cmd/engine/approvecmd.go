@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
@@ -318,9 +317,9 @@ func approveViaIngress(ctx context.Context, g *globals, task, handle string, dec
 	if err := g.conn.check(); err != nil {
 		return err
 	}
-	nc, err := nats.Connect(g.conn.url, g.conn.natsOptions("noeta-engine approve", g.logger())...)
+	nc, err := g.conn.connect("noeta-engine approve", g.logger())
 	if err != nil {
-		return failErr(fmt.Errorf("connect to %s: %w", g.conn.describe(), err))
+		return failErr(err)
 	}
 	defer nc.Close()
 	rows, err := jetstream.OpenRowReader(ctx, nc, g.conn.prefix)
