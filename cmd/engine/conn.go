@@ -72,12 +72,6 @@ func (c connOpts) nats() natsconn.Options {
 	return natsconn.Options{URL: c.url, Creds: c.creds, User: c.user, Password: c.password, TLSCA: c.tlsCA, TLSCert: c.tlsCert, TLSKey: c.tlsKey}
 }
 
-// natsOptions are the options of a connection to c.url: it reconnects for
-// ever, and logs its disconnections and reconnections.
-func (c connOpts) natsOptions(name string, logger *slog.Logger) []nats.Option {
-	return c.nats().NATSOptions(name, logger)
-}
-
 // connect connects to c.url; the error never carries a password.
 func (c connOpts) connect(name string, logger *slog.Logger) (*nats.Conn, error) {
 	return c.nats().Connect(name, logger)
