@@ -159,7 +159,7 @@ func (d *Dispatcher) Lease(ctx context.Context, req eventlog.LeaseRequest) (even
 
 // grant leases task to worker if may allows the row. The lease key is
 // written before the row (the key must exist whenever a row names its
-// lease, or a watcher or sweep would requeue the fresh lease), and the
+// lease, or a watcher or the reconciler would requeue the fresh lease), and the
 // expiry is read from the clock before the key is written, so the local
 // expiry is never later than the server's.
 func (d *Dispatcher) grant(ctx context.Context, task, worker string, may func(r *taskRow) error) (eventlog.Lease, error) {

@@ -100,11 +100,16 @@ func (d *Dispatcher) consumeIngress(it jetstream.MessagesContext) {
 	for {
 		m, err := it.Next()
 		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return
-			}
 			if d.closed.Load() {
 				return
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+				// Stopped on its own, not by Close: wakes and fired timers
+				// would wait for another process. Create it again.
+				if it = d.reopenIngress(it); it == nil {
+					return
+				}
+				continue
 			}
 			d.log.Warn("wake ingress", "err", err)
 			select {
@@ -167,7 +172,7 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 			d.stats.timersFired.Add(1)
 		case errors.Is(err, errDuplicate):
 			d.stats.duplicateWakes.Add(1)
-			err = nil
+			err = d.repairSignal(ctx, task) // the process that applied it may have died before signalling
 		case errors.Is(err, errSkip):
 			d.stats.staleTimers.Add(1)
 			err = nil
@@ -189,7 +194,7 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 			d.stats.wakesApplied.Add(1)
 		case errors.Is(err, errDuplicate):
 			d.stats.duplicateWakes.Add(1)
-			err = nil
+			err = d.repairSignal(ctx, task) // the process that applied it may have died before signalling
 		case errors.Is(err, errNoRow):
 			d.stats.unknownTaskWakes.Add(1)
 			d.log.Warn("wake for a task the dispatcher does not know (never enqueued); dropped",
