@@ -67,6 +67,11 @@ it, and leases the next. Run one on every host: the hosts share the tasks, and
 a task whose host dies is taken over by another once its lease expires
 (--lease-ttl).
 
+If NATS cannot be reached when serve starts (or its streams are between
+leaders), serve retries with backoff until it can start; SIGTERM stops it
+meanwhile. A refused login or settings that differ from the deployment's
+fail at once.
+
 SIGTERM or SIGINT stops it gracefully: it takes no new task, lets the
 segments in hand finish and release their tasks, and exits 0. If --grace
 runs out first (or a second signal comes), the segments still running stop

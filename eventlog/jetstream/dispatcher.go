@@ -56,7 +56,8 @@ type DispatcherConfig struct {
 	// task is released. Default 360.
 	HeartbeatMax int
 	// ReclaimMax is the number of stale reclaims in a row (without a
-	// heartbeat or release in between) after which a task ends terminal with
+	// heartbeat, a release or a write to the task's log under the lease in
+	// between) after which a task ends terminal with
 	// ReasonStaleReclaimExceeded. Default 3.
 	ReclaimMax int
 	// MaxFailAttempts is the number of retryable failures over a task's life
@@ -288,6 +289,15 @@ const (
 	// ingressBatch bounds the ingress messages one Dispatcher holds
 	// unacknowledged, so a process that dies strands few of them.
 	ingressBatch = 16
+	// ingressPullExpiry and ingressHeartbeat: a pull request on the ingress
+	// lives ingressPullExpiry, and the server holding it sends a heartbeat
+	// every ingressHeartbeat while it has nothing to deliver. A pull request
+	// dies silently with the node that led the consumer; the client notices
+	// after two missed heartbeats and pulls again from the new leader. With
+	// the client's defaults (30s, 15s) that took 30s, and every wake and
+	// fired timer waited for it.
+	ingressPullExpiry = 4 * time.Second
+	ingressHeartbeat  = time.Second
 )
 
 // Dispatcher is the JetStream eventlog.Dispatcher and eventlog.LeaseRegistry:
@@ -336,7 +346,10 @@ type Dispatcher struct {
 	closing bool
 	queues  map[string]jetstream.Consumer
 	ingress jetstream.MessagesContext
-	wg      sync.WaitGroup
+	// backstops are the local timers behind the broker's schedules, by
+	// task/generation (see backstopTimer).
+	backstops map[string]*time.Timer
+	wg        sync.WaitGroup
 
 	stats dispatcherCounters
 }
@@ -345,35 +358,37 @@ var _ eventlog.Dispatcher = (*Dispatcher)(nil)
 
 // DispatcherStats counts what this Dispatcher instance did on its own.
 type DispatcherStats struct {
-	WakesApplied     uint64 // ingress messages applied to a row (fired timers included)
-	TimersFired      uint64 // fired timers that matched the suspend that armed them
-	StaleTimers      uint64 // fired timers whose suspend had ended: dropped
-	DuplicateWakes   uint64 // ingress redeliveries recognised by stream sequence
-	UnknownTaskWakes uint64 // ingress wakes for a task without a row: acked and dropped
-	InvalidWakes     uint64 // ingress messages that are not a valid wake: dropped
-	Requeued         uint64 // expired leases this instance requeued or ended
-	Reconciles       uint64 // reconcile passes that completed
-	Resignalled      uint64 // ready signals a reconcile pass found missing and published again
+	WakesApplied      uint64 // ingress messages applied to a row (fired timers included)
+	TimersFired       uint64 // fired timers that matched the suspend that armed them
+	StaleTimers       uint64 // fired timers whose suspend had ended: dropped
+	DuplicateWakes    uint64 // ingress redeliveries recognised by stream sequence
+	UnknownTaskWakes  uint64 // ingress wakes for a task without a row: acked and dropped
+	InvalidWakes      uint64 // ingress messages that are not a valid wake: dropped
+	Requeued          uint64 // expired leases this instance requeued or ended
+	Reconciles        uint64 // reconcile passes that completed
+	Resignalled       uint64 // ready signals a reconcile pass found missing and published again
+	TimersBackstopped uint64 // timers this instance fired itself, the broker's schedule not having fired in time
 }
 
 type dispatcherCounters struct {
 	wakesApplied, timersFired, staleTimers, duplicateWakes, unknownTaskWakes, invalidWakes, requeued atomic.Uint64
-	reconciles, resignalled                                                                          atomic.Uint64
+	reconciles, resignalled, timersBackstopped                                                       atomic.Uint64
 }
 
 // Stats returns this instance's counters.
 func (d *Dispatcher) Stats() DispatcherStats {
 	s := &d.stats
 	return DispatcherStats{
-		WakesApplied:     s.wakesApplied.Load(),
-		TimersFired:      s.timersFired.Load(),
-		StaleTimers:      s.staleTimers.Load(),
-		DuplicateWakes:   s.duplicateWakes.Load(),
-		UnknownTaskWakes: s.unknownTaskWakes.Load(),
-		InvalidWakes:     s.invalidWakes.Load(),
-		Requeued:         s.requeued.Load(),
-		Reconciles:       s.reconciles.Load(),
-		Resignalled:      s.resignalled.Load(),
+		WakesApplied:      s.wakesApplied.Load(),
+		TimersFired:       s.timersFired.Load(),
+		StaleTimers:       s.staleTimers.Load(),
+		DuplicateWakes:    s.duplicateWakes.Load(),
+		UnknownTaskWakes:  s.unknownTaskWakes.Load(),
+		InvalidWakes:      s.invalidWakes.Load(),
+		Requeued:          s.requeued.Load(),
+		Reconciles:        s.reconciles.Load(),
+		Resignalled:       s.resignalled.Load(),
+		TimersBackstopped: s.timersBackstopped.Load(),
 	}
 }
 
@@ -401,6 +416,8 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 		done:   make(chan struct{}),
 		kick:   make(chan struct{}, 1),
 		queues: map[string]jetstream.Consumer{},
+
+		backstops: map[string]*time.Timer{},
 	}
 	// ensureKV turns direct gets off: every read of a row or a lease key
 	// decides a write or a fence, so it must be the leader's.
@@ -480,7 +497,8 @@ func (d *Dispatcher) openIngress(ctx context.Context) (jetstream.MessagesContext
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: consumer %s on %s: %w", ingressConsumer, d.cfg.wakeStream(), err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(ingressBatch))
+	it, err := cons.Messages(jetstream.PullMaxMessages(ingressBatch),
+		jetstream.PullExpiry(ingressPullExpiry), jetstream.PullHeartbeat(ingressHeartbeat))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: consume %s: %w", ingressConsumer, err)
 	}
@@ -500,6 +518,7 @@ func (d *Dispatcher) Close() error {
 	d.mu.Lock()
 	d.closing = true
 	ingress, watcher := d.ingress, d.watcher
+	d.stopBackstops()
 	d.mu.Unlock()
 	_ = watcher.Stop()
 	ingress.Drain()

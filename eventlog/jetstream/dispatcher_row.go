@@ -330,6 +330,9 @@ func pause(ctx context.Context, attempt int) error {
 func (d *Dispatcher) afterWrite(task string, old, nu *taskRow) {
 	ctx, cancel := d.detached()
 	defer cancel()
+	if armsTimer(old, nu) {
+		d.backstopTimer(task, nu.Generation, nu.WakeOn.Clone())
+	}
 	if old != nil && old.Status == eventlog.DispatchLeased && old.LeaseID != "" &&
 		(nu.Status != eventlog.DispatchLeased || nu.LeaseID != old.LeaseID) {
 		if err := d.leases.Delete(ctx, leaseKey(task, old.LeaseID)); err != nil {

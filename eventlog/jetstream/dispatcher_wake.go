@@ -112,6 +112,7 @@ func (d *Dispatcher) consumeIngress(it jetstream.MessagesContext) {
 				continue
 			}
 			d.log.Warn("wake ingress", "err", err)
+			d.kickReconcile() // a missed heartbeat: the consumer's leader moved
 			select {
 			case <-d.done:
 			case <-time.After(100 * time.Millisecond):

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -309,6 +310,8 @@ func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
 	for task, r := range s.rows {
 		if d.candidate(s, task, r, now) {
 			tasks = append(tasks, task)
+		} else if r.Status == eventlog.DispatchSuspended && r.WakeOn != nil && r.WakeOn.Kind == noeta.WakeTimerFired && r.Matched == nil {
+			d.backstopTimer(task, r.Generation, r.WakeOn.Clone())
 		}
 	}
 
@@ -418,12 +421,77 @@ func (d *Dispatcher) sweepRow(ctx context.Context, task string) (bool, *taskRow,
 				if err := d.armTimer(ctx, task, r.Generation, cond); err != nil {
 					return false, nil, err
 				}
+				d.log.Info("reconcile re-armed a timer without its schedule", "task", task, "fire_at", cond.FireAt)
 				break
 			}
-			if _, err := d.fireTimer(ctx, task, r.Generation, cond, 0); err != nil && !errors.Is(err, errSkip) {
+			_, err := d.fireTimer(ctx, task, r.Generation, cond, 0)
+			if err != nil && !errors.Is(err, errSkip) {
 				return false, nil, err
+			}
+			if err == nil {
+				d.log.Info("reconcile fired an overdue timer", "task", task, "fire_at", cond.FireAt, "late", d.cfg.Now().Sub(cond.FireAt))
 			}
 		}
 	}
 	return false, nil, nil
+}
+
+// Timer backstops. The broker fires a timer's schedule on its own clock, but
+// a schedule can be late or lost in a failover (it was seen firing 10-15 s
+// late, or not at all, after the wake stream's leader was killed and
+// restarted), and a timer must not wait for the next reconcile pass. So the
+// process that arms a timer, and every reconciler that sees one due soon,
+// also keeps a local timer: timerGrace after the deadline it fires the timer
+// itself if the row still waits on it. The first to fire wins the
+// compare-and-set; the broker's copy, arriving later, is dropped as stale.
+const (
+	// timerGrace covers the broker's rounding of the deadline up to the
+	// whole second and the ingress round trip.
+	timerGrace = 2 * time.Second
+	// backstopHorizon: timers further ahead get their backstop from a later
+	// reconcile pass, so a process does not hold one for every timer of the
+	// deployment.
+	backstopHorizon = time.Minute
+)
+
+// backstopTimer makes sure the timer of task's suspend at generation gen on
+// cond fires, timerGrace after its deadline at the latest, while this
+// Dispatcher runs.
+func (d *Dispatcher) backstopTimer(task string, gen uint64, cond noeta.Wake) {
+	wait := cond.FireAt.Sub(d.cfg.Now()) + timerGrace
+	if wait > backstopHorizon {
+		return
+	}
+	key := task + "/" + strconv.FormatUint(gen, 10)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closing || d.backstops[key] != nil {
+		return
+	}
+	d.backstops[key] = time.AfterFunc(max(wait, 0), func() {
+		d.mu.Lock()
+		delete(d.backstops, key)
+		d.mu.Unlock()
+		d.goTracked(func() {
+			ctx, cancel := d.detached()
+			defer cancel()
+			_, err := d.fireTimer(ctx, task, gen, cond, 0)
+			switch {
+			case err == nil:
+				d.stats.timersBackstopped.Add(1)
+				d.log.Info("fired a timer the broker had not fired in time", "task", task, "fire_at", cond.FireAt,
+					"late", d.cfg.Now().Sub(cond.FireAt))
+			case !errors.Is(err, errSkip):
+				d.log.Warn("fire an overdue timer; the reconciler will", "task", task, "err", err)
+			}
+		})
+	})
+}
+
+// stopBackstops stops every pending backstop; Close calls it under mu.
+func (d *Dispatcher) stopBackstops() {
+	for k, t := range d.backstops {
+		t.Stop()
+		delete(d.backstops, k)
+	}
 }

@@ -447,3 +447,88 @@ func TestReconcileAfterNodeRestart(t *testing.T) {
 		t.Errorf("after the restart: %d passes re-signalled %d tasks, want at least 2 passes and 4 tasks", s.Reconciles, s.Resignalled)
 	}
 }
+
+// TestWriteUnderLeaseEndsReclaimRun reproduces a child task whose hosts
+// were killed under it three times in a row (each after it had written to
+// its log): the third reclaim ended it terminal (stale_reclaim_exceeded) in
+// the dispatcher, with no terminal record in its log, so its parent never
+// heard of it and waited forever. A lease that reaches the log (Valid, the
+// check before every append) is progress and ends the run of reclaims; a
+// task whose holders die before writing anything still ends at ReclaimMax.
+func TestWriteUnderLeaseEndsReclaimRun(t *testing.T) {
+	t.Parallel()
+	prefix := uniquePrefix(t, singleURL)
+	d := openReconciling(t, connect(t, singleURL), 1, prefix, -1)
+	for _, c := range []struct {
+		name   string
+		writes bool
+		want   eventlog.DispatchStatus
+	}{{"holders write", true, eventlog.DispatchReady}, {"holders die first", false, eventlog.DispatchTerminal}} {
+		t.Run(c.name, func(t *testing.T) {
+			task := noeta.NewTaskID()
+			mustEnqueue(t, d, task, eventlog.EnqueueOptions{Queue: testQueue()})
+			for i := range jetstream.DefaultReclaimMax {
+				l := mustLease(t, d, eventlog.LeaseRequest{Worker: "w", Task: task})
+				if c.writes {
+					if ok, err := d.Valid(t.Context(), l); err != nil || !ok {
+						t.Fatalf("Valid of a fresh lease: %v %v", ok, err)
+					}
+					waitFor(t, reconcileLimit, "the reclaim run ended", func() error {
+						if st := mustInspect(t, d, task); st.ReclaimCount != 0 {
+							return fmt.Errorf("ReclaimCount %d", st.ReclaimCount)
+						}
+						return nil
+					})
+				}
+				// The holder dies: its lease expires, the watcher requeues.
+				waitFor(t, reconcileLimit, fmt.Sprintf("reclaim %d", i+1), func() error {
+					st := mustInspect(t, d, task)
+					if st.Status == eventlog.DispatchLeased {
+						return errors.New("still leased")
+					}
+					return nil
+				})
+			}
+			st := mustInspect(t, d, task)
+			if st.Status != c.want {
+				t.Errorf("after %d reclaims: %s (%s), want %s", jetstream.DefaultReclaimMax, st.Status, st.Reason, c.want)
+			}
+		})
+	}
+}
+
+// TestTimerBackstop reproduces a timer whose schedule the broker never
+// fires (lost in a failover; here purged): the task slept until a sweep,
+// minutes later. The process that armed it fires it itself, a moment after
+// its deadline; no reconciler runs here.
+func TestTimerBackstop(t *testing.T) {
+	t.Parallel()
+	prefix := uniquePrefix(t, singleURL)
+	nc := connect(t, singleURL)
+	d := openReconciling(t, nc, 1, prefix, -1)
+	task := noeta.NewTaskID()
+	mustEnqueue(t, d, task, eventlog.EnqueueOptions{Queue: testQueue()})
+	l := mustLease(t, d, eventlog.LeaseRequest{Worker: "w", Task: task})
+	cond := noeta.TimerWake(time.Now().Add(time.Second))
+	if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(t.Context(), strings.ToUpper(prefix)+"_WAKE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Purge(t.Context(), natsjs.WithPurgeSubject(prefix+".wake.*."+task+".timer.*")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, reconcileLimit, "the timer fired", statusOf(t, d, task, eventlog.DispatchReady))
+	if st := mustInspect(t, d, task); st.MatchedWake == nil || !st.MatchedWake.Equal(cond) {
+		t.Errorf("matched wake: got %+v, want the timer's condition", st.MatchedWake)
+	}
+	if n := d.Stats().TimersBackstopped; n != 1 {
+		t.Errorf("timers backstopped: %d, want 1", n)
+	}
+}
