@@ -51,6 +51,9 @@ const (
 	// reconcileSettle is the shortest gap between two passes, so a burst of
 	// triggers (reconnects, consumer re-creations) costs one pass.
 	reconcileSettle = 250 * time.Millisecond
+	// reconcilePassMax bounds one pass, so a server that stops answering
+	// in the middle of a bulk read cannot stall the reconciler for good.
+	reconcilePassMax = 2 * time.Minute
 )
 
 // reconcileLoop runs passes until ctx ends: one at once, then on every
@@ -80,7 +83,9 @@ func (d *Dispatcher) reconcileLoop(ctx context.Context, status <-chan nats.Statu
 		if err := sleepCtx(ctx, reconcileSettle); err != nil {
 			return
 		}
-		ids, err := d.sweep(ctx)
+		pctx, cancel := context.WithTimeout(ctx, reconcilePassMax)
+		ids, err := d.sweep(pctx)
+		cancel()
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
