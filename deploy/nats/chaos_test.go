@@ -183,17 +183,19 @@ func TestChaos(t *testing.T) {
 			serveKills++
 		}
 		if serveKills == 6 && victim == nil {
-			sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-			if s, err := js.Stream(sctx, "NOETA_TASKS"); err == nil {
-				if info, err := s.Info(sctx); err == nil && info.Cluster != nil {
-					for _, n := range nodes {
-						if n.name == info.Cluster.Leader {
-							victim = n
+			for attempt := 0; victim == nil && attempt < 10; attempt++ {
+				sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+				if s, err := js.Stream(sctx, "NOETA_TASKS"); err == nil {
+					if info, err := s.Info(sctx); err == nil && info.Cluster != nil {
+						for _, n := range nodes {
+							if n.name == info.Cluster.Leader {
+								victim = n
+							}
 						}
 					}
 				}
+				scancel()
 			}
-			scancel()
 			if victim == nil {
 				t.Fatalf("no leader of NOETA_TASKS found")
 			}
