@@ -247,11 +247,21 @@ func (e *Engine) fillCreated(ctx context.Context, tc *noeta.TaskCreated, goal st
 	return nil
 }
 
+// signalRepairer is a dispatcher whose ready tasks are announced by a
+// signal that a crash can lose (the JetStream one): RepairSignal publishes
+// it again if the task is ready and has none, and never changes the row.
+type signalRepairer interface {
+	RepairSignal(ctx context.Context, task string) error
+}
+
 // create writes a task's genesis and enqueues it. With existing, a task
 // that is already there is fine (a resumed spawn creates children it may have
 // created before, under the same derived ids): it is enqueued only if the
 // dispatcher has never seen it, since enqueueing a known task forces it back
 // to ready, fencing its worker and dropping a wake it has not consumed.
+// A known task that is ready has its ready signal repaired instead, where
+// the dispatcher has signals (signalRepairer): the process that created it
+// may have died between writing its row and signalling it.
 func (e *Engine) create(ctx context.Context, tc noeta.TaskCreated, origin eventlog.Origin, opts eventlog.EnqueueOptions, existing bool) error {
 	env, err := eventlog.NewEnvelope(tc.TaskID, origin, e.cfg.Actor, tc)
 	if err != nil {
@@ -262,7 +272,14 @@ func (e *Engine) create(ctx context.Context, tc noeta.TaskCreated, origin eventl
 		if !existing || !errors.Is(err, eventlog.ErrTaskExists) {
 			return err
 		}
-		if _, err := e.cfg.Dispatcher.Inspect(ctx, tc.TaskID); !errors.Is(err, eventlog.ErrNotFound) {
+		ds, err := e.cfg.Dispatcher.Inspect(ctx, tc.TaskID)
+		if err == nil {
+			if sr, ok := e.cfg.Dispatcher.(signalRepairer); ok && ds.Status == eventlog.DispatchReady {
+				return sr.RepairSignal(ctx, tc.TaskID)
+			}
+			return nil
+		}
+		if !errors.Is(err, eventlog.ErrNotFound) {
 			return err
 		}
 	}

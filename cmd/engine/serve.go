@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -64,6 +66,11 @@ embedded server on --data without it): each leases a ready task from the
 it, and leases the next. Run one on every host: the hosts share the tasks, and
 a task whose host dies is taken over by another once its lease expires
 (--lease-ttl).
+
+If NATS cannot be reached when serve starts (or its streams are between
+leaders), serve retries with backoff until it can start; SIGTERM stops it
+meanwhile. A refused login or settings that differ from the deployment's
+fail at once.
 
 SIGTERM or SIGINT stops it gracefully: it takes no new task, lets the
 segments in hand finish and release their tasks, and exits 0. If --grace
@@ -202,22 +209,15 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	}()
 
 	actor := engineActor()
-	st, err := openStack(ctx, stackConfig{data: data, conn: g.conn, child: o.child, name: "serve " + actor, logger: logger})
+	st, leaser, err := openServing(ctx, stackConfig{data: data, conn: g.conn, child: o.child, name: "serve " + actor, logger: logger})
 	if err != nil {
+		if ctx.Err() != nil {
+			logger.Info("stopped while starting", "err", err)
+			return nil
+		}
 		return failErr(err)
 	}
-	closers = append(closers, st.Close)
-	// Workers lease through a dispatcher of their own: closing it stops
-	// their lease requests at once, without cutting one that is being
-	// granted, while the stack's dispatcher serves the segments in hand
-	// (heartbeats, releases) until they end.
-	lc := st.dispatcherConfig()
-	lc.SweepInterval = -1
-	leaser, err := jetstream.OpenDispatcher(ctx, st.nc, lc)
-	if err != nil {
-		return failErr(fmt.Errorf("open the dispatcher: %w", leaseTTLHint(err)))
-	}
-	closers = append(closers, func() { _ = leaser.Close() })
+	closers = append(closers, st.Close, func() { _ = leaser.Close() })
 	eng, err := st.engineAs(gov, workspace, o.queue, actor)
 	if err != nil {
 		return failErr(err)
@@ -304,6 +304,94 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond), "finished_while_stopping", rep.finished,
 		"left_to_expire", len(rep.abandoned), "segments", sv.segmentCount())
 	return nil
+}
+
+// Start-up retries: the pause between attempts grows from startRetryMin to
+// startRetryMax, jittered so hosts restarted together do not retry together.
+const (
+	startRetryMin = 250 * time.Millisecond
+	startRetryMax = 10 * time.Second
+)
+
+// openServing opens the stack and the workers' dispatcher. On a remote NATS
+// (--nats) an attempt that fails for a reason that may pass (the servers are
+// restarting, electing stream leaders, unreachable) is retried with backoff
+// until it succeeds or ctx ends (SIGTERM, SIGINT): a host must not stay down
+// because it started during a failover. Anything else (a refused password,
+// settings that differ from the deployment's, the embedded server) fails at
+// once.
+func openServing(ctx context.Context, cfg stackConfig) (*stack, *jetstream.Dispatcher, error) {
+	pause := startRetryMin
+	for attempt := 1; ; attempt++ {
+		st, leaser, err := openServingOnce(ctx, cfg)
+		if err == nil {
+			if attempt > 1 {
+				cfg.logger.Info("started after retries", "attempts", attempt)
+			}
+			return st, leaser, nil
+		}
+		if ctx.Err() != nil || cfg.conn.embedded() || !startupTransient(err) {
+			return nil, nil, err
+		}
+		wait := pause/2 + rand.N(pause/2+1)
+		cfg.logger.Warn("start-up failed; retrying", "attempt", attempt, "in", wait.Round(time.Millisecond), "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, fmt.Errorf("%w (last start-up error: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		pause = min(2*pause, startRetryMax)
+	}
+}
+
+func openServingOnce(ctx context.Context, cfg stackConfig) (*stack, *jetstream.Dispatcher, error) {
+	st, err := openStack(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Workers lease through a dispatcher of their own: closing it stops
+	// their lease requests at once, without cutting one that is being
+	// granted, while the stack's dispatcher serves the segments in hand
+	// (heartbeats, releases) until they end. It does not reconcile: the
+	// stack's does.
+	lc := st.dispatcherConfig()
+	lc.SweepInterval = -1
+	leaser, err := jetstream.OpenDispatcher(ctx, st.nc, lc)
+	if err != nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("open the dispatcher: %w", leaseTTLHint(err))
+	}
+	return st, leaser, nil
+}
+
+// startupTransient reports a start-up error that may pass on its own: no
+// server answered, a request timed out, or JetStream said it is between
+// leaders or short of peers.
+func startupTransient(err error) bool {
+	for _, e := range []error{
+		context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoServers, nats.ErrNoResponders,
+		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrDisconnected,
+		natsjs.ErrNoHeartbeat, syscall.ECONNREFUSED, syscall.ECONNRESET, io.EOF, io.ErrUnexpectedEOF,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var apiErr *natsjs.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10004, // incomplete results
+			10005, // no suitable peers for placement (a node is down)
+			10007, // cluster not assigned to this server
+			10008, // JetStream system temporarily unavailable
+			10009, // cluster can not handle the request (no leader)
+			10202: // cluster member change in progress
+			return true
+		}
+	}
+	return false
 }
 
 // closeAll runs the closers in reverse order, giving up after within: with

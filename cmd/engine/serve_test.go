@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -409,11 +410,8 @@ func TestServeUsage(t *testing.T) {
 			t.Errorf("%v: the data directory was used", tc.args)
 		}
 	}
-	// An unreachable NATS is a failure to start: exit 1.
-	code, _, errOut := runCmd(t, "serve", "--config", cfg, "--nats", "nats://127.0.0.1:1", "--http", "")
-	if code != exitFailed || !strings.Contains(errOut, "connect to nats://127.0.0.1:1") {
-		t.Errorf("unreachable NATS: exit %d, %s", code, errOut)
-	}
+	// An unreachable NATS is not a usage error: serve retries until it can
+	// start (TestServeRetriesStartUp).
 }
 
 // TestServeEmbedded: serve without --nats runs the tasks of its data
@@ -443,5 +441,62 @@ func TestServeEmbedded(t *testing.T) {
 	code, out, _ := runCmd(t, "inspect", id, "--data", data)
 	if code != 0 || !strings.Contains(out, "status    terminal") || !strings.Contains(out, `answer    "1, 2 and 3"`) {
 		t.Errorf("inspect: exit %d\n%s\nserve:\n%s", code, out, &errb)
+	}
+}
+
+// TestServeRetriesStartUp reproduces a serve started while its NATS is down
+// (a node restarting, a cluster electing leaders): it used to exit 1 at once
+// ("open the dispatcher: … context deadline exceeded" during a failover, or
+// no server to connect to), leaving the host without workers. It now
+// retries with backoff, serves once NATS is there, and a SIGTERM during the
+// retries stops it at once with exit 0.
+func TestServeRetriesStartUp(t *testing.T) {
+	t.Parallel()
+	ports := make([]int, 2)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+	}
+	cfg, ws := writeFile(t, "noeta.yaml", serveConfig), workspace(t)
+	args := func(port int) []string {
+		return []string{"serve", "--nats", "nats://127.0.0.1:" + strconv.Itoa(port), "--prefix", "svretry",
+			"--config", cfg, "--workspace", ws, "--log-format", "json", "--http", "", "--lease-ttl", "2s"}
+	}
+
+	// Nothing ever listens on the second port: SIGTERM ends the retries.
+	stopped := startEngine(t, args(ports[1])...)
+	stopped.waitLog(t, "start-up failed; retrying", time.Minute)
+	_ = stopped.cmd.Process.Signal(syscall.SIGTERM)
+	if code := stopped.wait(t, 20*time.Second); code != 0 {
+		t.Errorf("serve exited %d after SIGTERM during its start-up retries, want 0\n%s", code, stopped.stderr)
+	}
+	if !strings.Contains(stopped.stderr.String(), `"msg":"stopped while starting"`) {
+		t.Errorf("serve did not say it stopped while starting:\n%s", stopped.stderr)
+	}
+
+	// The first port gets a server after serve has failed a few times.
+	p := startEngine(t, args(ports[0])...)
+	p.waitLog(t, "start-up failed; retrying", time.Minute)
+	waitFor(t, time.Minute, "a few failed attempts", func() bool {
+		return strings.Count(p.stderr.String(), "start-up failed; retrying") >= 3
+	})
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir(), Port: ports[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	p.waitLog(t, "serving", time.Minute)
+	d := newDeployment(t, srv.ClientURL(), "svretry", 1, 2*time.Second)
+	ids := d.submit(t, 3, `[{"tool_calls":[{"tool":"echo","args":{"text":"x"}}]},{"finish":{"answer":"ok"}}]`)
+	waitFor(t, time.Minute, "the tasks done by the serve that retried", func() bool {
+		return countStatus(d.rows(t, ids), eventlog.DispatchTerminal) == len(ids)
+	})
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Errorf("serve exited %d after SIGTERM", code)
 	}
 }

@@ -48,10 +48,18 @@ type engineSide struct {
 // runs workers until the test ends.
 func startEngine(t testing.TB, urls string, replicas, workers int) *engineSide {
 	t.Helper()
+	return startEngineWith(t, urls, jetstream.DispatcherConfig{Replicas: replicas, RequestTimeout: 10 * time.Second}, workers)
+}
+
+// startEngineWith is startEngine with a dispatcher configuration of its own
+// (a lease TTL the serve processes share; no reconciler).
+func startEngineWith(t testing.TB, urls string, dc jetstream.DispatcherConfig, workers int) *engineSide {
+	t.Helper()
+	replicas := dc.Replicas
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	nc, errs := connect(t, urls, "engine")
-	disp, err := jetstream.OpenDispatcher(ctx, nc, jetstream.DispatcherConfig{Replicas: replicas, RequestTimeout: 10 * time.Second})
+	disp, err := jetstream.OpenDispatcher(ctx, nc, dc)
 	if err != nil {
 		t.Fatalf("OpenDispatcher as engine: %v", err)
 	}

@@ -29,9 +29,12 @@ const (
 	// applied ones linger for inspection. Timer schedules are exempt (they
 	// carry Nats-TTL: never), so a timer may lie further ahead than this.
 	DefaultWakeMaxAge = 7 * 24 * time.Hour
-	// DefaultSweepInterval is how often every Dispatcher runs RequeueStale on
-	// its own, as a safety net (see DispatcherConfig.SweepInterval).
-	DefaultSweepInterval = 5 * time.Minute
+	// DefaultSweepInterval is how often every Dispatcher reconciles on its
+	// own (see DispatcherConfig.SweepInterval and reconcile.go): short, so a
+	// task never waits long for a signal or a requeue lost to a crash or a
+	// failover; a pass reads the rows, the lease keys and the signals in
+	// bulk, so it stays cheap.
+	DefaultSweepInterval = 15 * time.Second
 )
 
 // DispatcherConfig configures a Dispatcher. Zero values take the defaults.
@@ -53,7 +56,8 @@ type DispatcherConfig struct {
 	// task is released. Default 360.
 	HeartbeatMax int
 	// ReclaimMax is the number of stale reclaims in a row (without a
-	// heartbeat or release in between) after which a task ends terminal with
+	// heartbeat, a release or a write to the task's log under the lease in
+	// between) after which a task ends terminal with
 	// ReasonStaleReclaimExceeded. Default 3.
 	ReclaimMax int
 	// MaxFailAttempts is the number of retryable failures over a task's life
@@ -64,13 +68,17 @@ type DispatcherConfig struct {
 	RequestTimeout time.Duration
 	// WakeMaxAge is the wake stream's MaxAge. Default DefaultWakeMaxAge.
 	WakeMaxAge time.Duration
-	// SweepInterval is how often this Dispatcher runs RequeueStale by itself.
-	// Expired leases are normally requeued at once by the leases watcher;
-	// the sweep catches what no watcher saw (every process was down when a
-	// lease expired) and repairs what a crash between two writes left behind
-	// (a ready task without its signal, a timer without its schedule). It
-	// reads every row of the prefix, so it is infrequent. Default 5m;
-	// negative turns it off.
+	// SweepInterval is how often this Dispatcher reconciles by itself
+	// (jittered by ±25%), besides once when it opens, after every reconnect
+	// of its connection and whenever its ingress consumer had to be created
+	// again. Expired leases are normally requeued at once by the leases
+	// watcher and signals published right after the write that made a task
+	// ready; a reconcile pass catches what no watcher saw (every process was
+	// down when a lease expired, or the watcher missed a marker during a
+	// failover) and repairs what a crash between two writes left behind (a
+	// ready task without its signal, a timer without its schedule or past
+	// its deadline). Default 15s; negative turns it off (for a second
+	// Dispatcher in a process that already runs one).
 	SweepInterval time.Duration
 	// Now is the local clock: lease expiry as reported (Lease.Expires), the
 	// local half of the liveness check (see Valid) and whether a timer is due
@@ -262,8 +270,11 @@ const (
 	// ingressAckWait and readyAckWait: how long a fetched, unacknowledged
 	// message stays with its fetcher before the server hands it to another.
 	// Processing takes a few requests; the wait only matters when a process
-	// dies holding a message.
-	ingressAckWait = 30 * time.Second
+	// dies holding a message, and then it is how late every wake and fired
+	// timer it had fetched (up to ingressBatch of them) is applied. A slow
+	// application that outlasts it is redelivered to another Dispatcher,
+	// which finds it applied (the row's Applied record) and acks it.
+	ingressAckWait = 5 * time.Second
 	readyAckWait   = 10 * time.Second
 	// readyInactive: a queue's consumer nobody pulled from for this long is
 	// removed by the server; the next Lease on the queue creates it again.
@@ -275,6 +286,18 @@ const (
 	appliedKeep = 64
 	// ingressConsumer is the durable every Dispatcher of a prefix shares.
 	ingressConsumer = "dispatcher-ingress"
+	// ingressBatch bounds the ingress messages one Dispatcher holds
+	// unacknowledged, so a process that dies strands few of them.
+	ingressBatch = 16
+	// ingressPullExpiry and ingressHeartbeat: a pull request on the ingress
+	// lives ingressPullExpiry, and the server holding it sends a heartbeat
+	// every ingressHeartbeat while it has nothing to deliver. A pull request
+	// dies silently with the node that led the consumer; the client notices
+	// after two missed heartbeats and pulls again from the new leader. With
+	// the client's defaults (30s, 15s) that took 30s, and every wake and
+	// fired timer waited for it.
+	ingressPullExpiry = 4 * time.Second
+	ingressHeartbeat  = time.Second
 )
 
 // Dispatcher is the JetStream eventlog.Dispatcher and eventlog.LeaseRegistry:
@@ -303,19 +326,30 @@ type Dispatcher struct {
 	tasks  jetstream.KeyValue
 	leases jetstream.KeyValue
 	ready  jetstream.Stream
+	wake   jetstream.Stream
 
 	closed  atomic.Bool
 	done    chan struct{}
+	bg      context.Context // ended by Close: the background goroutines' context
 	stopBG  context.CancelFunc
-	watcher jetstream.KeyWatcher
-	ingress jetstream.MessagesContext
+	watcher jetstream.KeyWatcher // guarded by mu once running
+	// status reports the connection's reconnects to the reconciler; kick
+	// asks it for a pass now (buffered 1: kicks coalesce).
+	status chan nats.Status
+	kick   chan struct{}
 
-	// mu guards queues and closing. closing is set under mu by Close before
-	// it waits, so no goroutine is added to wg after the wait began.
+	// mu guards queues, closing and ingress. closing is set under mu by
+	// Close before it waits, so no goroutine is added to wg after the wait
+	// began, and no ingress iterator is installed after Close drained the
+	// last one.
 	mu      sync.Mutex
 	closing bool
 	queues  map[string]jetstream.Consumer
-	wg      sync.WaitGroup
+	ingress jetstream.MessagesContext
+	// backstops are the local timers behind the broker's schedules, by
+	// task/generation (see backstopTimer).
+	backstops map[string]*time.Timer
+	wg        sync.WaitGroup
 
 	stats dispatcherCounters
 }
@@ -324,32 +358,39 @@ var _ eventlog.Dispatcher = (*Dispatcher)(nil)
 
 // DispatcherStats counts what this Dispatcher instance did on its own.
 type DispatcherStats struct {
-	WakesApplied     uint64 // ingress messages applied to a row (fired timers included)
-	TimersFired      uint64 // fired timers that matched the suspend that armed them
-	StaleTimers      uint64 // fired timers whose suspend had ended: dropped
-	DuplicateWakes   uint64 // ingress redeliveries recognised by stream sequence
-	UnknownTaskWakes uint64 // ingress wakes for a task without a row: acked and dropped
-	InvalidWakes     uint64 // ingress messages that are not a valid wake: dropped
-	RefusedWakes     uint64 // ingress human_responses that matched no suspend of now: dropped
-	Requeued         uint64 // expired leases this instance requeued or ended
+	WakesApplied      uint64 // ingress messages applied to a row (fired timers included)
+	TimersFired       uint64 // fired timers that matched the suspend that armed them
+	StaleTimers       uint64 // fired timers whose suspend had ended: dropped
+	DuplicateWakes    uint64 // ingress redeliveries recognised by stream sequence
+	UnknownTaskWakes  uint64 // ingress wakes for a task without a row: acked and dropped
+	InvalidWakes      uint64 // ingress messages that are not a valid wake: dropped
+	RefusedWakes      uint64 // ingress human_responses that matched no suspend of now: dropped
+	Requeued          uint64 // expired leases this instance requeued or ended
+	Reconciles        uint64 // reconcile passes that completed
+	Resignalled       uint64 // ready signals a reconcile pass found missing and published again
+	TimersBackstopped uint64 // timers this instance fired itself, the broker's schedule not having fired in time
 }
 
 type dispatcherCounters struct {
 	wakesApplied, timersFired, staleTimers, duplicateWakes, unknownTaskWakes, invalidWakes, refusedWakes, requeued atomic.Uint64
+	reconciles, resignalled, timersBackstopped                                                                     atomic.Uint64
 }
 
 // Stats returns this instance's counters.
 func (d *Dispatcher) Stats() DispatcherStats {
 	s := &d.stats
 	return DispatcherStats{
-		WakesApplied:     s.wakesApplied.Load(),
-		TimersFired:      s.timersFired.Load(),
-		StaleTimers:      s.staleTimers.Load(),
-		DuplicateWakes:   s.duplicateWakes.Load(),
-		UnknownTaskWakes: s.unknownTaskWakes.Load(),
-		InvalidWakes:     s.invalidWakes.Load(),
-		RefusedWakes:     s.refusedWakes.Load(),
-		Requeued:         s.requeued.Load(),
+		WakesApplied:      s.wakesApplied.Load(),
+		TimersFired:       s.timersFired.Load(),
+		StaleTimers:       s.staleTimers.Load(),
+		DuplicateWakes:    s.duplicateWakes.Load(),
+		UnknownTaskWakes:  s.unknownTaskWakes.Load(),
+		InvalidWakes:      s.invalidWakes.Load(),
+		RefusedWakes:      s.refusedWakes.Load(),
+		Requeued:          s.requeued.Load(),
+		Reconciles:        s.reconciles.Load(),
+		Resignalled:       s.resignalled.Load(),
+		TimersBackstopped: s.timersBackstopped.Load(),
 	}
 }
 
@@ -357,7 +398,8 @@ func (d *Dispatcher) Stats() DispatcherStats {
 // closes), creating the streams, buckets and the shared ingress consumer if
 // they do not exist and refusing ones that exist with other settings. It
 // starts two goroutines, stopped by Close: the leases watcher and the
-// ingress consumer (and a third, the sweeper, unless SweepInterval < 0).
+// ingress consumer (and a third, the reconciler, unless SweepInterval < 0,
+// whose first pass runs at once).
 func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*Dispatcher, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -374,7 +416,10 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 		subj:   dispatchSubjects{c.Prefix},
 		log:    c.Logger.With("component", "jetstream.Dispatcher", "prefix", c.Prefix),
 		done:   make(chan struct{}),
+		kick:   make(chan struct{}, 1),
 		queues: map[string]jetstream.Consumer{},
+
+		backstops: map[string]*time.Timer{},
 	}
 	// ensureKV turns direct gets off: every read of a row or a lease key
 	// decides a write or a fence, so it must be the leader's.
@@ -407,10 +452,42 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 	if d.ready, err = ensureStream(ctx, js, ReadyStreamConfig(c)); err != nil {
 		return nil, err
 	}
-	if _, err = ensureStream(ctx, js, WakeStreamConfig(c)); err != nil {
+	if d.wake, err = ensureStream(ctx, js, WakeStreamConfig(c)); err != nil {
 		return nil, err
 	}
-	ingress, err := js.CreateOrUpdateConsumer(ctx, c.wakeStream(), jetstream.ConsumerConfig{
+	ingress, err := d.openIngress(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	bg, stop := context.WithCancel(context.Background())
+	d.bg, d.stopBG = bg, stop
+	// UpdatesOnly: history is not replayed; leases that expired while no
+	// Dispatcher watched are the reconciler's.
+	if d.watcher, err = d.leases.WatchAll(bg, jetstream.UpdatesOnly(), jetstream.MetaOnly()); err != nil {
+		ingress.Stop()
+		stop()
+		return nil, fmt.Errorf("jetstream: watch %s: %w", c.leasesBucket(), err)
+	}
+	d.ingress = ingress
+	d.wg.Add(2)
+	go d.watchLeases(d.watcher)
+	go d.consumeIngress(ingress)
+	if c.SweepInterval > 0 {
+		d.status = nc.StatusChanged(nats.CONNECTED)
+		d.wg.Add(1)
+		go d.reconcileLoop(bg, d.status)
+	}
+	return d, nil
+}
+
+// openIngress creates (or updates: every Dispatcher may race to, and an
+// older one's settings are brought up to date) the shared ingress consumer
+// and starts pulling from it.
+func (d *Dispatcher) openIngress(ctx context.Context) (jetstream.MessagesContext, error) {
+	ctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	cons, err := d.js.CreateOrUpdateConsumer(ctx, d.cfg.wakeStream(), jetstream.ConsumerConfig{
 		Durable:       ingressConsumer,
 		Description:   "noeta dispatchers: apply each wake once",
 		FilterSubject: d.subj.wakeIngress(),
@@ -420,30 +497,14 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 		MaxDeliver:    -1,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: consumer %s on %s: %w", ingressConsumer, c.wakeStream(), err)
+		return nil, fmt.Errorf("jetstream: consumer %s on %s: %w", ingressConsumer, d.cfg.wakeStream(), err)
 	}
-
-	bg, stop := context.WithCancel(context.Background())
-	d.stopBG = stop
-	// UpdatesOnly: history is not replayed; leases that expired while no
-	// Dispatcher watched are the sweep's.
-	if d.watcher, err = d.leases.WatchAll(bg, jetstream.UpdatesOnly(), jetstream.MetaOnly()); err != nil {
-		stop()
-		return nil, fmt.Errorf("jetstream: watch %s: %w", c.leasesBucket(), err)
-	}
-	if d.ingress, err = ingress.Messages(jetstream.PullMaxMessages(16)); err != nil {
-		_ = d.watcher.Stop()
-		stop()
+	it, err := cons.Messages(jetstream.PullMaxMessages(ingressBatch),
+		jetstream.PullExpiry(ingressPullExpiry), jetstream.PullHeartbeat(ingressHeartbeat))
+	if err != nil {
 		return nil, fmt.Errorf("jetstream: consume %s: %w", ingressConsumer, err)
 	}
-	d.wg.Add(2)
-	go d.watchLeases(d.watcher)
-	go d.consumeIngress(d.ingress)
-	if c.SweepInterval > 0 {
-		d.wg.Add(1)
-		go d.sweepLoop(bg)
-	}
-	return d, nil
+	return it, nil
 }
 
 // Close stops the Dispatcher's goroutines and waits for them; every later
@@ -458,10 +519,15 @@ func (d *Dispatcher) Close() error {
 	close(d.done)
 	d.mu.Lock()
 	d.closing = true
+	ingress, watcher := d.ingress, d.watcher
+	d.stopBackstops()
 	d.mu.Unlock()
-	_ = d.watcher.Stop()
-	d.ingress.Drain()
+	_ = watcher.Stop()
+	ingress.Drain()
 	d.stopBG()
+	if d.status != nil {
+		d.nc.RemoveStatusListener(d.status)
+	}
 	d.wg.Wait()
 	return nil
 }

@@ -1,20 +1,15 @@
 package jetstream
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
 )
 
@@ -82,10 +77,12 @@ func (d *Dispatcher) watchLeases(w jetstream.KeyWatcher) {
 			return
 		case e, ok := <-w.Updates():
 			if !ok {
-				if !d.closed.Load() {
-					d.log.Error("the leases watcher stopped; expired leases are requeued only by sweeps until this Dispatcher is reopened")
+				// Stopped on its own (its subscription ended): watch again,
+				// and let the reconciler requeue what expired meanwhile.
+				if w = d.rewatchLeases(); w == nil {
+					return
 				}
-				return
+				continue
 			}
 			if e == nil || e.Operation() == jetstream.KeyValuePut {
 				continue
@@ -105,7 +102,7 @@ func (d *Dispatcher) watchLeases(w jetstream.KeyWatcher) {
 }
 
 // retryReclaim retries a requeue the watcher could not write, with a growing
-// pause, for about a minute; the sweep covers anything longer.
+// pause, for about a minute; the reconciler covers anything longer.
 func (d *Dispatcher) retryReclaim(task, leaseID string) {
 	pause := 100 * time.Millisecond
 	for range 16 {
@@ -125,7 +122,7 @@ func (d *Dispatcher) retryReclaim(task, leaseID string) {
 		}
 		d.log.Warn("requeue of an expired lease", "task", task, "lease", leaseID, "err", err)
 	}
-	d.log.Error("gave up requeueing an expired lease; the sweep will", "task", task, "lease", leaseID)
+	d.log.Error("gave up requeueing an expired lease; the reconciler will", "task", task, "lease", leaseID)
 }
 
 // reclaim requeues task if its row still names leaseID as a lease that has
@@ -150,162 +147,38 @@ func (d *Dispatcher) reclaim(ctx context.Context, task, leaseID string, keyGone 
 	return ready, err
 }
 
-// RequeueStale implements eventlog.Dispatcher: a sweep over every row of the
-// prefix. A leased row whose lease has ended (its key is gone, or its local
-// expiry passed) is requeued, as the watchers would; the ids that went
-// ready are returned in creation order. The sweep also repairs what a crash
-// between two writes can leave: a ready, unreserved row gets its signal
-// again (refused, harmlessly, if it has one), and a row suspended on a timer
-// gets its schedule again, or is woken if the deadline has passed.
-func (d *Dispatcher) RequeueStale(ctx context.Context) ([]string, error) {
-	if err := d.check(ctx); err != nil {
-		return nil, err
-	}
-	return d.sweep(ctx)
-}
-
-func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
-	lister, err := d.tasks.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return []string{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: list %s: %w", d.cfg.tasksBucket(), err)
-	}
-	seen := map[string]bool{}
-	var tasks []string
-	for k := range lister.Keys() {
-		if !seen[k] { // a busy bucket may list a key twice
-			seen[k] = true
-			tasks = append(tasks, k)
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-
-	type hit struct {
-		task    string
-		created time.Time
-	}
-	var (
-		mu       sync.Mutex
-		hits     []hit
-		firstErr error
-		wg       sync.WaitGroup
-		work     = make(chan string)
-	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	for range min(8, len(tasks)) {
-		wg.Go(func() {
-			for task := range work {
-				requeued, r, err := d.sweepRow(ctx, task)
-				if err != nil {
-					fail(err)
-					continue
-				}
-				if requeued {
-					mu.Lock()
-					hits = append(hits, hit{task, r.Created})
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for _, t := range tasks {
-		work <- t
-	}
-	close(work)
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	slices.SortFunc(hits, func(a, b hit) int {
-		return cmp.Or(a.created.Compare(b.created), cmp.Compare(a.task, b.task))
-	})
-	ids := make([]string, 0, len(hits))
-	for _, h := range hits {
-		ids = append(ids, h.task)
-	}
-	return ids, nil
-}
-
-// sweepRow does the sweep's work on one row and reports whether it requeued
-// it to ready.
-func (d *Dispatcher) sweepRow(ctx context.Context, task string) (bool, *taskRow, error) {
-	r, _, err := d.getRow(ctx, task)
-	if err != nil || r == nil {
-		return false, nil, err
-	}
-	switch r.Status {
-	case eventlog.DispatchLeased:
-		keyGone := false
-		if d.cfg.Now().Before(r.Expires) {
-			kctx, cancel := d.withTimeout(ctx)
-			_, err := d.leases.Get(kctx, leaseKey(task, r.LeaseID))
-			cancel()
-			switch {
-			case errors.Is(err, jetstream.ErrKeyNotFound):
-				keyGone = true
-			case err != nil:
-				return false, nil, fmt.Errorf("jetstream: lease key of %s: %w", task, err)
-			default:
-				return false, nil, nil // live
-			}
-		}
-		ready, err := d.reclaim(ctx, task, r.LeaseID, keyGone)
-		if errors.Is(err, errSkip) {
-			return false, nil, nil
-		}
-		return ready, r, err
-	case eventlog.DispatchReady:
-		if !r.Reserved {
-			if err := d.signal(ctx, task, r.Queue, r.ReadyEpoch, false); err != nil {
-				return false, nil, fmt.Errorf("jetstream: ready signal of %s: %w", task, err)
-			}
-		}
-	case eventlog.DispatchSuspended:
-		if r.WakeOn != nil && r.WakeOn.Kind == noeta.WakeTimerFired && r.Matched == nil {
-			cond := r.WakeOn.Clone()
-			if d.cfg.Now().Before(cond.FireAt) {
-				if err := d.armTimer(ctx, task, r.Generation, cond); err != nil {
-					return false, nil, err
-				}
-				break
-			}
-			if _, err := d.fireTimer(ctx, task, r.Generation, cond, 0); err != nil && !errors.Is(err, errSkip) {
-				return false, nil, err
-			}
-		}
-	}
-	return false, nil, nil
-}
-
-// sweepLoop runs the sweep every SweepInterval (jittered, so processes
-// started together do not sweep together).
-func (d *Dispatcher) sweepLoop(ctx context.Context) {
-	defer d.wg.Done()
+// rewatchLeases starts the leases watcher again after it stopped on its
+// own, retrying with a growing pause until it succeeds or Close begins
+// (nil).
+func (d *Dispatcher) rewatchLeases() jetstream.KeyWatcher {
+	pause := reconcileRetryMin
 	for {
-		jitter := time.Duration(float64(d.cfg.SweepInterval) * (0.75 + 0.5*rand.Float64()))
-		t := time.NewTimer(jitter)
+		if d.closed.Load() {
+			return nil
+		}
+		d.mu.Lock()
+		closing := d.closing
+		d.mu.Unlock()
+		if closing {
+			return nil
+		}
+		w, err := d.leases.WatchAll(d.bg, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+		if err == nil {
+			d.mu.Lock()
+			d.watcher = w
+			d.mu.Unlock()
+			d.log.Info("leases watcher started again")
+			d.kickReconcile()
+			return w
+		}
+		d.log.Warn("leases watcher stopped; watching again", "in", pause, "err", err)
+		t := time.NewTimer(pause)
 		select {
-		case <-ctx.Done():
+		case <-d.done:
 			t.Stop()
-			return
+			return nil
 		case <-t.C:
 		}
-		if ids, err := d.sweep(ctx); err != nil {
-			if ctx.Err() == nil {
-				d.log.Warn("sweep failed", "err", err)
-			}
-		} else if len(ids) > 0 {
-			d.log.Info("sweep requeued expired leases", "tasks", ids)
-		}
+		pause = min(2*pause, reconcileRetryMax)
 	}
 }

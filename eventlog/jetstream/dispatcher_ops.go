@@ -48,7 +48,35 @@ func (d *Dispatcher) Valid(ctx context.Context, lease eventlog.Lease) (bool, err
 		}
 		return false, fmt.Errorf("jetstream: lease key of %s: %w", lease.Task, err)
 	}
+	if r.Reclaims > 0 {
+		d.goTracked(func() { d.noteProgress(lease) })
+	}
 	return true, nil
+}
+
+// noteProgress ends a row's run of stale reclaims once the lease that
+// followed them writes to the task's log (Valid is the log's check before
+// every append): its holder got as far as the log, which is progress. So
+// ReclaimMax ends only a task whose holders die before they write anything;
+// one that dies later in its turn (a tool that kills the process) is the
+// engine's to stop, by the abandoned attempts its log records. Without this,
+// a task whose hosts were killed under it three times in a row ended
+// terminal in the dispatcher with no terminal record in its log, and its
+// parent waited for it forever. Best effort: a failed write leaves the
+// count, which only ends the task sooner.
+func (d *Dispatcher) noteProgress(lease eventlog.Lease) {
+	ctx, cancel := d.detached()
+	defer cancel()
+	_, err := d.mutate(ctx, lease.Task, func(r *taskRow) (*taskRow, error) {
+		if liveRow(r, lease, d.cfg.Now()) != nil || r.Reclaims == 0 {
+			return nil, errSkip
+		}
+		r.Reclaims = 0
+		return r, nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		d.log.Warn("reset the reclaim count after a write under the lease", "task", lease.Task, "err", err)
+	}
 }
 
 // Enqueue implements eventlog.Dispatcher.
@@ -159,7 +187,7 @@ func (d *Dispatcher) Lease(ctx context.Context, req eventlog.LeaseRequest) (even
 
 // grant leases task to worker if may allows the row. The lease key is
 // written before the row (the key must exist whenever a row names its
-// lease, or a watcher or sweep would requeue the fresh lease), and the
+// lease, or a watcher or the reconciler would requeue the fresh lease), and the
 // expiry is read from the clock before the key is written, so the local
 // expiry is never later than the server's.
 func (d *Dispatcher) grant(ctx context.Context, task, worker string, may func(r *taskRow) error) (eventlog.Lease, error) {

@@ -269,7 +269,7 @@ func decodeRow(task string, b []byte) (*taskRow, error) {
 // no transition can forget one: a timer the new row waits on is armed before
 // the write (a crash after it leaves a harmless schedule, never a missing
 // one); the old lease's key is deleted and a new ready spell is signalled
-// after it (a crash between leaves work for the watcher and the sweep).
+// after it (a crash between leaves work for the watcher and the reconciler).
 func (d *Dispatcher) mutate(ctx context.Context, task string, fn func(r *taskRow) (*taskRow, error)) (*taskRow, error) {
 	for attempt := 0; ; attempt++ {
 		old, rev, err := d.getRow(ctx, task)
@@ -340,11 +340,14 @@ func pause(ctx context.Context, attempt int) error {
 // afterWrite runs the side effects of a committed transition from old to nu.
 // They cannot undo it, so a failure is logged, not returned: the caller's
 // transition happened, and the leases watcher (a lease key left behind
-// expires on its own) or the sweep (a signal left unpublished) repairs the
+// expires on its own) or the reconciler (a signal left unpublished) repairs the
 // rest.
 func (d *Dispatcher) afterWrite(task string, old, nu *taskRow) {
 	ctx, cancel := d.detached()
 	defer cancel()
+	if armsTimer(old, nu) {
+		d.backstopTimer(task, nu.Generation, nu.WakeOn.Clone())
+	}
 	if old != nil && old.Status == eventlog.DispatchLeased && old.LeaseID != "" &&
 		(nu.Status != eventlog.DispatchLeased || nu.LeaseID != old.LeaseID) {
 		if err := d.leases.Delete(ctx, leaseKey(task, old.LeaseID)); err != nil {
@@ -357,12 +360,20 @@ func (d *Dispatcher) afterWrite(task string, old, nu *taskRow) {
 			d.log.Warn("publish ready signal; retrying in the background", "task", task, "queue", nu.Queue, "err", err)
 			d.goTracked(func() { d.resignal(task, nu.ReadyEpoch) })
 		}
+	} else if nu.Status == eventlog.DispatchReady && !nu.Reserved && old != nil && old.Status == eventlog.DispatchReady {
+		// A write that leaves a ready row in the same ready spell (a wake
+		// buffered on it): the signal of that spell may have been lost to
+		// a crash right after the write that began it, so it is published
+		// again, which is refused, harmlessly, if it is there.
+		if err := d.signal(ctx, task, nu.Queue, nu.ReadyEpoch, false); err != nil {
+			d.log.Warn("repair ready signal; the reconciler will", "task", task, "queue", nu.Queue, "err", err)
+		}
 	}
 }
 
 // resignal retries a ready signal whose publish failed, while the row is
 // still in that ready spell, with a growing pause, for about a minute; the
-// sweep (or the next Enqueue) covers anything longer.
+// reconciler (or the next Enqueue) covers anything longer.
 func (d *Dispatcher) resignal(task string, epoch uint64) {
 	pause := 100 * time.Millisecond
 	for range 16 {
@@ -389,7 +400,7 @@ func (d *Dispatcher) resignal(task string, epoch uint64) {
 		}
 		d.log.Warn("publish ready signal", "task", task, "err", err)
 	}
-	d.log.Error("gave up publishing a ready signal; the sweep will", "task", task)
+	d.log.Error("gave up publishing a ready signal; the reconciler will", "task", task)
 }
 
 // deepCopy copies the row's slices and pointers, so fn's changes never reach

@@ -100,13 +100,19 @@ func (d *Dispatcher) consumeIngress(it jetstream.MessagesContext) {
 	for {
 		m, err := it.Next()
 		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return
-			}
 			if d.closed.Load() {
 				return
 			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+				// Stopped on its own, not by Close: wakes and fired timers
+				// would wait for another process. Create it again.
+				if it = d.reopenIngress(it); it == nil {
+					return
+				}
+				continue
+			}
 			d.log.Warn("wake ingress", "err", err)
+			d.kickReconcile() // a missed heartbeat: the consumer's leader moved
 			select {
 			case <-d.done:
 			case <-time.After(100 * time.Millisecond):
@@ -176,7 +182,7 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 			d.stats.timersFired.Add(1)
 		case errors.Is(err, errDuplicate):
 			d.stats.duplicateWakes.Add(1)
-			err = nil
+			err = d.repairSignal(ctx, task) // the process that applied it may have died before signalling
 		case errors.Is(err, errSkip):
 			d.stats.staleTimers.Add(1)
 			err = nil
@@ -208,7 +214,7 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 			err = nil
 		case errors.Is(err, errDuplicate):
 			d.stats.duplicateWakes.Add(1)
-			err = nil
+			err = d.repairSignal(ctx, task) // the process that applied it may have died before signalling
 		case errors.Is(err, errNoRow):
 			d.stats.unknownTaskWakes.Add(1)
 			d.log.Warn("wake for a task the dispatcher does not know (never enqueued); dropped",

@@ -1,0 +1,502 @@
+package jetstream
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// The reconciler. A task's liveness must not hang on one message surviving:
+// the ready signal published after the write that made a row ready, the
+// expiry marker the leases watcher acts on, the schedule the broker fires.
+// A process killed between a write and its side effect, or a failover that
+// loses a notification, leaves a row that no signal will ever move. So every
+// Dispatcher re-derives, from the rows and the lease keys, what should be
+// ready or reclaimable and repairs the difference:
+//
+//   - a ready, unreserved row with no signal on its subject gets one
+//     (publishing is idempotent: the ready stream holds one message per
+//     subject and refuses a second);
+//   - a leased row whose lease key is gone, or whose expiry has passed, is
+//     requeued, through the same fenced compare-and-set as the watcher's
+//     (ReclaimMax counts it);
+//   - a row suspended on a timer gets its schedule again if it has none, or
+//     is woken if its deadline has passed.
+//
+// A pass runs when the Dispatcher opens, after each reconnect of its
+// connection, after its ingress consumer had to be created again, and every
+// SweepInterval (jittered). It reads in bulk (one pass over the rows, one
+// over the lease keys, one stream info per stream), which may lag the
+// leaders; each candidate it finds is then checked and acted on with leader
+// reads and compare-and-set writes, so a stale view costs a read, never a
+// wrong transition. See docs/adr/0020-reconciler.md.
+
+// reconcileRetry bounds the pause after a failed pass (the servers are
+// electing leaders, or unreachable): it grows from reconcileRetryMin.
+const (
+	reconcileRetryMin = 500 * time.Millisecond
+	reconcileRetryMax = 5 * time.Second
+	// reconcileSettle is the shortest gap between two passes, so a burst of
+	// triggers (reconnects, consumer re-creations) costs one pass.
+	reconcileSettle = 250 * time.Millisecond
+	// reconcilePassMax bounds one pass, so a server that stops answering
+	// in the middle of a bulk read cannot stall the reconciler for good.
+	reconcilePassMax = 2 * time.Minute
+)
+
+// reconcileLoop runs passes until ctx ends: one at once, then on every
+// trigger and every SweepInterval. The jitter keeps the Dispatchers of a
+// deployment, often started together, from reconciling in step: each pass
+// would find the same candidates, and only one compare-and-set wins.
+func (d *Dispatcher) reconcileLoop(ctx context.Context, status <-chan nats.Status) {
+	defer d.wg.Done()
+	wait := time.Duration(0)
+	retry := reconcileRetryMin
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-d.kick:
+			t.Stop()
+		case _, ok := <-status:
+			t.Stop()
+			if !ok {
+				status = nil
+				continue
+			}
+		}
+		if err := sleepCtx(ctx, reconcileSettle); err != nil {
+			return
+		}
+		pctx, cancel := context.WithTimeout(ctx, reconcilePassMax)
+		ids, err := d.sweep(pctx)
+		cancel()
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			d.log.Warn("reconcile pass failed; retrying", "in", retry, "err", err)
+			wait = retry
+			retry = min(2*retry, reconcileRetryMax)
+			continue
+		case len(ids) > 0:
+			d.log.Info("reconcile requeued expired leases", "tasks", ids)
+		}
+		retry = reconcileRetryMin
+		wait = time.Duration(float64(d.cfg.SweepInterval) * (0.75 + 0.5*rand.Float64()))
+	}
+}
+
+// kickReconcile asks for a pass now; kicks coalesce.
+func (d *Dispatcher) kickReconcile() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+func sleepCtx(ctx context.Context, dur time.Duration) error {
+	t := time.NewTimer(dur)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// reopenIngress creates the ingress consumer again and resumes pulling from
+// it, after the iterator it replaces stopped on its own (the consumer was
+// deleted, or the connection's pull subscription ended). It retries with a
+// growing pause until it succeeds or Close begins (nil). Wakes stored while
+// no iterator ran are still in the stream and are applied once it runs;
+// a pass of the reconciler is asked for, as whatever the stall held up
+// (a fired timer, a signal) may have been lost with it.
+func (d *Dispatcher) reopenIngress(old jetstream.MessagesContext) jetstream.MessagesContext {
+	old.Stop()
+	pause := reconcileRetryMin
+	for {
+		if d.closed.Load() {
+			return nil
+		}
+		ctx, cancel := d.detached()
+		it, err := d.openIngress(ctx)
+		cancel()
+		if err == nil {
+			d.mu.Lock()
+			if d.closing {
+				d.mu.Unlock()
+				it.Stop()
+				return nil
+			}
+			d.ingress = it
+			d.mu.Unlock()
+			d.log.Info("wake ingress consumer created again")
+			d.kickReconcile()
+			return it
+		}
+		d.log.Warn("wake ingress consumer stopped; creating it again", "in", pause, "err", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-d.done:
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		pause = min(2*pause, reconcileRetryMax)
+	}
+}
+
+// repairSignal publishes task's ready signal if its row is ready and
+// unreserved; a signal already there makes it a no-op. It is how a path that
+// finds a row already ready (a redelivered wake, a resumed spawn) makes sure
+// the row is not ready in name only.
+func (d *Dispatcher) repairSignal(ctx context.Context, task string) error {
+	r, _, err := d.getRow(ctx, task)
+	if err != nil || r == nil || r.Status != eventlog.DispatchReady || r.Reserved {
+		return err
+	}
+	return d.signal(ctx, task, r.Queue, r.ReadyEpoch, false)
+}
+
+// RepairSignal publishes task's ready signal if the dispatcher row is
+// ready and unreserved and has none, and does nothing otherwise: unlike
+// Enqueue it never changes a row, so it is safe to call on a task that may
+// be leased at this very moment. A process that finds a task it expected to
+// create already there (a resumed spawn) calls it, since the process that
+// created the row may have died before publishing its signal.
+func (d *Dispatcher) RepairSignal(ctx context.Context, task string) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	if err := validTaskID("task", task); err != nil {
+		return err
+	}
+	if err := d.repairSignal(ctx, task); err != nil {
+		return fmt.Errorf("jetstream: ready signal of %s: %w", task, err)
+	}
+	return nil
+}
+
+// RequeueStale implements eventlog.Dispatcher: a reconcile pass, now. The
+// leased rows whose lease had ended and that went ready are returned in
+// creation order.
+func (d *Dispatcher) RequeueStale(ctx context.Context) ([]string, error) {
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	return d.sweep(ctx)
+}
+
+// snapshot is a bulk, possibly lagging view of the dispatcher's state.
+type snapshot struct {
+	rows    map[string]*taskRow
+	keys    map[string]bool // lease keys that exist
+	signals map[string]bool // ready subjects holding a signal
+	timers  map[string]bool // timer schedule subjects in the wake stream
+}
+
+// readSnapshot reads the rows first and the lease keys after: a grant
+// writes the key before the row names the lease, so a row read here names a
+// lease whose key was written before the key listing began, and a key
+// missing from the listing ended in between (or the listing lagged; the
+// candidate is checked again with the leader).
+func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
+	s := &snapshot{rows: map[string]*taskRow{}, keys: map[string]bool{}}
+	w, err := d.tasks.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: read %s: %w", d.cfg.tasksBucket(), err)
+	}
+	err = func() error {
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case e, ok := <-w.Updates():
+				if !ok {
+					return fmt.Errorf("jetstream: read %s: the watcher stopped", d.cfg.tasksBucket())
+				}
+				if e == nil {
+					return nil // the initial values are all delivered
+				}
+				r, err := decodeRow(e.Key(), e.Value())
+				if err != nil {
+					d.log.Error("reconcile skips a corrupt row", "task", e.Key(), "err", err)
+					continue
+				}
+				s.rows[e.Key()] = r
+			}
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	kl, err := d.leases.ListKeys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, fmt.Errorf("jetstream: list %s: %w", d.cfg.leasesBucket(), err)
+	}
+	if err == nil {
+		for k := range kl.Keys() {
+			s.keys[k] = true
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // the listing may have been cut short
+	}
+	if s.signals, err = streamSubjects(ctx, d.ready, d.subj.readyAll()); err != nil {
+		return nil, err
+	}
+	if s.timers, err = streamSubjects(ctx, d.wake, d.subj.prefix+".wake.*.*.timer.*"); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// streamSubjects lists the subjects of stream matching filter that hold a
+// message (the stream leader answers).
+func streamSubjects(ctx context.Context, s jetstream.Stream, filter string) (map[string]bool, error) {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: subjects of %s: %w", s.CachedInfo().Config.Name, err)
+	}
+	out := make(map[string]bool, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		if n > 0 {
+			out[subj] = true
+		}
+	}
+	return out, nil
+}
+
+// candidate reports whether row r of task, as the snapshot saw it, may need
+// a repair.
+func (d *Dispatcher) candidate(s *snapshot, task string, r *taskRow, now time.Time) bool {
+	switch r.Status {
+	case eventlog.DispatchLeased:
+		return !s.keys[leaseKey(task, r.LeaseID)] || !now.Before(r.Expires)
+	case eventlog.DispatchReady:
+		return !r.Reserved && !s.signals[d.subj.ready(r.Queue, task)]
+	case eventlog.DispatchSuspended:
+		if r.WakeOn == nil || r.WakeOn.Kind != noeta.WakeTimerFired || r.Matched != nil {
+			return false
+		}
+		return !now.Before(r.WakeOn.FireAt) || !s.timers[d.subj.wakeTimer(task, r.Generation)]
+	}
+	return false
+}
+
+// sweep is one reconcile pass. It returns the tasks whose ended lease it
+// requeued to ready, in creation order.
+func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
+	s, err := d.readSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := d.cfg.Now()
+	var tasks []string
+	for task, r := range s.rows {
+		if d.candidate(s, task, r, now) {
+			tasks = append(tasks, task)
+		} else if r.Status == eventlog.DispatchSuspended && r.WakeOn != nil && r.WakeOn.Kind == noeta.WakeTimerFired && r.Matched == nil {
+			d.backstopTimer(task, r.Generation, r.WakeOn.Clone())
+		}
+	}
+
+	type hit struct {
+		task    string
+		created time.Time
+	}
+	var (
+		mu       sync.Mutex
+		hits     []hit
+		firstErr error
+		wg       sync.WaitGroup
+		work     = make(chan string)
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	for range min(8, len(tasks)) {
+		wg.Go(func() {
+			for task := range work {
+				requeued, r, err := d.sweepRow(ctx, task)
+				if err != nil {
+					fail(err)
+					continue
+				}
+				if requeued {
+					mu.Lock()
+					hits = append(hits, hit{task, r.Created})
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, t := range tasks {
+		work <- t
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	d.stats.reconciles.Add(1)
+	slices.SortFunc(hits, func(a, b hit) int {
+		return cmp.Or(a.created.Compare(b.created), cmp.Compare(a.task, b.task))
+	})
+	ids := make([]string, 0, len(hits))
+	for _, h := range hits {
+		ids = append(ids, h.task)
+	}
+	return ids, nil
+}
+
+// sweepRow repairs one candidate row, read again from the leader, and
+// reports whether it requeued it to ready.
+func (d *Dispatcher) sweepRow(ctx context.Context, task string) (bool, *taskRow, error) {
+	r, _, err := d.getRow(ctx, task)
+	if err != nil || r == nil {
+		return false, nil, err
+	}
+	switch r.Status {
+	case eventlog.DispatchLeased:
+		keyGone := false
+		if d.cfg.Now().Before(r.Expires) {
+			kctx, cancel := d.withTimeout(ctx)
+			_, err := d.leases.Get(kctx, leaseKey(task, r.LeaseID))
+			cancel()
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+				keyGone = true
+			case err != nil:
+				return false, nil, fmt.Errorf("jetstream: lease key of %s: %w", task, err)
+			default:
+				return false, nil, nil // live
+			}
+		}
+		ready, err := d.reclaim(ctx, task, r.LeaseID, keyGone)
+		if errors.Is(err, errSkip) {
+			return false, nil, nil
+		}
+		return ready, r, err
+	case eventlog.DispatchReady:
+		if r.Reserved {
+			break
+		}
+		// Published unless one is there (the snapshot may have missed it):
+		// the stream refuses a second signal on the subject.
+		there, err := d.readyLeaderGet(ctx, msgGetRequest{LastFor: d.subj.ready(r.Queue, task)})
+		if err != nil {
+			return false, nil, err
+		}
+		if there != nil {
+			break
+		}
+		if err := d.signal(ctx, task, r.Queue, r.ReadyEpoch, false); err != nil {
+			return false, nil, fmt.Errorf("jetstream: ready signal of %s: %w", task, err)
+		}
+		d.stats.resignalled.Add(1)
+		d.log.Info("reconcile published a lost ready signal", "task", task, "queue", r.Queue, "epoch", r.ReadyEpoch)
+	case eventlog.DispatchSuspended:
+		if r.WakeOn != nil && r.WakeOn.Kind == noeta.WakeTimerFired && r.Matched == nil {
+			cond := r.WakeOn.Clone()
+			if d.cfg.Now().Before(cond.FireAt) {
+				if err := d.armTimer(ctx, task, r.Generation, cond); err != nil {
+					return false, nil, err
+				}
+				d.log.Info("reconcile re-armed a timer without its schedule", "task", task, "fire_at", cond.FireAt)
+				break
+			}
+			_, err := d.fireTimer(ctx, task, r.Generation, cond, 0)
+			if err != nil && !errors.Is(err, errSkip) {
+				return false, nil, err
+			}
+			if err == nil {
+				d.log.Info("reconcile fired an overdue timer", "task", task, "fire_at", cond.FireAt, "late", d.cfg.Now().Sub(cond.FireAt))
+			}
+		}
+	}
+	return false, nil, nil
+}
+
+// Timer backstops. The broker fires a timer's schedule on its own clock, but
+// a schedule can be late or lost in a failover (it was seen firing 10-15 s
+// late, or not at all, after the wake stream's leader was killed and
+// restarted), and a timer must not wait for the next reconcile pass. So the
+// process that arms a timer, and every reconciler that sees one due soon,
+// also keeps a local timer: timerGrace after the deadline it fires the timer
+// itself if the row still waits on it. The first to fire wins the
+// compare-and-set; the broker's copy, arriving later, is dropped as stale.
+const (
+	// timerGrace covers the broker's rounding of the deadline up to the
+	// whole second and the ingress round trip.
+	timerGrace = 2 * time.Second
+	// backstopHorizon: timers further ahead get their backstop from a later
+	// reconcile pass, so a process does not hold one for every timer of the
+	// deployment.
+	backstopHorizon = time.Minute
+)
+
+// backstopTimer makes sure the timer of task's suspend at generation gen on
+// cond fires, timerGrace after its deadline at the latest, while this
+// Dispatcher runs.
+func (d *Dispatcher) backstopTimer(task string, gen uint64, cond noeta.Wake) {
+	wait := cond.FireAt.Sub(d.cfg.Now()) + timerGrace
+	if wait > backstopHorizon {
+		return
+	}
+	key := task + "/" + strconv.FormatUint(gen, 10)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closing || d.backstops[key] != nil {
+		return
+	}
+	d.backstops[key] = time.AfterFunc(max(wait, 0), func() {
+		d.mu.Lock()
+		delete(d.backstops, key)
+		d.mu.Unlock()
+		d.goTracked(func() {
+			ctx, cancel := d.detached()
+			defer cancel()
+			_, err := d.fireTimer(ctx, task, gen, cond, 0)
+			switch {
+			case err == nil:
+				d.stats.timersBackstopped.Add(1)
+				d.log.Info("fired a timer the broker had not fired in time", "task", task, "fire_at", cond.FireAt,
+					"late", d.cfg.Now().Sub(cond.FireAt))
+			case !errors.Is(err, errSkip):
+				d.log.Warn("fire an overdue timer; the reconciler will", "task", task, "err", err)
+			}
+		})
+	})
+}
+
+// stopBackstops stops every pending backstop; Close calls it under mu.
+func (d *Dispatcher) stopBackstops() {
+	for k, t := range d.backstops {
+		t.Stop()
+		delete(d.backstops, k)
+	}
+}
