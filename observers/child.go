@@ -158,6 +158,28 @@ func (c *ChildLifecycle) Recover(ctx context.Context) (int, error) {
 	return delivered, errors.Join(errs...)
 }
 
+// RecoverTasks is Recover for the given tasks only: each one that has ended
+// and has a parent is handed to it again (a no-op where the handoff was
+// made) and the parent woken. The dispatcher's reconciler calls it for the
+// subtasks a parent has waited on for a while (jetstream's
+// DispatcherConfig.AwaitingSubtasks), so a handoff lost with the process
+// that should have made it does not wait for some process's restart.
+func (c *ChildLifecycle) RecoverTasks(ctx context.Context, tasks []string) (int, error) {
+	delivered := 0
+	var errs []error
+	for _, task := range tasks {
+		if err := ctx.Err(); err != nil {
+			return delivered, err
+		}
+		n, err := c.recoverTask(ctx, task)
+		delivered += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return delivered, errors.Join(errs...)
+}
+
 func (c *ChildLifecycle) recoverTask(ctx context.Context, task string) (int, error) {
 	envs, err := c.log.Read(ctx, task, 0)
 	if errors.Is(err, eventlog.ErrNotFound) {

@@ -893,3 +893,35 @@ func TestLRUIsBounded(t *testing.T) {
 		t.Errorf("len %d, want 2", c.len())
 	}
 }
+
+// TestRecoverTasks: RecoverTasks hands off only the tasks it is given, and
+// wakes their parent, as the reconciler asks for a parent left waiting.
+func TestRecoverTasks(t *testing.T) {
+	h := newHarness(t)
+	p1, l1 := h.rootTask()
+	kids, _ := h.spawn(l1, 1, false)
+	h.suspend(l1, noeta.SubtaskCompletedWake(kids[0]))
+	h.end(kids[0], noeta.TaskCompleted{Answer: json.RawMessage(`"one"`)})
+	p2, l2 := h.rootTask()
+	other, _ := h.spawn(l2, 1, false)
+	h.suspend(l2, noeta.SubtaskCompletedWake(other[0]))
+	h.end(other[0], noeta.TaskCompleted{})
+
+	obs := h.subscribe()
+	n, err := obs.RecoverTasks(t.Context(), kids)
+	if err != nil || n != 2 {
+		t.Fatalf("RecoverTasks: %d, %v; want the handoff and its wake", n, err)
+	}
+	h.handoffOf(p1, kids[0])
+	h.wantMatched(p1, noeta.SubtaskCompletedWake(kids[0]), "the parent named")
+	if got := len(h.inbox(p2)); got != 0 {
+		t.Errorf("a parent not named got %d inbox records", got)
+	}
+	// Again: the handoff exists; nothing more is delivered but the wake.
+	if _, err := obs.RecoverTasks(t.Context(), kids); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(h.inbox(p1)); got != 1 {
+		t.Errorf("inbox of the parent: %d records after a second recovery, want 1", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,16 +29,19 @@ import (
 // on it, the ChildLifecycle observer in process when it is wanted, and the
 // engines and worker pools that run on them.
 type stack struct {
-	srv    *embedded.Server // nil on a remote NATS
-	lock   *dataLock        // the data directory, held while srv runs
-	nc     *nats.Conn
-	log    *jetstream.Log
-	disp   *jetstream.Dispatcher
-	child  *observers.ChildLifecycle // nil unless stackConfig.child
-	tools  *tools.Registry
-	logger *slog.Logger
-	conn   connOpts
-	data   string // the embedded server's data directory
+	srv   *embedded.Server // nil on a remote NATS
+	lock  *dataLock        // the data directory, held while srv runs
+	nc    *nats.Conn
+	log   *jetstream.Log
+	disp  *jetstream.Dispatcher
+	child *observers.ChildLifecycle // nil unless stackConfig.child
+	// childReady is child, for the dispatcher's reconciler, which starts
+	// before child exists.
+	childReady atomic.Pointer[observers.ChildLifecycle]
+	tools      *tools.Registry
+	logger     *slog.Logger
+	conn       connOpts
+	data       string // the embedded server's data directory
 
 	subs []*eventlog.Subscription
 
@@ -125,7 +129,14 @@ func openStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 			return nil, err
 		}
 	}
-	s.disp, err = jetstream.OpenDispatcher(ctx, s.nc, s.dispatcherConfig())
+	dc := s.dispatcherConfig()
+	if cfg.child {
+		// The reconciler nudges the parents that have waited on their
+		// subtasks for a pass: their handoffs may have died with another
+		// process.
+		dc.AwaitingSubtasks = s.recoverHandoffs
+	}
+	s.disp, err = jetstream.OpenDispatcher(ctx, s.nc, dc)
 	if err != nil {
 		return nil, fmt.Errorf("open the dispatcher: %w", leaseTTLHint(err))
 	}
@@ -153,10 +164,12 @@ func openStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 	if !cfg.child {
 		return s, nil
 	}
-	s.child, err = observers.NewChildLifecycle(observers.ChildLifecycleConfig{Log: s.log, Index: s.log, Waker: s.disp, Logger: logger})
+	child, err := observers.NewChildLifecycle(observers.ChildLifecycleConfig{Log: s.log, Index: s.log, Waker: s.disp, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
+	s.child = child
+	s.childReady.Store(child)
 	s.subs = append(s.subs, s.log.Subscribe(s.child.Handle))
 	if cfg.recoverChild {
 		if _, err := s.child.Recover(ctx); err != nil {
@@ -173,6 +186,20 @@ func openStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 // one prefix uses the same prefix, replicas and lease TTL.
 func (s *stack) dispatcherConfig() jetstream.DispatcherConfig {
 	return jetstream.DispatcherConfig{Prefix: s.conn.prefix, Replicas: s.conn.replicas, LeaseTTL: s.conn.leaseTTL, Logger: s.logger}
+}
+
+// recoverHandoffs redoes the handoffs of the subtasks a parent has waited
+// on for a reconcile pass (jetstream.DispatcherConfig.AwaitingSubtasks).
+func (s *stack) recoverHandoffs(ctx context.Context, parent string, subtasks []string) {
+	c := s.childReady.Load()
+	if c == nil {
+		return
+	}
+	if n, err := c.RecoverTasks(ctx, subtasks); err != nil {
+		s.logger.Warn("redoing the handoffs of a waiting parent's subtasks failed; the next reconcile pass tries again", "parent", parent, "err", err)
+	} else if n > 0 {
+		s.logger.Info("handed a waiting parent subtask results that had not reached it", "parent", parent, "records", n)
+	}
 }
 
 // deliver hands a committed record to every tap.

@@ -80,6 +80,16 @@ type DispatcherConfig struct {
 	// its deadline). Default 15s; negative turns it off (for a second
 	// Dispatcher in a process that already runs one).
 	SweepInterval time.Duration
+	// AwaitingSubtasks, if set, is told after a reconcile pass of every task
+	// that has waited on its subtasks since the pass before, in the same
+	// suspend, with the subtasks it waits on. A child's result reaches its
+	// parent through an observer of the child's last record; when the
+	// process that committed that record dies before handing it off, nothing
+	// else would look again, and the parent would wait until some process
+	// restarts and recovers every handoff. The callback (the ChildLifecycle
+	// observer's RecoverTasks) redoes the handoffs of just those children.
+	// It runs on the reconciler's goroutine, under the pass's deadline.
+	AwaitingSubtasks func(ctx context.Context, parent string, subtasks []string)
 	// Now is the local clock: lease expiry as reported (Lease.Expires), the
 	// local half of the liveness check (see Valid) and whether a timer is due
 	// at suspend. Default time.Now.
@@ -328,11 +338,16 @@ type Dispatcher struct {
 	ready  jetstream.Stream
 	wake   jetstream.Stream
 
-	closed  atomic.Bool
-	done    chan struct{}
-	bg      context.Context // ended by Close: the background goroutines' context
-	stopBG  context.CancelFunc
-	watcher jetstream.KeyWatcher // guarded by mu once running
+	closed atomic.Bool
+	done   chan struct{}
+
+	// awaiting is what the last reconcile pass saw waiting on subtasks:
+	// task → the generation of its suspend (nudgeParents).
+	awaitingMu sync.Mutex
+	awaiting   map[string]uint64
+	bg         context.Context // ended by Close: the background goroutines' context
+	stopBG     context.CancelFunc
+	watcher    jetstream.KeyWatcher // guarded by mu once running
 	// status reports the connection's reconnects to the reconciler; kick
 	// asks it for a pass now (buffered 1: kicks coalesce).
 	status chan nats.Status

@@ -363,6 +363,7 @@ func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
 		return nil, firstErr
 	}
 	d.stats.reconciles.Add(1)
+	d.nudgeParents(ctx, s)
 	slices.SortFunc(hits, func(a, b hit) int {
 		return cmp.Or(a.created.Compare(b.created), cmp.Compare(a.task, b.task))
 	})
@@ -499,4 +500,41 @@ func (d *Dispatcher) stopBackstops() {
 		t.Stop()
 		delete(d.backstops, k)
 	}
+}
+
+// nudgeParents hands AwaitingSubtasks every task that has waited on its
+// subtasks, in one suspend, since the previous pass: a parent that has just
+// suspended is left to the handoff already on its way.
+func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
+	if d.cfg.AwaitingSubtasks == nil {
+		return
+	}
+	// Passes may run at once (RequeueStale beside the loop); one at a time
+	// compares with the one before.
+	d.awaitingMu.Lock()
+	defer d.awaitingMu.Unlock()
+	seen := make(map[string]uint64)
+	for task, r := range s.rows {
+		if r.Status != eventlog.DispatchSuspended || r.WakeOn == nil || r.Matched != nil {
+			continue
+		}
+		var subtasks []string
+		switch r.WakeOn.Kind {
+		case noeta.WakeSubtaskCompleted:
+			subtasks = []string{r.WakeOn.SubtaskID}
+		case noeta.WakeSubtaskGroupCompleted:
+			subtasks = slices.Clone(r.WakeOn.SubtaskIDs)
+		default:
+			continue
+		}
+		seen[task] = r.Generation
+		if gen, ok := d.awaiting[task]; !ok || gen != r.Generation || len(subtasks) == 0 {
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		d.cfg.AwaitingSubtasks(ctx, task, subtasks)
+	}
+	d.awaiting = seen
 }

@@ -532,3 +532,65 @@ func TestTimerBackstop(t *testing.T) {
 		t.Errorf("timers backstopped: %d, want 1", n)
 	}
 }
+
+// TestReconcileNudgesWaitingParents: a parent that has waited on its
+// subtasks for a whole reconcile pass is named to AwaitingSubtasks with
+// them. Reproduction (issue 12, the chaos run): a child's result reaches its
+// parent through the ChildLifecycle observer of the process that committed
+// the child's last record; a process killed in between took the handoff with
+// it, and the parent waited until some process restarted and recovered every
+// handoff, forever if none did.
+func TestReconcileNudgesWaitingParents(t *testing.T) {
+	t.Parallel()
+	prefix := uniquePrefix(t, singleURL)
+	type call struct {
+		parent   string
+		subtasks []string
+	}
+	calls := make(chan call, 16)
+	cfg := testDispatcherConfig(1, prefix)
+	cfg.SweepInterval = -1 // passes only when the test asks
+	cfg.AwaitingSubtasks = func(_ context.Context, parent string, subtasks []string) {
+		calls <- call{parent, subtasks}
+	}
+	d, err := jetstream.OpenDispatcher(t.Context(), connect(t, singleURL), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+
+	q := testQueue()
+	single, group, timer := noeta.NewTaskID(), noeta.NewTaskID(), noeta.NewTaskID()
+	kids := []string{noeta.NewTaskID(), noeta.NewTaskID()}
+	for task, cond := range map[string]noeta.Wake{
+		single: noeta.SubtaskCompletedWake(kids[0]),
+		group:  noeta.GroupCompletedWake("g1", kids),
+		timer:  noeta.TimerWake(time.Now().Add(time.Hour)),
+	} {
+		mustEnqueue(t, d, task, eventlog.EnqueueOptions{Queue: q})
+		l := mustLease(t, d, eventlog.LeaseRequest{Worker: "w", Task: task})
+		if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first pass sees them suspend: their handoffs may be on the way.
+	if _, err := d.RequeueStale(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 0 {
+		t.Fatalf("a parent that just suspended was nudged: %+v", <-calls)
+	}
+	// The second pass finds them still waiting, in the same suspend.
+	if _, err := d.RequeueStale(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for len(calls) > 0 {
+		c := <-calls
+		got[c.parent] = c.subtasks
+	}
+	want := map[string][]string{single: kids[:1], group: kids}
+	if fmt.Sprint(got[single]) != fmt.Sprint(want[single]) || fmt.Sprint(got[group]) != fmt.Sprint(want[group]) || len(got) != 2 {
+		t.Fatalf("nudged %v, want %v (the timer's task is not waiting on subtasks)", got, want)
+	}
+}
