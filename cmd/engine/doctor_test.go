@@ -143,7 +143,14 @@ func blockWith(t *testing.T, data, needle string) (string, int) {
 //     showed B ending at #19, running (inspect) and terminal (tasks), exit 0;
 //   - an emptied block: every log gone, tasks listed nothing, exit 0;
 //   - the stream's directory removed: the next verb created a fresh, empty
-//     stream and all history was gone for good.
+//     stream and all history was gone for good;
+//   - flipped bytes in the last row of the dispatcher's bucket (task B's):
+//     doctor listed the rows with a key watcher, which waits for as many
+//     messages as the stream counts and was never handed the unloadable
+//     one, so doctor hung until interrupted;
+//   - flipped bytes in task A's last record (#42): the server still counts
+//     it and cannot load it, and listing the tasks failed with "jetstream:
+//     no message": doctor and tasks exited 1 naming no task.
 //
 // Now doctor exits 1 and names the task and seqs of each loss, the read
 // verbs exit 1 naming them, and a removed stream is not recreated.
@@ -216,6 +223,47 @@ func TestDoctorFindsCorruption(t *testing.T) {
 		doctor: []string{"stream_lost: ", "task stream NOETA_TASKS is missing while KV_noeta_idempotency exists"},
 		verbs:  map[string][]string{"events": {"events", a}, "tasks": {"tasks"}},
 		want:   "its history is lost",
+	}, {
+		name: "flipped row",
+		damage: func(t *testing.T, data string) {
+			blks, err := filepath.Glob(filepath.Join(data, "nats", "jetstream", "$G", "streams", "KV_noeta_tasks", "msgs", "*.blk"))
+			if err != nil || len(blks) != 1 {
+				t.Fatalf("row blocks %v (%v), want one", blks, err)
+			}
+			buf, err := os.ReadFile(blks[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := bytes.LastIndex(buf, []byte(b)) // the subject of the bucket's last message
+			if at < 0 {
+				t.Fatalf("no row of %s in %s", b, blks[0])
+			}
+			for i := at; i < at+26; i++ {
+				buf[i] ^= 0xff
+			}
+			if err := os.WriteFile(blks[0], buf, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
+		doctor: []string{"log_without_row task " + b + ": "},
+	}, {
+		name: "flipped last record",
+		damage: func(t *testing.T, data string) {
+			blk, at := blockWith(t, data, s.ids[0][42])
+			buf, err := os.ReadFile(blk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := at; i < at+26; i++ {
+				buf[i] ^= 0xff
+			}
+			if err := os.WriteFile(blk, buf, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
+		doctor: []string{"corrupt task " + a + ": ", "the stream counts 42 record(s) on the subject and cannot load the last one"},
+		verbs:  map[string][]string{"tasks": {"tasks"}},
+		want:   "corrupt record of task " + a,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

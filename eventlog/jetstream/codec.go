@@ -41,10 +41,14 @@ type CorruptRecordError struct {
 }
 
 func (e *CorruptRecordError) Error() string {
-	if task := e.Task(); task != "" {
-		return fmt.Sprintf("jetstream: corrupt record of task %s at stream sequence %d on %s: %v", task, e.StreamSeq, e.Subject, e.Err)
+	at := fmt.Sprintf(" at stream sequence %d", e.StreamSeq)
+	if e.StreamSeq == 0 { // a record the server could not load says none
+		at = ""
 	}
-	return fmt.Sprintf("jetstream: corrupt record at stream sequence %d on %s: %v", e.StreamSeq, e.Subject, e.Err)
+	if task := e.Task(); task != "" {
+		return fmt.Sprintf("jetstream: corrupt record of task %s%s on %s: %v", task, at, e.Subject, e.Err)
+	}
+	return fmt.Sprintf("jetstream: corrupt record%s on %s: %v", at, e.Subject, e.Err)
 }
 
 // Task is the task whose log or inbox subject the record is on ("" if the

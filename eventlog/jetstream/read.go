@@ -286,10 +286,18 @@ func (l *Log) Tasks(ctx context.Context) ([]eventlog.TaskSummary, error) {
 			continue
 		}
 		m, hdr, err := l.leaderGet(ctx, msgGetRequest{LastFor: subject})
-		if err != nil {
+		var r record
+		switch {
+		case errors.Is(err, errNoMessage):
+			// The stream counts a message on the subject and cannot
+			// load the last one (flipped bytes in its block): the
+			// task's last record is lost, not the task.
+			err = &CorruptRecordError{Subject: subject, Err: fmt.Errorf("the stream counts %d record(s) on the subject and cannot load the last one", info.State.Subjects[subject])}
+		case err != nil:
 			return nil, err
+		default:
+			r, err = decode(m.Subject, m.Sequence, hdr, m.Data)
 		}
-		r, err := decode(m.Subject, m.Sequence, hdr, m.Data)
 		if err != nil {
 			l.corrupt.Add(1)
 			if l.cfg.OnCorrupt == nil {

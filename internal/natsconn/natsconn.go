@@ -146,7 +146,7 @@ func (o Options) Describe() string {
 }
 
 // Secrets are the strings no message may carry: the password, and the
-// passwords inside the URLs.
+// passwords and tokens inside the URLs.
 func (o Options) Secrets() []string {
 	s := urlPasswords(o.URL)
 	if o.Password != "" {
@@ -158,10 +158,11 @@ func (o Options) Secrets() []string {
 // redacted stands where a password was.
 const redacted = "xxxxx"
 
-// RedactURL hides the password of every URL in a comma-separated list. It
-// does not rely on the URL parsing: a password with characters a URL may not
-// hold is hidden too, since everything between "://" and the last "@" of the
-// authority but the user name is the password.
+// RedactURL hides the password of every URL in a comma-separated list, and
+// a userinfo without a password whole: nats.go sends that as a token
+// (nats://TOKEN@host). It does not rely on the URL parsing: a password with
+// characters a URL may not hold is hidden too, since everything between
+// "://" and the last "@" of the authority but the user name is the password.
 func RedactURL(s string) string {
 	parts := strings.Split(s, ",")
 	for i, p := range parts {
@@ -193,20 +194,26 @@ func userinfo(u string) (start, end, pw int, ok bool) {
 }
 
 func redactOne(u string) string {
-	_, end, pw, ok := userinfo(u)
-	if !ok || pw < 0 {
+	start, end, pw, ok := userinfo(u)
+	switch {
+	case !ok:
 		return u
+	case pw < 0:
+		return u[:start] + redacted + u[end:] // a token
 	}
 	return u[:pw] + redacted + u[end:]
 }
 
-// urlPasswords are the passwords inside a comma-separated list of URLs,
-// raw and unescaped.
+// urlPasswords are the passwords, and the tokens, inside a comma-separated
+// list of URLs, raw and unescaped.
 func urlPasswords(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
-		_, end, pw, ok := userinfo(p)
-		if !ok || pw < 0 || pw == end {
+		start, end, pw, ok := userinfo(p)
+		if pw < 0 {
+			pw = start // no password: the userinfo is a token
+		}
+		if !ok || pw == end {
 			continue
 		}
 		raw := p[pw:end]

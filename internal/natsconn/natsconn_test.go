@@ -9,7 +9,9 @@ import (
 func TestRedactURL(t *testing.T) {
 	cases := []struct{ in, want string }{
 		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
-		{"nats://engine@127.0.0.1:4222", "nats://engine@127.0.0.1:4222"},
+		// A userinfo without a password is a token to nats.go.
+		{"nats://s3cr3t-token@127.0.0.1:4222", "nats://xxxxx@127.0.0.1:4222"},
+		{"nats://a:1@h1, nats://tok@h2", "nats://a:xxxxx@h1, nats://xxxxx@h2"},
 		{"nats://observer:s3cret@127.0.0.1:4222", "nats://observer:xxxxx@127.0.0.1:4222"},
 		// Characters url.Parse refuses must not leak the password: the old
 		// redaction gave up on a parse error and printed the URL as it was.
@@ -54,6 +56,12 @@ func TestConnectErrorHidesPassword(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cr3t-pw") {
 		t.Fatalf("the error leaks the password: %v", err)
+	}
+	// nats.go sends a userinfo without a password as a token: engine
+	// tasks --nats nats://TOKEN@127.0.0.1:1 printed the token.
+	o = Options{URL: "nats://s3cr3t-token@127.0.0.1:1"}
+	if _, err = o.Connect("test", nil); err == nil || strings.Contains(err.Error(), "s3cr3t-token") {
+		t.Fatalf("error %v", err)
 	}
 	o = Options{URL: "nats://127.0.0.1:1", User: "u", Password: "s3cr3t-pw"}
 	if _, err = o.Connect("test", nil); err == nil || strings.Contains(err.Error(), "s3cr3t-pw") {
