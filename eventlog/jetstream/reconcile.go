@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -226,11 +227,16 @@ func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 	}
 	err = func() error {
 		defer func() { _ = w.Stop() }()
+		idle := time.NewTimer(snapshotIdle)
+		defer idle.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
+			case <-idle.C:
+				return errSnapshotStalled
 			case e, ok := <-w.Updates():
+				idle.Reset(snapshotIdle) // no drain needed since Go 1.23
 				if !ok {
 					return fmt.Errorf("jetstream: read %s: the watcher stopped", d.cfg.tasksBucket())
 				}
@@ -246,6 +252,9 @@ func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 			}
 		}
 	}()
+	if errors.Is(err, errSnapshotStalled) {
+		err = d.readRowsOneByOne(ctx, s.rows)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -268,6 +277,51 @@ func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// snapshotIdle is how long the bulk read of the rows may go without a
+// message before it is taken to have stalled: the watcher waits until it has
+// been handed as many messages as the bucket counts, and a row whose message
+// the server can no longer load (a damaged block) is counted and never
+// handed, so the read would never end and no pass would ever finish.
+const snapshotIdle = 10 * time.Second
+
+var errSnapshotStalled = errors.New("jetstream: the bulk read of the rows stalled")
+
+// readRowsOneByOne completes a stalled bulk read: the keys come from the
+// bucket stream's subjects, and each row not read yet is fetched on its own;
+// a row that cannot be loaded is reported and left out of the pass (engine
+// doctor names it).
+func (d *Dispatcher) readRowsOneByOne(ctx context.Context, rows map[string]*taskRow) error {
+	bucket := d.cfg.tasksBucket()
+	stream, err := d.js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+	}
+	prefix := "$KV." + bucket + "."
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+	}
+	missing := 0
+	for subj := range info.State.Subjects {
+		task, ok := strings.CutPrefix(subj, prefix)
+		if !ok || rows[task] != nil {
+			continue
+		}
+		r, _, err := d.getRow(ctx, task)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			missing++
+			d.log.Error("reconcile skips a row the server cannot load; engine doctor reports it", "task", task, "err", err)
+		case r != nil:
+			rows[task] = r
+		}
+	}
+	d.log.Warn("the bulk read of the dispatcher's rows stalled; read them one by one", "rows", len(rows), "unreadable", missing)
+	return nil
 }
 
 // streamSubjects lists the subjects of stream matching filter that hold a

@@ -1,10 +1,13 @@
 package jetstream_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -599,4 +602,71 @@ func TestReconcileNudgesWaitingParents(t *testing.T) {
 	if fmt.Sprint(got[single]) != fmt.Sprint(want[single]) || fmt.Sprint(got[group]) != fmt.Sprint(want[group]) || len(got) != 2 {
 		t.Fatalf("nudged %v, want %v (the timer's task is not waiting on subtasks)", got, want)
 	}
+}
+
+// TestReconcileOnADamagedRow: a row whose message the server can no longer
+// load (flipped bytes in the bucket's block) does not stop the passes.
+// Reproduction: the bulk read of the rows waited for that message for ever,
+// so every pass ran into its deadline and repaired nothing on the store.
+func TestReconcileOnADamagedRow(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testDispatcherConfig(1, "dmg")
+	cfg.SweepInterval = -1
+	nc := connect(t, srv.ClientURL())
+	d, err := jetstream.OpenDispatcher(t.Context(), nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := testQueue()
+	good, bad := noeta.NewTaskID(), noeta.NewTaskID()
+	mustEnqueue(t, d, good, eventlog.EnqueueOptions{Queue: q})
+	mustEnqueue(t, d, bad, eventlog.EnqueueOptions{Queue: q})
+	_ = d.Close()
+	nc.Close()
+	srv.Shutdown()
+
+	blks, err := filepath.Glob(filepath.Join(dir, "jetstream", "$G", "streams", "KV_dmg_tasks", "msgs", "*.blk"))
+	if err != nil || len(blks) != 1 {
+		t.Fatalf("row blocks %v (%v), want one", blks, err)
+	}
+	buf, err := os.ReadFile(blks[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.LastIndex(buf, []byte(bad))
+	if at < 0 {
+		t.Fatalf("no row of %s in %s", bad, blks[0])
+	}
+	for i := at; i < at+len(bad); i++ {
+		buf[i] ^= 0xff
+	}
+	if err := os.WriteFile(blks[0], buf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	srv, err = embedded.Start(t.Context(), embedded.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc = connect(t, srv.ClientURL())
+	d, err = jetstream.OpenDispatcher(t.Context(), nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	dropSignal(t, nc, "dmg", q, good)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := d.RequeueStale(ctx); err != nil {
+		t.Fatalf("a pass on the damaged store: %v", err)
+	}
+	// The pass did its work on the rows it could read: the lost signal of
+	// the sound task is back.
+	leasedFromQueue(t, d, q, good, reconcileLimit)
 }
