@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -171,8 +172,31 @@ func (c DispatcherConfig) withDefaults() (DispatcherConfig, error) {
 func (c DispatcherConfig) upperPrefix() string {
 	return strings.ToUpper(strings.ReplaceAll(c.Prefix, "-", "_"))
 }
-func (c DispatcherConfig) readyStream() string  { return c.upperPrefix() + "_READY" }
-func (c DispatcherConfig) wakeStream() string   { return c.upperPrefix() + "_WAKE" }
+func (c DispatcherConfig) readyStream() string { return c.upperPrefix() + "_READY" }
+func (c DispatcherConfig) wakeStream() string  { return c.upperPrefix() + "_WAKE" }
+
+// checkRowsNotLost refuses to create the rows bucket afresh beside a task
+// stream that holds records: the rows were there and are gone, and an empty
+// bucket would leave every waiting task unknown to the dispatcher ("no task
+// in this deployment") with nothing said.
+func checkRowsNotLost(ctx context.Context, js jetstream.JetStream, c DispatcherConfig) error {
+	bucket := "KV_" + c.tasksBucket()
+	_, err := js.Stream(ctx, bucket)
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil // there, or a failure ensureKV reports
+	}
+	name := Config{Prefix: c.Prefix}.streamName()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil // no task stream either: a new deployment
+	}
+	if n := s.CachedInfo().State.Msgs; n > 0 {
+		return fmt.Errorf("%w: the dispatcher's rows (%s) are missing while task stream %s holds %d records; restore %s from a backup: the tasks it knew cannot be leased, woken or answered without it",
+			ErrStreamLost, bucket, name, n, bucket)
+	}
+	return nil
+}
+
 func (c DispatcherConfig) tasksBucket() string  { return c.Prefix + "_tasks" }
 func (c DispatcherConfig) leasesBucket() string { return c.Prefix + "_leases" }
 
@@ -435,6 +459,9 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 		queues: map[string]jetstream.Consumer{},
 
 		backstops: map[string]*time.Timer{},
+	}
+	if err := checkRowsNotLost(ctx, js, c); err != nil {
+		return nil, err
 	}
 	// ensureKV turns direct gets off: every read of a row or a lease key
 	// decides a write or a fence, so it must be the leader's.

@@ -130,3 +130,39 @@ func TestOpenRefusesALostStream(t *testing.T) {
 		t.Errorf("Open of a fresh prefix: %v", err)
 	}
 }
+
+// TestOpenDispatcherRefusesLostRows: the rows bucket removed beside a task
+// stream that holds records is refused, not created afresh. Reproduction:
+// rm -rf the KV_noeta_tasks stream directory; engine tasks then exited 0
+// with every task's dispatch state blank, and engine approve on a waiting
+// task said "no task in this deployment".
+func TestOpenDispatcherRefusesLostRows(t *testing.T) {
+	ctx := t.Context()
+	nc := connect(t, singleURL)
+	dcfg := testDispatcherConfig(1, "lostrows")
+	d, err := jetstream.OpenDispatcher(ctx, nc, dcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := jetstream.Open(ctx, nc, jetstream.Config{Prefix: "lostrows", Registry: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, l)
+	_ = l.Close()
+	_ = d.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(ctx, "lostrows_tasks"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = jetstream.OpenDispatcher(ctx, nc, dcfg)
+	if !errors.Is(err, jetstream.ErrStreamLost) || !strings.Contains(err.Error(), "KV_lostrows_tasks") {
+		t.Fatalf("OpenDispatcher after the rows were removed: got %v, want ErrStreamLost naming the bucket", err)
+	}
+	if _, err := js.KeyValue(ctx, "lostrows_tasks"); !errors.Is(err, natsjs.ErrBucketNotFound) {
+		t.Errorf("OpenDispatcher recreated the lost rows (lookup: %v)", err)
+	}
+}
