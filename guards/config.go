@@ -42,6 +42,8 @@ type Config struct {
 	rules  *Rules      // nil: no process-wide rules
 	sets   []*Rules    // named rule sets, in config order
 	hooks  HooksConfig // hooks:, validated, default timeouts filled in
+	// observers is the observers: section, validated.
+	observers ObserversConfig
 	// ruleTools is the match_tool of every rule, with its path, for
 	// CheckTools.
 	ruleTools []toolRef

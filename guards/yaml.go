@@ -37,6 +37,8 @@ import (
 //	hooks:                                 # run by package observers
 //	  post_tool_use: [{match_tool: "*", command: ["./notify.sh"], timeout_seconds: 10}]
 //	  notification: [{on: approval, command: ["./page-oncall.sh"]}]
+//	observers:                             # run in process (see [ObserversConfig])
+//	  audit: {file: audit.jsonl}           # or {stdout: true}, or {subject: SUBJ}
 //
 // Decoding is strict: an unknown key at any level, a duplicate key, a value of
 // the wrong type, a regex or CEL expression that does not compile, and every
@@ -71,6 +73,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, err
 	}
 	cfg.hooks = withHookDefaults(hooks)
+	cfg.observers = d.obs
 	cfg.pos = errs.pos
 	return cfg, nil
 }
@@ -101,6 +104,7 @@ const (
 
 type decoder struct {
 	errs      *configErrors
+	obs       ObserversConfig // observers:, read by top
 	nodes     int
 	depth     int
 	exhausted bool
@@ -354,7 +358,10 @@ func (d *decoder) top(root *yaml.Node) (map[string]AgentConfig, []Rule, []RuleSe
 	if isNull(doc) {
 		return nil, nil, nil, HooksConfig{}
 	}
-	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks")
+	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers")
+	if n, ok := f["observers"]; ok && !isNull(n) {
+		d.obs = d.observers(n, "observers")
+	}
 	var agents map[string]AgentConfig
 	if n, ok := f["agents"]; ok {
 		agents = d.agents(n, "agents")
