@@ -106,7 +106,10 @@ type InProcess struct {
 	runners []*inProcessRunner
 	wg      sync.WaitGroup
 	stop    context.CancelFunc
-	closed  atomic.Bool
+	// finish tells the drainers, at Close, to handle what is queued and
+	// return.
+	finish chan struct{}
+	closed atomic.Bool
 }
 
 type inProcessRunner struct {
@@ -128,7 +131,7 @@ func NewInProcess(sub eventlog.Subscriber, cfg InProcessConfig, obs ...Observer)
 		cfg.Now = time.Now
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	r := &InProcess{log: cfg.Logger, now: cfg.Now, stop: stop}
+	r := &InProcess{log: cfg.Logger, now: cfg.Now, stop: stop, finish: make(chan struct{})}
 	for _, o := range obs {
 		ir := &inProcessRunner{o: o, queue: make(chan eventlog.Envelope, cfg.QueueSize)}
 		r.runners = append(r.runners, ir)
@@ -162,35 +165,65 @@ const (
 )
 
 func (r *InProcess) drain(ctx context.Context, ir *inProcessRunner) {
-	streak, pause := 0, pauseMin
+	f := failures{pause: pauseMin}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case env := <-ir.queue:
-			err := observe(ctx, ir.o, env, &ir.c, r.now)
-			if err == nil {
-				streak, pause = 0, pauseMin
-				continue
+			if !r.handle(ctx, ir, env, &f) {
+				return
 			}
-			if streak++; streak >= failStreakPause {
-				r.log.Warn("observer keeps failing; paused, its records are dropped meanwhile", "observer", ir.o.Name(), "failures_in_a_row", streak, "pause", pause)
+		case <-r.finish:
+			// Close: what was committed before it is handled (an audit
+			// trail must not lose the last records of a run), then stop.
+			for {
 				select {
 				case <-ctx.Done():
 					return
-				case <-time.After(pause):
-				}
-				streak, pause = 0, min(pause*2, pauseMax)
-			}
-			if ctx.Err() == nil {
-				// Logged for the first failures and then one in a
-				// thousand: the counters have them all.
-				if n := ir.c.failed.Load() + ir.c.panicked.Load(); n <= 10 || n%1000 == 0 {
-					r.log.Warn("observer failed; the record is not retried in process", "observer", ir.o.Name(), "task", env.Task, "seq", env.Seq, "type", env.Type, "failures", n, "err", err)
+				case env := <-ir.queue:
+					if !r.handle(ctx, ir, env, &f) {
+						return
+					}
+				default:
+					return
 				}
 			}
 		}
 	}
+}
+
+// failures is a drainer's run of failures in a row and its next pause.
+type failures struct {
+	streak int
+	pause  time.Duration
+}
+
+// handle runs ir's observer on env; it returns false when ctx ended during
+// a pause.
+func (r *InProcess) handle(ctx context.Context, ir *inProcessRunner, env eventlog.Envelope, f *failures) bool {
+	err := observe(ctx, ir.o, env, &ir.c, r.now)
+	if err == nil {
+		f.streak, f.pause = 0, pauseMin
+		return true
+	}
+	if f.streak++; f.streak >= failStreakPause {
+		r.log.Warn("observer keeps failing; paused, its records are dropped meanwhile", "observer", ir.o.Name(), "failures_in_a_row", f.streak, "pause", f.pause)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(f.pause):
+		}
+		f.streak, f.pause = 0, min(f.pause*2, pauseMax)
+	}
+	if ctx.Err() == nil {
+		// Logged for the first failures and then one in a thousand: the
+		// counters have them all.
+		if n := ir.c.failed.Load() + ir.c.panicked.Load(); n <= 10 || n%1000 == 0 {
+			r.log.Warn("observer failed; the record is not retried in process", "observer", ir.o.Name(), "task", env.Task, "seq", env.Seq, "type", env.Type, "failures", n, "err", err)
+		}
+	}
+	return true
 }
 
 // Stats returns each observer's counters, by name.
@@ -204,15 +237,16 @@ func (r *InProcess) Stats() map[string]ObserverStats {
 	return out
 }
 
-// Close unsubscribes and stops the observers' goroutines; records still
-// queued are not handled. An observer blocked forever keeps its goroutine,
-// which Close does not wait for beyond ctx.
+// Close unsubscribes, lets each observer handle the records still in its
+// queue until ctx ends, and stops the observers' goroutines. When ctx ends
+// first, the records still queued are not handled; an observer blocked
+// forever keeps its goroutine, which Close does not wait for beyond ctx.
 func (r *InProcess) Close(ctx context.Context) error {
 	if r.closed.Swap(true) {
 		return nil
 	}
 	r.sub.Cancel()
-	r.stop()
+	close(r.finish)
 	done := make(chan struct{})
 	go func() {
 		r.wg.Wait()
@@ -220,8 +254,10 @@ func (r *InProcess) Close(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
+		r.stop()
 		return nil
 	case <-ctx.Done():
+		r.stop()
 		return fmt.Errorf("observers: an observer did not stop: %w", ctx.Err())
 	}
 }

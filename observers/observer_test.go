@@ -242,3 +242,34 @@ func (o *latencyObserver) percentiles() (p50, p99 time.Duration) {
 	}
 	return l[len(l)/2], l[len(l)*99/100]
 }
+
+// TestInProcessCloseHandlesTheQueue: Close hands an observer the records
+// still in its queue before it stops it. Reproduction of the defect it
+// fixes: an audit observer behind a slow sink, a run that ends and closes —
+// the records queued at Close were dropped, so the trail lacked the run's
+// last records (its terminal record among them).
+func TestInProcessCloseHandlesTheQueue(t *testing.T) {
+	s, _ := memlog.New(memlog.Options{LeaseTTL: time.Minute})
+	defer s.Close()
+	slow := &recorder{name: "slow", block: make(chan struct{})}
+	r := NewInProcess(s, InProcessConfig{Logger: slog.New(slog.DiscardHandler)}, slow)
+	const records = 42
+	writeTurns(t, s, records-2)
+	waitUntil(t, "the records to queue", func() bool { return r.Stats()["slow"].Queued == records-1 })
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close(context.Background()) }()
+	// Close has unsubscribed once a new record is no longer offered.
+	waitUntil(t, "Close to unsubscribe", func() bool {
+		before := r.Stats()["slow"]
+		writeTurns(t, s, 0)
+		after := r.Stats()["slow"]
+		return after.Queued+int(after.Dropped) == before.Queued+int(before.Dropped)
+	})
+	close(slow.block)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if n := slow.count(); n < records {
+		t.Errorf("the observer handled %d records before Close returned, want the %d queued before it", n, records)
+	}
+}

@@ -421,15 +421,7 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		if err != nil {
 			return nil, usageError{fmt.Errorf("--config %s: %w", o.config, err)}
 		}
-		hc := gov.Hooks()
-		cfg := observers.HooksObserverConfig{Workspace: o.workspace, Logger: w.log}
-		for _, h := range hc.PostToolUse {
-			cfg.PostToolUse = append(cfg.PostToolUse, observers.ToolHookSpec{MatchTool: h.MatchTool, Command: h.Command, Timeout: h.Timeout})
-		}
-		for _, h := range hc.Notification {
-			cfg.Notification = append(cfg.Notification, observers.NotificationHookSpec{On: h.On, Command: h.Command, Timeout: h.Timeout})
-		}
-		h, err := observers.NewHooks(cfg)
+		h, err := observers.NewHooksFromConfig(gov.Hooks(), observers.HooksObserverConfig{Workspace: o.workspace, Logger: w.log})
 		if err != nil {
 			return nil, usageError{err}
 		}
