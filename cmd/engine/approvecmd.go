@@ -195,9 +195,9 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		return approveViaIngress(ctx, g, task, handle, decision, verb, who, reason)
 	}
 	var gov *guards.Config
-	var workspace string
+	var workspace, configPath string
 	if embedded || o.config != "" {
-		if gov, _, err = governance(ctx, o.config); err != nil {
+		if gov, configPath, err = governance(ctx, o.config); err != nil {
 			return err
 		}
 	} else {
@@ -265,6 +265,10 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 			return failErr(err)
 		}
 		defer st.tap(f.handle)()
+		// This process runs the tree: it runs the config's observers too.
+		if err := st.startObservers(observeConfig{gov: gov, configPath: configPath, workspace: workspace, hooks: true, audit: true, stdout: g.stdout}); err != nil {
+			return err
+		}
 		st.startPool(eng, g.workers)
 	}
 

@@ -97,6 +97,12 @@ func runDemo(ctx context.Context, g *globals) error {
 		return failErr(err)
 	}
 	defer st.Close()
+	// The demo runs tasks, so it runs its config's observers like run does:
+	// examples/noeta.yaml has none today, and the demo's output stays its
+	// own.
+	if err := st.startObservers(observeConfig{gov: gov, configPath: "examples/noeta.yaml", workspace: tmp, hooks: true, audit: true, stdout: g.stdout}); err != nil {
+		return err
+	}
 
 	w := g.stdout
 	on := "an embedded NATS JetStream in " + data

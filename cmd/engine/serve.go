@@ -40,6 +40,8 @@ type serveOpts struct {
 	config      string
 	workspace   string
 	child       bool
+	hooks       bool
+	audit       bool
 	logFormat   string
 	logLevel    string
 	printConfig bool
@@ -83,6 +85,12 @@ hands a finished subtask's result to its parent and wakes the parent. Turn it
 off (--child=false) where observer-workers run it (observer-worker
 --observers child); running both is safe, only redundant.
 
+--hooks and --audit (default true) run the config's hooks: section and its
+observers.audit section in this process, over the records it commits. Turn
+them off where observer-workers run them (--observers hooks, audit): every
+serve process runs its own, so on a cluster of several hosts an audit file
+should be an observer-worker's, or each host's own file.
+
 --http serves GET /healthz (200 while connected to NATS and the pool runs,
 503 otherwise) and GET /metrics (Prometheus: the metrics observer over the
 records this process commits, and the process's own counters:
@@ -117,6 +125,8 @@ The environment variables are NOETA_ and the key in capitals:
 	f.StringVar(&o.config, "config", "", "governance config (default "+defaultConfig+" in the working directory)")
 	f.StringVar(&o.workspace, "workspace", ".", "directory the file and shell tools work in")
 	f.BoolVar(&o.child, "child", true, "run the ChildLifecycle observer in this process")
+	f.BoolVar(&o.hooks, "hooks", true, "run the config's hooks: in this process")
+	f.BoolVar(&o.audit, "audit", true, "run the config's observers.audit in this process")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&o.printConfig, "print-config", false, "print the effective settings and where each came from, and exit")
@@ -218,6 +228,9 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 		return failErr(err)
 	}
 	closers = append(closers, st.Close, func() { _ = leaser.Close() })
+	if err := st.startObservers(observeConfig{gov: gov, configPath: configPath, workspace: workspace, hooks: o.hooks, audit: o.audit, stdout: g.stdout}); err != nil {
+		return err
+	}
 	eng, err := st.engineAs(gov, workspace, o.queue, actor)
 	if err != nil {
 		return failErr(err)
@@ -275,6 +288,7 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	}
 	logger.Info("serving", "actor", actor, "nats", g.conn.describe(), "prefix", g.conn.prefix, "replicas", g.conn.replicas,
 		"queue", queueName(o.queue), "workers", g.workers, "lease_ttl", ttl, "grace", o.grace, "child", o.child,
+		"hooks", o.hooks, "audit", o.audit,
 		"config", configPath, "workspace", workspace, "http", httpAddr)
 
 	<-ctx.Done()

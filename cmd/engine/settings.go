@@ -62,6 +62,8 @@ var settings = []setting{
 	{key: "workspace"},
 	{key: "data"},
 	{key: "child", kind: kindBool},
+	{key: "hooks", kind: kindBool},
+	{key: "audit", kind: kindBool},
 	{key: "log_format"},
 	{key: "log_level"},
 }

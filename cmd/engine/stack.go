@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -44,6 +45,12 @@ type stack struct {
 	data       string // the embedded server's data directory
 
 	subs []*eventlog.Subscription
+
+	// The configured observers run in process (startObservers); nil when
+	// none was started.
+	observed *observers.InProcess
+	audit    *observers.Audit
+	hooks    *observers.Hooks
 
 	mu     sync.Mutex
 	taps   map[int]eventlog.Handler
@@ -317,6 +324,13 @@ func (s *stack) Close() {
 				sub.Cancel()
 			}
 		})
+		// The observers hand on what was committed before they stop (the
+		// audit's gap filling reads the log, so before the log closes),
+		// then the audit sink is flushed and closed and the hooks still
+		// queued run.
+		if s.observed != nil || s.audit != nil || s.hooks != nil {
+			step("observers", s.closeObservers)
+		}
 		if s.disp != nil {
 			step("dispatcher", func() { _ = s.disp.Close() })
 		}
@@ -352,4 +366,80 @@ func (s *stack) inspect(ctx context.Context, task string) (eventlog.DispatchStat
 		return ds, false, nil
 	}
 	return ds, err == nil, err
+}
+
+// observeConfig says which of the config's observers a verb that runs tasks
+// runs in process.
+type observeConfig struct {
+	gov        *guards.Config
+	configPath string // names the file in errors
+	workspace  string // the hooks' working directory
+	// hooks runs the hooks: section and audit the observers.audit section
+	// (serve --hooks, --audit: off where observer-workers run them).
+	hooks, audit bool
+	stdout       io.Writer // an audit stdout sink's
+}
+
+// observerCloseWait bounds the observers' part of Close: the records still
+// queued, the audit flush, the hooks still queued or running.
+const observerCloseWait = 10 * time.Second
+
+// startObservers runs the config's hooks and audit observers in process,
+// fed from the log's Subscriber through bounded queues (a slow observer
+// never slows a writer). Call it before the pools start, so they see every
+// record this process commits. An observer that cannot be built is bad
+// config: exit 2, naming the file, line and field.
+func (s *stack) startObservers(cfg observeConfig) error {
+	var obs []observers.Observer
+	if ac := cfg.gov.Observers().Audit; cfg.audit && ac != nil {
+		a, field, err := observers.NewAuditFromConfig(*ac, observers.AuditDeps{
+			Stdout: cfg.stdout, Publisher: s.nc, SyncEvery: time.Second, Log: s.log, Logger: s.logger,
+		})
+		if err != nil {
+			return usageErr("%s", configErrors(cfg.configPath, cfg.gov.ErrorAt(field, err.Error())))
+		}
+		s.audit = a
+		obs = append(obs, a)
+	}
+	if hc := cfg.gov.Hooks(); cfg.hooks && (len(hc.PostToolUse) > 0 || len(hc.Notification) > 0) {
+		h, err := observers.NewHooksFromConfig(hc, observers.HooksObserverConfig{Workspace: cfg.workspace, Logger: s.logger})
+		if err != nil {
+			return usageErr("%s", configErrors(cfg.configPath, cfg.gov.ErrorAt("hooks", err.Error())))
+		}
+		s.hooks = h
+		obs = append(obs, h)
+	}
+	if len(obs) > 0 {
+		s.observed = observers.NewInProcess(s.log, observers.InProcessConfig{Logger: s.logger}, obs...)
+	}
+	return nil
+}
+
+// closeObservers stops the in-process observers, in order: the feed (which
+// hands on what is queued), the audit sink, the hooks.
+func (s *stack) closeObservers() {
+	ctx, cancel := context.WithTimeout(context.Background(), observerCloseWait)
+	defer cancel()
+	if s.observed != nil {
+		if err := s.observed.Close(ctx); err != nil {
+			s.logger.Warn("observers: records still queued at shutdown were not handled", "err", err)
+		}
+		if st := s.observed.Stats(); len(st) > 0 {
+			for name, c := range st {
+				if c.Dropped > 0 || c.Failed > 0 || c.Panicked > 0 {
+					s.logger.Warn("observer lost records", "observer", name, "dropped", c.Dropped, "failed", c.Failed, "panicked", c.Panicked)
+				}
+			}
+		}
+	}
+	if s.audit != nil {
+		if err := s.audit.Close(); err != nil {
+			s.logger.Error("audit: closing the sink failed; the last records may not be durable", "err", err)
+		}
+	}
+	if s.hooks != nil {
+		if err := s.hooks.Close(ctx); err != nil {
+			s.logger.Warn("hooks: stopped before every queued hook ran", "err", err)
+		}
+	}
 }
