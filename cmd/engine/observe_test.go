@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// observedConfig is examples/noeta.yaml with an audit file and a
+// PostToolUse hook that appends "<tool> <call id>" to hookOut.
+func observedConfig(t *testing.T, auditFile, hookOut string) string {
+	t.Helper()
+	base, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := "observers:\n  audit: {file: " + auditFile + "}\n" +
+		"hooks:\n  post_tool_use:\n    - match_tool: \"*\"\n      command: [/bin/sh, -c, 'echo \"$NOETA_TOOL $NOETA_CALL_ID\" >> " + hookOut + "']\n"
+	return writeFile(t, "noeta.yaml", string(base)+"\n"+extra)
+}
+
+// auditRecord is what the tests read of an audit line.
+type auditRecord struct {
+	Task     string `json:"task"`
+	Type     string `json:"type"`
+	Approver string `json:"approver"`
+	Decision string `json:"decision"`
+	Tool     string `json:"tool"`
+	CallID   string `json:"call_id"`
+}
+
+// checkAudit verifies the trail with engine audit verify and returns its
+// records of task.
+func checkAudit(t *testing.T, file, task string) []auditRecord {
+	t.Helper()
+	code, out, errOut := runCmd(t, "audit", "verify", file)
+	if code != 0 {
+		t.Fatalf("audit verify %s: exit %d\n%s\n%s", file, code, out, errOut)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var recs []auditRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var r auditRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("audit line %q: %v", sc.Text(), err)
+		}
+		if r.Task == task {
+			recs = append(recs, r)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// wantAudited checks that recs hold the approval by approver, the shell
+// call it let run, and the task's end.
+func wantAudited(t *testing.T, recs []auditRecord, approver string) {
+	t.Helper()
+	var approved, called, finished, completed bool
+	for _, r := range recs {
+		switch r.Type {
+		case "ApprovalResolved":
+			approved = approved || (r.Decision == "approve" && r.Approver == approver)
+		case "ToolCallStarted":
+			called = called || r.Tool == "shell"
+		case "ToolCallFinished":
+			finished = finished || r.Tool == "shell"
+		case "TaskCompleted":
+			completed = true
+		}
+	}
+	if !approved || !called || !finished || !completed {
+		t.Errorf("audit: approval by %s %v, shell call %v/%v, completion %v; records: %+v", approver, approved, called, finished, completed, recs)
+	}
+}
+
+// wantHookRan checks that the PostToolUse hook wrote the shell call.
+func wantHookRan(t *testing.T, hookOut string) {
+	t.Helper()
+	b, err := os.ReadFile(hookOut)
+	if err != nil {
+		t.Fatalf("the PostToolUse hook did not run: %v", err)
+	}
+	if !regexp.MustCompile(`(?m)^shell call-1-0$`).Match(b) {
+		t.Errorf("the hook wrote %q, want a line \"shell call-1-0\"", b)
+	}
+}
+
+// TestRunRunsConfiguredObservers: engine run runs the config's audit and
+// hooks observers in process. Before, both sections were parsed and never
+// run: no audit trail was written and the hook never ran.
+func TestRunRunsConfiguredObservers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	auditFile, hookOut := filepath.Join(dir, "audit.jsonl"), filepath.Join(dir, "hook.out")
+	cfg := observedConfig(t, auditFile, hookOut)
+	code, out, errOut := runCmd(t, "run", example("06-approval-granted.yaml"), "--config", cfg, "--approvals", "approve",
+		"--data", t.TempDir(), "--workspace", workspace(t))
+	if code != exitDone {
+		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	m := regexp.MustCompile(`task ([0-9A-Z]{26}):`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("run names no task:\n%s", out)
+	}
+	wantAudited(t, checkAudit(t, auditFile, m[1]), approver())
+	wantHookRan(t, hookOut)
+}
+
+// TestServeRunsConfiguredObservers: serve on the embedded default runs the
+// config's audit and hooks observers; submit and approve, clients of the
+// serving process, need none of their own.
+func TestServeRunsConfiguredObservers(t *testing.T) {
+	t.Parallel()
+	dir, data := t.TempDir(), t.TempDir()
+	auditFile, hookOut := filepath.Join(dir, "audit.jsonl"), filepath.Join(dir, "hook.out")
+	cfg := observedConfig(t, auditFile, hookOut)
+	p := startEngine(t, "serve", "--config", cfg, "--data", data, "--workspace", workspace(t), "--http", "", "--log-format", "json")
+	p.waitLog(t, "serving", time.Minute)
+
+	code, out, errOut := runCmd(t, "submit", example("06-approval-granted.yaml"), "--config", cfg, "--data", data)
+	id := strings.TrimSpace(out)
+	if code != 0 {
+		t.Fatalf("submit: exit %d\n%s\n%s", code, out, errOut)
+	}
+	handleRE := regexp.MustCompile(`approval-call-1-0-[0-9a-hjkmnp-tv-z]{10}`)
+	var handle string
+	waitFor(t, time.Minute, "the task to ask for approval", func() bool {
+		_, out, _ := runCmd(t, "inspect", id, "--data", data)
+		handle = handleRE.FindString(out)
+		return handle != ""
+	})
+	code, out, errOut = runCmd(t, "approve", id, handle, "--as", "alice", "--data", data)
+	if code != 0 {
+		t.Fatalf("approve: exit %d\n%s\n%s", code, out, errOut)
+	}
+	waitFor(t, time.Minute, "the task to end", func() bool {
+		_, out, _ := runCmd(t, "inspect", id, "--data", data)
+		return strings.Contains(out, "status    terminal")
+	})
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("serve exited %d\n%s", code, p.stderr)
+	}
+	wantAudited(t, checkAudit(t, auditFile, id), "alice")
+	wantHookRan(t, hookOut)
+}
+
+// TestBadObserversConfig: an observers section that is wrong, or whose audit
+// file cannot be opened, is bad config (exit 2) naming the file, line and
+// field, before any task runs.
+func TestBadObserversConfig(t *testing.T) {
+	t.Parallel()
+	base, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Count(string(base), "\n")
+	notADir := writeFile(t, "file", "x")
+	tests := []struct {
+		name, section, want string
+	}{
+		{"two sinks", "observers:\n  audit: {file: a.jsonl, stdout: true}\n", `:%d: observers.audit: needs exactly one sink, has file and stdout`},
+		{"unknown sink", "observers:\n  audit:\n    kafka: x\n", `:%d: observers.audit.kafka: unknown key`},
+		{"unopenable file", "observers:\n  audit:\n    file: " + filepath.Join(notADir, "audit.jsonl") + "\n", `:%d: observers.audit.file: `},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := writeFile(t, "noeta.yaml", string(base)+tt.section)
+			// The error is on the last line of the section.
+			line := lines + strings.Count(tt.section, "\n")
+			for _, verb := range [][]string{
+				{"run", example("01-allowed-call.yaml"), "--workspace", workspace(t)},
+				{"serve", "--http", "", "--workspace", workspace(t)},
+			} {
+				code, out, errOut := runCmd(t, append(verb, "--config", cfg, "--data", t.TempDir())...)
+				want := cfg + strings.Replace(tt.want, "%d", strconv.Itoa(line), 1)
+				if code != exitUsage || !strings.Contains(errOut, want) {
+					t.Errorf("%s: exit %d, want %d and %q\n%s\n%s", verb[0], code, exitUsage, want, out, errOut)
+				}
+				if strings.Contains(out, "LeaseGranted") {
+					t.Errorf("%s ran a task with a bad config:\n%s", verb[0], out)
+				}
+			}
+		})
+	}
+}
+
+// TestApproveRunsConfiguredObservers: on the embedded default approve runs
+// the task tree, so it runs the config's observers too; the trail the run
+// began is continued, one chain per task across both processes.
+func TestApproveRunsConfiguredObservers(t *testing.T) {
+	t.Parallel()
+	dir, data, ws := t.TempDir(), t.TempDir(), workspace(t)
+	auditFile, hookOut := filepath.Join(dir, "audit.jsonl"), filepath.Join(dir, "hook.out")
+	cfg := observedConfig(t, auditFile, hookOut)
+	code, out, errOut := runCmd(t, "run", example("06-approval-granted.yaml"), "--config", cfg, "--data", data, "--workspace", ws)
+	if code != exitWaiting {
+		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	id, handle := waitingHandle(t, out, "approval-call-1-0")
+	code, out, errOut = runCmd(t, "approve", id, handle, "--as", "carol", "--config", cfg, "--data", data, "--workspace", ws)
+	if code != exitDone {
+		t.Fatalf("approve: exit %d\n%s\n%s", code, out, errOut)
+	}
+	wantAudited(t, checkAudit(t, auditFile, id), "carol")
+	wantHookRan(t, hookOut)
+}
