@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -221,4 +222,39 @@ func TestApproveRunsConfiguredObservers(t *testing.T) {
 	}
 	wantAudited(t, checkAudit(t, auditFile, id), "carol")
 	wantHookRan(t, hookOut)
+}
+
+// TestServeObserversOff: serve --audit=false --hooks=false builds neither
+// observer (observer-workers run them): a config whose audit file could not
+// be opened here serves, and nothing is audited or hooked.
+func TestServeObserversOff(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	notADir := writeFile(t, "file", "x")
+	auditFile, hookOut := filepath.Join(notADir, "audit.jsonl"), filepath.Join(dir, "hook.out")
+	cfg := observedConfig(t, auditFile, hookOut)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runEnv(ctx, []string{"serve", "--config", cfg, "--data", t.TempDir(), "--workspace", workspace(t),
+			"--http", "", "--audit=false", "--hooks=false"}, &syncBuffer{}, &errb, noEnv)
+	}()
+	waitFor(t, time.Minute, "serve to start", func() bool {
+		select {
+		case code := <-done:
+			done <- code
+			return true
+		default:
+		}
+		return strings.Contains(errb.String(), "msg=serving")
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d\n%s", code, &errb)
+	}
+	if !strings.Contains(errb.String(), "hooks=false audit=false") {
+		t.Errorf("serve does not log that the observers are off:\n%s", &errb)
+	}
 }
