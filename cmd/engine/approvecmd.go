@@ -266,7 +266,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		}
 		defer st.tap(f.handle)()
 		// This process runs the tree: it runs the config's observers too.
-		if err := st.startObservers(observeConfig{gov: gov, configPath: configPath, workspace: workspace, hooks: true, audit: true, stdout: g.stdout}); err != nil {
+		if err := st.startObservers(observeConfig{gov: gov, configPath: configPath, workspace: workspace, hooks: true, audit: true, stdout: g.stdout, verb: "approve"}); err != nil {
 			return err
 		}
 		st.startPool(eng, g.workers)

@@ -100,7 +100,7 @@ func runDemo(ctx context.Context, g *globals) error {
 	// The demo runs tasks, so it runs its config's observers like run does:
 	// examples/noeta.yaml has none today, and the demo's output stays its
 	// own.
-	if err := st.startObservers(observeConfig{gov: gov, configPath: "examples/noeta.yaml", workspace: tmp, hooks: true, audit: true, stdout: g.stdout}); err != nil {
+	if err := st.startObservers(observeConfig{gov: gov, configPath: "examples/noeta.yaml", workspace: tmp, hooks: true, audit: true, stdout: g.stdout, verb: "demo"}); err != nil {
 		return err
 	}
 

@@ -258,3 +258,25 @@ func TestServeObserversOff(t *testing.T) {
 		t.Errorf("serve does not log that the observers are off:\n%s", &errb)
 	}
 }
+
+// TestAuditStdoutBesideATimeline: an audit on stdout is refused by the verbs
+// whose own output is on stdout (it would be mixed into run's timeline or
+// --json stream) and accepted by serve, whose stdout is free.
+func TestAuditStdoutBesideATimeline(t *testing.T) {
+	t.Parallel()
+	base, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, "noeta.yaml", string(base)+"observers:\n  audit: {stdout: true}\n")
+	for _, json := range []bool{false, true} {
+		args := []string{"run", example("01-allowed-call.yaml"), "--config", cfg, "--data", t.TempDir(), "--workspace", workspace(t)}
+		if json {
+			args = append(args, "--json")
+		}
+		code, out, errOut := runCmd(t, args...)
+		if code != exitUsage || !strings.Contains(errOut, "observers.audit.stdout: engine run prints its own output on stdout") {
+			t.Errorf("run (json %v): exit %d\n%s\n%s", json, code, out, errOut)
+		}
+	}
+}

@@ -116,7 +116,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 		return failErr(err)
 	}
 	defer st.Close()
-	if err := st.startObservers(observeConfig{gov: gov, configPath: configPath, workspace: workspace, hooks: true, audit: true, stdout: g.stdout}); err != nil {
+	if err := st.startObservers(observeConfig{gov: gov, configPath: configPath, workspace: workspace, hooks: true, audit: true, stdout: g.stdout, verb: "run"}); err != nil {
 		return err
 	}
 	eng, err := st.engine(gov, workspace, "")

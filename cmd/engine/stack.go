@@ -378,6 +378,10 @@ type observeConfig struct {
 	// (serve --hooks, --audit: off where observer-workers run them).
 	hooks, audit bool
 	stdout       io.Writer // an audit stdout sink's
+	// verb names a verb whose own output is on stdout (run, approve,
+	// demo), where an audit on stdout would be mixed into it; "" for serve,
+	// whose stdout is free.
+	verb string
 }
 
 // observerCloseWait bounds the observers' part of Close: the records still
@@ -392,6 +396,10 @@ const observerCloseWait = 10 * time.Second
 func (s *stack) startObservers(cfg observeConfig) error {
 	var obs []observers.Observer
 	if ac := cfg.gov.Observers().Audit; cfg.audit && ac != nil {
+		if ac.Stdout && cfg.verb != "" {
+			return usageErr("%s", configErrors(cfg.configPath, cfg.gov.ErrorAt("observers.audit.stdout",
+				fmt.Sprintf("engine %s prints its own output on stdout, which the audit records would be mixed into; write them to a file or a subject", cfg.verb))))
+		}
 		a, field, err := observers.NewAuditFromConfig(*ac, observers.AuditDeps{
 			Stdout: cfg.stdout, Publisher: s.nc, SyncEvery: time.Second, Log: s.log, Logger: s.logger,
 		})
