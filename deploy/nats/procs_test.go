@@ -179,6 +179,7 @@ func (n *node) start(t testing.TB) {
 	cmd := exec.Command(natsServerBin, "-c", n.conf)
 	fmt.Fprintf(n.logs, "=== start %s (%d)\n", n.name, n.restarts)
 	cmd.Stdout, cmd.Stderr = n.logs, n.logs
+	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", n.name, err)
 	}

@@ -28,6 +28,7 @@ func startServe(t *testing.T, args ...string) *serveProc {
 	t.Helper()
 	p := &serveProc{cmd: exec.Command(engineBin, args...), out: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	dieWithTest(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
