@@ -82,8 +82,8 @@ type DispatcherConfig struct {
 	// Dispatcher in a process that already runs one).
 	SweepInterval time.Duration
 	// AwaitingSubtasks, if set, is told after a reconcile pass of every task
-	// that has waited on its subtasks since the pass before, in the same
-	// suspend, with the subtasks it waits on. A child's result reaches its
+	// that has waited since the pass before, in the same suspend, on
+	// subtasks whose rows all say they ended, with those subtasks. A child's result reaches its
 	// parent through an observer of the child's last record; when the
 	// process that committed that record dies before handing it off, nothing
 	// else would look again, and the parent would wait until some process

@@ -556,9 +556,10 @@ func (d *Dispatcher) stopBackstops() {
 	}
 }
 
-// nudgeParents hands AwaitingSubtasks every task that has waited on its
-// subtasks, in one suspend, since the previous pass: a parent that has just
-// suspended is left to the handoff already on its way.
+// nudgeParents hands AwaitingSubtasks every task that has waited, in one
+// suspend, since the previous pass on subtasks whose rows all say they
+// ended: that is a handoff lost, not one still on its way (a parent that has
+// just suspended) nor a child still running, whose log nobody needs to read.
 func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 	if d.cfg.AwaitingSubtasks == nil {
 		return
@@ -569,20 +570,12 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 	defer d.awaitingMu.Unlock()
 	seen := make(map[string]uint64)
 	for task, r := range s.rows {
-		if r.Status != eventlog.DispatchSuspended || r.WakeOn == nil || r.Matched != nil {
-			continue
-		}
-		var subtasks []string
-		switch r.WakeOn.Kind {
-		case noeta.WakeSubtaskCompleted:
-			subtasks = []string{r.WakeOn.SubtaskID}
-		case noeta.WakeSubtaskGroupCompleted:
-			subtasks = slices.Clone(r.WakeOn.SubtaskIDs)
-		default:
+		subtasks := awaitedSubtasks(r)
+		if len(subtasks) == 0 || !allEnded(s.rows, subtasks) {
 			continue
 		}
 		seen[task] = r.Generation
-		if gen, ok := d.awaiting[task]; !ok || gen != r.Generation || len(subtasks) == 0 {
+		if gen, ok := d.awaiting[task]; !ok || gen != r.Generation {
 			continue
 		}
 		if ctx.Err() != nil {
@@ -591,4 +584,28 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 		d.cfg.AwaitingSubtasks(ctx, task, subtasks)
 	}
 	d.awaiting = seen
+}
+
+// awaitedSubtasks are the subtasks a suspended row waits on with no wake
+// matched yet; nil for any other row.
+func awaitedSubtasks(r *taskRow) []string {
+	if r.Status != eventlog.DispatchSuspended || r.WakeOn == nil || r.Matched != nil {
+		return nil
+	}
+	switch r.WakeOn.Kind {
+	case noeta.WakeSubtaskCompleted:
+		return []string{r.WakeOn.SubtaskID}
+	case noeta.WakeSubtaskGroupCompleted:
+		return slices.Clone(r.WakeOn.SubtaskIDs)
+	}
+	return nil
+}
+
+func allEnded(rows map[string]*taskRow, tasks []string) bool {
+	for _, t := range tasks {
+		if r := rows[t]; r == nil || r.Status != eventlog.DispatchTerminal {
+			return false
+		}
+	}
+	return true
 }

@@ -542,9 +542,9 @@ func TestTimerBackstop(t *testing.T) {
 	})
 }
 
-// TestReconcileNudgesWaitingParents: a parent that has waited on its
-// subtasks for a whole reconcile pass is named to AwaitingSubtasks with
-// them. Reproduction (issue 12, the chaos run): a child's result reaches its
+// TestReconcileNudgesWaitingParents: a parent that has waited for a whole
+// reconcile pass on subtasks that have all ended is named to
+// AwaitingSubtasks with them. Reproduction (issue 12, the chaos run): a child's result reaches its
 // parent through the ChildLifecycle observer of the process that committed
 // the child's last record; a process killed in between took the handoff with
 // it, and the parent waited until some process restarted and recovered every
@@ -569,12 +569,22 @@ func TestReconcileNudgesWaitingParents(t *testing.T) {
 	t.Cleanup(func() { _ = d.Close() })
 
 	q := testQueue()
-	single, group, timer := noeta.NewTaskID(), noeta.NewTaskID(), noeta.NewTaskID()
+	single, group, timer, running := noeta.NewTaskID(), noeta.NewTaskID(), noeta.NewTaskID(), noeta.NewTaskID()
 	kids := []string{noeta.NewTaskID(), noeta.NewTaskID()}
+	busy := noeta.NewTaskID() // still running: its parent's handoff is not due
+	for _, kid := range kids {
+		mustEnqueue(t, d, kid, eventlog.EnqueueOptions{Queue: q})
+		l := mustLease(t, d, eventlog.LeaseRequest{Worker: "w", Task: kid})
+		if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchTerminal}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustEnqueue(t, d, busy, eventlog.EnqueueOptions{Queue: q})
 	for task, cond := range map[string]noeta.Wake{
-		single: noeta.SubtaskCompletedWake(kids[0]),
-		group:  noeta.GroupCompletedWake("g1", kids),
-		timer:  noeta.TimerWake(time.Now().Add(time.Hour)),
+		single:  noeta.SubtaskCompletedWake(kids[0]),
+		group:   noeta.GroupCompletedWake("g1", kids),
+		timer:   noeta.TimerWake(time.Now().Add(time.Hour)),
+		running: noeta.GroupCompletedWake("g2", []string{kids[1], busy}),
 	} {
 		mustEnqueue(t, d, task, eventlog.EnqueueOptions{Queue: q})
 		l := mustLease(t, d, eventlog.LeaseRequest{Worker: "w", Task: task})
@@ -600,7 +610,7 @@ func TestReconcileNudgesWaitingParents(t *testing.T) {
 	}
 	want := map[string][]string{single: kids[:1], group: kids}
 	if fmt.Sprint(got[single]) != fmt.Sprint(want[single]) || fmt.Sprint(got[group]) != fmt.Sprint(want[group]) || len(got) != 2 {
-		t.Fatalf("nudged %v, want %v (the timer's task is not waiting on subtasks)", got, want)
+		t.Fatalf("nudged %v, want %v (the timer's task waits on no subtask, and a group with a member still running is not due)", got, want)
 	}
 }
 
