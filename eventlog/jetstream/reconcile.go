@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -294,19 +293,13 @@ var errSnapshotStalled = errors.New("jetstream: the bulk read of the rows stalle
 // doctor names it).
 func (d *Dispatcher) readRowsOneByOne(ctx context.Context, rows map[string]*taskRow) error {
 	bucket := d.cfg.tasksBucket()
-	stream, err := d.js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		return fmt.Errorf("jetstream: read %s: %w", bucket, err)
-	}
-	prefix := "$KV." + bucket + "."
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	keys, err := rowKeys(ctx, d.js, bucket)
 	if err != nil {
 		return fmt.Errorf("jetstream: read %s: %w", bucket, err)
 	}
 	missing := 0
-	for subj := range info.State.Subjects {
-		task, ok := strings.CutPrefix(subj, prefix)
-		if !ok || rows[task] != nil {
+	for _, task := range keys {
+		if rows[task] != nil {
 			continue
 		}
 		r, _, err := d.getRow(ctx, task)

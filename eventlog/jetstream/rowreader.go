@@ -77,14 +77,25 @@ func (r *RowReader) Inspect(ctx context.Context, task string) (eventlog.Dispatch
 // ended. The subjects still name such a row, and its Inspect then reports
 // it.
 func (r *RowReader) Tasks(ctx context.Context) ([]string, error) {
-	stream, err := r.js.Stream(ctx, "KV_"+r.bucket)
+	keys, err := rowKeys(ctx, r.js, r.bucket)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: dispatcher rows: %w", err)
 	}
-	prefix := "$KV." + r.bucket + "."
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// rowKeys lists the task ids that have a message in the rows bucket, from
+// the bucket stream's subjects (see RowReader.Tasks for why not a watcher).
+func rowKeys(ctx context.Context, js jetstream.JetStream, bucket string) ([]string, error) {
+	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "$KV." + bucket + "."
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: dispatcher rows: %w", err)
+		return nil, err
 	}
 	out := make([]string, 0, len(info.State.Subjects))
 	for subj := range info.State.Subjects {
@@ -92,6 +103,5 @@ func (r *RowReader) Tasks(ctx context.Context) ([]string, error) {
 			out = append(out, k)
 		}
 	}
-	slices.Sort(out)
 	return out, nil
 }
