@@ -151,34 +151,11 @@ func (d *Dispatcher) reclaim(ctx context.Context, task, leaseID string, keyGone 
 // own, retrying with a growing pause until it succeeds or Close begins
 // (nil).
 func (d *Dispatcher) rewatchLeases() jetstream.KeyWatcher {
-	pause := reconcileRetryMin
-	for {
-		if d.closed.Load() {
-			return nil
-		}
-		d.mu.Lock()
-		closing := d.closing
-		d.mu.Unlock()
-		if closing {
-			return nil
-		}
-		w, err := d.leases.WatchAll(d.bg, jetstream.UpdatesOnly(), jetstream.MetaOnly())
-		if err == nil {
-			d.mu.Lock()
-			d.watcher = w
-			d.mu.Unlock()
-			d.log.Info("leases watcher started again")
-			d.kickReconcile()
-			return w
-		}
-		d.log.Warn("leases watcher stopped; watching again", "in", pause, "err", err)
-		t := time.NewTimer(pause)
-		select {
-		case <-d.done:
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-		pause = min(2*pause, reconcileRetryMax)
-	}
+	w, _ := restartUntilClosed(d, "leases watcher",
+		func() (jetstream.KeyWatcher, error) {
+			return d.leases.WatchAll(d.bg, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+		},
+		func(w jetstream.KeyWatcher) { d.watcher = w },
+		func(w jetstream.KeyWatcher) { _ = w.Stop() })
+	return w
 }

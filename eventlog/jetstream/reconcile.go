@@ -131,37 +131,50 @@ func sleepCtx(ctx context.Context, dur time.Duration) error {
 // (a fired timer, a signal) may have been lost with it.
 func (d *Dispatcher) reopenIngress(old jetstream.MessagesContext) jetstream.MessagesContext {
 	old.Stop()
+	it, _ := restartUntilClosed(d, "wake ingress consumer",
+		func() (jetstream.MessagesContext, error) {
+			ctx, cancel := d.detached()
+			defer cancel()
+			return d.openIngress(ctx)
+		},
+		func(it jetstream.MessagesContext) { d.ingress = it },
+		func(it jetstream.MessagesContext) { it.Stop() })
+	return it
+}
+
+// restartUntilClosed calls open until it succeeds, with a growing pause, and
+// installs what it opened under d.mu; once Close has begun it stops what it
+// opened and returns false. A pass of the reconciler is asked for after a
+// restart: whatever the stall held up may have been lost with it.
+func restartUntilClosed[T any](d *Dispatcher, what string, open func() (T, error), install, stop func(T)) (T, bool) {
+	var zero T
 	pause := reconcileRetryMin
-	for {
-		if d.closed.Load() {
-			return nil
-		}
-		ctx, cancel := d.detached()
-		it, err := d.openIngress(ctx)
-		cancel()
+	for !d.closed.Load() {
+		v, err := open()
 		if err == nil {
 			d.mu.Lock()
 			if d.closing {
 				d.mu.Unlock()
-				it.Stop()
-				return nil
+				stop(v)
+				return zero, false
 			}
-			d.ingress = it
+			install(v)
 			d.mu.Unlock()
-			d.log.Info("wake ingress consumer created again")
+			d.log.Info(what + " started again")
 			d.kickReconcile()
-			return it
+			return v, true
 		}
-		d.log.Warn("wake ingress consumer stopped; creating it again", "in", pause, "err", err)
+		d.log.Warn(what+" stopped; starting it again", "in", pause, "err", err)
 		t := time.NewTimer(pause)
 		select {
 		case <-d.done:
 			t.Stop()
-			return nil
+			return zero, false
 		case <-t.C:
 		}
 		pause = min(2*pause, reconcileRetryMax)
 	}
+	return zero, false
 }
 
 // repairSignal publishes task's ready signal if its row is ready and
