@@ -1,17 +1,19 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/noeta-go/noeta/internal/boundedio"
 )
 
 // The embedded default keeps everything under one data directory, and one
@@ -122,6 +124,10 @@ func lockDataDir(dir, verb string) (*dataLock, error) {
 	if err != nil {
 		return nil, usageErr("--data %s: %v", dir, err)
 	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, usageErr("--data %s: %s is not a regular file", dir, f.Name())
+	}
 	if err := flock(f); err != nil {
 		f.Close()
 		if errors.Is(err, errWouldBlock) {
@@ -191,21 +197,10 @@ func readHolder(dir string) (holder, bool) {
 	return h, h.PID > 0
 }
 
-// readSmall reads a file of at most maxHolderInfo bytes.
+// readSmall reads a regular file of at most maxHolderInfo bytes (a FIFO or
+// a device put in its place is refused, not waited on).
 func readSmall(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxHolderInfo+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxHolderInfo {
-		return nil, fmt.Errorf("%s is over %d bytes", path, maxHolderInfo)
-	}
-	return b, nil
+	return boundedio.ReadFile(context.Background(), path, maxHolderInfo)
 }
 
 // loadCreds reads the data directory's credentials, creating them when

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -218,6 +219,23 @@ func TestDataDirNotADirectory(t *testing.T) {
 		code, _, errOut := runCmd(t, append(verb, "--data", file)...)
 		if code != exitUsage || !strings.Contains(errOut, "is not a directory") {
 			t.Errorf("%v: exit %d, %s", verb, code, errOut)
+		}
+	}
+}
+
+// TestDataDirFilesMustBeRegular: a FIFO in place of the lock file or the
+// credentials is refused at once, never waited on.
+func TestDataDirFilesMustBeRegular(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{lockFile, credsFile} {
+		data := t.TempDir()
+		if err := syscall.Mkfifo(filepath.Join(data, name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		code, _, errOut := runCmd(t, "tasks", "--data", data)
+		if code == 0 || time.Since(start) > 30*time.Second || !strings.Contains(errOut, "not a regular file") {
+			t.Errorf("%s as a FIFO: exit %d after %v\n%s", name, code, time.Since(start), errOut)
 		}
 	}
 }
