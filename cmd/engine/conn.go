@@ -17,13 +17,9 @@ import (
 // server on --data (no --nats), or a NATS server or cluster, with its
 // credentials and TLS. Every verb takes them.
 type connOpts struct {
-	url      string
-	creds    string
-	user     string
-	password string
-	tlsCA    string
-	tlsCert  string
-	tlsKey   string
+	// nc are the connection settings proper (URLs, credentials, TLS),
+	// the same as observer-worker's.
+	nc       natsconn.Options
 	prefix   string
 	replicas int
 	leaseTTL time.Duration
@@ -35,14 +31,14 @@ type connOpts struct {
 // defaultPrefix is the subject and stream prefix of a deployment.
 const defaultPrefix = "noeta"
 
-func (c connOpts) embedded() bool { return c.url == "" }
+func (c connOpts) embedded() bool { return c.nc.URL == "" }
 
 // check refuses a combination that cannot work, naming the flags.
 func (c connOpts) check() error {
 	if c.embedded() {
 		for _, f := range []struct{ flag, v string }{
-			{"--creds", c.creds}, {"--user", c.user}, {"--password", c.password},
-			{"--tls-ca", c.tlsCA}, {"--tls-cert", c.tlsCert}, {"--tls-key", c.tlsKey},
+			{"--creds", c.nc.Creds}, {"--user", c.nc.User}, {"--password", c.nc.Password},
+			{"--tls-ca", c.nc.TLSCA}, {"--tls-cert", c.nc.TLSCert}, {"--tls-key", c.nc.TLSKey},
 		} {
 			if f.v != "" {
 				return usageErr("%s needs --nats: the embedded server (no --nats) takes no credentials or TLS", f.flag)
@@ -69,10 +65,10 @@ func (c connOpts) check() error {
 
 // nats are the connection settings proper, shared with observer-worker.
 func (c connOpts) nats() natsconn.Options {
-	return natsconn.Options{URL: c.url, Creds: c.creds, User: c.user, Password: c.password, TLSCA: c.tlsCA, TLSCert: c.tlsCert, TLSKey: c.tlsKey}
+	return c.nc
 }
 
-// connect connects to c.url; the error never carries a password.
+// connect connects to the configured servers; the error never carries a password.
 func (c connOpts) connect(name string, logger *slog.Logger) (*nats.Conn, error) {
 	return c.nats().Connect(name, logger)
 }
@@ -83,7 +79,7 @@ func (c connOpts) flags(data string) string {
 	if c.embedded() || c.attached != nil {
 		s = "--data " + data
 	} else {
-		s = "--nats " + redactURL(c.url)
+		s = "--nats " + redactURL(c.nc.URL)
 	}
 	if c.prefix != defaultPrefix {
 		s += " --prefix " + c.prefix

@@ -284,9 +284,9 @@ func (g *globals) attachTo(busy *busyError) error {
 	if err != nil {
 		return err
 	}
-	g.conn.url = h.URL
-	g.conn.user = creds.User
-	g.conn.password = creds.Password
+	g.conn.nc.URL = h.URL
+	g.conn.nc.User = creds.User
+	g.conn.nc.Password = creds.Password
 	g.conn.attached = &attachment{dir: busy.dir, holder: h}
 	return nil
 }

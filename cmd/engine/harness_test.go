@@ -15,6 +15,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/internal/natsconn"
 )
 
 // serveConfig is the governance config of the serve tests.
@@ -38,7 +39,7 @@ type deployment struct {
 
 func newDeployment(t *testing.T, url, prefix string, replicas int, ttl time.Duration) *deployment {
 	t.Helper()
-	conn := connOpts{url: url, prefix: prefix, replicas: replicas, leaseTTL: ttl}
+	conn := connOpts{nc: natsconn.Options{URL: url}, prefix: prefix, replicas: replicas, leaseTTL: ttl}
 	tw := &testWriter{t: t}
 	t.Cleanup(func() { // after the stack's Close, registered below
 		tw.mu.Lock()
@@ -90,7 +91,7 @@ func (w *testWriter) Write(p []byte) (int, error) {
 
 // serveArgs are the arguments of a serve process on the deployment.
 func (d *deployment) serveArgs(extra ...string) []string {
-	args := []string{"serve", "--nats", d.conn.url, "--prefix", d.conn.prefix,
+	args := []string{"serve", "--nats", d.conn.nc.URL, "--prefix", d.conn.prefix,
 		"--replicas", strconv.Itoa(d.conn.replicas), "--config", d.config, "--workspace", d.ws,
 		"--log-format", "json", "--http", ""}
 	if d.conn.leaseTTL > 0 {

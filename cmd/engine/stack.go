@@ -69,7 +69,7 @@ type closeStep struct {
 
 // stackConfig says what to open.
 type stackConfig struct {
-	// data is the embedded server's data directory (with conn.url empty).
+	// data is the embedded server's data directory (with no NATS URL).
 	data string
 	conn connOpts
 	// child runs the ChildLifecycle observer in process: in the embedded

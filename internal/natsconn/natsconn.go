@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
 )
 
 // ErrUsage marks a combination of settings that cannot work; the message
@@ -52,6 +53,18 @@ var EnvVars = map[string]string{
 	"tls-ca":   "NOETA_TLS_CA",
 	"tls-cert": "NOETA_TLS_CERT",
 	"tls-key":  "NOETA_TLS_KEY",
+}
+
+// BindFlags defines the connection flags on fs, writing into o; natsHelp
+// is --nats's help, which differs by binary.
+func (o *Options) BindFlags(fs *pflag.FlagSet, natsHelp string) {
+	fs.StringVar(&o.URL, "nats", "", natsHelp+"; put no password in it, where ps shows it")
+	fs.StringVar(&o.Creds, "creds", "", "NATS credentials file (JWT and NKey seed)")
+	fs.StringVar(&o.User, "user", "", "NATS user")
+	fs.StringVar(&o.Password, "password", "", "NATS password of --user (better: NOETA_PASSWORD, which ps does not show)")
+	fs.StringVar(&o.TLSCA, "tls-ca", "", "CA certificates (PEM) to verify the NATS servers with")
+	fs.StringVar(&o.TLSCert, "tls-cert", "", "client certificate (PEM) for mutual TLS; with --tls-key")
+	fs.StringVar(&o.TLSKey, "tls-key", "", "key (PEM) of --tls-cert")
 }
 
 // Check refuses a combination that cannot work, naming the flags. It does
