@@ -332,3 +332,66 @@ func BenchmarkTimerLateness(b *testing.B) {
 	b.ReportMetric(float64(percentile(lates, 0.99))/float64(time.Millisecond), "p99-ms")
 	b.ReportMetric(float64(lates[len(lates)-1])/float64(time.Millisecond), "max-ms")
 }
+
+var benchPassRuns atomic.Int64
+
+// BenchmarkReconcilePass: one reconcile pass (RequeueStale) over a rows
+// bucket of the given size, every row terminal: what each Dispatcher pays
+// every SweepInterval however little there is to repair.
+func BenchmarkReconcilePass(b *testing.B) {
+	for _, rows := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			ctx := context.Background()
+			cfg := jetstream.DispatcherConfig{
+				Prefix:        fmt.Sprintf("benchpass%d_%d", rows, benchPassRuns.Add(1)),
+				Replicas:      1,
+				LeaseTTL:      30 * time.Second,
+				SweepInterval: -1,
+				Logger:        slog.New(slog.DiscardHandler),
+			}
+			d, err := jetstream.OpenDispatcher(ctx, connect(b, singleURL), cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = d.Close() })
+			if _, err := d.RequeueStale(ctx); err != nil {
+				b.Fatal(err)
+			}
+			{
+				var wg sync.WaitGroup
+				work := make(chan int)
+				for range 16 {
+					wg.Go(func() {
+						for range work {
+							task := noeta.NewTaskID()
+							if err := d.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: "benchpass"}); err != nil {
+								b.Error(err)
+								return
+							}
+							l, err := d.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: task})
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							if err := d.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchTerminal}); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				for i := range rows {
+					work <- i
+				}
+				close(work)
+				wg.Wait()
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := d.RequeueStale(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
