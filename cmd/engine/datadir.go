@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -280,6 +282,11 @@ func (g *globals) attachTo(busy *busyError) error {
 		}
 		h, ok = readHolder(busy.dir)
 	}
+	if !loopbackURL(h.URL) {
+		// The data directory's credentials go only to a server on this
+		// host: a lock file that names another is not one an engine wrote.
+		return failErr(fmt.Errorf("%v says its server is at %q, which is not a loopback address; refusing to send it the data directory's credentials", busy, h.URL))
+	}
 	creds, err := loadCreds(busy.dir, false)
 	if err != nil {
 		return err
@@ -289,6 +296,16 @@ func (g *globals) attachTo(busy *busyError) error {
 	g.conn.nc.Password = creds.Password
 	g.conn.attached = &attachment{dir: busy.dir, holder: h}
 	return nil
+}
+
+// loopbackURL reports whether u is a nats:// URL of a loopback address.
+func loopbackURL(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil || p.Scheme != "nats" || p.User != nil {
+		return false
+	}
+	ip := net.ParseIP(p.Hostname())
+	return ip != nil && ip.IsLoopback()
 }
 
 // errHolderGone: the holder let go of the data directory while a client

@@ -239,3 +239,24 @@ func TestDataDirFilesMustBeRegular(t *testing.T) {
 		}
 	}
 }
+
+// TestClientSendsCredentialsOnlyToLoopback: a lock file naming a server that
+// is not on this host is refused before any credentials are sent to it.
+func TestClientSendsCredentialsOnlyToLoopback(t *testing.T) {
+	t.Parallel()
+	cases := map[string]bool{
+		"nats://127.0.0.1:4222": true, "nats://[::1]:4222": true, "nats://127.3.2.1:1": true,
+		"nats://10.0.0.1:4222": false, "nats://example.com:4222": false, "nats://localhost.evil:1": false,
+		"tls://127.0.0.1:4222": false, "nats://u:p@127.0.0.1:4222": false, "": false,
+	}
+	for u, want := range cases {
+		if got := loopbackURL(u); got != want {
+			t.Errorf("loopbackURL(%q) = %v, want %v", u, got, want)
+		}
+	}
+	g := &globals{}
+	err := g.attachTo(&busyError{dir: t.TempDir(), known: true, holder: holder{PID: 1, Verb: "serve", URL: "nats://10.0.0.1:4222"}})
+	if err == nil || !strings.Contains(err.Error(), "not a loopback address") || g.conn.nc.Password != "" {
+		t.Fatalf("attach to a remote URL: %v (password %q)", err, g.conn.nc.Password)
+	}
+}
