@@ -269,9 +269,9 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	// recovery reads every task.
 	bg, stopBG := context.WithCancel(context.Background())
 	var bgWG sync.WaitGroup
-	if st.child != nil {
+	if child := st.child.Load(); child != nil {
 		bgWG.Go(func() {
-			n, err := st.child.Recover(bg)
+			n, err := child.Recover(bg)
 			switch {
 			case err != nil && bg.Err() == nil:
 				logger.Warn("child handoff recovery was incomplete; the next start retries it", "err", err)

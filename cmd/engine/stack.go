@@ -30,19 +30,19 @@ import (
 // on it, the ChildLifecycle observer in process when it is wanted, and the
 // engines and worker pools that run on them.
 type stack struct {
-	srv   *embedded.Server // nil on a remote NATS
-	lock  *dataLock        // the data directory, held while srv runs
-	nc    *nats.Conn
-	log   *jetstream.Log
-	disp  *jetstream.Dispatcher
-	child *observers.ChildLifecycle // nil unless stackConfig.child
-	// childReady is child, for the dispatcher's reconciler, which starts
-	// before child exists.
-	childReady atomic.Pointer[observers.ChildLifecycle]
-	tools      *tools.Registry
-	logger     *slog.Logger
-	conn       connOpts
-	data       string // the embedded server's data directory
+	srv  *embedded.Server // nil on a remote NATS
+	lock *dataLock        // the data directory, held while srv runs
+	nc   *nats.Conn
+	log  *jetstream.Log
+	disp *jetstream.Dispatcher
+	// child is the ChildLifecycle observer, nil unless stackConfig.child. It
+	// is set after the dispatcher opens, whose reconciler may already ask for
+	// it (recoverHandoffs), hence atomic.
+	child  atomic.Pointer[observers.ChildLifecycle]
+	tools  *tools.Registry
+	logger *slog.Logger
+	conn   connOpts
+	data   string // the embedded server's data directory
 
 	subs []*eventlog.Subscription
 
@@ -175,11 +175,10 @@ func openStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.child = child
-	s.childReady.Store(child)
-	s.subs = append(s.subs, s.log.Subscribe(s.child.Handle))
+	s.child.Store(child)
+	s.subs = append(s.subs, s.log.Subscribe(child.Handle))
 	if cfg.recoverChild {
-		if _, err := s.child.Recover(ctx); err != nil {
+		if _, err := child.Recover(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil, err
 			}
@@ -198,7 +197,7 @@ func (s *stack) dispatcherConfig() jetstream.DispatcherConfig {
 // recoverHandoffs redoes the handoffs of the subtasks a parent has waited
 // on for a reconcile pass (jetstream.DispatcherConfig.AwaitingSubtasks).
 func (s *stack) recoverHandoffs(ctx context.Context, parent string, subtasks []string) {
-	c := s.childReady.Load()
+	c := s.child.Load()
 	if c == nil {
 		return
 	}

@@ -467,15 +467,15 @@ func (f *follower) settled(ctx context.Context) (outcome, bool, error) {
 		return f.final(ctx, outcome{status: "waiting", waiting: waits})
 	case clock || len(f.externalNoted) > 0:
 		return outcome{}, false, nil
-	case !f.recovered && f.st.child != nil:
+	case !f.recovered && f.st.child.Load() != nil:
 		// Every task is idle and the tree waits on subtasks that have all
 		// ended: a handoff was lost. Redo the handoffs once.
 		f.recovered = true
-		if _, err := f.st.child.Recover(ctx); err != nil {
+		if _, err := f.st.child.Load().Recover(ctx); err != nil {
 			fmt.Fprintf(f.msgs, "engine: child handoff recovery: %v\n", err)
 		}
 		return outcome{}, false, nil
-	case f.st.child == nil && f.waitsOnChildren(states):
+	case f.st.child.Load() == nil && f.waitsOnChildren(states):
 		// On a remote NATS the handoff is an observer-worker's (--observers
 		// child), which may be behind: keep waiting.
 		if !f.childNoted {
