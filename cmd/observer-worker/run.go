@@ -360,11 +360,28 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 			}
 			sinks = append(sinks, s)
 		}
+		if len(sinks) == 0 && o.config != "" {
+			// No sink flag: the config's observers.audit, as serve runs it.
+			gov, err := o.loadConfig(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if ac := gov.Observers().Audit; ac != nil {
+				a, field, err := observers.NewAuditFromConfig(*ac, observers.AuditDeps{
+					Stdout: stdout, Publisher: w.nc, SyncEvery: o.auditSync, Log: w.reader, Logger: w.log,
+				})
+				if err != nil {
+					return nil, usageError{fmt.Errorf("--config %s: %s: %w", o.config, field, err)}
+				}
+				w.closers = append(w.closers, func(context.Context) error { return a.Close() })
+				return a, nil
+			}
+		}
 		if len(sinks) != 1 {
 			for _, s := range sinks {
 				_ = s.Close()
 			}
-			return nil, usageError{errors.New("audit needs exactly one sink: --audit-file, --audit-stdout or --audit-subject")}
+			return nil, usageError{errors.New("audit needs exactly one sink: --audit-file, --audit-stdout or --audit-subject, or an observers.audit section in --config")}
 		}
 		a, err := observers.NewAudit(observers.AuditConfig{Sink: sinks[0], Logger: w.log, Log: w.reader})
 		if err != nil {
@@ -407,13 +424,9 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		if o.config == "" {
 			return nil, usageError{errors.New("hooks needs --config: the noeta.yaml whose hooks: section to run")}
 		}
-		data, err := boundedio.ReadFile(ctx, o.config, guards.MaxConfigSize)
+		gov, err := o.loadConfig(ctx)
 		if err != nil {
-			return nil, usageError{fmt.Errorf("--config: %w", err)}
-		}
-		gov, err := guards.ParseConfig(data)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("--config %s: %w", o.config, err)}
+			return nil, err
 		}
 		h, err := observers.NewHooksFromConfig(gov.Hooks(), observers.HooksObserverConfig{Workspace: o.workspace, Logger: w.log})
 		if err != nil {
@@ -423,6 +436,19 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		return h, nil
 	}
 	return nil, usageError{fmt.Errorf("unknown observer %q", name)}
+}
+
+// loadConfig reads and parses --config; errors are usage errors.
+func (o opts) loadConfig(ctx context.Context) (*guards.Config, error) {
+	data, err := boundedio.ReadFile(ctx, o.config, guards.MaxConfigSize)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--config: %w", err)}
+	}
+	gov, err := guards.ParseConfig(data)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--config %s: %w", o.config, err)}
+	}
+	return gov, nil
 }
 
 // stats merges every runner's counters.

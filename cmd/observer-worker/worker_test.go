@@ -399,3 +399,38 @@ func TestCredentials(t *testing.T) {
 		t.Errorf("the log leaks the password:\n%s", errb.String())
 	}
 }
+
+// TestAuditFromConfig: without a sink flag, the audit observer takes the
+// observers.audit section of --config, as serve does; before, the section
+// was ignored and the worker asked for a flag.
+func TestAuditFromConfig(t *testing.T) {
+	dir := t.TempDir()
+	auditFile := filepath.Join(dir, "audit.jsonl")
+	cfg := filepath.Join(dir, "noeta.yaml")
+	if err := os.WriteFile(cfg, []byte("agents: {a: {tools: [echo]}}\nobservers:\n  audit: {file: "+auditFile+"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runEngine(t, "auditcfg") // creates the prefix's streams
+	ctx, cancel := context.WithCancel(t.Context())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runEnv(ctx, []string{"--nats", natsURL, "--prefix", "auditcfg", "--observers", "audit", "--config", cfg, "--http", ""},
+			&out, &errb, func(string) (string, bool) { return "", false })
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(errb.String(), "observer worker started") && time.Now().Before(deadline) {
+		select {
+		case code := <-done:
+			t.Fatalf("exited %d before starting:\n%s", code, errb.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	if _, err := os.Stat(auditFile); err != nil {
+		t.Errorf("the config's audit file was not opened: %v", err)
+	}
+}
