@@ -149,8 +149,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if cfg.Actor == "" {
-		host, _ := os.Hostname()
-		cfg.Actor = "engine@" + host + ":" + strconv.Itoa(os.Getpid())
+		cfg.Actor = DefaultActor()
 	}
 	if cfg.AbandonCap == 0 {
 		cfg.AbandonCap = DefaultAbandonCap
@@ -472,6 +471,13 @@ func (e *Engine) takeOver(ctx context.Context, task string) (eventlog.Lease, err
 		}
 	}
 	return eventlog.Lease{}, fmt.Errorf("engine: could not take task %s over: %w", task, last)
+}
+
+// DefaultActor names this process in the records it writes and in its
+// workers' leases: engine@<host>:<pid>.
+func DefaultActor() string {
+	host, _ := os.Hostname()
+	return "engine@" + host + ":" + strconv.Itoa(os.Getpid())
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -12,7 +12,7 @@ import (
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
-	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/host"
 )
 
 // submit and approve: the verbs that hand work to whatever runs the tasks
@@ -55,42 +55,29 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 			return usageErr("%v", err)
 		}
 	}
-	gov, configPath, err := governance(ctx, config)
+	cfg, err := governance(ctx, config)
 	if err != nil {
 		return err
 	}
-	tf, script, err := loadTask(ctx, taskPath, gov, configPath)
+	tf, script, err := loadTask(ctx, taskPath, cfg)
 	if err != nil {
 		return err
 	}
-	data, err := g.dataDir()
+	// Nothing runs here: a client, of the data directory's holder if it
+	// has one.
+	h, err := g.open(ctx, "submit", host.Options{Config: cfg, Queue: queue})
 	if err != nil {
 		return err
 	}
-	// Nothing runs here, so no ChildLifecycle.
-	sc := g.stackConfig(data, "submit", g.logger())
-	sc.child = false
-	st, err := openStack(ctx, sc)
-	if err != nil {
-		return failErr(err)
-	}
-	defer st.Close()
-	eng, err := st.engine(gov, "", queue)
-	if err != nil {
-		return failErr(err)
-	}
-	id, err := eng.Submit(ctx, engine.Submission{Agent: tf.Agent, Goal: tf.Goal, Script: script, Queue: queue})
+	defer h.Close()
+	id, err := h.Submit(ctx, host.Submission{Agent: tf.Agent, Goal: tf.Goal, Script: script, Queue: queue})
 	if err != nil {
 		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))
 	}
 	fmt.Fprintln(g.stdout, id)
-	q := queue
-	if q == "" {
-		q = eventlog.DefaultQueue
-	}
-	fmt.Fprintf(g.stderr, "engine: submitted task %s (%s, agent %s) to queue %s, %s\n", id, taskPath, tf.Agent, q, g.where(data))
-	if g.conn.embedded() {
-		fmt.Fprintf(g.stderr, "engine: it runs when a process serves %s: engine serve --config %s --data %s\n", data, configPath, data)
+	fmt.Fprintf(g.stderr, "engine: submitted task %s (%s, agent %s) to queue %s, %s\n", id, taskPath, tf.Agent, queueName(queue), g.where(h))
+	if _, attached := h.Attached(); h.Embedded() && !attached {
+		fmt.Fprintf(g.stderr, "engine: it runs when a process serves %s: engine serve --config %s --data %s\n", h.DataDir(), cfg.Path, h.DataDir())
 	}
 	return nil
 }
@@ -194,97 +181,101 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		}
 		return approveViaIngress(ctx, g, task, handle, decision, verb, who, reason)
 	}
-	var gov *guards.Config
-	var workspace, configPath string
-	if embedded || o.config != "" {
-		if gov, configPath, err = governance(ctx, o.config); err != nil {
-			return err
-		}
-	} else {
-		// Answering needs no governance: the serve process that runs the
-		// task governs it.
-		if gov, err = guards.ParseConfig(nil); err != nil {
-			return failErr(err)
-		}
-	}
+	// On the embedded default, approve runs the tree itself unless another
+	// process holds the data directory: then it is that process's client
+	// and only answers, as on a remote NATS.
+	runs := embedded
 	if embedded {
-		if workspace, err = absDir("--workspace", o.workspace); err != nil {
+		data, err := g.dataDir()
+		if err != nil {
+			return err
+		}
+		runs = !host.DataDirHeld(data)
+	}
+	var h *host.Host
+	if runs {
+		cfg, err := governance(ctx, o.config)
+		if err != nil {
+			return err
+		}
+		workspace, err := absDir("--workspace", o.workspace)
+		if err != nil {
+			return err
+		}
+		h, err = g.open(ctx, "approve", host.Options{Config: cfg, Workers: g.workers, Workspace: workspace, Verb: "approve", Stdout: g.stdout})
+		var busy *host.BusyError
+		if errors.As(err, &busy) {
+			runs = false // taken since: be its client
+		} else if err != nil {
 			return err
 		}
 	}
-	data, err := g.dataDir()
-	if err != nil {
-		return err
+	if !runs {
+		var cfg *host.Config
+		if o.config != "" {
+			if cfg, err = governance(ctx, o.config); err != nil {
+				return err
+			}
+		}
+		if h, err = g.open(ctx, "approve", host.Options{Config: cfg}); err != nil {
+			return err
+		}
 	}
-	st, err := openStack(ctx, g.stackConfig(data, "approve", g.logger()))
-	if err != nil {
-		return failErr(err)
-	}
-	defer st.Close()
+	defer h.Close()
 
-	ds, known, err := st.inspect(ctx, task)
+	ds, known, err := dispatchState(ctx, h, task)
 	switch {
 	case err != nil:
 		return failErr(err)
 	case !known:
-		return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, g.where(data)))
-	}
-	eng, err := st.engine(gov, workspace, ds.Queue)
-	if err != nil {
-		return failErr(err)
+		return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, g.where(h)))
 	}
 	if ds.Status == eventlog.DispatchTerminal {
 		// Say that another answer won, if one did (the loser of a race
 		// whose winner's answer ended the task).
-		if state, err := eng.Inspect(ctx, task); err == nil {
+		if state, err := h.Inspect(ctx, task); err == nil {
 			if err := engine.OpenRequest(state, handle); errors.Is(err, eventlog.ErrAlreadyAnswered) {
-				return answerErr(err, task, handle, g.where(data))
+				return answerErr(err, task, handle, g.where(h))
 			}
 		}
 		return failErr(fmt.Errorf("task %s has ended (%s); there is nothing to answer", task, ds.Reason))
 	}
 
-	// Without --nats, run the tree: follow it from its root, printing only
-	// what happens from now on. An answer to nothing open is refused
+	// When this process runs the tree, follow it from its root, printing
+	// only what happens from now on. An answer to nothing open is refused
 	// before anything runs.
-	var f *follower
-	if embedded {
-		state, err := eng.Inspect(ctx, task)
+	var p *printer
+	if runs {
+		state, err := h.Inspect(ctx, task)
 		if err != nil {
 			return failErr(err)
 		}
 		if err := engine.OpenRequest(state, handle); err != nil {
-			return answerErr(err, task, handle, g.where(data))
+			return answerErr(err, task, handle, g.where(h))
 		}
 		root := state.Root
 		if root == "" {
 			root = task
 		}
-		f = newFollower(st, eng, root, g.stdout, g.stderr, false, approvalsLeave)
-		if err := f.seed(ctx); err != nil {
+		p = newPrinter(root, g.stdout, g.stderr, false, approvalsLeave)
+		if err := p.watch(ctx, h, true); err != nil {
 			return failErr(err)
 		}
-		defer st.tap(f.handle)()
-		// This process runs the tree: it runs the config's observers too.
-		if err := st.startObservers(observeConfig{gov: gov, configPath: configPath, workspace: workspace, hooks: true, audit: true, stdout: g.stdout, verb: "approve"}); err != nil {
-			return err
-		}
-		st.startPool(eng, g.workers)
 	}
 
-	if err := eng.Approve(ctx, task, handle, decision, who, reason); err != nil {
-		return answerErr(err, task, handle, g.where(data))
+	if err := h.Approve(ctx, task, handle, host.Answer{Decision: decision, Approver: who, Reason: reason}); err != nil {
+		return answerErr(err, task, handle, g.where(h))
 	}
 	fmt.Fprintf(g.stdout, "%s: task %s was waiting on %s; it is ready to run again (answer by %s)\n", verb, task, handle, who)
-	if !embedded {
+	if !runs {
 		return nil
 	}
-	out, err := f.follow(ctx)
+	out, err := p.follow(ctx)
 	if err != nil {
 		return failErr(err)
 	}
-	reportOutcome(g.stdout, f.root, g.conn.flags(data), out)
-	return exitCode(out.code())
+	reportOutcome(g.stdout, p.root, g.flags(h), out)
+	return exitCode(restCode(out))
 }
 
 // answerErr is the error of an answer Approve refused: exit 1, saying
@@ -321,7 +312,7 @@ func approveViaIngress(ctx context.Context, g *globals, task, handle string, dec
 	if err := g.conn.check(); err != nil {
 		return err
 	}
-	nc, err := g.conn.connect("noeta-engine approve", g.logger())
+	nc, err := g.conn.nc.Connect("noeta-engine approve", g.logger())
 	if err != nil {
 		return failErr(err)
 	}
@@ -333,7 +324,7 @@ func approveViaIngress(ctx context.Context, g *globals, task, handle string, dec
 	ds, err := rows.Inspect(ctx, task)
 	switch {
 	case errors.Is(err, eventlog.ErrNotFound):
-		return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, g.conn.describe()))
+		return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, g.conn.nc.Describe()))
 	case err != nil:
 		return failErr(err)
 	case ds.Status == eventlog.DispatchTerminal:
@@ -344,7 +335,7 @@ func approveViaIngress(ctx context.Context, g *globals, task, handle string, dec
 	w := noeta.HumanResponseWake(handle)
 	w.Decision, w.Approver, w.Text = string(decision), who, reason
 	if err := eventlog.CheckAnswer(task, ds.Status, ds.WakeOn, ds.MatchedWake, w); err != nil {
-		return answerErr(err, task, handle, g.conn.describe())
+		return answerErr(err, task, handle, g.conn.nc.Describe())
 	}
 	wp, err := jetstream.NewWakePublisher(nc, g.conn.prefix)
 	if err != nil {

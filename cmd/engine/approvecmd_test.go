@@ -236,7 +236,7 @@ func TestSubmitApproveRemote(t *testing.T) {
 		}
 	}
 	d := newDeployment(t, srv.ClientURL(), "remote", 1, 0)
-	ds, err := d.st.disp.Inspect(t.Context(), id)
+	ds, err := d.st.Dispatch(t.Context(), id)
 	if err != nil || ds.Status != eventlog.DispatchReady || ds.PendingWakes != 0 || ds.MatchedWake != nil {
 		t.Errorf("the task's row: %+v %v; want ready with nothing kept", ds, err)
 	}
@@ -283,7 +283,7 @@ func TestSubmitApproveRemote(t *testing.T) {
 	if !strings.Contains(results[loser].err, "by "+who) {
 		t.Errorf("the loser is not told who won (%s): %s", who, results[loser].err)
 	}
-	ds, err = d.st.disp.Inspect(t.Context(), task)
+	ds, err = d.st.Dispatch(t.Context(), task)
 	if err != nil || ds.Status != eventlog.DispatchReady || ds.MatchedWake == nil || ds.MatchedWake.Approver != who || ds.PendingWakes != 0 {
 		t.Errorf("the task's row after the race: %+v %v; want ready with the winner's answer alone", ds, err)
 	}

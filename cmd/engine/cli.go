@@ -76,9 +76,6 @@ type globals struct {
 	lookupEnv func(string) (string, bool)
 	// sources says where each setting came from, once resolved.
 	sources sources
-	// lock is the data directory claimed before the verb ran, until a stack
-	// takes it (takeLock).
-	lock *dataLock
 }
 
 // dataDir is --data made absolute, ./.noeta by default.
@@ -100,22 +97,6 @@ func (g *globals) dataDir() (string, error) {
 		return "", usageErr("--data %s: a parent of it is not a directory", data)
 	}
 	return abs, nil
-}
-
-// where describes the deployment for a message: the data directory, or the
-// NATS servers.
-func (g *globals) where(data string) string {
-	if g.conn.embedded() || g.conn.attached != nil {
-		return "data " + data
-	}
-	return "nats " + g.conn.describe()
-}
-
-// stackConfig is the stack of the connection flags: the embedded server on
-// data (with the ChildLifecycle observer in process, since nothing else
-// would run it), or the configured NATS (without it).
-func (g *globals) stackConfig(data, verb string, logger *slog.Logger) stackConfig {
-	return stackConfig{data: data, conn: g.conn, child: g.conn.embedded(), recoverChild: true, name: verb, logger: logger, lock: g.takeLock(data)}
 }
 
 // logger is where the engine, the dispatcher and the observers report what the
@@ -146,12 +127,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // runEnv is run with the environment read through lookupEnv.
 func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
-	root, g := newRootCmd(stdout, stderr, lookupEnv)
+	root, _ := newRootCmd(stdout, stderr, lookupEnv)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
-	// A data directory claimed but never handed to a stack (the verb failed
-	// before it opened one) is given back here.
-	g.lock.release()
 	if err == nil {
 		return exitDone
 	}
@@ -204,7 +182,7 @@ config or task file, 3 it waits for an approval.`,
 				return err
 			}
 			g.sources = src
-			return g.claimDataDir(cmd.Name())
+			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(stderr)

@@ -1,15 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/natsconn"
 )
 
@@ -23,13 +22,10 @@ type connOpts struct {
 	prefix   string
 	replicas int
 	leaseTTL time.Duration
-	// attached is set when the connection goes to the embedded server of
-	// another process that holds the data directory (claimDataDir).
-	attached *attachment
 }
 
 // defaultPrefix is the subject and stream prefix of a deployment.
-const defaultPrefix = "noeta"
+const defaultPrefix = host.DefaultPrefix
 
 func (c connOpts) embedded() bool { return c.nc.URL == "" }
 
@@ -48,7 +44,7 @@ func (c connOpts) check() error {
 			return usageErr("--replicas %d needs a cluster (--nats): the embedded server is a single node", c.replicas)
 		}
 	}
-	if err := c.nats().Check(); err != nil {
+	if err := c.nc.Check(); err != nil {
 		return usageErr("%v", err)
 	}
 	if err := noeta.ValidateToken("--prefix", c.prefix, 32); err != nil {
@@ -63,49 +59,89 @@ func (c connOpts) check() error {
 	return nil
 }
 
-// nats are the connection settings proper, shared with observer-worker.
-func (c connOpts) nats() natsconn.Options {
-	return c.nc
-}
-
-// connect connects to the configured servers; the error never carries a password.
-func (c connOpts) connect(name string, logger *slog.Logger) (*nats.Conn, error) {
-	return c.nats().Connect(name, logger)
-}
-
-// flags names the deployment in messages, as the flags that reach it again.
-func (c connOpts) flags(data string) string {
-	var s string
-	if c.embedded() || c.attached != nil {
-		s = "--data " + data
-	} else {
-		s = "--nats " + redactURL(c.nc.URL)
+// open opens a host for verb on the deployment of the connection flags;
+// o says what it runs. Its errors carry their exit codes: bad options,
+// bad config and a data directory another process holds (for a verb that
+// runs tasks) are bad usage.
+func (g *globals) open(ctx context.Context, verb string, o host.Options) (*host.Host, error) {
+	if err := g.conn.check(); err != nil {
+		return nil, err
 	}
-	if c.prefix != defaultPrefix {
-		s += " --prefix " + c.prefix
+	o.NATS = g.conn.nc
+	o.Prefix, o.Replicas, o.LeaseTTL = g.conn.prefix, g.conn.replicas, g.conn.leaseTTL
+	if o.Name == "" {
+		o.Name = verb
+	}
+	if o.Logger == nil {
+		o.Logger = g.logger()
+	}
+	if g.conn.embedded() && o.DataDir == "" {
+		data, err := g.dataDir()
+		if err != nil {
+			return nil, err
+		}
+		o.DataDir = data
+	}
+	h, err := host.Open(ctx, o)
+	if err != nil {
+		return nil, hostErr(verb, err)
+	}
+	return h, nil
+}
+
+// hostErr gives an error of host.Open its exit code.
+func hostErr(verb string, err error) error {
+	var busy *host.BusyError
+	switch {
+	case errors.As(err, &busy):
+		return busyUsage(verb, busy)
+	case errors.Is(err, host.ErrBadOptions), errors.Is(err, host.ErrBadConfig):
+		return usageErr("%v", err)
+	}
+	return failErr(err)
+}
+
+// busyUsage is the exit-2 error of a verb that needs the data directory to
+// itself.
+func busyUsage(verb string, busy *host.BusyError) error {
+	hint := "stop it or use another --data"
+	if busy.Known && busy.Holder.Verb == "serve" {
+		hint = "submit to it with 'engine submit', follow with 'engine events --follow', or use another --data"
+	}
+	return usageErr("%v; engine %s needs the data directory to itself: %s", busy, verb, strings.TrimSpace(hint))
+}
+
+// flags names the deployment of h in messages, as the flags that reach it
+// again.
+func (g *globals) flags(h *host.Host) string {
+	var s string
+	if h.Embedded() {
+		s = "--data " + h.DataDir()
+	} else {
+		s = "--nats " + natsconn.RedactURL(g.conn.nc.URL)
+	}
+	if g.conn.prefix != defaultPrefix {
+		s += " --prefix " + g.conn.prefix
 	}
 	return s
 }
 
-// redactURL hides the passwords of a comma-separated list of server URLs.
-func redactURL(s string) string { return natsconn.RedactURL(s) }
-
-// describe is a one-line description of the connection for logs.
-func (c connOpts) describe() string {
-	if c.embedded() {
-		return "embedded"
+// where describes the deployment of h for a message: the data directory,
+// or the NATS servers.
+func (g *globals) where(h *host.Host) string {
+	if h.Embedded() {
+		return "data " + h.DataDir()
 	}
-	if c.attached != nil {
-		return fmt.Sprintf("the embedded server of %v on %s", c.attached.holder, c.attached.dir)
-	}
-	return c.nats().Describe()
+	return "nats " + g.describe(h)
 }
 
-// leaseTTLHint adds a hint to the error of a dispatcher or log that found
-// its buckets made with another TTL or replica count.
-func leaseTTLHint(err error) error {
-	if errors.Is(err, jetstream.ErrConfigMismatch) {
-		return fmt.Errorf("%w\n(every process of one prefix must use the same --lease-ttl and --replicas)", err)
+// describe is a one-line description of the connection for logs.
+func (g *globals) describe(h *host.Host) string {
+	if holder, ok := h.Attached(); ok {
+		return fmt.Sprintf("the embedded server of %v on %s", holder, h.DataDir())
 	}
-	return err
+	if h.Embedded() {
+		return "embedded"
+	}
+	return g.conn.nc.Describe()
 }

@@ -16,9 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/examples"
-	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/policy"
 )
 
@@ -65,7 +64,7 @@ exits 0 when every example ended as expected, else 1.`,
 
 type demoResult struct {
 	name, shows, want string
-	out               outcome
+	out               host.Rest
 	took              time.Duration
 }
 
@@ -73,7 +72,7 @@ func runDemo(ctx context.Context, g *globals) error {
 	if err := g.check(); err != nil {
 		return err
 	}
-	gov, err := readExampleConfig()
+	cfg, err := readExampleConfig()
 	if err != nil {
 		return failErr(err)
 	}
@@ -92,22 +91,22 @@ func runDemo(ctx context.Context, g *globals) error {
 	} else if data, err = g.dataDir(); err != nil {
 		return err
 	}
-	st, err := openStack(ctx, g.stackConfig(data, "demo", g.logger()))
-	if err != nil {
-		return failErr(err)
+	if !g.conn.embedded() {
+		data = ""
 	}
-	defer st.Close()
-	// The demo runs tasks, so it runs its config's observers like run does:
-	// examples/noeta.yaml has none today, and the demo's output stays its
-	// own.
-	if err := st.startObservers(observeConfig{gov: gov, configPath: "examples/noeta.yaml", workspace: tmp, hooks: true, audit: true, stdout: g.stdout, verb: "demo"}); err != nil {
+	// The demo runs tasks, so it runs its config's observers like run does
+	// (examples/noeta.yaml has none today, and the demo's output stays its
+	// own); each example runs in a pool of its own (runExample).
+	h, err := g.open(ctx, "demo", host.Options{DataDir: data, Config: cfg, Workers: 1, Queue: "demo-idle", Workspace: tmp, Verb: "demo", Stdout: g.stdout})
+	if err != nil {
 		return err
 	}
+	defer h.Close()
 
 	w := g.stdout
 	on := "an embedded NATS JetStream in " + data
 	if !g.conn.embedded() {
-		on = "NATS JetStream at " + g.conn.describe()
+		on = "NATS JetStream at " + g.describe(h)
 	}
 	fmt.Fprintf(w, "noeta demo: every example of examples/ under examples/noeta.yaml, on %s\n", on)
 	var results []demoResult
@@ -118,7 +117,7 @@ func runDemo(ctx context.Context, g *globals) error {
 		if ctx.Err() != nil {
 			break
 		}
-		r, err := runExample(ctx, g, st, tmp, name, gov)
+		r, err := runExample(ctx, g, h, tmp, name)
 		if err != nil {
 			return failErr(fmt.Errorf("%s: %w", name, err))
 		}
@@ -130,9 +129,9 @@ func runDemo(ctx context.Context, g *globals) error {
 	fmt.Fprintln(tw, "example\twhat it shows\toutcome")
 	failed := 0
 	for _, r := range results {
-		verdict := r.out.status + ", as expected"
-		if r.out.status != r.want {
-			verdict = r.out.status + ", NOT AS EXPECTED (want " + r.want + ")"
+		verdict := string(r.out.Status) + ", as expected"
+		if string(r.out.Status) != r.want {
+			verdict = string(r.out.Status) + ", NOT AS EXPECTED (want " + r.want + ")"
 			failed++
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s (%.2fs)\n", strings.TrimSuffix(r.name, ".yaml"), r.shows, verdict, r.took.Seconds())
@@ -150,17 +149,21 @@ func runDemo(ctx context.Context, g *globals) error {
 	return nil
 }
 
-func readExampleConfig() (*guards.Config, error) {
+func readExampleConfig() (*host.Config, error) {
 	data, err := fs.ReadFile(examples.FS, "noeta.yaml")
 	if err != nil {
 		return nil, err
 	}
-	return parseConfig("examples/noeta.yaml", data)
+	gov, err := parseConfig("examples/noeta.yaml", data)
+	if err != nil {
+		return nil, err
+	}
+	return &host.Config{Path: "examples/noeta.yaml", Governance: gov}, nil
 }
 
 // runExample runs one example task in a fresh workspace with its own engine,
 // worker pool and ready queue, and prints its timeline under a heading.
-func runExample(ctx context.Context, g *globals, st *stack, tmp, name string, gov *guards.Config) (demoResult, error) {
+func runExample(ctx context.Context, g *globals, h *host.Host, tmp, name string) (demoResult, error) {
 	dc, ok := demoCases[name]
 	if !ok {
 		dc = demoCase{shows: "(not in the demo's table)", approvals: approvalsLeave, want: "completed"}
@@ -188,37 +191,37 @@ func runExample(ctx context.Context, g *globals, st *stack, tmp, name string, go
 		return r, err
 	}
 	queue := "demo-" + queueToken(base)
-	eng, err := st.engine(gov, workspace, queue)
+	pool, err := h.StartPool(ctx, host.PoolOptions{Workers: g.workers, Queue: queue, Workspace: workspace})
 	if err != nil {
 		return r, err
 	}
-	stop := st.startPool(eng, g.workers)
-	defer stop()
+	defer pool.Stop()
 
 	w := g.stdout
 	fmt.Fprintf(w, "\n== %s: %s (approvals: %s) ==\n", base, dc.shows, dc.approvals)
 	fmt.Fprintf(w, "   agent %s, goal %q\n", tf.Agent, tf.Goal)
 	id := noeta.NewTaskID()
-	f := newFollower(st, eng, id, w, g.stderr, false, dc.approvals)
-	f.approveReason = "the demo's table says approve"
-	f.denyReason = "the demo's table says deny"
-	untap := st.tap(f.handle)
-	defer untap()
+	p := newPrinter(id, w, g.stderr, false, dc.approvals)
+	p.approveReason = "the demo's table says approve"
+	p.denyReason = "the demo's table says deny"
+	if err := p.watch(ctx, h, false); err != nil {
+		return r, err
+	}
 
 	ctx, cancel := context.WithTimeoutCause(ctx, demoTimeout, fmt.Errorf("%s did not end within %v", name, demoTimeout))
 	defer cancel()
 	start := time.Now()
-	if _, err := eng.Submit(ctx, engine.Submission{ID: id, Agent: tf.Agent, Goal: tf.Goal, Script: script, Queue: queue}); err != nil {
+	if _, err := h.Submit(ctx, host.Submission{ID: id, Agent: tf.Agent, Goal: tf.Goal, Script: script, Queue: queue}); err != nil {
 		return r, err
 	}
-	out, err := f.follow(ctx)
+	out, err := p.follow(ctx)
 	if err != nil {
 		return r, err
 	}
 	r.out, r.took = out, time.Since(start)
 	where := ""
 	if g.data != "" || !g.conn.embedded() {
-		where = g.conn.flags(st.data)
+		where = g.flags(h)
 	}
 	reportOutcome(w, id, where, out)
 	return r, nil

@@ -12,13 +12,13 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/host"
 )
 
 // engine doctor: check a store for what the server's own recovery may have
@@ -177,33 +177,18 @@ func runDoctor(ctx context.Context, g *globals) (*doctorReport, error) {
 		rep.add(finding{Kind: "stream_lost", Detail: err.Error()})
 		return rep, nil
 	}
-	var nc *nats.Conn
-	if g.conn.embedded() {
-		data, err := g.dataDir()
-		if err != nil {
-			return nil, err
-		}
-		// The stack starts the server on --data; doctor reads through its
-		// connection only, with no observer and no recovery writing.
-		cfg := g.stackConfig(data, "doctor", g.logger())
-		cfg.child, cfg.recoverChild = false, false
-		st, err := openStack(ctx, cfg)
-		if errors.Is(err, jetstream.ErrStreamLost) {
-			return lost(err)
-		}
-		if err != nil {
-			return nil, failErr(err)
-		}
-		defer st.Close()
-		nc = st.nc
-	} else {
-		c, err := g.conn.connect("noeta-engine doctor", g.logger())
-		if err != nil {
-			return nil, failErr(err)
-		}
-		defer c.Close()
-		nc = c
+	// The host starts the server on --data (or attaches to its holder's);
+	// doctor reads through its connection only, with no observer and no
+	// recovery writing.
+	h, err := g.open(ctx, "doctor", host.Options{ReadOnly: true})
+	if errors.Is(err, jetstream.ErrStreamLost) {
+		return lost(err)
 	}
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	nc := h.Conn()
 	var bad corruptions
 	reader, err := jetstream.OpenReader(ctx, nc, jetstream.Config{Prefix: g.conn.prefix, OnCorrupt: bad.report})
 	if errors.Is(err, jetstream.ErrStreamLost) {

@@ -15,6 +15,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/natsconn"
 )
 
@@ -31,8 +32,7 @@ agents:
 // own stack on it, from which tasks are submitted and inspected.
 type deployment struct {
 	conn   connOpts
-	st     *stack
-	eng    *engine.Engine
+	st     *host.Host
 	config string // the governance config file
 	ws     string // the workspace
 }
@@ -49,10 +49,16 @@ func newDeployment(t *testing.T, url, prefix string, replicas int, ttl time.Dura
 	logger := slog.New(slog.NewTextHandler(tw, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// The first process on a fresh cluster creates the streams and buckets;
 	// while the cluster settles, a creation may time out: try again.
-	var st *stack
-	var err error
+	gov, err := parseConfig("serve.yaml", []byte(serveConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st *host.Host
 	for deadline := time.Now().Add(2 * time.Minute); ; {
-		if st, err = openStack(t.Context(), stackConfig{conn: conn, name: "test", logger: logger}); err == nil {
+		if st, err = host.Open(t.Context(), host.Options{
+			NATS: conn.nc, Prefix: prefix, Replicas: replicas, LeaseTTL: ttl, Name: "test", Logger: logger,
+			Config: &host.Config{Path: "serve.yaml", Governance: gov},
+		}); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -62,15 +68,7 @@ func newDeployment(t *testing.T, url, prefix string, replicas int, ttl time.Dura
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Cleanup(st.Close)
-	gov, err := parseConfig("serve.yaml", []byte(serveConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := st.engine(gov, "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &deployment{conn: conn, st: st, eng: eng, config: writeFile(t, "noeta.yaml", serveConfig), ws: workspace(t)}
+	return &deployment{conn: conn, st: st, config: writeFile(t, "noeta.yaml", serveConfig), ws: workspace(t)}
 }
 
 // testWriter sends log lines to t.Log while the test runs.
@@ -105,7 +103,7 @@ func (d *deployment) submit(t *testing.T, n int, script string) []string {
 	t.Helper()
 	ids := make([]string, n)
 	for i := range ids {
-		id, err := d.eng.Submit(t.Context(), engine.Submission{Agent: "worker", Goal: fmt.Sprintf("task %d", i), Script: json.RawMessage(script)})
+		id, err := d.st.Submit(t.Context(), host.Submission{Agent: "worker", Goal: fmt.Sprintf("task %d", i), Script: json.RawMessage(script)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +117,7 @@ func (d *deployment) rows(t *testing.T, ids []string) map[string]eventlog.Dispat
 	t.Helper()
 	out := make(map[string]eventlog.DispatchState, len(ids))
 	for _, id := range ids {
-		ds, err := d.st.disp.Inspect(t.Context(), id)
+		ds, err := d.st.Dispatch(t.Context(), id)
 		if err != nil {
 			t.Fatalf("inspect %s: %v", id, err)
 		}
@@ -155,7 +153,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 // records, in order.
 func checkLog(t *testing.T, d *deployment, id string) (workers []string, st *engine.State) {
 	t.Helper()
-	envs, err := d.st.log.Read(t.Context(), id, 0)
+	envs, err := d.st.Events(t.Context(), id, 0)
 	if err != nil {
 		t.Fatalf("read %s: %v", id, err)
 	}

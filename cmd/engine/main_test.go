@@ -15,9 +15,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/noeta-go/noeta/engine"
-	"github.com/noeta-go/noeta/policy"
 )
 
 // engineBin is the engine binary built from this package, for the tests
@@ -458,58 +455,6 @@ script:
 	t.Logf("from cancel to return (follower stop, pool, dispatcher, log, connection, server): %v", took)
 	if took > 30*time.Second {
 		t.Errorf("shutting down took %v", took)
-	}
-}
-
-// TestStackCloseIsQuick measures Close after a run, step by step.
-func TestStackCloseIsQuick(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	var errb syncBuffer
-	g := &globals{workers: 4, stdout: &syncBuffer{}, stderr: &errb}
-	st, err := openStack(ctx, stackConfig{data: t.TempDir(), conn: connOpts{prefix: defaultPrefix, replicas: 1}, child: true, recoverChild: true, logger: g.logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gov, err := loadConfig(t.Context(), exampleConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := st.engine(gov, workspace(t), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.startPool(eng, 4)
-	var out syncBuffer
-	f := newFollower(st, eng, "close-test-root", &out, &errb, false, approvalsLeave)
-	defer st.tap(f.handle)()
-	tf, err := policy.LoadTaskFile(example("08-fan-out.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	script, err := json.Marshal(tf.Script)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eng.Submit(ctx, engine.Submission{ID: f.root, Agent: tf.Agent, Goal: tf.Goal, Script: script}); err != nil {
-		t.Fatal(err)
-	}
-	if res, err := f.follow(ctx); err != nil || res.status != "completed" {
-		t.Fatalf("fan-out: %+v, %v\n%s", res, err, &out)
-	}
-	start := time.Now()
-	st.Close()
-	took := time.Since(start)
-	var steps []string
-	for _, s := range st.closeTimes {
-		steps = append(steps, fmt.Sprintf("%s %v", s.what, s.took.Round(time.Microsecond)))
-	}
-	t.Logf("Close took %v: %s", took, strings.Join(steps, ", "))
-	if took > 10*time.Second {
-		t.Errorf("Close took %v", took)
-	}
-	if errb.String() != "" {
-		t.Errorf("stderr: %s", &errb)
 	}
 }
 

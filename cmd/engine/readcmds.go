@@ -16,84 +16,28 @@ import (
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/host"
 )
 
 // The read verbs: events, inspect, tasks. They open the data directory's
 // server and read; they run no worker.
 
-// openData opens the stack of the connection flags (the embedded server on
-// --data, ./.noeta by default) for reading.
-func openData(ctx context.Context, g *globals, verb string) (*stack, error) {
-	if err := g.conn.check(); err != nil {
-		return nil, err
-	}
-	data, err := g.dataDir()
-	if err != nil {
-		return nil, err
-	}
-	st, err := openStack(ctx, g.stackConfig(data, verb, g.logger()))
-	if err != nil {
-		return nil, failErr(err)
-	}
-	return st, nil
+// openReadView opens a host that only reads: on the embedded default the
+// server of --data (its own, or that of the process that holds it); on a
+// remote NATS it only looks things up, so it works with the read-only
+// permissions of deploy/nats's operator role.
+func openReadView(ctx context.Context, g *globals, verb string) (*host.Host, error) {
+	return g.open(ctx, verb, host.Options{ReadOnly: true})
 }
 
-// readView is what the read verbs use: the task stream and the dispatcher's
-// rows, read only.
-type readView struct {
-	log interface {
-		eventlog.Reader
-		eventlog.TaskIndex
-		Get(ctx context.Context, ref noeta.ContentRef) ([]byte, error)
+// dispatchState is the dispatcher's row of task; known is false while the
+// dispatcher does not know it.
+func dispatchState(ctx context.Context, h *host.Host, task string) (eventlog.DispatchState, bool, error) {
+	ds, err := h.Dispatch(ctx, task)
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return ds, false, nil
 	}
-	inspect func(ctx context.Context, task string) (eventlog.DispatchState, bool, error)
-	close   func()
-}
-
-// openReadView opens what the read verbs need. On the embedded default it is
-// the whole stack of --data; on a remote NATS it only looks things up
-// (jetstream.OpenReader, jetstream.OpenRowReader), so it works with the
-// read-only permissions of deploy/nats's operator role.
-func openReadView(ctx context.Context, g *globals, verb string) (*readView, error) {
-	if g.conn.embedded() {
-		st, err := openData(ctx, g, verb)
-		if err != nil {
-			return nil, err
-		}
-		return &readView{log: st.log, inspect: st.inspect, close: st.Close}, nil
-	}
-	if err := g.conn.check(); err != nil {
-		return nil, err
-	}
-	nc, err := g.conn.connect("noeta-engine "+verb, g.logger())
-	if err != nil {
-		return nil, failErr(err)
-	}
-	reader, err := jetstream.OpenReader(ctx, nc, jetstream.Config{Prefix: g.conn.prefix})
-	if err != nil {
-		nc.Close()
-		return nil, failErr(err)
-	}
-	rows, err := jetstream.OpenRowReader(ctx, nc, g.conn.prefix)
-	if err != nil {
-		_ = reader.Close()
-		nc.Close()
-		return nil, failErr(err)
-	}
-	return &readView{
-		log: reader,
-		inspect: func(ctx context.Context, task string) (eventlog.DispatchState, bool, error) {
-			ds, err := rows.Inspect(ctx, task)
-			if errors.Is(err, eventlog.ErrNotFound) {
-				return ds, false, nil
-			}
-			return ds, err == nil, err
-		},
-		close: func() {
-			_ = reader.Close()
-			nc.Close()
-		},
-	}, nil
+	return ds, err == nil, err
 }
 
 func taskArg(id string) error {
@@ -121,18 +65,18 @@ CloudEvents JSON object it is stored as, one per line.`,
 			if err != nil {
 				return err
 			}
-			defer rv.close()
+			defer rv.Close()
 			if err := printEvents(cmd.Context(), rv, args[0], follow, asJSON, g.stdout); err != nil {
 				return err
 			}
 			if cmd.Context().Err() != nil {
 				return nil // interrupted while following
 			}
-			state, _, err := engine.FoldTask(cmd.Context(), rv.log, rv.log, args[0])
+			state, _, err := rv.Fold(cmd.Context(), args[0])
 			if err != nil {
 				return failErr(damagedHint(err))
 			}
-			ds, known, err := rv.inspect(cmd.Context(), args[0])
+			ds, known, err := dispatchState(cmd.Context(), rv, args[0])
 			if err != nil {
 				return failErr(err)
 			}
@@ -147,8 +91,8 @@ CloudEvents JSON object it is stored as, one per line.`,
 // followPoll is how often events --follow looks for new records.
 const followPoll = 200 * time.Millisecond
 
-func printEvents(ctx context.Context, st *readView, task string, follow, asJSON bool, w io.Writer) error {
-	envs, err := st.log.Read(ctx, task, 0)
+func printEvents(ctx context.Context, st *host.Host, task string, follow, asJSON bool, w io.Writer) error {
+	envs, err := st.Events(ctx, task, 0)
 	if err != nil {
 		if errors.Is(err, eventlog.ErrNotFound) {
 			return noTask(ctx, st, task)
@@ -204,7 +148,7 @@ func printEvents(ctx context.Context, st *readView, task string, follow, asJSON 
 		return failErr(err)
 	}
 	for {
-		inbox, err := st.log.Inbox(ctx, task)
+		inbox, err := st.Inbox(ctx, task)
 		if err != nil {
 			return failErr(err)
 		}
@@ -219,7 +163,7 @@ func printEvents(ctx context.Context, st *readView, task string, follow, asJSON 
 			return nil
 		case <-time.After(followPoll):
 		}
-		more, err := st.log.Read(ctx, task, last)
+		more, err := st.Events(ctx, task, last)
 		if err != nil {
 			return failErr(err)
 		}
@@ -243,16 +187,16 @@ func newInspectCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer st.close()
+			defer st.Close()
 			// The fold reads from the newest snapshot on; the whole log is
 			// read first, so a hole before the snapshot is not folded over.
-			if _, err := st.log.Read(cmd.Context(), args[0], 0); err != nil {
+			if _, err := st.Events(cmd.Context(), args[0], 0); err != nil {
 				if errors.Is(err, eventlog.ErrNotFound) {
 					return noTask(cmd.Context(), st, args[0])
 				}
 				return failErr(damagedHint(err))
 			}
-			state, note, err := engine.FoldTask(cmd.Context(), st.log, st.log, args[0])
+			state, note, err := st.Fold(cmd.Context(), args[0])
 			if note != "" {
 				fmt.Fprintln(g.stderr, "engine: note:", note)
 			}
@@ -262,7 +206,7 @@ func newInspectCmd(g *globals) *cobra.Command {
 				}
 				return failErr(err)
 			}
-			ds, known, err := st.inspect(cmd.Context(), args[0])
+			ds, known, err := dispatchState(cmd.Context(), st, args[0])
 			if err != nil {
 				return failErr(err)
 			}
@@ -357,27 +301,25 @@ func newTasksCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer st.close()
-			sums, err := st.log.Tasks(cmd.Context())
+			defer st.Close()
+			sums, err := st.Tasks(cmd.Context())
 			if err != nil {
 				return failErr(err)
 			}
 			fmt.Fprintf(g.stdout, "%-26s  %-10s  %7s  %s\n", "TASK", "DISPATCH", "RECORDS", "LAST RECORD")
 			var damaged []error
-			if c, ok := st.log.(interface{ CheckStream(context.Context) error }); ok {
-				if err := c.CheckStream(cmd.Context()); err != nil {
-					damaged = append(damaged, err)
-				}
+			if err := st.CheckStream(cmd.Context()); err != nil {
+				damaged = append(damaged, err)
 			}
 			for _, s := range sums {
 				status := "-"
-				if ds, known, err := st.inspect(cmd.Context(), s.Task); err == nil && known {
+				if ds, known, err := dispatchState(cmd.Context(), st, s.Task); err == nil && known {
 					status = string(ds.Status)
 				}
 				fmt.Fprintf(g.stdout, "%-26s  %-10s  %7d  %s\n", s.Task, status, s.LastSeq, s.LastTime.Format(time.RFC3339))
 				// The listing reads only each log's last record; a hole
 				// before it shows only to a read of the whole log.
-				if _, err := st.log.Read(cmd.Context(), s.Task, 0); err != nil {
+				if _, err := st.Events(cmd.Context(), s.Task, 0); err != nil {
 					if !eventlog.IsDamage(err) {
 						return failErr(err)
 					}
@@ -403,15 +345,15 @@ func damagedHint(err error) error {
 // tailCheck compares the dispatcher's row with the folded log: a row that
 // says the task suspended or ended while the log does not is a log that lost
 // its last records, which nothing in the log itself shows.
-func tailCheck(ctx context.Context, st *readView, state *engine.State, ds eventlog.DispatchState, known bool) error {
+func tailCheck(ctx context.Context, st *host.Host, state *engine.State, ds eventlog.DispatchState, known bool) error {
 	if !known || state.LastSeq == 0 {
 		return nil
 	}
-	envs, err := st.log.Read(ctx, state.Task, state.LastSeq-1)
+	envs, err := st.Events(ctx, state.Task, state.LastSeq-1)
 	if err != nil || len(envs) == 0 {
 		return nil
 	}
-	again, ok, err := st.inspect(ctx, state.Task)
+	again, ok, err := dispatchState(ctx, st, state.Task)
 	if err != nil || !ok || again.Status != ds.Status || again.Generation != ds.Generation {
 		return nil // the task moved while it was read
 	}
@@ -423,8 +365,8 @@ func tailCheck(ctx context.Context, st *readView, state *engine.State, ds eventl
 
 // noTask reports a task with no log: unknown, or — when the dispatcher has a
 // row for it — a log the store lost.
-func noTask(ctx context.Context, st *readView, task string) error {
-	if ds, known, err := st.inspect(ctx, task); err == nil && known {
+func noTask(ctx context.Context, st *host.Host, task string) error {
+	if ds, known, err := dispatchState(ctx, st, task); err == nil && known {
 		return failErr(damagedHint(fmt.Errorf("%w: task %s: seq 1-: the dispatcher has the task (%s, lease generation %d) and the stream has no record of it: its whole log is lost",
 			eventlog.ErrGap, task, ds.Status, ds.Generation)))
 	}

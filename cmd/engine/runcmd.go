@@ -15,8 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/engine"
-	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/boundedio"
 	"github.com/noeta-go/noeta/policy"
 )
@@ -94,11 +93,11 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 		}
 		mode = m
 	}
-	gov, configPath, err := governance(ctx, o.config)
+	cfg, err := governance(ctx, o.config)
 	if err != nil {
 		return err
 	}
-	tf, script, err := loadTask(ctx, taskPath, gov, configPath)
+	tf, script, err := loadTask(ctx, taskPath, cfg)
 	if err != nil {
 		return err
 	}
@@ -106,70 +105,60 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if err != nil {
 		return err
 	}
-	data, err := g.dataDir()
+	h, err := g.open(ctx, "run", host.Options{
+		Config: cfg, Workers: g.workers, Workspace: workspace, Verb: "run", Stdout: g.stdout,
+	})
 	if err != nil {
 		return err
 	}
-
-	st, err := openStack(ctx, g.stackConfig(data, "run", g.logger()))
-	if err != nil {
-		return failErr(err)
-	}
-	defer st.Close()
-	if err := st.startObservers(observeConfig{gov: gov, configPath: configPath, workspace: workspace, hooks: true, audit: true, stdout: g.stdout, verb: "run"}); err != nil {
-		return err
-	}
-	eng, err := st.engine(gov, workspace, "")
-	if err != nil {
-		return failErr(err)
-	}
-	st.startPool(eng, g.workers)
+	defer h.Close()
 
 	id := noeta.NewTaskID()
 	msgs := g.stdout
 	if o.json {
 		msgs = g.stderr
 	}
-	f := newFollower(st, eng, id, g.stdout, g.stderr, o.json, mode)
+	p := newPrinter(id, g.stdout, g.stderr, o.json, mode)
 	if mode == approvalsAsk {
-		f.answers = bufio.NewReader(stdin)
+		p.answers = bufio.NewReader(stdin)
 	}
-	untap := st.tap(f.handle)
-	defer untap()
+	if err := p.watch(ctx, h, false); err != nil {
+		return failErr(err)
+	}
 	if !o.json {
 		fmt.Fprintf(g.stdout, "task %s: %s (agent %s); config %s, workspace %s, %s, %d workers, approvals %s\n",
-			id, taskPath, tf.Agent, configPath, workspace, g.where(data), g.workers, mode)
+			id, taskPath, tf.Agent, cfg.Path, workspace, g.where(h), g.workers, mode)
 	}
-	if _, err := eng.Submit(ctx, engine.Submission{ID: id, Agent: tf.Agent, Goal: tf.Goal, Script: script}); err != nil {
+	if _, err := h.Submit(ctx, host.Submission{ID: id, Agent: tf.Agent, Goal: tf.Goal, Script: script}); err != nil {
 		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))
 	}
-	out, err := f.follow(ctx)
+	out, err := p.follow(ctx)
 	if err != nil {
 		return failErr(err)
 	}
-	reportOutcome(msgs, id, g.conn.flags(data), out)
-	return exitCode(out.code())
+	reportOutcome(msgs, id, g.flags(h), out)
+	return exitCode(restCode(out))
 }
 
 // governance loads the governance config at path, or noeta.yaml in the
-// working directory when path is empty; it returns the path it read.
-func governance(ctx context.Context, path string) (*guards.Config, string, error) {
+// working directory when path is empty.
+func governance(ctx context.Context, path string) (*host.Config, error) {
 	if path == "" {
 		if _, err := os.Stat(defaultConfig); err != nil {
-			return nil, "", usageErr("no governance config: pass --config FILE (there is no %s in the working directory)", defaultConfig)
+			return nil, usageErr("no governance config: pass --config FILE (there is no %s in the working directory)", defaultConfig)
 		}
 		path = defaultConfig
 	}
 	gov, err := loadConfig(ctx, path)
 	if err != nil {
-		return nil, "", usageErr("--config: %v", err)
+		return nil, usageErr("--config: %v", err)
 	}
-	return gov, path, nil
+	return &host.Config{Path: path, Governance: gov}, nil
 }
 
-// loadTask reads a task file whose agent must be one of gov's, and returns
+// loadTask reads a task file whose agent must be one of cfg's, and returns
 // it with its script as JSON.
-func loadTask(ctx context.Context, taskPath string, gov *guards.Config, configPath string) (policy.TaskFile, json.RawMessage, error) {
+func loadTask(ctx context.Context, taskPath string, cfg *host.Config) (policy.TaskFile, json.RawMessage, error) {
 	tf, err := policy.LoadTaskFileContext(ctx, taskPath)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||
@@ -178,8 +167,9 @@ func loadTask(ctx context.Context, taskPath string, gov *guards.Config, configPa
 		}
 		return policy.TaskFile{}, nil, usageErr("%v", err)
 	}
+	gov := cfg.Governance
 	if _, ok := gov.Agent(tf.Agent); !ok {
-		return policy.TaskFile{}, nil, usageErr("%s: agent: %q is not an agent of %s (its agents: %s)", taskPath, tf.Agent, configPath, strings.Join(gov.Agents(), ", "))
+		return policy.TaskFile{}, nil, usageErr("%s: agent: %q is not an agent of %s (its agents: %s)", taskPath, tf.Agent, cfg.Path, strings.Join(gov.Agents(), ", "))
 	}
 	script, err := json.Marshal(tf.Script)
 	if err != nil {
@@ -192,25 +182,25 @@ func loadTask(ctx context.Context, taskPath string, gov *guards.Config, configPa
 // answer it; where is the flags that reach the deployment (--data DIR or
 // --nats URL), "" when the task cannot be reached again (the demo's
 // temporary directory).
-func reportOutcome(w io.Writer, id, where string, out outcome) {
-	switch out.status {
-	case "completed":
-		fmt.Fprintf(w, "completed: task %s answered %s\n", id, out.detail)
-	case "failed":
-		if out.guard != "" {
-			fmt.Fprintf(w, "failed: task %s: %s (guard %s)\n", id, out.detail, out.guard)
+func reportOutcome(w io.Writer, id, where string, out host.Rest) {
+	switch out.Status {
+	case host.RestCompleted:
+		fmt.Fprintf(w, "completed: task %s answered %s\n", id, out.Detail)
+	case host.RestFailed:
+		if out.Guard != "" {
+			fmt.Fprintf(w, "failed: task %s: %s (guard %s)\n", id, out.Detail, out.Guard)
 		} else {
-			fmt.Fprintf(w, "failed: task %s: %s\n", id, out.detail)
+			fmt.Fprintf(w, "failed: task %s: %s\n", id, out.Detail)
 		}
-	case "cancelled":
-		fmt.Fprintf(w, "cancelled: task %s: %s\n", id, out.detail)
-	case "waiting":
-		for _, wt := range out.waiting {
-			if wt.approval != nil {
+	case host.RestCancelled:
+		fmt.Fprintf(w, "cancelled: task %s: %s\n", id, out.Detail)
+	case host.RestWaiting:
+		for _, wt := range out.Waiting {
+			if wt.Approval != nil {
 				fmt.Fprintf(w, "waiting for approval: task %s handle %s\n  %s\n  guard %s: %s\n",
-					wt.task, wt.handle, approvalWhat(*wt.approval), wt.approval.Guard, wt.approval.Reason)
+					wt.Task, wt.Handle, approvalWhat(*wt.Approval), wt.Approval.Guard, wt.Approval.Reason)
 			} else {
-				fmt.Fprintf(w, "waiting for a human: task %s handle %s (%s)\n", wt.task, wt.handle, wt.reason)
+				fmt.Fprintf(w, "waiting for a human: task %s handle %s (%s)\n", wt.Task, wt.Handle, wt.Reason)
 			}
 		}
 		if where == "" {
@@ -218,17 +208,17 @@ func reportOutcome(w io.Writer, id, where string, out outcome) {
 			return
 		}
 		fmt.Fprintf(w, "to answer (add --deny to refuse, --reason R to say why):\n")
-		for _, wt := range out.waiting {
-			fmt.Fprintf(w, "  engine approve %s %s %s\n", wt.task, wt.handle, where)
+		for _, wt := range out.Waiting {
+			fmt.Fprintf(w, "  engine approve %s %s %s\n", wt.Task, wt.Handle, where)
 		}
 		fmt.Fprintf(w, "or run the task file again with --approvals ask (y/N on the terminal), approve or deny\n")
-	case "stuck":
-		fmt.Fprintf(w, "stuck: task %s: %s\n", id, out.detail)
-	case "interrupted":
+	case host.RestStuck:
+		fmt.Fprintf(w, "stuck: task %s: %s\n", id, out.Detail)
+	case host.RestInterrupted:
 		if where == "" {
-			fmt.Fprintf(w, "interrupted: task %s is left as it is (%s)\n", id, out.detail)
+			fmt.Fprintf(w, "interrupted: task %s is left as it is (%s)\n", id, out.Detail)
 			return
 		}
-		fmt.Fprintf(w, "interrupted: task %s is left as it is (%s; %s)\n", id, out.detail, where)
+		fmt.Fprintf(w, "interrupted: task %s is left as it is (%s; %s)\n", id, out.Detail, where)
 	}
 }

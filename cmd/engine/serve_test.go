@@ -228,7 +228,7 @@ func TestServeGraceRunsOut(t *testing.T) {
 	ids := d.submit(t, 2, `[{"tool_calls":[{"tool":"sleep","args":{"seconds":5}}]},{"finish":{"answer":"late"}}]`)
 	waitFor(t, time.Minute, "both tasks in their sleep", func() bool {
 		for _, id := range ids {
-			envs, err := d.st.log.Read(t.Context(), id, 0)
+			envs, err := d.st.Events(t.Context(), id, 0)
 			if err != nil || len(envs) == 0 || envs[len(envs)-1].Type != noeta.TypeToolCallStarted {
 				return false
 			}

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/noeta-go/noeta/internal/boundedio"
+	"github.com/noeta-go/noeta/internal/natsconn"
 )
 
 // Settings come from three places, the first that has one winning: a flag
@@ -285,7 +286,7 @@ func printSettings(w io.Writer, cmd *cobra.Command, src sources) {
 			v = `"(set)"`
 		}
 		if s.key == "nats" {
-			v = strconv.Quote(redactURL(fl.Value.String()))
+			v = strconv.Quote(natsconn.RedactURL(fl.Value.String()))
 		}
 		fmt.Fprintf(w, "%-10s %-32s %s\n", s.key, v, src[s.key])
 	}

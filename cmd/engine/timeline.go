@@ -4,19 +4,17 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/host"
 )
 
 // approvalMode is how a follower answers approval requests.
@@ -37,17 +35,10 @@ func parseApprovalMode(s string) (approvalMode, error) {
 	return "", usageErr("--approvals %q: want ask, approve, deny or leave", s)
 }
 
-// How often the follower checks whether the task tree has come to rest.
-const settleEvery = 50 * time.Millisecond
-
-// follower follows one task tree — the root task and every task whose
-// correlation id is the root — through the records committed to the log: it
-// prints each record once, in order per task, with no gaps (a record the
-// subscriber did not deliver is read back from the log), answers approval
-// requests as its mode says, and reports how the tree came to rest.
-type follower struct {
-	st   *stack
-	eng  *engine.Engine
+// printer prints one task tree's records as a watch delivers them — the
+// timeline, or JSON lines — and answers approval requests as its mode says.
+type printer struct {
+	w    *host.Watch
 	root string
 	out  io.Writer // the timeline, or JSON lines
 	msgs io.Writer // prompts and notes
@@ -58,336 +49,95 @@ type follower struct {
 	// reasons are recorded with approve and deny answers.
 	approveReason, denyReason string
 	answers                   *bufio.Reader // ask: where answers are read
-
-	mu      sync.Mutex
-	queue   []eventlog.Envelope
-	members map[string]bool
-	signal  chan struct{}
-
-	// Owned by the goroutine that runs follow.
-	start         time.Time
-	tasks         map[string]*taskView
-	order         []string
-	handled       map[string]bool
-	recovered     bool
-	childNoted    bool
-	externalNoted map[string]bool
+	start                     time.Time
 }
 
-// taskView is what the follower knows of one task of the tree.
-type taskView struct {
-	id      string
-	depth   int
-	agent   string
-	printed uint64          // the last log seq printed
-	inbox   map[string]bool // inbox keys printed
-	end     *eventlog.Envelope
-}
-
-func newFollower(st *stack, eng *engine.Engine, root string, out, msgs io.Writer, json bool, mode approvalMode) *follower {
-	return &follower{
-		st: st, eng: eng, root: root, out: out, msgs: msgs, json: json,
+func newPrinter(root string, out, msgs io.Writer, json bool, mode approvalMode) *printer {
+	return &printer{
+		root: root, out: out, msgs: msgs, json: json,
 		mode: mode, approver: approver(),
 		approveReason: "approved from the command line (--approvals approve)",
 		denyReason:    "refused from the command line (--approvals deny)",
-		members:       map[string]bool{root: true},
-		signal:        make(chan struct{}, 1),
 		start:         time.Now(),
-		tasks:         map[string]*taskView{},
-		handled:       map[string]bool{},
-		externalNoted: map[string]bool{},
 	}
 }
 
-// handle is the follower's eventlog.Handler: it queues the records of the
-// tree and returns at once (it runs on the writer's goroutine). A task
-// joins the tree by its TaskCreated, which carries the root as correlation
-// id and comes before every other record of the task.
-func (f *follower) handle(_ context.Context, env eventlog.Envelope) error {
-	f.mu.Lock()
-	in := f.members[env.Task]
-	if !in && env.Type == noeta.TypeTaskCreated && env.CorrelationID == f.root {
-		f.members[env.Task], in = true, true
+// watch starts watching the tree of the printer's root on h; fromNow
+// prints only what is committed from now on.
+func (p *printer) watch(ctx context.Context, h *host.Host, fromNow bool) error {
+	opts := host.WatchOptions{
+		FromNow:  fromNow,
+		OnRecord: p.print,
+		OnNote:   func(msg string) { fmt.Fprintf(p.msgs, "engine: %s\n", msg) },
 	}
-	if in {
-		f.queue = append(f.queue, env)
+	if p.mode != approvalsLeave {
+		opts.OnApproval = p.answer
 	}
-	f.mu.Unlock()
-	if in {
-		select {
-		case f.signal <- struct{}{}:
-		default:
-		}
-	}
-	return nil
-}
-
-// outcome is how a followed tree came to rest.
-type outcome struct {
-	status  string // completed, failed, cancelled, waiting, stuck, interrupted
-	detail  string // the answer (JSON), the error or the reason
-	guard   string // the guard that failed the task, if one did
-	waiting []waiting
-}
-
-// waiting is a task that waits for a human.
-type waiting struct {
-	task, handle, reason string
-	approval             *noeta.PendingApproval
-}
-
-func (o outcome) code() int {
-	switch o.status {
-	case "completed":
-		return exitDone
-	case "waiting":
-		return exitWaiting
-	}
-	return exitFailed
-}
-
-// follow prints the tree's records until it comes to rest: the root task has
-// ended (and no task of the tree is running or ready), or every task is idle
-// and one of them waits for a human, or nothing can move any more. It
-// returns early, with status interrupted, when ctx ends.
-func (f *follower) follow(ctx context.Context) (outcome, error) {
-	tick := time.NewTicker(settleEvery)
-	defer tick.Stop()
-	failures := 0
-	for {
-		select {
-		case <-ctx.Done():
-			f.drain(context.WithoutCancel(ctx))
-			return outcome{status: "interrupted", detail: context.Cause(ctx).Error()}, nil
-		case <-f.signal:
-			f.drain(ctx)
-			continue
-		case <-tick.C:
-		}
-		f.drain(ctx)
-		out, done, err := f.settled(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			// The server is local: a few failures in a row mean it is gone.
-			if failures++; failures >= 20 {
-				return outcome{}, err
-			}
-		case done:
-			return out, nil
-		default:
-			failures = 0
-		}
-	}
-}
-
-// drain processes every queued record and returns how many there were.
-func (f *follower) drain(ctx context.Context) int {
-	n := 0
-	for {
-		f.mu.Lock()
-		batch := f.queue
-		f.queue = nil
-		f.mu.Unlock()
-		if len(batch) == 0 {
-			return n
-		}
-		n += len(batch)
-		for _, env := range batch {
-			f.take(ctx, env)
-		}
-	}
-}
-
-func (f *follower) view(task string) *taskView {
-	tv, ok := f.tasks[task]
-	if !ok {
-		tv = &taskView{id: task, inbox: map[string]bool{}}
-		f.tasks[task] = tv
-		f.order = append(f.order, task)
-	}
-	return tv
-}
-
-// take prints env unless it was printed already; a log record that skips
-// ahead of the last one printed first brings the records in between from the
-// log, so the timeline of every task is dense.
-func (f *follower) take(ctx context.Context, env eventlog.Envelope) {
-	tv := f.view(env.Task)
-	if env.Seq == 0 {
-		if tv.inbox[env.Key] {
-			return
-		}
-		tv.inbox[env.Key] = true
-		f.record(ctx, tv, env)
-		return
-	}
-	if env.Seq <= tv.printed {
-		return
-	}
-	if env.Seq > tv.printed+1 {
-		if missed, err := f.st.log.Read(ctx, env.Task, tv.printed); err == nil {
-			for _, m := range missed {
-				if m.Seq >= env.Seq {
-					break
-				}
-				if m.Seq == tv.printed+1 {
-					f.record(ctx, tv, m)
-				}
-			}
-		}
-	}
-	f.record(ctx, tv, env)
-}
-
-func (f *follower) record(ctx context.Context, tv *taskView, env eventlog.Envelope) {
-	if env.Seq > 0 {
-		tv.printed = env.Seq
-	}
-	f.recovered = false
-	p, known, err := env.Decode()
+	w, err := h.Watch(ctx, p.root, opts)
 	if err != nil {
-		known = false
+		return err
 	}
-	if known {
-		f.note(tv, env, p)
-	}
-	f.print(env, p, known)
-	if s, ok := p.(*noeta.TaskSuspended); known && ok && s.Reason == engine.ReasonWaitingApproval {
-		f.answer(ctx, env.Task, s.WakeOn.Handle)
-	}
-}
-
-// note keeps what the follower needs of a record: a task's depth and
-// agent, its end, and its subtasks, which join the tree (a subtask another
-// process runs is known by its parent's SubtaskSpawned, not by a
-// TaskCreated this process committed).
-func (f *follower) note(tv *taskView, env eventlog.Envelope, p noeta.Payload) {
-	switch p := p.(type) {
-	case *noeta.TaskCreated:
-		tv.depth, tv.agent = p.SubtaskDepth, p.Agent
-	case *noeta.SubtaskSpawned:
-		f.mu.Lock()
-		f.members[p.SubtaskID] = true
-		f.mu.Unlock()
-		f.view(p.SubtaskID)
-	case *noeta.TaskCompleted, *noeta.TaskFailed, *noeta.TaskCancelled:
-		if tv.end == nil {
-			e := env
-			tv.end = &e
-		}
-	}
-}
-
-// seed makes the follower start from the tree as it is now: every task of
-// it, found from the root through the SubtaskSpawned records, is known, with
-// everything already in its log and inbox taken as printed. Call it before
-// tapping the stack; only what is committed afterwards is printed.
-func (f *follower) seed(ctx context.Context) error {
-	queue := []string{f.root}
-	seen := map[string]bool{f.root: true}
-	for len(queue) > 0 {
-		id := queue[0]
-		queue = queue[1:]
-		tv := f.view(id)
-		f.mu.Lock()
-		f.members[id] = true
-		f.mu.Unlock()
-		envs, err := f.st.log.Read(ctx, id, 0)
-		if err != nil && !errors.Is(err, eventlog.ErrNotFound) {
-			return err
-		}
-		for _, env := range envs {
-			tv.printed = env.Seq
-			p, known, err := env.Decode()
-			if err != nil || !known {
-				continue
-			}
-			f.note(tv, env, p)
-			if sp, ok := p.(*noeta.SubtaskSpawned); ok && !seen[sp.SubtaskID] {
-				seen[sp.SubtaskID] = true
-				queue = append(queue, sp.SubtaskID)
-			}
-		}
-		inbox, err := f.st.log.Inbox(ctx, id)
-		if err != nil && !errors.Is(err, eventlog.ErrNotFound) {
-			return err
-		}
-		for _, env := range inbox {
-			tv.inbox[env.Key] = true
-		}
-	}
+	p.w = w
 	return nil
 }
 
-func (f *follower) print(env eventlog.Envelope, p noeta.Payload, known bool) {
-	if f.json {
+// follow prints the tree's records until it comes to rest.
+func (p *printer) follow(ctx context.Context) (host.Rest, error) {
+	defer p.w.Stop()
+	return p.w.Wait(ctx)
+}
+
+func (p *printer) print(env eventlog.Envelope) {
+	if p.json {
 		body, err := jetstream.CloudEvent(env)
 		if err != nil {
-			fmt.Fprintf(f.msgs, "engine: record %s of task %s: %v\n", env.ID, env.Task, err)
+			fmt.Fprintf(p.msgs, "engine: record %s of task %s: %v\n", env.ID, env.Task, err)
 			return
 		}
 		body = append(body, '\n')
-		_, _ = f.out.Write(body)
+		_, _ = p.out.Write(body)
 		return
 	}
-	fmt.Fprintln(f.out, f.line(env, p, known))
+	pl, known, err := env.Decode()
+	if err != nil {
+		known = false
+	}
+	fmt.Fprintln(p.out, p.line(env, pl, known))
 }
 
-// answer answers the approval request behind handle as the mode says, once
-// the task is suspended on it.
-func (f *follower) answer(ctx context.Context, task, handle string) {
-	key := task + "\x00" + handle
-	if f.mode == approvalsLeave || f.handled[key] {
-		return
-	}
-	st, err := f.eng.Inspect(ctx, task)
-	if err != nil {
-		fmt.Fprintf(f.msgs, "engine: inspect task %s for approval %s: %v\n", task, handle, err)
-		return
-	}
-	if st.Status != noeta.StatusSuspended || st.Reason != engine.ReasonWaitingApproval || st.WakeOn == nil || st.WakeOn.Handle != handle {
-		return
-	}
-	f.handled[key] = true
-	pa := st.Governance.PendingApprovals[handle]
-	var decision noeta.ApprovalDecision
-	var reason string
-	switch f.mode {
+// answer answers an approval request as the mode says.
+func (p *printer) answer(_ context.Context, req host.ApprovalRequest) (host.Answer, bool) {
+	a := host.Answer{Approver: p.approver}
+	switch p.mode {
 	case approvalsApprove:
-		decision, reason = noeta.ApprovalApprove, f.approveReason
+		a.Decision, a.Reason = noeta.ApprovalApprove, p.approveReason
 	case approvalsDeny:
-		decision, reason = noeta.ApprovalDeny, f.denyReason
+		a.Decision, a.Reason = noeta.ApprovalDeny, p.denyReason
 	case approvalsAsk:
 		var ok bool
-		if decision, ok = f.ask(task, handle, pa); !ok {
-			return
+		if a.Decision, ok = p.ask(req); !ok {
+			return a, false
 		}
-		reason = "answered on the terminal"
+		a.Reason = "answered on the terminal"
+	default:
+		return a, false
 	}
-	if err := f.eng.Approve(ctx, task, handle, decision, f.approver, reason); err != nil {
-		if errors.Is(err, eventlog.ErrAlreadyAnswered) || errors.Is(err, eventlog.ErrNotWaiting) {
-			// Final: another answer came first, or the request is gone.
-			fmt.Fprintf(f.msgs, "engine: the answer to %s of task %s was not applied: %v\n", handle, task, err)
-			return
-		}
-		f.handled[key] = false
-		fmt.Fprintf(f.msgs, "engine: answer %s of task %s: %v\n", handle, task, err)
-	}
+	return a, true
 }
 
 // ask prompts for an approval; ok is false when no answer came (end of
 // input): the request is left as it is.
-func (f *follower) ask(task, handle string, pa noeta.PendingApproval) (noeta.ApprovalDecision, bool) {
-	what := approvalWhat(pa)
-	fmt.Fprintf(f.msgs, "\napproval needed: task %s (%s), %s\n  %s\n  guard %s: %s\napprove? [y/N] ",
-		task, f.view(task).agent, handle, what, pa.Guard, pa.Reason)
-	if f.answers == nil {
-		fmt.Fprintln(f.msgs, "(no input; left waiting)")
+func (p *printer) ask(req host.ApprovalRequest) (noeta.ApprovalDecision, bool) {
+	pa := req.Approval
+	fmt.Fprintf(p.msgs, "\napproval needed: task %s (%s), %s\n  %s\n  guard %s: %s\napprove? [y/N] ",
+		req.Task, req.Agent, req.Handle, approvalWhat(pa), pa.Guard, pa.Reason)
+	if p.answers == nil {
+		fmt.Fprintln(p.msgs, "(no input; left waiting)")
 		return "", false
 	}
-	line, err := f.answers.ReadString('\n')
+	line, err := p.answers.ReadString('\n')
 	if err != nil && line == "" {
-		fmt.Fprintln(f.msgs, "(no input; left waiting)")
+		fmt.Fprintln(p.msgs, "(no input; left waiting)")
 		return "", false
 	}
 	switch strings.ToLower(strings.TrimSpace(line)) {
@@ -397,164 +147,28 @@ func (f *follower) ask(task, handle string, pa noeta.PendingApproval) (noeta.App
 	return noeta.ApprovalDeny, true
 }
 
-// settled reports whether the tree has come to rest, and how.
-func (f *follower) settled(ctx context.Context) (outcome, bool, error) {
-	states := map[string]eventlog.DispatchState{}
-	for _, id := range f.order {
-		ds, found, err := f.st.inspect(ctx, id)
-		if err != nil {
-			return outcome{}, false, err
-		}
-		if !found || ds.Status == eventlog.DispatchReady || ds.Status == eventlog.DispatchLeased {
-			return outcome{}, false, nil
-		}
-		states[id] = ds
+// restCode is the exit code of a tree's rest.
+func restCode(r host.Rest) int {
+	switch r.Status {
+	case host.RestCompleted:
+		return exitDone
+	case host.RestWaiting:
+		return exitWaiting
 	}
-	if len(states) == 0 || f.drain(ctx) > 0 {
-		return outcome{}, false, nil
-	}
-	// Every task is idle, so each log is complete: print whatever the
-	// subscriber did not deliver, and look again if there was any.
-	caught := 0
-	for _, id := range f.order {
-		envs, err := f.st.log.Read(ctx, id, f.tasks[id].printed)
-		if err != nil {
-			return outcome{}, false, err
-		}
-		for _, env := range envs {
-			f.take(ctx, env)
-		}
-		caught += len(envs)
-	}
-	if caught > 0 {
-		return outcome{}, false, nil
-	}
-
-	root := f.tasks[f.root]
-	if root.end != nil {
-		return f.final(ctx, endOutcome(*root.end))
-	}
-	if ds := states[f.root]; ds.Status == eventlog.DispatchTerminal {
-		return f.final(ctx, outcome{status: "failed", detail: "the dispatcher ended the task: " + ds.Reason})
-	}
-	var waits []waiting
-	clock := false
-	for _, id := range f.order {
-		ds := states[id]
-		if ds.Status != eventlog.DispatchSuspended || ds.WakeOn == nil {
-			continue
-		}
-		switch ds.WakeOn.Kind {
-		case noeta.WakeHumanResponse:
-			w := waiting{task: id, handle: ds.WakeOn.Handle, reason: ds.Reason}
-			if st, err := f.eng.Inspect(ctx, id); err == nil {
-				if pa, ok := st.Governance.PendingApprovals[w.handle]; ok {
-					w.approval = &pa
-				}
-			}
-			waits = append(waits, w)
-		case noeta.WakeTimerFired:
-			clock = true
-		case noeta.WakeExternalEvent:
-			if !f.externalNoted[id] {
-				f.externalNoted[id] = true
-				fmt.Fprintf(f.msgs, "engine: task %s waits for an external event of kind %q; nothing in this process sends one (Ctrl-C to stop)\n", id, ds.WakeOn.EventKind)
-			}
-		}
-	}
-	switch {
-	case len(waits) > 0:
-		return f.final(ctx, outcome{status: "waiting", waiting: waits})
-	case clock || len(f.externalNoted) > 0:
-		return outcome{}, false, nil
-	case !f.recovered && f.st.child.Load() != nil:
-		// Every task is idle and the tree waits on subtasks that have all
-		// ended: a handoff was lost. Redo the handoffs once.
-		f.recovered = true
-		if _, err := f.st.child.Load().Recover(ctx); err != nil {
-			fmt.Fprintf(f.msgs, "engine: child handoff recovery: %v\n", err)
-		}
-		return outcome{}, false, nil
-	case f.st.child.Load() == nil && f.waitsOnChildren(states):
-		// On a remote NATS the handoff is an observer-worker's (--observers
-		// child), which may be behind: keep waiting.
-		if !f.childNoted {
-			f.childNoted = true
-			fmt.Fprintf(f.msgs, "engine: waiting for subtask results to be handed over (an observer-worker with --observers child, or engine serve --child, does it)\n")
-		}
-		return outcome{}, false, nil
-	}
-	var stuck []string
-	for _, id := range f.order {
-		ds := states[id]
-		if ds.Status == eventlog.DispatchSuspended {
-			stuck = append(stuck, fmt.Sprintf("%s %s on %s", id, ds.Reason, wakeString(ds.WakeOn)))
-		}
-	}
-	return f.final(ctx, outcome{status: "stuck", detail: "every task is idle and nothing will wake them: " + strings.Join(stuck, "; ")})
-}
-
-// waitsOnChildren reports whether a task of the tree is suspended on
-// subtasks that have all ended.
-func (f *follower) waitsOnChildren(states map[string]eventlog.DispatchState) bool {
-	for _, ds := range states {
-		if ds.Status != eventlog.DispatchSuspended || ds.WakeOn == nil {
-			continue
-		}
-		switch ds.WakeOn.Kind {
-		case noeta.WakeSubtaskCompleted, noeta.WakeSubtaskGroupCompleted:
-			return true
-		}
-	}
-	return false
-}
-
-// final prints the inbox records the subscriber did not deliver and returns
-// out as the end of the run.
-func (f *follower) final(ctx context.Context, out outcome) (outcome, bool, error) {
-	for _, id := range f.order {
-		envs, err := f.st.log.Inbox(ctx, id)
-		if err != nil && !errors.Is(err, eventlog.ErrNotFound) {
-			return outcome{}, false, err
-		}
-		for _, env := range envs {
-			f.take(ctx, env)
-		}
-	}
-	return out, true, nil
-}
-
-// endOutcome reads a terminal record.
-func endOutcome(env eventlog.Envelope) outcome {
-	p, _, err := env.Decode()
-	if err != nil {
-		return outcome{status: "failed", detail: err.Error()}
-	}
-	switch p := p.(type) {
-	case *noeta.TaskCompleted:
-		if p.AnswerRef != nil {
-			return outcome{status: "completed", detail: refString(*p.AnswerRef)}
-		}
-		return outcome{status: "completed", detail: string(p.Answer)}
-	case *noeta.TaskFailed:
-		return outcome{status: "failed", detail: p.Error, guard: p.Guard}
-	case *noeta.TaskCancelled:
-		return outcome{status: "cancelled", detail: p.Reason}
-	}
-	return outcome{status: "failed", detail: "unexpected terminal record " + env.Type}
+	return exitFailed
 }
 
 // The timeline: one line per record.
 //
 //	  0.012s  child …4QZK7M  #5   ToolCallDenied        guard=budget  echo call-1-1: max_tool_calls 1 reached
 
-func (f *follower) line(env eventlog.Envelope, p noeta.Payload, known bool) string {
-	tv := f.view(env.Task)
+func (p *printer) line(env eventlog.Envelope, pl noeta.Payload, known bool) string {
 	role := "root"
+	depth := p.w.Depth(env.Task)
 	switch {
-	case env.Task == f.root:
-	case tv.depth > 1:
-		role = "sub" + strconv.Itoa(tv.depth)
+	case env.Task == p.root:
+	case depth > 1:
+		role = "sub" + strconv.Itoa(depth)
 	default:
 		role = "child"
 	}
@@ -562,10 +176,10 @@ func (f *follower) line(env eventlog.Envelope, p noeta.Payload, known bool) stri
 	if env.Seq > 0 {
 		pos = "#" + strconv.FormatUint(env.Seq, 10)
 	}
-	at := env.Time.Sub(f.start).Seconds()
+	at := env.Time.Sub(p.start).Seconds()
 	detail := rawDetail(env.Payload)
 	if known {
-		detail = describe(env, p)
+		detail = describe(env, pl)
 	}
 	return strings.TrimRight(fmt.Sprintf("%8.3fs  %-5s %-7s  %-4s %-21s %s", at, role, short(env.Task), pos, env.Type, detail), " ")
 }
@@ -684,31 +298,7 @@ func approvalWhat(pa noeta.PendingApproval) string {
 	return string(pa.Action) + " " + args
 }
 
-func wakeString(w *noeta.Wake) string {
-	if w == nil {
-		return "nothing"
-	}
-	switch w.Kind {
-	case noeta.WakeSubtaskCompleted:
-		return "subtask_completed " + short(w.SubtaskID)
-	case noeta.WakeSubtaskGroupCompleted:
-		return fmt.Sprintf("subtask_group_completed %s (%d subtasks)", w.GroupID, len(w.SubtaskIDs))
-	case noeta.WakeHumanResponse:
-		s := "human_response " + w.Handle
-		if w.Decision != "" {
-			s += " " + w.Decision
-		}
-		if w.Approver != "" {
-			s += " by " + w.Approver
-		}
-		return s
-	case noeta.WakeTimerFired:
-		return "timer_fired at " + w.FireAt.Format(time.RFC3339)
-	case noeta.WakeExternalEvent:
-		return "external_event " + w.EventKind
-	}
-	return string(w.Kind)
-}
+func wakeString(w *noeta.Wake) string { return host.WakeString(w) }
 
 func goalString(goal string, ref *noeta.ContentRef) string {
 	if ref != nil {
@@ -727,9 +317,7 @@ func argsString(args json.RawMessage, ref *noeta.ContentRef) string {
 	return cut(string(args), 80)
 }
 
-func refString(ref noeta.ContentRef) string {
-	return fmt.Sprintf("(%d bytes in the content store, sha256 %s)", ref.Size, cut(ref.Hash, 12))
-}
+func refString(ref noeta.ContentRef) string { return host.RefString(ref) }
 
 // short is the last six characters of an id, which tell the tasks of one
 // tree apart (a ULID's first characters are its time).

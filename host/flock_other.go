@@ -1,6 +1,6 @@
 //go:build !(linux || darwin || dragonfly || freebsd || netbsd || openbsd)
 
-package main
+package host
 
 import (
 	"errors"

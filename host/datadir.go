@@ -1,4 +1,4 @@
-package main
+package host
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
+	"syscall"
 	"time"
 
 	"github.com/noeta-go/noeta/internal/boundedio"
@@ -22,11 +22,11 @@ import (
 // process at a time may run a server on it: two nats-servers on one store
 // corrupt it, and a process that answered an approval on its own server
 // while another served the same tasks left the other's audit trail without
-// the answer. So the first process takes an exclusive lock on
+// the answer. So the first host takes an exclusive lock on
 // <data>/engine.lock for its whole life and writes into it who it is and
-// where its server listens; a later process either becomes a client of that
-// server (the verbs that only submit, answer or read) or is refused at once
-// (the verbs that run tasks: serve, run, demo). See docs/adr/0022.
+// where its server listens; a later host either becomes a client of that
+// server (one that runs no tasks) or is refused at once (one that runs
+// tasks). See docs/adr/0022.
 
 const (
 	lockFile  = "engine.lock"
@@ -39,17 +39,18 @@ const (
 	maxHolderInfo = 64 << 10
 )
 
-// holder is what the process holding a data directory says of itself.
-type holder struct {
-	PID     int       `json:"pid"`
-	Verb    string    `json:"verb"`
-	Host    string    `json:"host,omitempty"`
+// Holder is what the process holding a data directory says of itself.
+type Holder struct {
+	PID  int    `json:"pid"`
+	Verb string `json:"verb"`
+	Host string `json:"host,omitempty"`
+	// Started is when it took the directory.
 	Started time.Time `json:"started"`
 	// URL is the embedded server's client URL, once it listens.
 	URL string `json:"url,omitempty"`
 }
 
-func (h holder) String() string {
+func (h Holder) String() string {
 	s := fmt.Sprintf("engine %s (pid %d", h.Verb, h.PID)
 	if h.Host != "" {
 		s += " on " + h.Host
@@ -72,77 +73,78 @@ type localCreds struct {
 type dataLock struct {
 	dir   string
 	f     *os.File
-	self  holder
+	self  Holder
 	creds localCreds
 }
 
-// errDataDirBusy: another process holds the data directory.
-var errDataDirBusy = errors.New("data directory in use")
-
-// busyError names the holder of a busy data directory.
-type busyError struct {
-	dir    string
-	holder holder
-	known  bool
+// BusyError is returned by [Open] for a host that runs tasks on a data
+// directory another process holds; it names the holder.
+type BusyError struct {
+	Dir    string
+	Holder Holder
+	// Known is false while the holder has not said who it is.
+	Known bool
 }
 
-func (e *busyError) Error() string {
+func (e *BusyError) Error() string {
 	who := "another process (it did not say who)"
-	if e.known {
-		who = e.holder.String()
+	if e.Known {
+		who = e.Holder.String()
 	}
-	return fmt.Sprintf("data directory %s is in use by %s", e.dir, who)
+	return fmt.Sprintf("data directory %s is in use by %s", e.Dir, who)
 }
 
-func (e *busyError) Unwrap() error { return errDataDirBusy }
+func (e *BusyError) Unwrap() error { return ErrBusy }
 
-// prepareDataDir creates dir (0700) if it is missing and refuses a path that
-// is not a directory.
-func prepareDataDir(dir string) error {
+// checkDataDir refuses a data directory path that cannot be one: a file,
+// or a path through a file. A directory that does not exist yet is made.
+func checkDataDir(dir string) error {
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return usageErr("--data %s: %v", dir, err)
+			return badOption("data directory %s: %v", dir, err)
 		}
 		return nil
+	case errors.Is(err, syscall.ENOTDIR):
+		return badOption("data directory %s: a parent of it is not a directory", dir)
 	case err != nil:
-		return usageErr("--data %s: %v", dir, err)
+		return badOption("data directory %s: %v", dir, err)
 	case !fi.IsDir():
-		return usageErr("--data %s is not a directory", dir)
+		return badOption("data directory %s is not a directory", dir)
 	}
 	return nil
 }
 
-// lockDataDir takes the data directory for verb, or returns a *busyError
+// lockDataDir takes the data directory for verb, or returns a *BusyError
 // naming who has it. The lock is the kernel's (flock): it goes away with
 // the process however the process ends, so a crash never leaves a stale
 // lock behind.
 func lockDataDir(dir, verb string) (*dataLock, error) {
-	if err := prepareDataDir(dir); err != nil {
+	if err := checkDataDir(dir); err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, usageErr("--data %s: %v", dir, err)
+		return nil, badOption("data directory %s: %v", dir, err)
 	}
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, usageErr("--data %s: %s is not a regular file", dir, f.Name())
+		return nil, badOption("data directory %s: %s is not a regular file", dir, f.Name())
 	}
 	if err := flock(f); err != nil {
 		f.Close()
 		if errors.Is(err, errWouldBlock) {
 			h, ok := readHolder(dir)
-			return nil, &busyError{dir: dir, holder: h, known: ok}
+			return nil, &BusyError{Dir: dir, Holder: h, Known: ok}
 		}
-		return nil, failErr(fmt.Errorf("lock %s: %w", f.Name(), err))
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
 	host, _ := os.Hostname()
-	l := &dataLock{dir: dir, f: f, self: holder{PID: os.Getpid(), Verb: verb, Host: host, Started: time.Now().UTC()}}
+	l := &dataLock{dir: dir, f: f, self: Holder{PID: os.Getpid(), Verb: verb, Host: host, Started: time.Now().UTC()}}
 	if err := l.write(); err != nil {
 		l.release()
-		return nil, failErr(err)
+		return nil, err
 	}
 	if l.creds, err = loadCreds(dir, true); err != nil {
 		l.release()
@@ -187,8 +189,8 @@ func (l *dataLock) release() {
 
 // readHolder reads what the holder wrote; ok is false while it has written
 // nothing readable.
-func readHolder(dir string) (holder, bool) {
-	var h holder
+func readHolder(dir string) (Holder, bool) {
+	var h Holder
 	b, err := readSmall(filepath.Join(dir, lockFile))
 	if err != nil || len(b) == 0 {
 		return h, false
@@ -217,18 +219,18 @@ func loadCreds(dir string, create bool) (localCreds, error) {
 	case errors.Is(err, fs.ErrNotExist) && create:
 		return newCreds(path)
 	case err != nil:
-		return c, failErr(fmt.Errorf("read the embedded server's credentials: %w", err))
+		return c, fmt.Errorf("read the embedded server's credentials: %w", err)
 	case !fi.Mode().IsRegular():
-		return c, failErr(fmt.Errorf("%s is not a regular file", path))
+		return c, fmt.Errorf("%s is not a regular file", path)
 	case fi.Mode().Perm()&0o077 != 0:
-		return c, failErr(fmt.Errorf("%s has mode %v: the embedded server's credentials must be readable by their owner only (chmod 600 %s)", path, fi.Mode().Perm(), path))
+		return c, fmt.Errorf("%s has mode %v: the embedded server's credentials must be readable by their owner only (chmod 600 %s)", path, fi.Mode().Perm(), path)
 	}
 	b, err := readSmall(path)
 	if err != nil {
-		return c, failErr(fmt.Errorf("read the embedded server's credentials: %w", err))
+		return c, fmt.Errorf("read the embedded server's credentials: %w", err)
 	}
 	if err := json.Unmarshal(b, &c); err != nil || c.User == "" || c.Password == "" {
-		return c, failErr(fmt.Errorf("%s is not a credentials file of this engine (want {\"user\":…,\"password\":…}); remove it to have new ones generated", path))
+		return c, fmt.Errorf("%s is not a credentials file of this engine (want {\"user\":…,\"password\":…}); remove it to have new ones generated", path)
 	}
 	return c, nil
 }
@@ -236,66 +238,77 @@ func loadCreds(dir string, create bool) (localCreds, error) {
 func newCreds(path string) (localCreds, error) {
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return localCreds{}, failErr(err)
+		return localCreds{}, err
 	}
 	c := localCreds{User: "noeta-local", Password: base64.RawURLEncoding.EncodeToString(raw[:])}
 	b, _ := json.Marshal(c)
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".credentials-*")
 	if err != nil {
-		return c, failErr(fmt.Errorf("write the embedded server's credentials: %w", err))
+		return c, fmt.Errorf("write the embedded server's credentials: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err == nil {
-		_, err = tmp.Write(append(b, '\n'))
-		if err == nil {
-			err = tmp.Sync()
-		}
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(tmp.Name(), path)
-		}
-		if err != nil {
-			return c, failErr(fmt.Errorf("write the embedded server's credentials: %w", err))
-		}
-	} else {
+	if err := tmp.Chmod(0o600); err != nil {
 		tmp.Close()
-		return c, failErr(err)
+		return c, err
+	}
+	_, err = tmp.Write(append(b, '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return c, fmt.Errorf("write the embedded server's credentials: %w", err)
 	}
 	return c, nil
 }
 
-// attachTo makes g a client of the process that holds data: the connection
-// flags point at its embedded server, with the data directory's
+// attachment is a client's connection to the embedded server of the process
+// that holds a data directory.
+type attachment struct {
+	dir    string
+	holder Holder
+	url    string
+	creds  localCreds
+}
+
+// errHolderGone: the holder let go of the data directory while a client
+// waited for it; the caller tries to take it itself.
+var errHolderGone = errors.New("the holder of the data directory stopped")
+
+// attachTo finds the server of busy's holder and the data directory's
 // credentials. It waits a little for a holder that is still starting.
-func (g *globals) attachTo(busy *busyError) error {
+func attachTo(ctx context.Context, busy *BusyError) (*attachment, error) {
 	deadline := time.Now().Add(holderWait)
-	h, ok := busy.holder, busy.known
+	h, ok := busy.Holder, busy.Known
 	for !ok || h.URL == "" {
 		if time.Now().After(deadline) {
-			return failErr(fmt.Errorf("%v, which has not said where its server listens after %v; try again, or stop it", busy, holderWait))
+			return nil, fmt.Errorf("%v, which has not said where its server listens after %v; try again, or stop it", busy, holderWait)
 		}
-		time.Sleep(100 * time.Millisecond)
-		if !dataDirHeld(busy.dir) {
-			return errHolderGone
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
-		h, ok = readHolder(busy.dir)
+		if !dataDirHeld(busy.Dir) {
+			return nil, errHolderGone
+		}
+		h, ok = readHolder(busy.Dir)
 	}
 	if !loopbackURL(h.URL) {
 		// The data directory's credentials go only to a server on this
 		// host: a lock file that names another is not one an engine wrote.
-		return failErr(fmt.Errorf("%v says its server is at %q, which is not a loopback address; refusing to send it the data directory's credentials", busy, h.URL))
+		return nil, fmt.Errorf("%v says its server is at %q, which is not a loopback address; refusing to send it the data directory's credentials", busy, h.URL)
 	}
-	creds, err := loadCreds(busy.dir, false)
+	creds, err := loadCreds(busy.Dir, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	g.conn.nc.URL = h.URL
-	g.conn.nc.User = creds.User
-	g.conn.nc.Password = creds.Password
-	g.conn.attached = &attachment{dir: busy.dir, holder: h}
-	return nil
+	return &attachment{dir: busy.Dir, holder: h, url: h.URL, creds: creds}, nil
 }
 
 // loopbackURL reports whether u is a nats:// URL of a loopback address.
@@ -307,10 +320,6 @@ func loopbackURL(u string) bool {
 	ip := net.ParseIP(p.Hostname())
 	return ip != nil && ip.IsLoopback()
 }
-
-// errHolderGone: the holder let go of the data directory while a client
-// waited for it; the caller tries to take it itself.
-var errHolderGone = errors.New("the holder of the data directory stopped")
 
 // dataDirHeld reports whether some process holds dir's lock now.
 func dataDirHeld(dir string) bool {
@@ -326,70 +335,30 @@ func dataDirHeld(dir string) bool {
 	return false
 }
 
-// attachment says that the connection is a client of another process's
-// embedded server.
-type attachment struct {
-	dir    string
-	holder holder
-}
-
-// clientVerbs may run as clients of the process that holds the data
-// directory: they submit, answer or read, and the holder runs the tasks. The
-// others run tasks themselves and need the directory to themselves.
-var clientVerbs = map[string]bool{
-	"submit": true, "approve": true, "events": true, "inspect": true, "tasks": true, "doctor": true,
-}
-
-// claimDataDir is what a verb that works on the embedded default does
-// before anything else: a client verb takes the data directory if it is
-// free (openStack then uses the lock) and otherwise becomes a client of its
-// holder; a verb that runs tasks leaves the lock to openStack, which refuses
-// a busy directory.
-func (g *globals) claimDataDir(verb string) error {
-	if !g.conn.embedded() || !clientVerbs[verb] {
-		return nil
-	}
-	if err := g.conn.check(); err != nil {
-		return err
-	}
-	data, err := g.dataDir()
-	if err != nil {
-		return err
-	}
+// claimOrAttach takes dir for a client host, or when another process holds
+// it, attaches to that process's server.
+func claimOrAttach(ctx context.Context, dir, verb string) (*dataLock, *attachment, error) {
 	for {
-		l, err := lockDataDir(data, verb)
+		l, err := lockDataDir(dir, verb)
 		if err == nil {
-			g.lock = l
-			return nil
+			return l, nil, nil
 		}
-		var busy *busyError
+		var busy *BusyError
 		if !errors.As(err, &busy) {
-			return err
+			return nil, nil, err
 		}
-		err = g.attachTo(busy)
+		a, err := attachTo(ctx, busy)
 		if errors.Is(err, errHolderGone) {
 			continue
 		}
-		return err
+		return nil, a, err
 	}
 }
 
-// takeLock hands the lock claimed for data to the stack that opens it.
-func (g *globals) takeLock(data string) *dataLock {
-	l := g.lock
-	if l == nil || l.dir != data {
-		return nil
-	}
-	g.lock = nil
-	return l
-}
+// DataDirHeld reports whether a process holds the data directory dir now:
+// a host that runs tasks would be refused it, a client would attach.
+func DataDirHeld(dir string) bool { return dataDirHeld(dir) }
 
-// busyUsage is the exit-2 error of a verb that needs the data directory to
-// itself.
-func busyUsage(verb string, busy *busyError) error {
-	hint := "stop it or use another --data"
-	if busy.known && busy.holder.Verb == "serve" {
-		hint = "submit to it with 'engine submit', follow with 'engine events --follow', or use another --data"
-	}
-	return usageErr("%v; engine %s needs the data directory to itself: %s", busy, verb, strings.TrimSpace(hint))
-}
+// ReadHolder reads what the process holding dir says of itself; ok is false
+// while nothing readable is there.
+func ReadHolder(dir string) (Holder, bool) { return readHolder(dir) }

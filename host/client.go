@@ -1,0 +1,176 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// Submission is a task to submit: an agent of the config, a goal, the
+// scripted policy's decisions (nil for a policy of Options.Policies that
+// needs none), an id (a new one if empty) and a queue (the host's).
+type Submission = engine.Submission
+
+// Submit creates a task and makes it ready; it returns the task's id. The
+// agent must be one of the config's.
+func (h *Host) Submit(ctx context.Context, sub Submission) (string, error) {
+	if h.client == nil {
+		return "", ErrReadOnly
+	}
+	if _, ok := h.gov.Agent(sub.Agent); !ok {
+		return "", badOption("agent %q is not an agent of the config (its agents: %v)", sub.Agent, h.gov.Agents())
+	}
+	if sub.Queue == "" {
+		sub.Queue = h.opts.Queue
+	}
+	return h.client.Submit(ctx, sub)
+}
+
+// Approve answers the approval request (or question) handle of task with
+// a. It is refused, and nothing kept, unless the request is open now:
+// eventlog.ErrNotWaiting when nothing is asked under handle,
+// eventlog.ErrAlreadyAnswered when another answer came first.
+func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error {
+	if h.client == nil {
+		return ErrReadOnly
+	}
+	if err := taskCheck(task); err != nil {
+		return err
+	}
+	if a.Decision == "" {
+		a.Decision = noeta.ApprovalApprove
+	}
+	return h.client.Approve(ctx, task, handle, a.Decision, a.Approver, a.Reason)
+}
+
+// Deny is Approve with a refusal.
+func (h *Host) Deny(ctx context.Context, task, handle, approver, reason string) error {
+	return h.Approve(ctx, task, handle, Answer{Decision: noeta.ApprovalDeny, Approver: approver, Reason: reason})
+}
+
+// Cancel ends task with TaskCancelled, and with tree every task below it
+// (the task first, so it spawns nothing more, then its subtasks, found
+// through its SubtaskSpawned records). It returns the tasks it cancelled;
+// tasks that had ended already are left as they are.
+func (h *Host) Cancel(ctx context.Context, task, reason string, tree bool) ([]string, error) {
+	if h.client == nil {
+		return nil, ErrReadOnly
+	}
+	if err := taskCheck(task); err != nil {
+		return nil, err
+	}
+	eng := h.client
+	if h.main != nil {
+		// The pool's engine stops a segment of the task it runs at once.
+		eng = h.main.eng
+	}
+	queue, seen := []string{task}, map[string]bool{task: true}
+	var done []string
+	for len(queue) > 0 {
+		id := queue[0]
+		queue = queue[1:]
+		ok, err := eng.Cancel(ctx, id, reason)
+		if err != nil {
+			return done, fmt.Errorf("cancel task %s: %w", id, err)
+		}
+		if ok {
+			done = append(done, id)
+		}
+		if !tree {
+			break
+		}
+		envs, err := h.log.Read(ctx, id, 0)
+		if err != nil && !errors.Is(err, eventlog.ErrNotFound) {
+			return done, err
+		}
+		for _, env := range envs {
+			if env.Type != noeta.TypeSubtaskSpawned {
+				continue
+			}
+			p, _, err := env.Decode()
+			if err != nil {
+				continue
+			}
+			if sp, ok := p.(*noeta.SubtaskSpawned); ok && !seen[sp.SubtaskID] {
+				seen[sp.SubtaskID] = true
+				queue = append(queue, sp.SubtaskID)
+			}
+		}
+	}
+	return done, nil
+}
+
+// reads is what every host reads through: the log (or, read-only on a
+// remote NATS, its reader).
+type reads interface {
+	eventlog.Reader
+	eventlog.TaskIndex
+	Get(ctx context.Context, ref noeta.ContentRef) ([]byte, error)
+}
+
+func (h *Host) reads() reads {
+	if h.log != nil {
+		return h.log
+	}
+	return h.reader
+}
+
+// Events returns the records of task's log after seq after (0: all).
+func (h *Host) Events(ctx context.Context, task string, after uint64) ([]eventlog.Envelope, error) {
+	if err := taskCheck(task); err != nil {
+		return nil, err
+	}
+	return h.reads().Read(ctx, task, after)
+}
+
+// Inbox returns the records of task's inbox.
+func (h *Host) Inbox(ctx context.Context, task string) ([]eventlog.Envelope, error) {
+	return h.reads().Inbox(ctx, task)
+}
+
+// Tasks lists every task, most recently appended first.
+func (h *Host) Tasks(ctx context.Context) ([]eventlog.TaskSummary, error) {
+	return h.reads().Tasks(ctx)
+}
+
+// Content reads a body from the content store.
+func (h *Host) Content(ctx context.Context, ref noeta.ContentRef) ([]byte, error) {
+	return h.reads().Get(ctx, ref)
+}
+
+// Inspect folds task's log into its state.
+func (h *Host) Inspect(ctx context.Context, task string) (*engine.State, error) {
+	st, _, err := h.Fold(ctx, task)
+	return st, err
+}
+
+// Fold folds task's log; note says what the fold had to step over (a
+// snapshot it could not use).
+func (h *Host) Fold(ctx context.Context, task string) (*engine.State, string, error) {
+	if err := taskCheck(task); err != nil {
+		return nil, "", err
+	}
+	r := h.reads()
+	return engine.FoldTask(ctx, r, r, task)
+}
+
+// Dispatch is the dispatcher's row of task: eventlog.ErrNotFound while
+// the dispatcher does not know it (it is created before it is enqueued).
+func (h *Host) Dispatch(ctx context.Context, task string) (eventlog.DispatchState, error) {
+	if h.disp != nil {
+		return h.disp.Inspect(ctx, task)
+	}
+	return h.rows.Inspect(ctx, task)
+}
+
+// CheckStream reports a task stream the store has lost records of.
+func (h *Host) CheckStream(ctx context.Context) error {
+	if h.log != nil {
+		return h.log.CheckStream(ctx)
+	}
+	return h.reader.CheckStream(ctx)
+}
