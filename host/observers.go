@@ -38,6 +38,9 @@ func (h *Host) startObservers(_ context.Context) (_ *observerSet, err error) {
 	}()
 	var obs []observers.Observer
 	gov := o.Config.Governance
+	if err := h.checkSkipped(); err != nil {
+		return nil, err
+	}
 	if ac := gov.Observers().Audit; ac != nil && !o.Skip.Audit {
 		if ac.Stdout && o.Verb != "" {
 			return nil, h.configErr("observers.audit.stdout",
@@ -118,4 +121,28 @@ func (s *observerSet) close(logger *slog.Logger) {
 	if s.metrics != nil {
 		_ = s.metrics.Shutdown(ctx)
 	}
+}
+
+// checkSkipped refuses to leave a configured observer to other processes on
+// the embedded default, where none can connect: it would silently never
+// run.
+func (h *Host) checkSkipped() error {
+	o := h.opts
+	if !o.embedded() {
+		return nil
+	}
+	gov := o.Config.Governance
+	hc := gov.Hooks()
+	for _, c := range []struct {
+		skip, set bool
+		field     string
+	}{
+		{o.Skip.Hooks, len(hc.PostToolUse) > 0 || len(hc.Notification) > 0, "hooks"},
+		{o.Skip.Audit, gov.Observers().Audit != nil, "observers.audit"},
+	} {
+		if c.skip && c.set {
+			return h.configErr(c.field, "configured, but nothing would run it: this process was told to leave it to observer-workers, and none can connect to the embedded server; run it here or use a NATS cluster (--nats)")
+		}
+	}
+	return nil
 }

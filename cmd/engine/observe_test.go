@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 )
 
 // observedConfig is examples/noeta.yaml with an audit file and a
@@ -225,20 +228,28 @@ func TestApproveRunsConfiguredObservers(t *testing.T) {
 }
 
 // TestServeObserversOff: serve --audit=false --hooks=false builds neither
-// observer (observer-workers run them): a config whose audit file could not
-// be opened here serves, and nothing is audited or hooked.
+// observer (observer-workers run them): on a NATS server, a config whose
+// audit file could not be opened here serves, and nothing is audited or
+// hooked. On the embedded default, where no observer-worker can connect,
+// the same flags would leave the configured observers unrun: exit 2,
+// saying so. (It used to serve, and the hooks silently never ran.)
 func TestServeObserversOff(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	notADir := writeFile(t, "file", "x")
 	auditFile, hookOut := filepath.Join(notADir, "audit.jsonl"), filepath.Join(dir, "hook.out")
 	cfg := observedConfig(t, auditFile, hookOut)
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var errb syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- runEnv(ctx, []string{"serve", "--config", cfg, "--data", t.TempDir(), "--workspace", workspace(t),
+		done <- runEnv(ctx, []string{"serve", "--config", cfg, "--nats", srv.ClientURL(), "--prefix", "obsoff", "--workspace", workspace(t),
 			"--http", "", "--audit=false", "--hooks=false"}, &syncBuffer{}, &errb, noEnv)
 	}()
 	waitFor(t, time.Minute, "serve to start", func() bool {
@@ -256,6 +267,14 @@ func TestServeObserversOff(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "hooks=false audit=false") {
 		t.Errorf("serve does not log that the observers are off:\n%s", &errb)
+	}
+
+	for _, off := range []struct{ flag, field string }{{"--hooks=false", ": hooks: configured, but nothing would run it"}, {"--audit=false", ": observers.audit: configured, but nothing would run it"}} {
+		cfg := observedConfig(t, filepath.Join(dir, "audit.jsonl"), hookOut)
+		code, out, errOut := runCmd(t, "serve", "--config", cfg, "--data", t.TempDir(), "--workspace", workspace(t), "--http", "", off.flag)
+		if code != exitUsage || !strings.Contains(errOut, off.field) || !strings.Contains(errOut, "embedded server") {
+			t.Errorf("serve %s on the embedded default: exit %d, want 2 saying the observer would never run\n%s%s", off.flag, code, out, errOut)
+		}
 	}
 }
 
@@ -279,4 +298,54 @@ func TestAuditStdoutBesideATimeline(t *testing.T) {
 			t.Errorf("run (json %v): exit %d\n%s\n%s", json, code, out, errOut)
 		}
 	}
+}
+
+// TestServeRunsConfiguredObserversOnACluster: the same as on the embedded
+// default, on the 3-node test cluster (replicas 3): serve runs the config's
+// audit and hooks over the records it commits; submit and approve are
+// clients over NATS; the audit file verifies and holds the approval with its
+// approver.
+func TestServeRunsConfiguredObserversOnACluster(t *testing.T) {
+	t.Parallel()
+	cl, err := embedded.StartCluster(t.Context(), embedded.ClusterConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Shutdown)
+	d := newDeployment(t, cl.ClientURL(), "obscl", 3, 0)
+	dir := t.TempDir()
+	auditFile, hookOut := filepath.Join(dir, "audit.jsonl"), filepath.Join(dir, "hook.out")
+	cfg := observedConfig(t, auditFile, hookOut)
+	nats := []string{"--nats", cl.ClientURL(), "--prefix", "obscl", "--replicas", "3"}
+	p := startEngine(t, append([]string{"serve", "--config", cfg, "--workspace", workspace(t), "--http", "", "--log-format", "json"}, nats...)...)
+	p.waitLog(t, "serving", 2*time.Minute)
+
+	code, out, errOut := runCmd(t, append([]string{"submit", example("06-approval-granted.yaml"), "--config", cfg}, nats...)...)
+	id := strings.TrimSpace(out)
+	if code != 0 {
+		t.Fatalf("submit: exit %d\n%s\n%s", code, out, errOut)
+	}
+	handleRE := regexp.MustCompile(`approval-call-1-0-[0-9a-hjkmnp-tv-z]{10}`)
+	var handle string
+	waitFor(t, 2*time.Minute, "the task to ask for approval", func() bool {
+		_, out, _ := runCmd(t, append([]string{"inspect", id}, nats...)...)
+		handle = handleRE.FindString(out)
+		return handle != ""
+	})
+	code, out, errOut = runCmd(t, append([]string{"approve", id, handle, "--as", "alice"}, nats...)...)
+	if code != 0 {
+		t.Fatalf("approve: exit %d\n%s\n%s", code, out, errOut)
+	}
+	waitFor(t, 2*time.Minute, "the task to end", func() bool {
+		ds, err := d.st.Dispatch(t.Context(), id)
+		return err == nil && ds.Status == eventlog.DispatchTerminal
+	})
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("serve exited %d\n%s", code, p.stderr)
+	}
+	wantAudited(t, checkAudit(t, auditFile, id), "alice")
+	wantHookRan(t, hookOut)
 }
