@@ -2,12 +2,14 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/policy"
 )
 
 // Submission is a task to submit: an agent of the config, a goal, the
@@ -64,9 +66,9 @@ func (h *Host) Cancel(ctx context.Context, task, reason string, tree bool) ([]st
 		return nil, err
 	}
 	eng := h.client
-	if h.main != nil {
+	if m := h.main.Load(); m != nil {
 		// The pool's engine stops a segment of the task it runs at once.
-		eng = h.main.eng
+		eng = m.eng
 	}
 	queue, seen := []string{task}, map[string]bool{task: true}
 	var done []string
@@ -173,4 +175,14 @@ func (h *Host) CheckStream(ctx context.Context) error {
 		return h.log.CheckStream(ctx)
 	}
 	return h.reader.CheckStream(ctx)
+}
+
+// TaskFromFile is the submission of a task file (policy.ParseTaskFile,
+// policy.LoadTaskFileContext): its agent, goal and script.
+func TaskFromFile(tf policy.TaskFile) (Submission, error) {
+	script, err := json.Marshal(tf.Script)
+	if err != nil {
+		return Submission{}, fmt.Errorf("script: %w", err)
+	}
+	return Submission{Agent: tf.Agent, Goal: tf.Goal, Script: script}, nil
 }

@@ -59,10 +59,12 @@ type Host struct {
 	taps   map[int]eventlog.Handler
 	nextID int
 	pools  map[*Pool]struct{}
-	main   *Pool
+	// main is the host's own pool, once started.
+	main atomic.Pointer[Pool]
 
-	bgStop context.CancelFunc
-	bgWG   sync.WaitGroup
+	startMu sync.Mutex
+	bgStop  context.CancelFunc
+	bgWG    sync.WaitGroup
 
 	closeOnce sync.Once
 }
@@ -173,11 +175,32 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 	if h.obs, err = h.startObservers(ctx); err != nil {
 		return nil, err
 	}
-	if h.main, err = h.StartPool(ctx, PoolOptions{Workers: o.Workers, Queue: o.Queue, Workspace: o.Workspace}); err != nil {
-		return nil, err
+	if !o.Deferred {
+		if err := h.Start(ctx); err != nil {
+			return nil, err
+		}
 	}
-	// The handoffs a previous process may have missed, in the background: a
-	// recovery reads every task.
+	return h, nil
+}
+
+// Start starts the host's worker pool, and in the background the recovery
+// of the subtask handoffs a previous process may have missed. Open does it
+// unless Options.Deferred; a second call does nothing.
+func (h *Host) Start(ctx context.Context) error {
+	if h.opts.Workers == 0 || h.log == nil {
+		return ErrNotRunning
+	}
+	h.startMu.Lock()
+	defer h.startMu.Unlock()
+	if h.main.Load() != nil {
+		return nil
+	}
+	p, err := h.StartPool(ctx, PoolOptions{Workers: h.opts.Workers, Queue: h.opts.Queue, Workspace: h.opts.Workspace})
+	if err != nil {
+		return err
+	}
+	h.main.Store(p)
+	// A recovery reads every task: in the background.
 	bg, stop := context.WithCancel(context.Background())
 	h.bgStop = stop
 	if child := h.child.Load(); child != nil {
@@ -191,7 +214,7 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 			}
 		})
 	}
-	return h, nil
+	return nil
 }
 
 // connect connects — on the embedded default taking the data directory and
@@ -346,7 +369,7 @@ func (h *Host) DataDir() string { return h.opts.DataDir }
 func (h *Host) Conn() *nats.Conn { return h.nc }
 
 // Runs reports whether the host runs tasks.
-func (h *Host) Runs() bool { return h.main != nil }
+func (h *Host) Runs() bool { return h.main.Load() != nil }
 
 // Governance is the governance the host's engines run under.
 func (h *Host) Governance() *guards.Config { return h.gov }
@@ -383,10 +406,12 @@ func (h *Host) Close() {
 		for _, p := range pools {
 			p.Stop()
 		}
+		h.startMu.Lock()
 		if h.bgStop != nil {
 			h.bgStop()
-			h.bgWG.Wait()
 		}
+		h.startMu.Unlock()
+		h.bgWG.Wait()
 		var steps []func()
 		for _, sub := range h.subs {
 			steps = append(steps, sub.Cancel)

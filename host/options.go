@@ -89,6 +89,10 @@ type Options struct {
 	// Workers is the size of the worker pool (0: a client, which runs no
 	// task, no observer and no ChildLifecycle).
 	Workers int
+	// Deferred leaves the pool stopped until Start: a process that must
+	// check something before any task runs (approve refuses an answer to
+	// nothing before it runs the tree).
+	Deferred bool
 	// Queue is the ready queue the pool works and Submit submits to
 	// (eventlog.DefaultQueue).
 	Queue string

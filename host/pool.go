@@ -252,11 +252,12 @@ func (p *Pool) Running() []string {
 // Drain drains the host's own pool (see [Pool.Drain]) and stops every
 // other; the host keeps its connection, log and observers until Close.
 func (h *Host) Drain(ctx context.Context) DrainReport {
-	if h.main == nil {
+	m := h.main.Load()
+	if m == nil {
 		return DrainReport{}
 	}
 	h.ctrs.draining.Store(true)
-	rep := h.main.Drain(ctx)
+	rep := m.Drain(ctx)
 	h.mu.Lock()
 	var others []*Pool
 	for p := range h.pools {
@@ -281,7 +282,7 @@ func (h *Host) Healthy() error {
 	if s := h.nc.Status(); s != nats.CONNECTED {
 		return errors.New("nats: " + s.String())
 	}
-	if h.main != nil && h.ctrs.draining.Load() {
+	if h.main.Load() != nil && h.ctrs.draining.Load() {
 		return errors.New("pool: stopping")
 	}
 	return nil
@@ -323,7 +324,6 @@ func newCounters(h *Host) *counters {
 		}
 		return 0
 	}
-	var damaged func() uint64 = func() uint64 { return 0 }
 	h.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -331,24 +331,24 @@ func newCounters(h *Host) *counters {
 		gauge("noeta_engine_workers", "Workers in the pool.", func() float64 { return float64(h.opts.Workers) }),
 		gauge("noeta_engine_segments_in_flight", "Segments running now.", func() float64 { return float64(c.inFlight.Load()) }),
 		gauge("noeta_engine_pool_running", "1 while the pool takes new tasks, 0 once it is stopping.", func() float64 {
-			return boolf(h.main != nil && !c.draining.Load())
+			return boolf(h.main.Load() != nil && !c.draining.Load())
 		}),
 		gauge("noeta_engine_nats_connected", "1 while connected to NATS.", func() float64 { return boolf(h.nc.Status() == nats.CONNECTED) }),
 		counter("noeta_engine_nats_reconnects_total", "Reconnections to NATS.", func() uint64 { return h.nc.Stats().Reconnects }),
 		counter("noeta_engine_dispatcher_wakes_applied_total", "Wake ingress messages this process's dispatcher applied (fired timers included).",
 			func() uint64 { return h.disp.Stats().WakesApplied }),
 		counter("noeta_engine_damaged_logs_total", "Segments refused because the task's log is damaged (a gap, a corrupt record); each task so refused ends failed.", func() uint64 {
-			if m := h.main; m != nil {
+			if m := h.main.Load(); m != nil {
 				return m.eng.DamagedLogs()
 			}
-			return damaged()
+			return 0
 		}),
 		counter("noeta_engine_dispatcher_answers_refused_total", "Human answers on the wake ingress that matched no request the task waits on now: dropped, not kept.",
 			func() uint64 { return h.disp.Stats().RefusedWakes }),
 		counter("noeta_engine_dispatcher_requeued_total", "Expired leases this process's dispatcher requeued or ended.",
 			func() uint64 {
 				n := h.disp.Stats().Requeued
-				if m := h.main; m != nil {
+				if m := h.main.Load(); m != nil {
 					n += m.leaser.Stats().Requeued
 				}
 				return n

@@ -134,6 +134,9 @@ func (h *Host) Watch(ctx context.Context, root string, opts WatchOptions) (*Watc
 		handled:       map[string]bool{},
 		externalNoted: map[string]bool{},
 	}
+	// The root is watched from the start: a tree that has run (or runs in
+	// another process) is read from its logs once it is idle.
+	w.view(root)
 	if opts.FromNow {
 		if err := w.seed(ctx); err != nil {
 			return nil, err

@@ -202,7 +202,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		if err != nil {
 			return err
 		}
-		h, err = g.open(ctx, "approve", host.Options{Config: cfg, Workers: g.workers, Workspace: workspace, Verb: "approve", Stdout: g.stdout})
+		h, err = g.open(ctx, "approve", host.Options{Config: cfg, Workers: g.workers, Deferred: true, Workspace: workspace, Verb: "approve", Stdout: g.stdout})
 		var busy *host.BusyError
 		if errors.As(err, &busy) {
 			runs = false // taken since: be its client
@@ -259,6 +259,9 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		}
 		p = newPrinter(root, g.stdout, g.stderr, false, approvalsLeave)
 		if err := p.watch(ctx, h, true); err != nil {
+			return failErr(err)
+		}
+		if err := h.Start(ctx); err != nil {
 			return failErr(err)
 		}
 	}

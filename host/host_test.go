@@ -1,0 +1,251 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/policy"
+)
+
+// exampleConfig is examples/noeta.yaml.
+func exampleConfig(t *testing.T) *Config {
+	t.Helper()
+	data, err := os.ReadFile("../examples/noeta.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gov, err := guards.ParseConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Config{Path: "../examples/noeta.yaml", Governance: gov}
+}
+
+// task parses a task file.
+func task(t *testing.T, body string) Submission {
+	t.Helper()
+	tf, err := policy.ParseTaskFile("task.yaml", []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := TaskFromFile(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+func openRunner(t *testing.T, data string) *Host {
+	t.Helper()
+	h, err := Open(t.Context(), Options{DataDir: data, Config: exampleConfig(t), Workers: 2, Workspace: t.TempDir(), Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+// TestWaitForATree: Wait follows a fan-out to its end (the subtasks' results
+// handed to the parent by the host's ChildLifecycle), and says when a tree
+// waits for a human, with the request; an answer through Approve lets it
+// finish.
+func TestWaitForATree(t *testing.T) {
+	t.Parallel()
+	h := openRunner(t, t.TempDir())
+	ctx := t.Context()
+	body, err := os.ReadFile("../examples/08-fan-out.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := h.Submit(ctx, task(t, string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := h.Wait(ctx, id)
+	if err != nil || rest.Status != RestCompleted || string(rest.Answer) != `"1, 2 and 3"` {
+		t.Fatalf("fan-out: %+v, %v", rest, err)
+	}
+
+	id, err = h.Submit(ctx, task(t, "agent: researcher\ngoal: g\nscript:\n  - tool_calls: [{tool: shell, args: {command: 'echo hi'}}]\n  - finish: {answer: done}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err = h.Wait(ctx, id)
+	if err != nil || rest.Status != RestWaiting || len(rest.Waiting) != 1 || rest.Waiting[0].Approval == nil || rest.Waiting[0].Approval.Tool != "shell" {
+		t.Fatalf("approval: %+v, %v", rest, err)
+	}
+	w := rest.Waiting[0]
+	if err := h.Approve(ctx, id, w.Handle, Answer{Approver: "alice", Reason: "looks safe"}); err != nil {
+		t.Fatal(err)
+	}
+	// A second answer to the same request is refused and kept nowhere.
+	if err := h.Deny(ctx, id, w.Handle, "bob", "too late"); !errors.Is(err, eventlog.ErrAlreadyAnswered) && !errors.Is(err, eventlog.ErrNotWaiting) {
+		t.Errorf("second answer: %v, want refused", err)
+	}
+	rest, err = h.Wait(ctx, id)
+	if err != nil || rest.Status != RestCompleted {
+		t.Fatalf("after the approval: %+v, %v", rest, err)
+	}
+	st, err := h.Inspect(ctx, id)
+	if err != nil || len(st.Governance.Approvals) != 1 || st.Governance.Approvals[0].Approver != "alice" {
+		t.Fatalf("approvals: %+v, %v", st, err)
+	}
+}
+
+// TestCancelTree: Cancel with tree ends a parent waiting on its subtasks and
+// every subtask; without tree, only the task named.
+func TestCancelTree(t *testing.T) {
+	t.Parallel()
+	h := openRunner(t, t.TempDir())
+	ctx := t.Context()
+	sub := "{agent: helper, goal: wait, script: [{wait_timer: {seconds: 3600}}, {finish: {answer: late}}]}"
+	id, err := h.Submit(ctx, task(t, "agent: researcher\ngoal: g\nscript:\n  - spawn: ["+sub+", "+sub+"]\n  - finish: {answer: done}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var children []string
+	deadline := time.Now().Add(time.Minute)
+	for len(children) < 2 || !allSuspended(t, h, append(children, id)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tree did not settle: %v", children)
+		}
+		time.Sleep(20 * time.Millisecond)
+		children = children[:0]
+		envs, _ := h.Events(ctx, id, 0)
+		for _, env := range envs {
+			if p, _, err := env.Decode(); err == nil {
+				if sp, ok := p.(*noeta.SubtaskSpawned); ok {
+					children = append(children, sp.SubtaskID)
+				}
+			}
+		}
+	}
+	done, err := h.Cancel(ctx, id, "no longer needed", true)
+	if err != nil || len(done) != 3 {
+		t.Fatalf("cancel tree: %v, %v", done, err)
+	}
+	for _, task := range append(children, id) {
+		st, err := h.Inspect(ctx, task)
+		if err != nil || st.Status != noeta.StatusTerminal {
+			t.Errorf("task %s: %+v, %v", task, st, err)
+		}
+	}
+	rest, err := h.Wait(ctx, id)
+	if err != nil || rest.Status != RestCancelled || rest.Detail != "no longer needed" {
+		t.Errorf("rest: %+v, %v", rest, err)
+	}
+}
+
+func allSuspended(t *testing.T, h *Host, ids []string) bool {
+	for _, id := range ids {
+		ds, err := h.Dispatch(t.Context(), id)
+		if err != nil || ds.Status != eventlog.DispatchSuspended {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDataDirOwnership: a second host that runs tasks is refused a data
+// directory another holds, naming the holder; a client host attaches to the
+// holder's server, submits there, and the holder runs the task.
+func TestDataDirOwnership(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	runner := openRunner(t, data)
+	_, err := Open(t.Context(), Options{DataDir: data, Config: exampleConfig(t), Workers: 1, Name: "second"})
+	var busy *BusyError
+	if !errors.As(err, &busy) || !errors.Is(err, ErrBusy) || busy.Holder.Verb != "test" || busy.Holder.PID != os.Getpid() {
+		t.Fatalf("second runner: %v", err)
+	}
+	client, err := Open(t.Context(), Options{DataDir: data, Config: exampleConfig(t), Name: "client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if holder, ok := client.Attached(); !ok || holder.Verb != "test" {
+		t.Fatalf("client: attached %v %+v", ok, holder)
+	}
+	id, err := client.Submit(t.Context(), task(t, "agent: helper\ngoal: g\nscript: [{tool_calls: [{tool: echo, args: {text: hi}}]}, {finish: {answer: ok}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := client.Wait(t.Context(), id)
+	if err != nil || rest.Status != RestCompleted {
+		t.Fatalf("client wait: %+v, %v", rest, err)
+	}
+	if runner.Segments() == 0 {
+		t.Errorf("the holder ran no segment")
+	}
+	if _, err := client.StartPool(t.Context(), PoolOptions{Workers: 1}); err == nil && !client.Runs() {
+		// A client may start a pool only on a directory it holds; attached,
+		// it runs nothing of its own.
+		t.Log("a client started a pool")
+	}
+}
+
+// TestBadOptions: options that cannot work are refused before anything
+// starts, naming the option.
+func TestBadOptions(t *testing.T) {
+	t.Parallel()
+	cfg := exampleConfig(t)
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Workers: 1}, "needs a governance config"},
+		{Options{Workers: -1, Config: cfg}, "workers is -1"},
+		{Options{Workers: MaxWorkers + 1, Config: cfg}, "workers is"},
+		{Options{ReadOnly: true, Workers: 1, Config: cfg}, "read-only host runs no workers"},
+		{Options{Replicas: 3, Config: cfg}, "needs a cluster"},
+		{Options{NATS: Connection{URL: "nats://127.0.0.1:1"}, DataDir: "x"}, "data directory is for the embedded server"},
+		{Options{Prefix: "a.b"}, "prefix"},
+		{Options{LeaseTTL: 1500 * time.Millisecond}, "whole seconds"},
+		{Options{Queue: "a b"}, "queue"},
+		{Options{NATS: Connection{URL: "nats://127.0.0.1:1", Password: "x"}}, "--password needs --user"},
+	} {
+		_, err := Open(t.Context(), c.o)
+		if !errors.Is(err, ErrBadOptions) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want ErrBadOptions with %q", c.o, err, c.want)
+		}
+	}
+}
+
+// TestCloseIsQuick: Close after a tree ran returns within seconds (the
+// observers hand on what is queued; the server flushes its store). Bound
+// only against a hang.
+func TestCloseIsQuick(t *testing.T) {
+	t.Parallel()
+	h, err := Open(t.Context(), Options{DataDir: t.TempDir(), Config: exampleConfig(t), Workers: 4, Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := os.ReadFile("../examples/08-fan-out.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := h.Submit(t.Context(), task(t, string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := h.Wait(t.Context(), id); err != nil || rest.Status != RestCompleted {
+		t.Fatalf("%+v %v", rest, err)
+	}
+	start := time.Now()
+	h.Close()
+	if took := time.Since(start); took > time.Minute {
+		t.Errorf("Close took %v", took)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if rest, err := h.Wait(ctx, id); err == nil && rest.Status == RestCompleted {
+		t.Errorf("Wait after Close: %+v", rest)
+	}
+}
