@@ -30,6 +30,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/observers"
+	"github.com/noeta-go/noeta/observers/telemetry"
 )
 
 type serveOpts struct {
@@ -237,7 +238,7 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	metrics, err := observers.NewMetrics(observers.MetricsConfig{Registry: reg, Logger: logger})
+	metrics, err := telemetry.NewMetrics(telemetry.MetricsConfig{Registry: reg, Logger: logger})
 	if err != nil {
 		return failErr(err)
 	}
