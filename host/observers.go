@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta/observers"
+	"github.com/noeta-go/noeta/observers/telemetry"
 )
 
 // observerCloseWait bounds the observers' part of Close: the records still
@@ -21,7 +22,7 @@ type observerSet struct {
 	inproc  *observers.InProcess
 	audit   *observers.Audit
 	hooks   *observers.Hooks
-	metrics *observers.Metrics
+	metrics *telemetry.Metrics
 }
 
 // startObservers builds the config's observers and the caller's and feeds
@@ -68,7 +69,7 @@ func (h *Host) startObservers(_ context.Context) (_ *observerSet, err error) {
 		obs = append(obs, hk)
 	}
 	if o.Metrics && !o.Skip.Metrics {
-		m, err := observers.NewMetrics(observers.MetricsConfig{Registry: h.reg, Logger: h.logger})
+		m, err := telemetry.NewMetrics(telemetry.MetricsConfig{Registry: h.reg, Logger: h.logger})
 		if err != nil {
 			return nil, err
 		}

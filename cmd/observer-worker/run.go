@@ -24,6 +24,7 @@ import (
 	"github.com/noeta-go/noeta/internal/boundedio"
 	"github.com/noeta-go/noeta/internal/natsconn"
 	"github.com/noeta-go/noeta/observers"
+	"github.com/noeta-go/noeta/observers/telemetry"
 )
 
 // Exit codes.
@@ -268,13 +269,13 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 	if w.feed, err = jetstream.OpenFeed(ctx, w.nc, jetstream.FeedOptions{Prefix: o.prefix, Replicas: o.replicas, Logger: log}); err != nil {
 		return fmt.Errorf("open the feed: %w", err)
 	}
-	var metrics *observers.Metrics
+	var metrics *telemetry.Metrics
 	for _, name := range names {
 		obs, err := w.observer(ctx, name, o, stdout)
 		if err != nil {
 			return err
 		}
-		if m, ok := obs.(*observers.Metrics); ok {
+		if m, ok := obs.(*telemetry.Metrics); ok {
 			metrics = m
 		}
 		dc := observers.DurableConfig{GroupPrefix: o.groupPrefix, Feed: fc, Logger: log}
@@ -391,7 +392,7 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		w.closers = append(w.closers, func(context.Context) error { return a.Close() })
 		return a, nil
 	case "metrics":
-		m, err := observers.NewMetrics(observers.MetricsConfig{Logger: w.log})
+		m, err := telemetry.NewMetrics(telemetry.MetricsConfig{Logger: w.log})
 		if err != nil {
 			return nil, err
 		}
@@ -399,11 +400,11 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		w.closers = append(w.closers, m.Shutdown)
 		return m, nil
 	case "trace":
-		exp, err := observers.NewOTLPExporter(ctx, observers.OTLPConfig{Protocol: o.otlpProtocol, Endpoint: o.otlpEndpoint, Insecure: o.otlpInsecure})
+		exp, err := telemetry.NewOTLPExporter(ctx, telemetry.OTLPConfig{Protocol: o.otlpProtocol, Endpoint: o.otlpEndpoint, Insecure: o.otlpInsecure})
 		if err != nil {
 			return nil, usageError{fmt.Errorf("trace: %w", err)}
 		}
-		t, err := observers.NewTrace(observers.TraceConfig{Exporter: exp, Log: w.reader, Logger: w.log})
+		t, err := telemetry.NewTrace(telemetry.TraceConfig{Exporter: exp, Log: w.reader, Logger: w.log})
 		if err != nil {
 			return nil, err
 		}

@@ -320,157 +320,222 @@ func (l *Log) Emit(ctx context.Context, lease eventlog.Lease, env eventlog.Envel
 // emitLocked runs under ts.mu. It returns the stored record, every record it
 // appended (to notify once the lock is released, also when it fails after an
 // append), and whether this was an idempotent hit (nothing appended, nothing to
-// notify).
+// notify). Every failure leaves through its one error return, with what was
+// appended before it.
 func (l *Log) emitLocked(ctx context.Context, ts *taskState, lease eventlog.Lease, env eventlog.Envelope, opts eventlog.EmitOptions) (out eventlog.Envelope, notify []eventlog.Envelope, hit bool, err error) {
-	task := env.Task
-	var idem *idemEntry
+	a := &appendOp{l: l, ts: ts, lease: lease, env: env, opts: opts}
 	if opts.IdempotencyKey != "" && lease.ID != "" {
-		orig, entry, err := l.idemLookup(ctx, task, lease, opts.IdempotencyKey)
+		orig, entry, err := l.idemLookup(ctx, env.Task, lease, opts.IdempotencyKey)
 		if err != nil {
-			return eventlog.Envelope{}, notify, false, err
+			return eventlog.Envelope{}, nil, false, err
 		}
 		if orig != nil {
 			return *orig, nil, true, nil
 		}
-		idem = entry
+		a.idem = entry
 	}
-	if err := eventlog.CheckCap(env); err != nil {
-		return eventlog.Envelope{}, notify, false, err
+	out, err = a.run(ctx)
+	if err != nil {
+		return eventlog.Envelope{}, a.notify, false, err
 	}
-	if !ts.known {
-		t, err := l.readTail(ctx, task)
+	return out, a.notify, false, nil
+}
+
+// appendOp is one fenced append to a task's log, under the task's lock: the
+// record, what is known of the tail, and every record appended so far.
+type appendOp struct {
+	l     *Log
+	ts    *taskState
+	lease eventlog.Lease
+	env   eventlog.Envelope
+	opts  eventlog.EmitOptions
+	idem  *idemEntry // the reserved idempotency key, if the append has one
+
+	refreshed bool                // the tail was read during this append
+	notify    []eventlog.Envelope // appended, in order: a LeaseGranted, the record
+}
+
+// attempt says how one try at the append ended.
+type attempt int
+
+const (
+	appended attempt = iota
+	// recheck: the tail was read again; check it at once.
+	recheck
+	// conflicted: another writer moved the tail first; pause, read it, try again.
+	conflicted
+)
+
+// run tries until the record is appended or the checks refuse it. A conflict
+// means another writer moved the tail; the checks decide whether we may still
+// write. Retrying is bounded in time, not count: a new holder taking over from
+// one still appending in a tight loop can lose several races before its
+// LeaseGranted lands, and a jittered pause lets it win.
+func (a *appendOp) run(ctx context.Context) (eventlog.Envelope, error) {
+	if err := eventlog.CheckCap(a.env); err != nil {
+		return eventlog.Envelope{}, err
+	}
+	if !a.ts.known {
+		t, err := a.l.readTail(ctx, a.env.Task)
 		if err != nil {
-			return eventlog.Envelope{}, notify, false, err
+			return eventlog.Envelope{}, err
 		}
-		ts.tail, ts.known = t, true
+		a.ts.tail, a.ts.known = t, true
 	}
-	refreshed := false
-	refresh := func() error {
-		t, err := l.readTail(ctx, task)
-		if err != nil {
-			ts.known = false
-			return err
-		}
-		ts.tail, ts.known, refreshed = t, true, true
-		return nil
-	}
-	env.LeaseGen = lease.Generation
-	env.Key = ""
-	// A conflict means another writer moved the tail; the checks below decide
-	// whether we may still write. Retrying is bounded in time, not count: a
-	// new holder taking over from one still appending in a tight loop can
-	// lose several races before its LeaseGranted lands, and a jittered pause
-	// lets it win.
-	giveUp := time.Now().Add(l.cfg.RequestTimeout)
+	a.env.LeaseGen = a.lease.Generation
+	a.env.Key = ""
+	giveUp := time.Now().Add(a.l.cfg.RequestTimeout)
 	conflicts := 0
-	conflicted := false
 	for {
-		if conflicted {
-			// Pause, then read the tail right before the next attempt: a
-			// tail read before the pause would be stale by the end of it.
-			conflicted = false
+		out, res, err := a.try(ctx)
+		if err != nil || res == appended {
+			return out, err
+		}
+		if res == conflicted {
 			conflicts++
-			if time.Now().After(giveUp) {
-				return eventlog.Envelope{}, notify, false, fmt.Errorf("jetstream: append to %s: gave up after %d conflicting attempts in %v", task, conflicts, l.cfg.RequestTimeout)
-			}
-			select {
-			case <-ctx.Done():
-				return eventlog.Envelope{}, notify, false, ctx.Err()
-			case <-time.After(time.Duration(rand.Int64N(int64(100*time.Microsecond) << min(conflicts, 4)))):
-			}
-			if err := refresh(); err != nil {
-				return eventlog.Envelope{}, notify, false, err
+			if err := a.pause(ctx, conflicts, giveUp); err != nil {
+				return eventlog.Envelope{}, err
 			}
 		}
-		if err := ctx.Err(); err != nil {
-			return eventlog.Envelope{}, notify, false, err
-		}
-		if opts.ExpectLastSeq != 0 && opts.ExpectLastSeq != ts.tail.seq {
-			if !refreshed {
-				if err := refresh(); err != nil {
-					return eventlog.Envelope{}, notify, false, err
-				}
-				continue
-			}
-			return eventlog.Envelope{}, notify, false, fmt.Errorf("%w: task_id=%s, expected last seq %d, actual %d", eventlog.ErrStaleSequence, task, opts.ExpectLastSeq, ts.tail.seq)
-		}
-		if lease.ID == "" || lease.Generation == 0 {
-			return eventlog.Envelope{}, notify, false, fmt.Errorf("%w: no lease (id %q, generation %d) given for task %s", eventlog.ErrInvalidLease, lease.ID, lease.Generation, task)
-		}
-		if ts.tail.gen > lease.Generation || ts.tail.gen == lease.Generation && ts.tail.leaseID != lease.ID {
-			return eventlog.Envelope{}, notify, false, fmt.Errorf("%w: task_id=%s, lease_id=%s generation %d, log fenced by lease %s generation %d",
-				eventlog.ErrLeaseLost, task, lease.ID, lease.Generation, ts.tail.leaseID, ts.tail.gen)
-		}
-		// The registry is asked after the tail was read: a takeover that
-		// happens after this check appends after that tail, so our
-		// compare-and-set on it fails.
-		if err := l.checkRegistry(ctx, lease); err != nil {
-			return eventlog.Envelope{}, notify, false, err
-		}
-
-		if ts.tail.leaseID != lease.ID {
-			lg, err := l.grant(ctx, ts, lease, env.CorrelationID)
-			if err != nil {
-				return eventlog.Envelope{}, notify, false, err
-			}
-			if lg == nil { // lost the race for the tail; look again
-				conflicted = true
-				continue
-			}
-			notify = append(notify, *lg)
-		}
-
-		env.Time = l.cfg.Now()
-		env.ID = noeta.NewIDAt(env.Time)
-		env.Seq = ts.tail.seq + 1
-		if idem != nil {
-			if err := l.idemReserve(ctx, idem, env.ID, ts.tail.streamSeq); err != nil {
-				return eventlog.Envelope{}, notify, false, err
-			}
-		}
-		msg, err := encode(l.subj.log(task), env, meta{leaseID: lease.ID, baseline: ts.tail.baseline, idemKey: opts.IdempotencyKey})
-		if err != nil {
-			return eventlog.Envelope{}, notify, false, err
-		}
-		expect := ts.tail.streamSeq
-		ack, wrong, err := l.publish(ctx, msg, expect)
-		if err != nil || wrong {
-			if idem != nil {
-				// An earlier attempt with this key (one whose publish timed
-				// out) may have landed late, right where this one was aimed.
-				// It is the original: writing this one too would break the key.
-				if orig, ok := l.attemptAfter(ctx, task, expect, lease.ID, opts.IdempotencyKey); ok {
-					if rerr := refresh(); rerr != nil {
-						return eventlog.Envelope{}, notify, false, rerr
-					}
-					l.idemCommit(ctx, idem, orig.env, orig.streamSeq)
-					return orig.env, append(notify, orig.env), false, nil
-				}
-			}
-			// Ambiguous or refused: the tail says which.
-			if rerr := refresh(); rerr != nil {
-				return eventlog.Envelope{}, notify, false, rerr
-			}
-			if ts.tail.msgID == env.ID {
-				ack = &jetstream.PubAck{Sequence: ts.tail.streamSeq}
-			} else if err != nil && !wrong {
-				return eventlog.Envelope{}, notify, false, fmt.Errorf("jetstream: append to %s: %w", task, err)
-			} else {
-				conflicted = true
-				continue
-			}
-		}
-		t := ts.tail
-		t.streamSeq, t.seq, t.msgID, t.leaseID, t.gen = ack.Sequence, env.Seq, env.ID, lease.ID, lease.Generation
-		if noeta.IsBaselineType(env.Type) {
-			t.baseline = baseline{seq: env.Seq, streamSeq: ack.Sequence}
-		}
-		ts.tail = t
-		if idem != nil {
-			l.idemCommit(ctx, idem, env, ack.Sequence)
-		}
-		return env, append(notify, env), false, nil
 	}
+}
+
+// pause waits a jittered time that grows with the conflicts, then reads the
+// tail right before the next attempt: a tail read before the pause would be
+// stale by the end of it.
+func (a *appendOp) pause(ctx context.Context, conflicts int, giveUp time.Time) error {
+	if time.Now().After(giveUp) {
+		return fmt.Errorf("jetstream: append to %s: gave up after %d conflicting attempts in %v", a.env.Task, conflicts, a.l.cfg.RequestTimeout)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Duration(rand.Int64N(int64(100*time.Microsecond) << min(conflicts, 4)))):
+	}
+	return a.refresh(ctx)
+}
+
+// refresh reads the tail; a failed read leaves it unknown.
+func (a *appendOp) refresh(ctx context.Context) error {
+	t, err := a.l.readTail(ctx, a.env.Task)
+	if err != nil {
+		a.ts.known = false
+		return err
+	}
+	a.ts.tail, a.ts.known, a.refreshed = t, true, true
+	return nil
+}
+
+// try is one attempt against the known tail: may we write, is the log fenced
+// by our lease, and the compare-and-set publish.
+func (a *appendOp) try(ctx context.Context) (eventlog.Envelope, attempt, error) {
+	if err := ctx.Err(); err != nil {
+		return eventlog.Envelope{}, 0, err
+	}
+	if again, err := a.admit(ctx); err != nil || again {
+		return eventlog.Envelope{}, recheck, err
+	}
+	if lost, err := a.fence(ctx); err != nil || lost {
+		return eventlog.Envelope{}, conflicted, err
+	}
+	return a.write(ctx)
+}
+
+// admit decides from the tail whether this lease may append: the expected
+// last seq, a lease given, not fenced off by a later or another lease, and
+// live in the registry. again: the tail was stale and has been read again.
+func (a *appendOp) admit(ctx context.Context) (again bool, err error) {
+	task, lease, tl := a.env.Task, a.lease, a.ts.tail
+	if a.opts.ExpectLastSeq != 0 && a.opts.ExpectLastSeq != tl.seq {
+		if !a.refreshed {
+			return true, a.refresh(ctx)
+		}
+		return false, fmt.Errorf("%w: task_id=%s, expected last seq %d, actual %d", eventlog.ErrStaleSequence, task, a.opts.ExpectLastSeq, tl.seq)
+	}
+	if lease.ID == "" || lease.Generation == 0 {
+		return false, fmt.Errorf("%w: no lease (id %q, generation %d) given for task %s", eventlog.ErrInvalidLease, lease.ID, lease.Generation, task)
+	}
+	if tl.gen > lease.Generation || tl.gen == lease.Generation && tl.leaseID != lease.ID {
+		return false, fmt.Errorf("%w: task_id=%s, lease_id=%s generation %d, log fenced by lease %s generation %d",
+			eventlog.ErrLeaseLost, task, lease.ID, lease.Generation, tl.leaseID, tl.gen)
+	}
+	// The registry is asked after the tail was read: a takeover that
+	// happens after this check appends after that tail, so our
+	// compare-and-set on it fails.
+	return false, a.l.checkRegistry(ctx, lease)
+}
+
+// fence appends this lease's LeaseGranted when the tail is another lease's.
+// lost: the tail moved first.
+func (a *appendOp) fence(ctx context.Context) (lost bool, err error) {
+	if a.ts.tail.leaseID == a.lease.ID {
+		return false, nil
+	}
+	lg, err := a.l.grant(ctx, a.ts, a.lease, a.env.CorrelationID)
+	if err != nil || lg == nil {
+		return lg == nil, err
+	}
+	a.notify = append(a.notify, *lg)
+	return false, nil
+}
+
+// write publishes the record after the known tail and, when it is stored,
+// moves the tail to it.
+func (a *appendOp) write(ctx context.Context) (eventlog.Envelope, attempt, error) {
+	l, ts, task := a.l, a.ts, a.env.Task
+	env := &a.env
+	env.Time = l.cfg.Now()
+	env.ID = noeta.NewIDAt(env.Time)
+	env.Seq = ts.tail.seq + 1
+	if a.idem != nil {
+		if err := l.idemReserve(ctx, a.idem, env.ID, ts.tail.streamSeq); err != nil {
+			return eventlog.Envelope{}, 0, err
+		}
+	}
+	msg, err := encode(l.subj.log(task), *env, meta{leaseID: a.lease.ID, baseline: ts.tail.baseline, idemKey: a.opts.IdempotencyKey})
+	if err != nil {
+		return eventlog.Envelope{}, 0, err
+	}
+	expect := ts.tail.streamSeq
+	ack, wrong, err := l.publish(ctx, msg, expect)
+	if err != nil || wrong {
+		if a.idem != nil {
+			// An earlier attempt with this key (one whose publish timed
+			// out) may have landed late, right where this one was aimed.
+			// It is the original: writing this one too would break the key.
+			if orig, ok := l.attemptAfter(ctx, task, expect, a.lease.ID, a.opts.IdempotencyKey); ok {
+				if rerr := a.refresh(ctx); rerr != nil {
+					return eventlog.Envelope{}, 0, rerr
+				}
+				l.idemCommit(ctx, a.idem, orig.env, orig.streamSeq)
+				a.notify = append(a.notify, orig.env)
+				return orig.env, appended, nil
+			}
+		}
+		// Ambiguous or refused: the tail says which.
+		if rerr := a.refresh(ctx); rerr != nil {
+			return eventlog.Envelope{}, 0, rerr
+		}
+		switch {
+		case ts.tail.msgID == env.ID:
+			ack = &jetstream.PubAck{Sequence: ts.tail.streamSeq}
+		case err != nil && !wrong:
+			return eventlog.Envelope{}, 0, fmt.Errorf("jetstream: append to %s: %w", task, err)
+		default:
+			return eventlog.Envelope{}, conflicted, nil
+		}
+	}
+	t := ts.tail
+	t.streamSeq, t.seq, t.msgID, t.leaseID, t.gen = ack.Sequence, env.Seq, env.ID, a.lease.ID, a.lease.Generation
+	if noeta.IsBaselineType(env.Type) {
+		t.baseline = baseline{seq: env.Seq, streamSeq: ack.Sequence}
+	}
+	ts.tail = t
+	if a.idem != nil {
+		l.idemCommit(ctx, a.idem, *env, ack.Sequence)
+	}
+	a.notify = append(a.notify, *env)
+	return *env, appended, nil
 }
 
 func (l *Log) checkRegistry(ctx context.Context, lease eventlog.Lease) error {

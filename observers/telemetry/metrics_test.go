@@ -1,4 +1,4 @@
-package observers
+package telemetry
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/memlog"
+	"github.com/noeta-go/noeta/observers"
 )
 
 // ---- a known run, written through memlog (shared with trace_test.go) ----
@@ -190,7 +191,7 @@ func newTelemetryRun(t *testing.T) *telemetryRun {
 	}
 	inEnv.CorrelationID = root
 	w.tick()
-	if _, err := s.SystemEmit(t.Context(), root, InboxKeyPrefix+child, inEnv); err != nil {
+	if _, err := s.SystemEmit(t.Context(), root, observers.InboxKeyPrefix+child, inEnv); err != nil {
 		t.Fatal(err)
 	}
 	w.wake(root, waitChild)
@@ -313,12 +314,12 @@ func newTestMetrics(t *testing.T, cfg MetricsConfig) (*Metrics, *httptest.Server
 func TestMetricsOfAKnownRun(t *testing.T) {
 	run := newTelemetryRun(t)
 	now := telemetryStart.Add(time.Hour)
-	stats := map[string]ObserverStats{
+	stats := map[string]observers.ObserverStats{
 		"audit":   {Observed: 30, Dropped: 3, Failed: 1, Panicked: 1, Queued: 2},
 		"metrics": {Observed: 36},
 	}
 	m, srv := newTestMetrics(t, MetricsConfig{Now: func() time.Time { return now }})
-	m.SetStats(func() map[string]ObserverStats { return stats })
+	m.SetStats(func() map[string]observers.ObserverStats { return stats })
 	if m.Name() != "metrics" {
 		t.Errorf("Name %q", m.Name())
 	}
@@ -496,7 +497,7 @@ func TestMetricsInProcess(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	m, srv := newTestMetrics(t, MetricsConfig{})
-	r := NewInProcess(s, InProcessConfig{}, m)
+	r := observers.NewInProcess(s, observers.InProcessConfig{}, m)
 	t.Cleanup(func() { _ = r.Close(context.Background()) })
 	m.SetStats(r.Stats)
 

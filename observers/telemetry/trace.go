@@ -1,4 +1,4 @@
-package observers
+package telemetry
 
 import (
 	"cmp"
@@ -25,6 +25,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/observers"
 )
 
 // Defaults of [TraceConfig].
@@ -303,10 +304,10 @@ type traceApproval struct {
 // NewTrace checks cfg and starts the exporting goroutine; Shutdown stops it.
 func NewTrace(cfg TraceConfig) (*Trace, error) {
 	if cfg.Exporter == nil {
-		return nil, fmt.Errorf("%w: TraceConfig.Exporter is required", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: TraceConfig.Exporter is required", observers.ErrInvalidConfig)
 	}
 	if cfg.MaxOpenTasks < 0 || cfg.MaxEventsPerSpan < 0 || cfg.QueueSize < 0 || cfg.BatchSize < 0 || cfg.FlushInterval < 0 || cfg.ExportTimeout < 0 {
-		return nil, fmt.Errorf("%w: TraceConfig bounds must not be negative", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: TraceConfig bounds must not be negative", observers.ErrInvalidConfig)
 	}
 	cfg.MaxOpenTasks = cmp.Or(cfg.MaxOpenTasks, DefaultTraceMaxOpenTasks)
 	cfg.MaxEventsPerSpan = cmp.Or(cfg.MaxEventsPerSpan, DefaultTraceMaxEvents)
@@ -826,7 +827,7 @@ func NewOTLPExporter(ctx context.Context, cfg OTLPConfig) (sdktrace.SpanExporter
 		}
 		return exp, nil
 	}
-	return nil, fmt.Errorf("%w: OTLP protocol %q (want grpc or http)", ErrInvalidConfig, cfg.Protocol)
+	return nil, fmt.Errorf("%w: OTLP protocol %q (want grpc or http)", observers.ErrInvalidConfig, cfg.Protocol)
 }
 
 // otlpOptions turns cfg into the options of either OTLP exporter, which

@@ -1,4 +1,4 @@
-package observers
+package telemetry
 
 import (
 	"bytes"
@@ -24,6 +24,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/observers"
 )
 
 // ---- helpers ----
@@ -642,16 +643,16 @@ func TestTraceQueueIsBounded(t *testing.T) {
 }
 
 func TestNewTraceConfig(t *testing.T) {
-	if _, err := NewTrace(TraceConfig{}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := NewTrace(TraceConfig{}); !errors.Is(err, observers.ErrInvalidConfig) {
 		t.Errorf("no exporter: %v", err)
 	}
-	if _, err := NewTrace(TraceConfig{Exporter: tracetest.NewNoopExporter(), QueueSize: -1}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := NewTrace(TraceConfig{Exporter: tracetest.NewNoopExporter(), QueueSize: -1}); !errors.Is(err, observers.ErrInvalidConfig) {
 		t.Errorf("negative queue: %v", err)
 	}
 }
 
 func TestTraceOTLPExporter(t *testing.T) {
-	if _, err := NewOTLPExporter(t.Context(), OTLPConfig{Protocol: "carrier-pigeon"}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := NewOTLPExporter(t.Context(), OTLPConfig{Protocol: "carrier-pigeon"}); !errors.Is(err, observers.ErrInvalidConfig) {
 		t.Errorf("unknown protocol: %v", err)
 	}
 	g, err := NewOTLPExporter(t.Context(), OTLPConfig{Protocol: "grpc", Endpoint: "localhost:4317", Insecure: true, Headers: map[string]string{"x-k": "v"}, Timeout: time.Second})

@@ -1,4 +1,4 @@
-package observers
+package telemetry
 
 import (
 	"container/list"
@@ -22,9 +22,13 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/observers"
 )
 
-// otelScopeName names the meter and the tracer of this package.
+// otelScopeName names the meter and the tracer of this package. It is the
+// path of package observers, where both lived before they moved here: the
+// scope is on every exported span, and a collector or backend filtering on it
+// keeps working (docs/adr/0025).
 const otelScopeName = "github.com/noeta-go/noeta/observers"
 
 // Defaults of [MetricsConfig].
@@ -58,7 +62,7 @@ type MetricsConfig struct {
 	// Durable.Stats); it is read at each collection. It can also be set
 	// later with [Metrics.SetStats], since the runner is built with the
 	// observers. Nil: no noeta_observer_* series.
-	Stats func() map[string]ObserverStats
+	Stats func() map[string]observers.ObserverStats
 	// Registry is the registry /metrics serves; a new private one if nil
 	// (never the global default registry). Pass one to add collectors of
 	// your own (Go runtime, process).
@@ -126,7 +130,7 @@ type Metrics struct {
 	log      *slog.Logger
 	provider *sdkmetric.MeterProvider
 	handler  http.Handler
-	stats    atomic.Pointer[func() map[string]ObserverStats]
+	stats    atomic.Pointer[func() map[string]observers.ObserverStats]
 	callback metric.Registration
 	closed   atomic.Bool
 
@@ -161,7 +165,7 @@ var metricsToolDurationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 // exporter; Shutdown releases them.
 func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 	if cfg.MaxLabelValues < 0 || cfg.MaxTasks < 0 {
-		return nil, fmt.Errorf("%w: MaxLabelValues %d and MaxTasks %d must not be negative", ErrInvalidConfig, cfg.MaxLabelValues, cfg.MaxTasks)
+		return nil, fmt.Errorf("%w: MaxLabelValues %d and MaxTasks %d must not be negative", observers.ErrInvalidConfig, cfg.MaxLabelValues, cfg.MaxTasks)
 	}
 	if cfg.MaxLabelValues == 0 {
 		cfg.MaxLabelValues = DefaultMaxLabelValues
@@ -280,7 +284,7 @@ func metricsClampInt64(v uint64) int64 {
 
 // SetStats sets (or replaces) the function the noeta_observer_* series are
 // read from.
-func (m *Metrics) SetStats(f func() map[string]ObserverStats) { m.stats.Store(&f) }
+func (m *Metrics) SetStats(f func() map[string]observers.ObserverStats) { m.stats.Store(&f) }
 
 // Name implements Observer: the consumer group of an observer-worker's
 // Metrics is obs-metrics.
