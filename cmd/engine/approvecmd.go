@@ -9,10 +9,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
-	"github.com/noeta-go/noeta/guards"
 )
 
 // submit and approve: the verbs that hand work to whatever runs the tasks
@@ -59,7 +59,7 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 	if err != nil {
 		return err
 	}
-	tf, script, err := loadTask(ctx, taskPath, gov, configPath)
+	tf, script, err := loadTask(ctx, taskPath, gov.Governance, configPath)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 		return failErr(err)
 	}
 	defer st.Close()
-	eng, err := st.engine(gov, "", queue)
+	eng, err := st.engine(gov.Governance, "", queue)
 	if err != nil {
 		return failErr(err)
 	}
@@ -194,7 +194,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		}
 		return approveViaIngress(ctx, g, task, handle, decision, verb, who, reason)
 	}
-	var gov *guards.Config
+	var gov *config.File
 	var workspace, configPath string
 	if embedded || o.config != "" {
 		if gov, configPath, err = governance(ctx, o.config); err != nil {
@@ -203,7 +203,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	} else {
 		// Answering needs no governance: the serve process that runs the
 		// task governs it.
-		if gov, err = guards.ParseConfig(nil); err != nil {
+		if gov, err = config.Parse("", nil); err != nil {
 			return failErr(err)
 		}
 	}
@@ -229,7 +229,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	case !known:
 		return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, g.where(data)))
 	}
-	eng, err := st.engine(gov, workspace, ds.Queue)
+	eng, err := st.engine(gov.Governance, workspace, ds.Queue)
 	if err != nil {
 		return failErr(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/examples"
 	"github.com/noeta-go/noeta/guards"
@@ -118,7 +119,7 @@ func runDemo(ctx context.Context, g *globals) error {
 		if ctx.Err() != nil {
 			break
 		}
-		r, err := runExample(ctx, g, st, tmp, name, gov)
+		r, err := runExample(ctx, g, st, tmp, name, gov.Governance)
 		if err != nil {
 			return failErr(fmt.Errorf("%s: %w", name, err))
 		}
@@ -150,7 +151,7 @@ func runDemo(ctx context.Context, g *globals) error {
 	return nil
 }
 
-func readExampleConfig() (*guards.Config, error) {
+func readExampleConfig() (*config.File, error) {
 	data, err := fs.ReadFile(examples.FS, "noeta.yaml")
 	if err != nil {
 		return nil, err

@@ -66,7 +66,7 @@ func newDeployment(t *testing.T, url, prefix string, replicas int, ttl time.Dura
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := st.engine(gov, "", "")
+	eng, err := st.engine(gov.Governance, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

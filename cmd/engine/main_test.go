@@ -475,7 +475,7 @@ func TestStackCloseIsQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := st.engine(gov, workspace(t), "")
+	eng, err := st.engine(gov.Governance, workspace(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}

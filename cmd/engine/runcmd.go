@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/internal/boundedio"
@@ -98,7 +99,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if err != nil {
 		return err
 	}
-	tf, script, err := loadTask(ctx, taskPath, gov, configPath)
+	tf, script, err := loadTask(ctx, taskPath, gov.Governance, configPath)
 	if err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if err := st.startObservers(observeConfig{gov: gov, configPath: configPath, workspace: workspace, hooks: true, audit: true, stdout: g.stdout, verb: "run"}); err != nil {
 		return err
 	}
-	eng, err := st.engine(gov, workspace, "")
+	eng, err := st.engine(gov.Governance, workspace, "")
 	if err != nil {
 		return failErr(err)
 	}
@@ -153,7 +154,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 
 // governance loads the governance config at path, or noeta.yaml in the
 // working directory when path is empty; it returns the path it read.
-func governance(ctx context.Context, path string) (*guards.Config, string, error) {
+func governance(ctx context.Context, path string) (*config.File, string, error) {
 	if path == "" {
 		if _, err := os.Stat(defaultConfig); err != nil {
 			return nil, "", usageErr("no governance config: pass --config FILE (there is no %s in the working directory)", defaultConfig)

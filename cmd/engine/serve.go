@@ -231,7 +231,7 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	if err := st.startObservers(observeConfig{gov: gov, configPath: configPath, workspace: workspace, hooks: o.hooks, audit: o.audit, stdout: g.stdout}); err != nil {
 		return err
 	}
-	eng, err := st.engineAs(gov, workspace, o.queue, actor)
+	eng, err := st.engineAs(gov.Governance, workspace, o.queue, actor)
 	if err != nil {
 		return failErr(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
@@ -370,7 +371,7 @@ func (s *stack) inspect(ctx context.Context, task string) (eventlog.DispatchStat
 // observeConfig says which of the config's observers a verb that runs tasks
 // runs in process.
 type observeConfig struct {
-	gov        *guards.Config
+	gov        *config.File
 	configPath string // names the file in errors
 	workspace  string // the hooks' working directory
 	// hooks runs the hooks: section and audit the observers.audit section
@@ -394,7 +395,7 @@ const observerCloseWait = 10 * time.Second
 // config: exit 2, naming the file, line and field.
 func (s *stack) startObservers(cfg observeConfig) error {
 	var obs []observers.Observer
-	if ac := cfg.gov.Observers().Audit; cfg.audit && ac != nil {
+	if ac := cfg.gov.Observers.Audit; cfg.audit && ac != nil {
 		if ac.Stdout && cfg.verb != "" {
 			return usageErr("%s", configErrors(cfg.configPath, cfg.gov.ErrorAt("observers.audit.stdout",
 				fmt.Sprintf("engine %s prints its own output on stdout, which the audit records would be mixed into; write them to a file or a subject", cfg.verb))))
@@ -408,7 +409,7 @@ func (s *stack) startObservers(cfg observeConfig) error {
 		s.audit = a
 		obs = append(obs, a)
 	}
-	if hc := cfg.gov.Hooks(); cfg.hooks && (len(hc.PostToolUse) > 0 || len(hc.Notification) > 0) {
+	if hc := cfg.gov.Hooks; cfg.hooks && !hc.Empty() {
 		h, err := observers.NewHooksFromConfig(hc, observers.HooksObserverConfig{Workspace: cfg.workspace, Logger: s.logger})
 		if err != nil {
 			return usageErr("%s", configErrors(cfg.configPath, cfg.gov.ErrorAt("hooks", err.Error())))
