@@ -41,6 +41,9 @@ func TestCheckTools(t *testing.T) {
 			[]string{`guards[0].rules[0].match_tool: "bash" matches no tool`}},
 		{"a hook matching no tool", "hooks:\n  post_tool_use:\n    - {match_tool: shel, command: [\"true\"]}\n",
 			[]string{`hooks.post_tool_use[0].match_tool: "shel" matches no tool`}},
+		{"a hook's class matching some", "hooks:\n  post_tool_use:\n    - {match_tool: \"[rw]*_file\", command: [\"true\"]}\n", nil},
+		{"a hook's class matching no tool", "hooks:\n  post_tool_use:\n    - {match_tool: \"[xyz]*\", command: [\"true\"]}\n",
+			[]string{`hooks.post_tool_use[0].match_tool: "[xyz]*" matches no tool (the tools: echo, read_file, shell, sleep, write_file) (line 3)`}},
 		{"a glob in tools is a name", "agents:\n  a:\n    tools: [\"*\"]\n",
 			[]string{`agents.a.tools[0]: unknown tool "*"`}},
 	} {

@@ -73,18 +73,25 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("", []byte(tt.yaml))
-			if err == nil {
-				t.Fatalf("no error")
+			f, err := Parse("noeta.yaml", []byte(tt.yaml))
+			if err == nil || f != nil {
+				t.Fatalf("no error, or a File with the error")
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("got\n%v\nwant it to contain %q", err, w)
 				}
 			}
-			var ce *Error
-			if !errors.As(err, &ce) {
-				t.Errorf("%T is not a *Error", err)
+			// Every error, the decoder's and guards.NewConfig's alike, is
+			// an *Error naming the file.
+			list := []error{err}
+			if j, ok := err.(interface{ Unwrap() []error }); ok {
+				list = j.Unwrap()
+			}
+			for _, e := range list {
+				if ce, ok := e.(*Error); !ok || ce.File != "noeta.yaml" {
+					t.Errorf("%T %v is not an *Error naming noeta.yaml", e, e)
+				}
 			}
 		})
 	}

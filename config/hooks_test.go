@@ -172,11 +172,17 @@ func TestHooksValidate(t *testing.T) {
 	if err := (Hooks{}).Validate(); err != nil {
 		t.Errorf("empty config: %v", err)
 	}
+	if ok.Empty() || !(Hooks{}).Empty() || !(Hooks{PostToolUse: []ToolHook{}}).Empty() {
+		t.Errorf("Empty is wrong")
+	}
 	bad := Hooks{
 		PostToolUse:  []ToolHook{{Command: []string{"./n"}, Timeout: -time.Second}},
 		Notification: []NotificationHook{{On: "approve", Timeout: 2 * time.Hour}},
 	}
 	err := bad.Validate()
+	if ce, ok := errors.AsType[*Error](err); !ok || ce.Line != 0 || ce.File != "" {
+		t.Errorf("%v: want *Errors without a file or line (Go values)", err)
+	}
 	for _, want := range []string{
 		"hooks.post_tool_use[0].match_tool: required",
 		"hooks.post_tool_use[0].timeout_seconds: must be > 0",
