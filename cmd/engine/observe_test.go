@@ -180,6 +180,10 @@ func TestBadObserversConfig(t *testing.T) {
 		{"two sinks", "observers:\n  audit: {file: a.jsonl, stdout: true}\n", `:%d: observers.audit: needs exactly one sink, has file and stdout`},
 		{"unknown sink", "observers:\n  audit:\n    kafka: x\n", `:%d: observers.audit.kafka: unknown key`},
 		{"unopenable file", "observers:\n  audit:\n    file: " + filepath.Join(notADir, "audit.jsonl") + "\n", `:%d: observers.audit.file: `},
+		// Decoded, but not run by engine yet: refused rather than ignored.
+		{"metrics", "observers:\n  metrics: {listen: \":9464\"}\n", `:%d: observers.metrics: engine does not run this observer in process yet`},
+		{"trace", "observers:\n  trace: {otlp_endpoint: \"localhost:4317\"}\n", `:%d: observers.trace: engine does not run`},
+		{"fanout", "observers:\n  fanout: {}\n", `:%d: observers.fanout: engine does not run`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -395,6 +395,16 @@ const observerCloseWait = 10 * time.Second
 // config: exit 2, naming the file, line and field.
 func (s *stack) startObservers(cfg observeConfig) error {
 	var obs []observers.Observer
+	// Decoded by package config, not run here yet: refused, never ignored.
+	o := cfg.gov.Observers
+	for _, s := range []struct {
+		name string
+		set  bool
+	}{{"metrics", o.Metrics != nil}, {"trace", o.Trace != nil}, {"fanout", o.Fanout != nil}} {
+		if s.set {
+			return usageErr("%s", configErrors(cfg.configPath, cfg.gov.ErrorAt("observers."+s.name, "engine does not run this observer in process yet; run it with observer-worker, and remove it here")))
+		}
+	}
 	if ac := cfg.gov.Observers.Audit; cfg.audit && ac != nil {
 		if ac.Stdout && cfg.verb != "" {
 			return usageErr("%s", configErrors(cfg.configPath, cfg.gov.ErrorAt("observers.audit.stdout",
