@@ -9,7 +9,7 @@ import (
 	"github.com/noeta-go/noeta/guards"
 )
 
-func TestParseConfigErrors(t *testing.T) {
+func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		yaml string
@@ -115,7 +115,7 @@ func aliasBomb() string {
 	return b.String()
 }
 
-func TestParseConfigReportsEveryError(t *testing.T) {
+func TestParseReportsEveryError(t *testing.T) {
 	_, err := Parse("", []byte(`
 agents:
   a:
@@ -141,7 +141,7 @@ rules:
 	}
 }
 
-func TestParseConfigYAMLFeatures(t *testing.T) {
+func TestParseYAMLFeatures(t *testing.T) {
 	f, err := Parse("", []byte(`
 agents:
   base: &base

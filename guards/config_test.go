@@ -201,7 +201,7 @@ func TestAgentStackErrors(t *testing.T) {
 	}
 }
 
-func TestParseConfigEmpty(t *testing.T) {
+func TestConfigFromEmptyYAML(t *testing.T) {
 	for _, doc := range []string{"", "\n", "# nothing\n", "~\n", "agents:\nrules:\nguards:\n"} {
 		cfg, err := parseConfig([]byte(doc))
 		if err != nil {
