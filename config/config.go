@@ -133,7 +133,9 @@ func (f *File) ErrorAt(path, msg string) *Error {
 // never run its hook.
 func (f *File) CheckTools(known []string) error {
 	errs := &errorList{file: f.Path, pos: f.pos}
-	errs.addChecked(f.Governance.CheckTools(known))
+	if f.Governance != nil { // nil only in a File built by hand
+		errs.addChecked(f.Governance.CheckTools(known))
+	}
 	for i, h := range f.Hooks.PostToolUse {
 		if h.MatchTool == "" {
 			continue // refused by Validate

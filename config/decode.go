@@ -21,9 +21,10 @@ func safeUnmarshal(data []byte, root *yaml.Node) (err error) {
 	return yaml.Unmarshal(data, root)
 }
 
-// MaxSize is the largest noeta.yaml parsed: 1 MiB. The YAML parser builds the whole
-// node tree before the limits below are looked at, so the size is what bounds
-// its memory (measured: under 160 MB at 1 MiB for the worst shapes).
+// MaxSize is the largest noeta.yaml parsed: 1 MiB, and what the binaries
+// allow the file to be. The YAML parser builds the whole node tree before the
+// limits below are looked at, so the size is what bounds its memory
+// (measured: under 160 MB at 1 MiB for the worst shapes).
 const MaxSize = 1 << 20
 
 // Limits on what a config document may make the decoder do: aliases can make a
