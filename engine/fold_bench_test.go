@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/tools"
@@ -74,10 +75,11 @@ rules:
 // and 10,000 records in its history. Past the first hundred records (when the
 // recent-calls window is full) the cost should not grow.
 func BenchmarkGuardCheck(b *testing.B) {
-	gov, err := guards.ParseConfig([]byte(benchGovernance))
+	cf, err := config.Parse("", []byte(benchGovernance))
 	if err != nil {
 		b.Fatal(err)
 	}
+	gov := cf.Governance
 	builtins, err := tools.Builtins(tools.BuiltinConfig{})
 	if err != nil {
 		b.Fatal(err)

@@ -16,12 +16,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 	"github.com/noeta-go/noeta/eventlog/memlog"
-	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/policy"
 	"github.com/noeta-go/noeta/tools"
@@ -125,9 +125,9 @@ type segmentResult struct {
 	err error
 }
 
-func newHarness(t testing.TB, b backend, config string, edit ...func(*engine.Config)) *harness {
+func newHarness(t testing.TB, b backend, doc string, edit ...func(*engine.Config)) *harness {
 	t.Helper()
-	gov, err := guards.ParseConfig([]byte(config))
+	cf, err := config.Parse("", []byte(doc))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
@@ -144,7 +144,7 @@ func newHarness(t testing.TB, b backend, config string, edit ...func(*engine.Con
 		t.Fatal(err)
 	}
 	cfg := engine.Config{
-		Log: b.log, Dispatcher: b.disp, Content: b.content, Governance: gov, Tools: reg,
+		Log: b.log, Dispatcher: b.disp, Content: b.content, Governance: cf.Governance, Tools: reg,
 		Policies:  engine.ScriptedPolicies(b.content, policy.ParseScripted),
 		Workspace: ws, Actor: "engine-test", LeaseTTL: b.ttl,
 	}

@@ -50,7 +50,7 @@ rules:
 
 func benchSetup(b *testing.B, withRules bool) (*Stack, *Context) {
 	b.Helper()
-	cfg, err := ParseConfig([]byte(benchConfig))
+	cfg, err := parseConfig([]byte(benchConfig))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func BenchmarkStack(b *testing.B) {
 	b.Run("denied-by-permission", func(b *testing.B) { benchCheck(b, full, c, deniedByPermission, noeta.VerdictDeny) })
 	b.Run("denied-by-rule", func(b *testing.B) { benchCheck(b, full, c, deniedByRule, noeta.VerdictDeny) })
 	b.Run("allowed-plus-go-guard", func(b *testing.B) {
-		cfg, err := ParseConfig([]byte(benchConfig))
+		cfg, err := parseConfig([]byte(benchConfig))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -123,7 +123,7 @@ func BenchmarkStack(b *testing.B) {
 // allowed call: two regex and two CEL rules evaluated, six skipped by their
 // tool pattern.
 func BenchmarkRulesLayer(b *testing.B) {
-	cfg, err := ParseConfig([]byte(benchConfig))
+	cfg, err := parseConfig([]byte(benchConfig))
 	if err != nil {
 		b.Fatal(err)
 	}

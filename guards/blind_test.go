@@ -107,7 +107,7 @@ func TestRulesCannotBeBlinded(t *testing.T) {
 // the config loader and the default stack: the call with 70,000 spaces before
 // "; rm -rf X" is denied by the rules guard, naming the cap.
 func TestRulesBlindedThroughConfig(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`
+	cfg, err := parseConfig([]byte(`
 agents:
   ops: {tools: [shell], permission_mode: bypassPermissions}
 rules:

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/noeta-go/noeta/internal/glob"
 )
 
 // AgentConfig is the governance of one agent: the agents.<name> entry of
@@ -35,21 +37,15 @@ type RuleSet struct {
 // Config is the governance config of a process: each agent's budget,
 // permissions and repetition policy, and the rules and named rule sets that
 // apply to every agent. It is validated, and its rules compiled, when it is
-// made ([ParseConfig], [NewConfig]); it is immutable and safe for concurrent
-// use.
+// made ([NewConfig]; package config decodes noeta.yaml into one); it is
+// immutable and safe for concurrent use.
 type Config struct {
 	agents map[string]AgentConfig
-	rules  *Rules      // nil: no process-wide rules
-	sets   []*Rules    // named rule sets, in config order
-	hooks  HooksConfig // hooks:, validated, default timeouts filled in
-	// observers is the observers: section, validated.
-	observers ObserversConfig
+	rules  *Rules   // nil: no process-wide rules
+	sets   []*Rules // named rule sets, in config order
 	// ruleTools is the match_tool of every rule, with its path, for
 	// CheckTools.
 	ruleTools []toolRef
-	// pos is the line and column of each path of the file it was parsed
-	// from (nil for NewConfig), for CheckTools' errors.
-	pos map[string][2]int
 }
 
 // toolRef is a tool name or pattern of the config and where it is.
@@ -140,15 +136,15 @@ func clonePtr[T any](p *T) *T {
 }
 
 // CheckTools reports every tool the config names that is not one of known
-// (the tool registry's names), each as a [*ConfigError] with its path and,
-// for a parsed config, its line; nil when there is none. Exact names are
-// checked in each agent's tools, allowed_tools, denied_tools and
-// require_approval_tools; a match_tool pattern (rules, named rule sets,
-// post_tool_use hooks) must match at least one known tool. Either mistake
-// would otherwise surface only when a task of the agent runs — or never: a
-// misspelt denied tool or deny rule denies nothing.
+// (the tool registry's names), each as a [*ConfigError] with its path; nil
+// when there is none. Exact names are checked in each agent's tools,
+// allowed_tools, denied_tools and require_approval_tools; a match_tool
+// pattern (rules, named rule sets) must match at least one known tool.
+// Either mistake would otherwise surface only when a task of the agent runs
+// — or never: a misspelt denied tool or deny rule denies nothing. Package
+// config's File.CheckTools adds the lines, and the hooks' patterns.
 func (c *Config) CheckTools(known []string) error {
-	errs := configErrors{pos: c.pos}
+	var errs configErrors
 	isKnown := func(t string) bool { return slices.Contains(known, t) }
 	exact := func(path string, list []string) {
 		for i, t := range list {
@@ -166,16 +162,12 @@ func (c *Config) CheckTools(known []string) error {
 		exact(join(pp, "denied_tools"), a.Permissions.DeniedTools)
 		exact(join(pp, "require_approval_tools"), a.Permissions.RequireApprovalTools)
 	}
-	refs := slices.Clone(c.ruleTools)
-	for i, h := range c.hooks.PostToolUse {
-		refs = append(refs, toolRef{join(index(join("hooks", "post_tool_use"), i), "match_tool"), h.MatchTool})
-	}
-	for _, r := range refs {
+	for _, r := range c.ruleTools {
 		if r.name == "" {
 			continue // reported when the config was built
 		}
-		g := compileGlob(r.name)
-		if !slices.ContainsFunc(known, g.match) {
+		g := glob.Compile(r.name)
+		if !slices.ContainsFunc(known, g.Match) {
 			errs.addf(r.path, "%q matches no tool (the tools: %s)", r.name, strings.Join(known, ", "))
 		}
 	}

@@ -31,7 +31,9 @@
 // # The default stack
 //
 // [Config.AgentStack] builds an agent's stack from the governance config
-// (noeta.yaml): [Budget] (priority 10), [Permission] (20), [Repetition] (30,
+// (the agents:, rules: and guards: of noeta.yaml, which package config
+// decodes; this package only holds the Go values and checks them with
+// [NewConfig]): [Budget] (priority 10), [Permission] (20), [Repetition] (30,
 // only when its threshold is above 0), the process-wide [Rules] (100, only when
 // rules are configured), the named rule sets of the config, then the Go guards
 // the caller passes. User guards — rule sets and Go guards — may not take a

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/internal/glob"
 )
 
 // MatchStringCap is the longest argument string, in characters, that
@@ -165,7 +166,7 @@ func (r *Rules) Check(_ context.Context, a noeta.ProposedAction, c *Context) (no
 	defer ev.release()
 	for i := range r.rules {
 		cr := &r.rules[i]
-		if !cr.glob.match(call.Tool) {
+		if !cr.glob.Match(call.Tool) {
 			continue
 		}
 		res, why, err := cr.eval(&ev)
@@ -220,7 +221,7 @@ func both(a ruleOutcome, aWhy string, b ruleOutcome, bWhy string) (ruleOutcome, 
 type compiledRule struct {
 	path      string // rules[3], guards[0].rules[1]: where the rule was written
 	matchTool string
-	glob      glob
+	glob      glob.Pattern
 	verdict   noeta.VerdictResult
 
 	allow bool // the action is ALLOW: a rule that cannot judge does not match
@@ -252,7 +253,7 @@ func compileRules(rules []Rule, path string, errs *configErrors) []compiledRule 
 		if r.MatchTool == "" {
 			fail("match_tool", "required")
 		}
-		cr.glob = compileGlob(r.MatchTool)
+		cr.glob = glob.Compile(r.MatchTool)
 		switch r.Action {
 		case noeta.VerdictAllow, noeta.VerdictDeny, noeta.VerdictRequireApproval:
 			reason := r.Reason

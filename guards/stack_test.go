@@ -424,7 +424,7 @@ func TestContextIsACopy(t *testing.T) {
 
 // TestStackConcurrent runs one stack from many goroutines, for -race.
 func TestStackConcurrent(t *testing.T) {
-	cfg, err := ParseConfig([]byte(benchConfig))
+	cfg, err := parseConfig([]byte(benchConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +459,7 @@ func TestStackConcurrent(t *testing.T) {
 // stack with rules for an action no rule looks at, and of match_arg rules
 // (equals, contains, regex) at zero allocations. Only CEL rules allocate.
 func TestAllowPathDoesNotAllocate(t *testing.T) {
-	cfg, err := ParseConfig([]byte(benchConfig))
+	cfg, err := parseConfig([]byte(benchConfig))
 	if err != nil {
 		t.Fatal(err)
 	}

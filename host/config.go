@@ -3,22 +3,14 @@ package host
 import (
 	"errors"
 	"fmt"
-
-	"github.com/noeta-go/noeta/guards"
 )
 
 // ErrBadConfig marks a governance config that cannot run: the message names
 // the file, the line and the field.
 var ErrBadConfig = errors.New("host: bad config")
 
-// Config is noeta.yaml, decoded.
-type Config struct {
-	Path       string
-	Governance *guards.Config
-}
-
 // configError is a mistake in the config found when the host built what
-// it asks for, naming its field and line.
+// it asks for: FILE:LINE: field: message.
 type configError struct{ msg string }
 
 func (e *configError) Error() string        { return e.msg }
@@ -26,10 +18,13 @@ func (e *configError) Is(target error) bool { return target == ErrBadConfig }
 
 func (h *Host) configErr(field, msg string) error {
 	c := h.opts.Config
-	ce := c.Governance.ErrorAt(field, msg)
+	ce := c.ErrorAt(field, msg)
 	loc := c.Path
-	if ce.Line > 0 {
-		loc = fmt.Sprintf("%s:%d", c.Path, ce.Line)
+	if loc == "" {
+		loc = "config"
 	}
-	return &configError{fmt.Sprintf("%s: %s: %s", loc, field, msg)}
+	if ce.Line > 0 {
+		loc = fmt.Sprintf("%s:%d", loc, ce.Line)
+	}
+	return &configError{fmt.Sprintf("%s: %s: %s", loc, ce.Path, ce.Msg)}
 }

@@ -112,6 +112,9 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 	}()
 	if o.Config != nil {
 		h.gov = o.Config.Governance
+		if h.gov == nil && o.Workers > 0 {
+			return nil, badOption("the config has no governance (config.File.Governance)")
+		}
 	}
 	if h.gov == nil {
 		if h.gov, err = guards.NewConfig(nil, nil, nil); err != nil {

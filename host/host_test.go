@@ -9,23 +9,19 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
-	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/policy"
 )
 
 // exampleConfig is examples/noeta.yaml.
-func exampleConfig(t *testing.T) *Config {
+func exampleConfig(t *testing.T) *config.File {
 	t.Helper()
-	data, err := os.ReadFile("../examples/noeta.yaml")
+	cfg, err := config.Load(t.Context(), "../examples/noeta.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gov, err := guards.ParseConfig(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &Config{Path: "../examples/noeta.yaml", Governance: gov}
+	return cfg
 }
 
 // task parses a task file.

@@ -2,8 +2,11 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -12,7 +15,8 @@ import (
 )
 
 // observerCloseWait bounds the observers' part of Close: the records still
-// queued, the audit flush, the hooks still queued or running.
+// queued, the audit flush, the spans still to export, the hooks still
+// queued or running.
 const observerCloseWait = 10 * time.Second
 
 // observerSet is what a host that runs tasks runs in process over the
@@ -23,26 +27,33 @@ type observerSet struct {
 	audit   *observers.Audit
 	hooks   *observers.Hooks
 	metrics *telemetry.Metrics
+	trace   *telemetry.Trace
+	fanout  *observers.Fanout
+	// servers are the listeners of observers.metrics.listen and
+	// observers.fanout.listen.
+	servers []*http.Server
 }
 
 // startObservers builds the config's observers and the caller's and feeds
 // them from the log's Subscriber; it runs before the pool starts, so they
 // see every record this process commits. An observer the config asks for
-// that cannot be built is bad config, naming the file, line and field.
-func (h *Host) startObservers(_ context.Context) (_ *observerSet, err error) {
+// that cannot be built, or that nothing in this process would run, is bad
+// config, naming the file, line and field.
+func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 	o := h.opts
+	cfg := o.Config
+	oc := cfg.Observers
 	s := &observerSet{}
 	defer func() {
 		if err != nil {
 			s.close(h.logger)
 		}
 	}()
-	var obs []observers.Observer
-	gov := o.Config.Governance
 	if err := h.checkSkipped(); err != nil {
 		return nil, err
 	}
-	if ac := gov.Observers().Audit; ac != nil && !o.Skip.Audit {
+	var obs []observers.Observer
+	if ac := oc.Audit; ac != nil && !o.Skip.Audit {
 		if ac.Stdout && o.Verb != "" {
 			return nil, h.configErr("observers.audit.stdout",
 				fmt.Sprintf("engine %s prints its own output on stdout, which the audit records would be mixed into; write them to a file or a subject", o.Verb))
@@ -60,7 +71,7 @@ func (h *Host) startObservers(_ context.Context) (_ *observerSet, err error) {
 		s.audit = a
 		obs = append(obs, a)
 	}
-	if hc := gov.Hooks(); !o.Skip.Hooks && (len(hc.PostToolUse) > 0 || len(hc.Notification) > 0) {
+	if hc := cfg.Hooks; !o.Skip.Hooks && !hc.Empty() {
 		hk, err := observers.NewHooksFromConfig(hc, observers.HooksObserverConfig{Workspace: o.Workspace, Logger: h.logger})
 		if err != nil {
 			return nil, h.configErr("hooks", err.Error())
@@ -68,13 +79,47 @@ func (h *Host) startObservers(_ context.Context) (_ *observerSet, err error) {
 		s.hooks = hk
 		obs = append(obs, hk)
 	}
-	if o.Metrics && !o.Skip.Metrics {
+	if (oc.Metrics != nil || o.ServesHTTP) && !o.Skip.Metrics {
 		m, err := telemetry.NewMetrics(telemetry.MetricsConfig{Registry: h.reg, Logger: h.logger})
 		if err != nil {
 			return nil, err
 		}
 		s.metrics = m
 		obs = append(obs, m)
+		if oc.Metrics != nil {
+			if err := s.listen(h, "observers.metrics.listen", oc.Metrics.Listen, h.metricsHandler()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if tc := oc.Trace; tc != nil && !o.Skip.Trace {
+		exp, err := telemetry.NewOTLPExporter(ctx, telemetry.OTLPConfig{Protocol: tc.Protocol, Endpoint: tc.Endpoint, Insecure: tc.Insecure})
+		if err != nil {
+			return nil, h.configErr("observers.trace", err.Error())
+		}
+		t, err := telemetry.NewTrace(telemetry.TraceConfig{Exporter: exp, Log: h.log, Logger: h.logger})
+		if err != nil {
+			_ = exp.Shutdown(ctx)
+			return nil, h.configErr("observers.trace", err.Error())
+		}
+		s.trace = t
+		obs = append(obs, t)
+	}
+	if fc := oc.Fanout; fc != nil && !o.Skip.Fanout {
+		if fc.Listen == "" && !o.ServesHTTP {
+			what := "this process"
+			if o.Verb != "" {
+				what = "engine " + o.Verb
+			}
+			return nil, h.configErr("observers.fanout", what+" serves no HTTP for its live stream: give it a listener of its own (listen: HOST:PORT), or run it in engine serve --http")
+		}
+		s.fanout = observers.NewFanout(observers.FanoutConfig{Logger: h.logger})
+		obs = append(obs, s.fanout)
+		if fc.Listen != "" {
+			if err := s.listen(h, "observers.fanout.listen", fc.Listen, s.fanout.SSEHandler(h.log)); err != nil {
+				return nil, err
+			}
+		}
 	}
 	obs = append(obs, o.Observers...)
 	if len(obs) > 0 {
@@ -86,6 +131,50 @@ func (h *Host) startObservers(_ context.Context) (_ *observerSet, err error) {
 	return s, nil
 }
 
+// listen serves handler on addr until the set closes; a listener that
+// cannot be had is bad config naming field.
+func (s *observerSet) listen(h *Host, field, addr string, handler http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return h.configErr(field, err.Error())
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	s.servers = append(s.servers, srv)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			h.logger.Error("http listener stopped", "field", field, "addr", addr, "err", err)
+		}
+	}()
+	h.logger.Info("http listening", "field", field, "addr", ln.Addr().String())
+	return nil
+}
+
+// checkSkipped refuses to leave a configured observer to other processes on
+// the embedded default, where none can connect: it would silently never
+// run.
+func (h *Host) checkSkipped() error {
+	o := h.opts
+	if !o.embedded() {
+		return nil
+	}
+	oc := o.Config.Observers
+	for _, c := range []struct {
+		skip, set bool
+		field     string
+	}{
+		{o.Skip.Hooks, !o.Config.Hooks.Empty(), "hooks"},
+		{o.Skip.Audit, oc.Audit != nil, "observers.audit"},
+		{o.Skip.Metrics, oc.Metrics != nil, "observers.metrics"},
+		{o.Skip.Trace, oc.Trace != nil, "observers.trace"},
+		{o.Skip.Fanout, oc.Fanout != nil, "observers.fanout"},
+	} {
+		if c.skip && c.set {
+			return h.configErr(c.field, "configured, but nothing would run it: this process was told to leave it to observer-workers, and none can connect to the embedded server; run it here or use a NATS cluster (--nats)")
+		}
+	}
+	return nil
+}
+
 // Stats are the in-process observers' counters, by observer name.
 func (h *Host) Stats() map[string]observers.ObserverStats {
 	if h.obs == nil || h.obs.inproc == nil {
@@ -94,11 +183,15 @@ func (h *Host) Stats() map[string]observers.ObserverStats {
 	return h.obs.inproc.Stats()
 }
 
-// close stops the in-process observers, in order: the feed (which hands on
-// what is queued), the audit sink, the hooks, the metrics.
+// close stops the in-process observers, in order: the listeners, the feed
+// (which hands on what is queued), the audit sink, the spans, the hooks,
+// the metrics.
 func (s *observerSet) close(logger *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), observerCloseWait)
 	defer cancel()
+	for _, srv := range s.servers {
+		_ = srv.Shutdown(ctx)
+	}
 	if s.inproc != nil {
 		if err := s.inproc.Close(ctx); err != nil {
 			logger.Warn("observers: records still queued at shutdown were not handled", "err", err)
@@ -114,6 +207,14 @@ func (s *observerSet) close(logger *slog.Logger) {
 			logger.Error("audit: closing the sink failed; the last records may not be durable", "err", err)
 		}
 	}
+	if s.fanout != nil {
+		_ = s.fanout.Close()
+	}
+	if s.trace != nil {
+		if err := s.trace.Shutdown(ctx); err != nil {
+			logger.Warn("trace: the last spans were not exported", "err", err)
+		}
+	}
 	if s.hooks != nil {
 		if err := s.hooks.Close(ctx); err != nil {
 			logger.Warn("hooks: stopped before every queued hook ran", "err", err)
@@ -122,28 +223,4 @@ func (s *observerSet) close(logger *slog.Logger) {
 	if s.metrics != nil {
 		_ = s.metrics.Shutdown(ctx)
 	}
-}
-
-// checkSkipped refuses to leave a configured observer to other processes on
-// the embedded default, where none can connect: it would silently never
-// run.
-func (h *Host) checkSkipped() error {
-	o := h.opts
-	if !o.embedded() {
-		return nil
-	}
-	gov := o.Config.Governance
-	hc := gov.Hooks()
-	for _, c := range []struct {
-		skip, set bool
-		field     string
-	}{
-		{o.Skip.Hooks, len(hc.PostToolUse) > 0 || len(hc.Notification) > 0, "hooks"},
-		{o.Skip.Audit, gov.Observers().Audit != nil, "observers.audit"},
-	} {
-		if c.skip && c.set {
-			return h.configErr(c.field, "configured, but nothing would run it: this process was told to leave it to observer-workers, and none can connect to the embedded server; run it here or use a NATS cluster (--nats)")
-		}
-	}
-	return nil
 }

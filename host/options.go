@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/guards"
@@ -73,7 +74,7 @@ type Options struct {
 	// Config is the governance config: the agents, rules and rule sets,
 	// the hooks and the observers: section. Required to run or submit
 	// tasks; a read-only host needs none.
-	Config *Config
+	Config *config.File
 
 	// Guards are added to every agent's guard stack, beside the config's.
 	Guards []guards.Guard
@@ -106,9 +107,11 @@ type Options struct {
 	// lock ("host").
 	Name string
 
-	// Metrics runs the metrics observer for [Host.Handler]'s /metrics
-	// even without an observers.metrics section (serve --http).
-	Metrics bool
+	// ServesHTTP says the caller serves [Host.Handler] (serve --http): its
+	// /metrics runs the metrics observer even without an observers.metrics
+	// section, and an observers.fanout without a listener of its own is
+	// served there.
+	ServesHTTP bool
 
 	// Skip turns off parts a host that runs tasks would run: where
 	// observer-workers run them instead.

@@ -6,21 +6,15 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
-	"github.com/noeta-go/noeta/guards"
 )
 
 // NewHooksFromConfig is [NewHooks] with the PostToolUse and Notification
-// hooks of a noeta.yaml hooks: section (as package guards parsed it); the
-// rest of cfg (workspace, queue, logger) is the caller's.
-func NewHooksFromConfig(hc guards.HooksConfig, cfg HooksObserverConfig) (*Hooks, error) {
-	cfg.PostToolUse, cfg.Notification = nil, nil
-	for _, h := range hc.PostToolUse {
-		cfg.PostToolUse = append(cfg.PostToolUse, ToolHookSpec{MatchTool: h.MatchTool, Command: h.Command, Timeout: h.Timeout})
-	}
-	for _, h := range hc.Notification {
-		cfg.Notification = append(cfg.Notification, NotificationHookSpec{On: h.On, Command: h.Command, Timeout: h.Timeout})
-	}
+// hooks of a noeta.yaml hooks: section; the rest of cfg (workspace, queue,
+// logger) is the caller's.
+func NewHooksFromConfig(hc config.Hooks, cfg HooksObserverConfig) (*Hooks, error) {
+	cfg.PostToolUse, cfg.Notification = hc.PostToolUse, hc.Notification
 	return NewHooks(cfg)
 }
 
@@ -40,7 +34,7 @@ type AuditDeps struct {
 // NewAuditFromConfig builds the audit observer of an observers.audit
 // section. An error names the field of the sink that failed
 // (observers.audit.file, .stdout or .subject) in field.
-func NewAuditFromConfig(ac guards.AuditSinkConfig, deps AuditDeps) (a *Audit, field string, err error) {
+func NewAuditFromConfig(ac config.Audit, deps AuditDeps) (a *Audit, field string, err error) {
 	var sink AuditSink
 	switch {
 	case ac.File != "" && !ac.Stdout && ac.Subject == "":

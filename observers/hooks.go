@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,18 +20,17 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/internal/glob"
 )
 
 // Defaults and limits of the hooks observer.
 const (
 	DefaultHooksQueueSize = 256
-	DefaultHookTimeout    = 10 * time.Second
 	// HookOutputMax bounds what is kept of a hook's output (stdout and
 	// stderr together) for the log; the rest is read and dropped.
 	HookOutputMax = 4 << 10
-	// HookOnApproval is the one value of NotificationHookSpec.On so far.
-	HookOnApproval = "approval"
 )
 
 const (
@@ -42,37 +42,14 @@ const (
 	hookPipeGrace = time.Second
 )
 
-// ToolHookSpec is a PostToolUse hook: Command runs after every
-// ToolCallFinished whose tool matches MatchTool.
-//
-// MatchTool is a pattern over the whole tool name, case-sensitive: '*'
-// matches any run of characters ('/' and '.' included), '?' exactly one
-// character, and every other character itself. These are the semantics of
-// the rules' match_tool (Python's fnmatchcase) without character classes: a
-// pattern with '[' is refused, rather than read differently.
-type ToolHookSpec struct {
-	MatchTool string
-	// Command is the argv, run directly (never through a shell); a relative
-	// program path is relative to the workspace.
-	Command []string
-	// Timeout bounds one run (DefaultHookTimeout if 0); at it the hook's
-	// whole process group is killed.
-	Timeout time.Duration
-}
-
-// NotificationHookSpec is a Notification hook: Command runs on what On names,
-// only HookOnApproval (an ApprovalRequested record) for now.
-type NotificationHookSpec struct {
-	On      string
-	Command []string
-	Timeout time.Duration
-}
-
-// HooksObserverConfig configures [NewHooks]. Package guards parses the
-// hooks: section of noeta.yaml; the binary converts it to these specs.
+// HooksObserverConfig configures [NewHooks]. The hooks are package config's
+// (the hooks: section of noeta.yaml, or built in Go), checked by
+// config.Hooks.Validate. A PostToolUse hook runs after every ToolCallFinished
+// whose tool matches its MatchTool, a glob read exactly as rules' match_tool
+// is; a Notification hook runs on an ApprovalRequested.
 type HooksObserverConfig struct {
-	PostToolUse  []ToolHookSpec
-	Notification []NotificationHookSpec
+	PostToolUse  []config.ToolHook
+	Notification []config.NotificationHook
 	// QueueSize bounds the runs waiting for a worker
 	// (DefaultHooksQueueSize); a run that finds the queue full is dropped
 	// and counted.
@@ -127,8 +104,8 @@ type Hooks struct {
 	cfg    HooksObserverConfig
 	log    *slog.Logger
 	dir    string
-	post   []ToolHookSpec
-	notify []NotificationHookSpec
+	post   []postHook
+	notify []config.NotificationHook
 	base   []string // the environment before the NOETA_ variables
 
 	mu     sync.RWMutex // guards closed against sends on queue
@@ -142,6 +119,12 @@ type Hooks struct {
 
 	queued, ran, failed, timedOut, dropped atomic.Uint64
 	running                                atomic.Int64
+}
+
+// postHook is a PostToolUse hook with its pattern compiled.
+type postHook struct {
+	config.ToolHook
+	match glob.Pattern
 }
 
 type hookRun struct {
@@ -168,32 +151,22 @@ func NewHooks(cfg HooksObserverConfig) (*Hooks, error) {
 		cfg.Logger = slog.Default()
 	}
 	var errs []error
-	post := make([]ToolHookSpec, len(cfg.PostToolUse))
-	for i, s := range cfg.PostToolUse {
-		field := fmt.Sprintf("PostToolUse[%d]", i)
-		switch {
-		case s.MatchTool == "":
-			errs = append(errs, fmt.Errorf("%s.MatchTool is empty (\"*\" matches every tool)", field))
-		case strings.ContainsRune(s.MatchTool, '['):
-			errs = append(errs, fmt.Errorf("%s.MatchTool %q: character classes are not supported; use * and ?", field, s.MatchTool))
-		}
-		errs = append(errs, checkHookCommand(field, s.Command, s.Timeout)...)
-		s.Command = append([]string(nil), s.Command...)
-		if s.Timeout == 0 {
-			s.Timeout = DefaultHookTimeout
-		}
-		post[i] = s
+	if err := (config.Hooks{PostToolUse: cfg.PostToolUse, Notification: cfg.Notification}).Validate(); err != nil {
+		errs = append(errs, err)
 	}
-	notify := make([]NotificationHookSpec, len(cfg.Notification))
-	for i, s := range cfg.Notification {
-		field := fmt.Sprintf("Notification[%d]", i)
-		if s.On != HookOnApproval {
-			errs = append(errs, fmt.Errorf("%s.On is %q; want %q", field, s.On, HookOnApproval))
-		}
-		errs = append(errs, checkHookCommand(field, s.Command, s.Timeout)...)
-		s.Command = append([]string(nil), s.Command...)
+	post := make([]postHook, len(cfg.PostToolUse))
+	for i, s := range cfg.PostToolUse {
+		s.Command = slices.Clone(s.Command)
 		if s.Timeout == 0 {
-			s.Timeout = DefaultHookTimeout
+			s.Timeout = config.DefaultHookTimeout
+		}
+		post[i] = postHook{ToolHook: s, match: glob.Compile(s.MatchTool)}
+	}
+	notify := make([]config.NotificationHook, len(cfg.Notification))
+	for i, s := range cfg.Notification {
+		s.Command = slices.Clone(s.Command)
+		if s.Timeout == 0 {
+			s.Timeout = config.DefaultHookTimeout
 		}
 		notify[i] = s
 	}
@@ -219,20 +192,6 @@ func NewHooks(cfg HooksObserverConfig) (*Hooks, error) {
 		h.wg.Go(h.work)
 	}
 	return h, nil
-}
-
-func checkHookCommand(field string, cmd []string, timeout time.Duration) []error {
-	var errs []error
-	switch {
-	case len(cmd) == 0:
-		errs = append(errs, fmt.Errorf("%s.Command is empty", field))
-	case cmd[0] == "":
-		errs = append(errs, fmt.Errorf("%s.Command[0], the program, is empty", field))
-	}
-	if timeout < 0 {
-		errs = append(errs, fmt.Errorf("%s.Timeout is negative (%v)", field, timeout))
-	}
-	return errs
 }
 
 func hookDir(ws string) (string, error) {
@@ -285,7 +244,7 @@ func (h *Hooks) Observe(_ context.Context, env eventlog.Envelope) error {
 			return fmt.Errorf("observers: hooks: decode %s seq %d of task %s: %w", env.Type, env.Seq, env.Task, err)
 		}
 		for _, s := range h.post {
-			if hookMatch(s.MatchTool, p.Tool) {
+			if s.match.Match(p.Tool) {
 				h.enqueue(hookRun{label: "post_tool_use " + p.Tool, command: s.Command, timeout: s.Timeout, env: env, tool: p.Tool, callID: p.CallID})
 			}
 		}
@@ -298,7 +257,7 @@ func (h *Hooks) Observe(_ context.Context, env eventlog.Envelope) error {
 			return fmt.Errorf("observers: hooks: decode %s seq %d of task %s: %w", env.Type, env.Seq, env.Task, err)
 		}
 		for _, s := range h.notify {
-			if s.On == HookOnApproval {
+			if s.On == config.HookOnApproval {
 				h.enqueue(hookRun{label: "notification approval", command: s.Command, timeout: s.Timeout, env: env, tool: p.Tool, callID: p.CallID, handle: p.Handle})
 			}
 		}
@@ -484,35 +443,4 @@ func (h *Hooks) Close(ctx context.Context) error {
 	h.cancelRun()
 	<-done // bounded: a killed hook is reaped within hookWaitDelay + hookPipeGrace
 	return fmt.Errorf("observers: hooks: gave up waiting for the hooks, killed the running ones and discarded the queued ones: %w", ctx.Err())
-}
-
-// hookMatch reports whether name matches pattern as a whole, case-sensitive:
-// '*' matches any run of characters, '?' one character, anything else
-// itself. Single backtrack over the last star: at most len(pattern) *
-// len(name) steps.
-func hookMatch(pattern, name string) bool {
-	p, n := []rune(pattern), []rune(name)
-	pi, ni := 0, 0
-	starP, starN := -1, -1
-	for pi < len(p) || ni < len(n) {
-		if pi < len(p) {
-			switch c := p[pi]; {
-			case c == '*':
-				starP, starN = pi, ni
-				pi++
-				continue
-			case ni < len(n) && (c == '?' || c == n[ni]):
-				pi++
-				ni++
-				continue
-			}
-		}
-		if starP >= 0 && starN < len(n) {
-			starN++
-			pi, ni = starP+1, starN
-			continue
-		}
-		return false
-	}
-	return true
 }

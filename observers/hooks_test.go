@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
 )
 
@@ -180,7 +181,7 @@ func TestHooksPostToolUse(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "env.sh", envScript)
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []ToolHookSpec{{MatchTool: "ec*", Command: append(cmd, "post")}},
+		PostToolUse: []config.ToolHook{{MatchTool: "ec*", Command: append(cmd, "post")}},
 		Workspace:   ws,
 		Env:         []string{"EXTRA=given"},
 	})
@@ -224,51 +225,23 @@ func TestHooksPostToolUse(t *testing.T) {
 	}
 }
 
-func TestHookMatch(t *testing.T) {
-	for _, tt := range []struct {
-		pattern, name string
-		want          bool
-	}{
-		{"*", "", true},
-		{"*", "read_file", true},
-		{"*", "a/b.c", true},
-		{"echo", "echo", true},
-		{"echo", "Echo", false},
-		{"echo", "echo2", false},
-		{"read_*", "read_file", true},
-		{"read_*", "read_", true},
-		{"read_*", "write_file", false},
-		{"*_file", "write_file", true},
-		{"*_file", "write_files", false},
-		{"?cho", "echo", true},
-		{"?cho", "cho", false},
-		{"?cho", "eecho", false},
-		{"a*b*c", "aXbYbZc", true},
-		{"a*b*c", "aXbYbZ", false},
-		{"**x", "x", true},
-		{"*.*", "mcp/git.log", true},
-		{"é?", "éx", true},
-		{"?", "é", true},
-		{"", "", true},
-		{"", "a", false},
-		{"[ab]", "[ab]", true}, // refused by NewHooks; literal here
-	} {
-		if got := hookMatch(tt.pattern, tt.name); got != tt.want {
-			t.Errorf("hookMatch(%q, %q) = %v, want %v", tt.pattern, tt.name, got, tt.want)
-		}
-	}
-}
-
-// Every hook whose pattern matches runs, in config order, and only those.
+// Every hook whose pattern matches runs, in config order, and only those. The
+// patterns are read by internal/glob, as rules' match_tool is, character
+// classes included.
+//
+// Reproduction (before): the hooks observer had a matcher of its own that
+// knew only '*' and '?', and refused "[rw]*", which rules' match_tool (and
+// CheckTools, for the same hook) read as a class.
 func TestHooksGlobMatching(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "log.sh", `echo "$1 $NOETA_TOOL" >> runs.log`+"\n")
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []ToolHookSpec{
+		PostToolUse: []config.ToolHook{
 			{MatchTool: "*", Command: append(cmd, "all")},
 			{MatchTool: "read_*", Command: append(cmd, "reads")},
 			{MatchTool: "?cho", Command: append(cmd, "echoes")},
 			{MatchTool: "shell", Command: append(cmd, "shell")},
+			{MatchTool: "[rw]*_file", Command: append(cmd, "class")},
 		},
 		Workspace: ws,
 	})
@@ -283,16 +256,16 @@ func TestHooksGlobMatching(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"all read_file", "reads read_file",
+		"all read_file", "reads read_file", "class read_file",
 		"all echo", "echoes echo",
 		"all shell", "shell shell",
-		"all write_file",
+		"all write_file", "class write_file",
 		"all mcp/read_x",
 	}
 	if got := strings.Split(strings.TrimSpace(string(b)), "\n"); !slices.Equal(got, want) {
 		t.Errorf("runs:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if st := h.Stats(); st.Queued != 8 || st.Ran != 8 {
+	if st := h.Stats(); st.Queued != 10 || st.Ran != 10 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -302,7 +275,7 @@ func TestHooksNotificationOnApproval(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "env.sh", envScript)
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		Notification: []NotificationHookSpec{{On: HookOnApproval, Command: append(cmd, "page"), Timeout: 5 * time.Second}},
+		Notification: []config.NotificationHook{{On: config.HookOnApproval, Command: append(cmd, "page"), Timeout: 5 * time.Second}},
 		Workspace:    ws,
 	})
 	hx := newHarness(t)
@@ -337,7 +310,7 @@ func TestHooksTimeoutKillsTheProcessGroup(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "hang.sh", "echo $$ > pgid\nsleep 30 &\nsleep 30\nwait\n")
 	h, logs := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []ToolHookSpec{{MatchTool: "*", Command: cmd, Timeout: 300 * time.Millisecond}},
+		PostToolUse: []config.ToolHook{{MatchTool: "*", Command: cmd, Timeout: 300 * time.Millisecond}},
 		Workspace:   ws,
 	})
 	start := time.Now()
@@ -363,7 +336,7 @@ func TestHooksFailureAndOutput(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "fail.sh", "echo $$ > pgid\nsleep 30 &\nhead -c 10000 /dev/zero | tr '\\0' x\necho oops >&2\nexit 3\n")
 	h, logs := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []ToolHookSpec{{MatchTool: "*", Command: cmd}, {MatchTool: "*", Command: []string{"./missing-program"}}},
+		PostToolUse: []config.ToolHook{{MatchTool: "*", Command: cmd}, {MatchTool: "*", Command: []string{"./missing-program"}}},
 		Workspace:   ws,
 	})
 	if err := h.Observe(t.Context(), hookRecord(t, "t1", 3, finished("c1", "echo"))); err != nil {
@@ -392,7 +365,7 @@ func TestHooksFullQueueDrops(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "block.sh", "touch started-$NOETA_SEQ\nwhile [ ! -f release ]; do sleep 0.02; done\n")
 	h, logs := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []ToolHookSpec{{MatchTool: "*", Command: cmd, Timeout: 30 * time.Second}},
+		PostToolUse: []config.ToolHook{{MatchTool: "*", Command: cmd, Timeout: 30 * time.Second}},
 		QueueSize:   1,
 		Workspace:   ws,
 	})
@@ -442,7 +415,7 @@ func TestHooksCloseWaits(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "slow.sh", "sleep 0.3\ntouch done-$NOETA_SEQ\n")
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []ToolHookSpec{{MatchTool: "*", Command: cmd}},
+		PostToolUse: []config.ToolHook{{MatchTool: "*", Command: cmd}},
 		Workspace:   ws,
 	})
 	for seq := uint64(1); seq <= 2; seq++ {
@@ -474,7 +447,7 @@ func TestHooksCloseGivesUp(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "hang.sh", "echo $$ > pgid-$NOETA_SEQ\nsleep 30 &\nsleep 30\n")
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []ToolHookSpec{{MatchTool: "*", Command: cmd, Timeout: time.Minute}},
+		PostToolUse: []config.ToolHook{{MatchTool: "*", Command: cmd, Timeout: time.Minute}},
 		Workspace:   ws,
 	})
 	for seq := uint64(1); seq <= 3; seq++ {
@@ -504,8 +477,8 @@ func TestHooksCloseGivesUp(t *testing.T) {
 
 func TestHooksIgnoresOtherRecords(t *testing.T) {
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		PostToolUse:  []ToolHookSpec{{MatchTool: "*", Command: []string{"/bin/true"}}},
-		Notification: []NotificationHookSpec{{On: HookOnApproval, Command: []string{"/bin/true"}}},
+		PostToolUse:  []config.ToolHook{{MatchTool: "*", Command: []string{"/bin/true"}}},
+		Notification: []config.NotificationHook{{On: config.HookOnApproval, Command: []string{"/bin/true"}}},
 	})
 	for _, p := range []noeta.Payload{
 		noeta.TurnStarted{Turn: 1},
@@ -541,12 +514,12 @@ func TestNewHooksConfig(t *testing.T) {
 		cfg  HooksObserverConfig
 		want string
 	}{
-		{"empty command", HooksObserverConfig{PostToolUse: []ToolHookSpec{{MatchTool: "*"}}}, "PostToolUse[0].Command is empty"},
-		{"empty program", HooksObserverConfig{Notification: []NotificationHookSpec{{On: "approval", Command: []string{""}}}}, "Notification[0].Command[0], the program, is empty"},
-		{"no pattern", HooksObserverConfig{PostToolUse: []ToolHookSpec{{Command: []string{"x"}}}}, `PostToolUse[0].MatchTool is empty ("*" matches every tool)`},
-		{"a class", HooksObserverConfig{PostToolUse: []ToolHookSpec{{MatchTool: "[rw]*", Command: []string{"x"}}}}, `PostToolUse[0].MatchTool "[rw]*": character classes are not supported`},
-		{"negative timeout", HooksObserverConfig{PostToolUse: []ToolHookSpec{{MatchTool: "*", Command: []string{"x"}, Timeout: -1}}}, "PostToolUse[0].Timeout is negative"},
-		{"unknown on", HooksObserverConfig{Notification: []NotificationHookSpec{{On: "suspend", Command: []string{"x"}}}}, `Notification[0].On is "suspend"; want "approval"`},
+		{"empty command", HooksObserverConfig{PostToolUse: []config.ToolHook{{MatchTool: "*"}}}, "hooks.post_tool_use[0].command: required"},
+		{"empty program", HooksObserverConfig{Notification: []config.NotificationHook{{On: "approval", Command: []string{""}}}}, "hooks.notification[0].command[0]: the program must not be empty"},
+		{"no pattern", HooksObserverConfig{PostToolUse: []config.ToolHook{{Command: []string{"x"}}}}, `hooks.post_tool_use[0].match_tool: required: a glob over tool names ("*" for every tool)`},
+		{"negative timeout", HooksObserverConfig{PostToolUse: []config.ToolHook{{MatchTool: "*", Command: []string{"x"}, Timeout: -1}}}, "hooks.post_tool_use[0].timeout_seconds: must be > 0"},
+		{"over an hour", HooksObserverConfig{PostToolUse: []config.ToolHook{{MatchTool: "*", Command: []string{"x"}, Timeout: 2 * time.Hour}}}, "hooks.post_tool_use[0].timeout_seconds: must be at most 3600"},
+		{"unknown on", HooksObserverConfig{Notification: []config.NotificationHook{{On: "suspend", Command: []string{"x"}}}}, `hooks.notification[0].on: must be approval, not "suspend"`},
 		{"bad env", HooksObserverConfig{Env: []string{"NOVALUE"}}, `Env[0] "NOVALUE" is not KEY=VALUE`},
 		{"workspace missing", HooksObserverConfig{Workspace: filepath.Join(file, "nope")}, "Workspace:"},
 		{"workspace a file", HooksObserverConfig{Workspace: file}, "is not a directory"},
@@ -568,14 +541,20 @@ func TestNewHooksConfig(t *testing.T) {
 	if err := h.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	// A class is a pattern like any other (rules' match_tool reads it so).
+	hc, err := NewHooks(HooksObserverConfig{PostToolUse: []config.ToolHook{{MatchTool: "[rw]*", Command: []string{"x"}}}})
+	if err != nil {
+		t.Fatalf("a class: %v", err)
+	}
+	hc.Close(t.Context())
 	// The specs are the caller's: changing them afterwards changes nothing.
-	spec := []ToolHookSpec{{MatchTool: "*", Command: []string{"/bin/true"}}}
+	spec := []config.ToolHook{{MatchTool: "*", Command: []string{"/bin/true"}}}
 	h2, err := NewHooks(HooksObserverConfig{PostToolUse: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec[0].Command[0] = "/bin/false"
-	if h2.post[0].Command[0] != "/bin/true" || h2.post[0].Timeout != DefaultHookTimeout {
+	if h2.post[0].Command[0] != "/bin/true" || h2.post[0].Timeout != config.DefaultHookTimeout {
 		t.Errorf("specs: %+v", h2.post)
 	}
 	h2.Close(t.Context())

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
@@ -211,7 +212,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		}
 	}
 	if !runs {
-		var cfg *host.Config
+		var cfg *config.File
 		if o.config != "" {
 			if cfg, err = governance(ctx, o.config); err != nil {
 				return err

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/internal/boundedio"
 	"github.com/noeta-go/noeta/tools"
 )
@@ -206,11 +206,11 @@ config or task file, 3 it waits for an approval.`,
 	return root, g
 }
 
-// loadConfig reads a governance config, a regular file of at most
-// guards.MaxConfigSize bytes, until ctx ends; every mistake is reported as
-// FILE:LINE: field.path: message.
-func loadConfig(ctx context.Context, path string) (*guards.Config, error) {
-	data, err := boundedio.ReadFile(ctx, path, guards.MaxConfigSize)
+// loadConfig reads a config, a regular file of at most config.MaxSize
+// bytes, until ctx ends; every mistake is reported as FILE:LINE:
+// field.path: message.
+func loadConfig(ctx context.Context, path string) (*config.File, error) {
+	data, err := boundedio.ReadFile(ctx, path, config.MaxSize)
 	if err != nil {
 		return nil, err
 	}
@@ -220,8 +220,8 @@ func loadConfig(ctx context.Context, path string) (*guards.Config, error) {
 // parseConfig parses a governance config and checks every tool it names
 // against the built-in tools, which are the tools of every verb's registry:
 // a misspelt tool is refused here, not when a task of the agent first runs.
-func parseConfig(name string, data []byte) (*guards.Config, error) {
-	cfg, err := guards.ParseConfig(data)
+func parseConfig(name string, data []byte) (*config.File, error) {
+	cfg, err := config.Parse(name, data)
 	if err != nil {
 		return nil, errors.New(configErrors(name, err))
 	}
@@ -248,7 +248,7 @@ func builtinToolNames() ([]string, error) {
 	return names, nil
 }
 
-// configErrors renders the errors of guards.ParseConfig one per line, each
+// configErrors renders the errors of config.Parse one per line, each
 // prefixed with the file name and line.
 func configErrors(name string, err error) string {
 	var list []error
@@ -259,10 +259,13 @@ func configErrors(name string, err error) string {
 	}
 	lines := make([]string, 0, len(list))
 	for _, e := range list {
-		var ce *guards.ConfigError
+		var ce *config.Error
 		switch {
-		case errors.As(e, &ce) && ce.Line > 0:
-			loc := fmt.Sprintf("%s:%d: ", name, ce.Line)
+		case errors.As(e, &ce):
+			loc := name + ": "
+			if ce.Line > 0 {
+				loc = fmt.Sprintf("%s:%d: ", name, ce.Line)
+			}
 			if ce.Path != "" {
 				loc += ce.Path + ": "
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/examples"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/policy"
@@ -149,16 +150,12 @@ func runDemo(ctx context.Context, g *globals) error {
 	return nil
 }
 
-func readExampleConfig() (*host.Config, error) {
+func readExampleConfig() (*config.File, error) {
 	data, err := fs.ReadFile(examples.FS, "noeta.yaml")
 	if err != nil {
 		return nil, err
 	}
-	gov, err := parseConfig("examples/noeta.yaml", data)
-	if err != nil {
-		return nil, err
-	}
-	return &host.Config{Path: "examples/noeta.yaml", Governance: gov}, nil
+	return parseConfig("examples/noeta.yaml", data)
 }
 
 // runExample runs one example task in a fresh workspace with its own engine,

@@ -49,7 +49,7 @@ func newDeployment(t *testing.T, url, prefix string, replicas int, ttl time.Dura
 	logger := slog.New(slog.NewTextHandler(tw, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// The first process on a fresh cluster creates the streams and buckets;
 	// while the cluster settles, a creation may time out: try again.
-	gov, err := parseConfig("serve.yaml", []byte(serveConfig))
+	cfg, err := parseConfig("serve.yaml", []byte(serveConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func newDeployment(t *testing.T, url, prefix string, replicas int, ttl time.Dura
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		if st, err = host.Open(t.Context(), host.Options{
 			NATS: conn.nc, Prefix: prefix, Replicas: replicas, LeaseTTL: ttl, Name: "test", Logger: logger,
-			Config: &host.Config{Path: "serve.yaml", Governance: gov},
+			Config: cfg,
 		}); err == nil {
 			break
 		}

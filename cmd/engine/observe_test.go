@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -177,12 +178,23 @@ func TestBadObserversConfig(t *testing.T) {
 	}
 	lines := strings.Count(string(base), "\n")
 	notADir := writeFile(t, "file", "x")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	busy := ln.Addr().String()
 	tests := []struct {
 		name, section, want string
 	}{
 		{"two sinks", "observers:\n  audit: {file: a.jsonl, stdout: true}\n", `:%d: observers.audit: needs exactly one sink, has file and stdout`},
 		{"unknown sink", "observers:\n  audit:\n    kafka: x\n", `:%d: observers.audit.kafka: unknown key`},
 		{"unopenable file", "observers:\n  audit:\n    file: " + filepath.Join(notADir, "audit.jsonl") + "\n", `:%d: observers.audit.file: `},
+		{"metrics on a busy port", "observers:\n  metrics: {listen: \"" + busy + "\"}\n", `:%d: observers.metrics.listen: listen tcp ` + busy},
+		{"bad trace protocol", "observers:\n  trace: {otlp_endpoint: \"localhost:4317\", protocol: carrier-pigeon}\n", `:%d: observers.trace.protocol: `},
+		// A live stream nothing would serve: no listener of its own, and no
+		// HTTP in run (nor in serve --http "").
+		{"fanout with no HTTP", "observers:\n  fanout: {}\n", `:%d: observers.fanout: `},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

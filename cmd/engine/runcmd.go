@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/boundedio"
 	"github.com/noeta-go/noeta/policy"
@@ -142,23 +143,23 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 
 // governance loads the governance config at path, or noeta.yaml in the
 // working directory when path is empty.
-func governance(ctx context.Context, path string) (*host.Config, error) {
+func governance(ctx context.Context, path string) (*config.File, error) {
 	if path == "" {
 		if _, err := os.Stat(defaultConfig); err != nil {
 			return nil, usageErr("no governance config: pass --config FILE (there is no %s in the working directory)", defaultConfig)
 		}
 		path = defaultConfig
 	}
-	gov, err := loadConfig(ctx, path)
+	cfg, err := loadConfig(ctx, path)
 	if err != nil {
 		return nil, usageErr("--config: %v", err)
 	}
-	return &host.Config{Path: path, Governance: gov}, nil
+	return cfg, nil
 }
 
 // loadTask reads a task file whose agent must be one of cfg's, and returns
 // it with its script as JSON.
-func loadTask(ctx context.Context, taskPath string, cfg *host.Config) (policy.TaskFile, json.RawMessage, error) {
+func loadTask(ctx context.Context, taskPath string, cfg *config.File) (policy.TaskFile, json.RawMessage, error) {
 	tf, err := policy.LoadTaskFileContext(ctx, taskPath)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||

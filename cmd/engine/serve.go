@@ -190,7 +190,7 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	actor := engine.DefaultActor()
 	h, err := g.open(ctx, "serve", host.Options{
 		Config: cfg, Workers: g.workers, Queue: o.queue, Workspace: workspace, Actor: actor,
-		Name: "serve " + actor, Metrics: true, RetryStart: true, Stdout: g.stdout, Logger: logger,
+		Name: "serve " + actor, ServesHTTP: ln != nil, RetryStart: true, Stdout: g.stdout, Logger: logger,
 		Skip: host.Skip{ChildLifecycle: !o.child, Hooks: !o.hooks, Audit: !o.audit},
 	})
 	if err != nil {

@@ -18,10 +18,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
-	"github.com/noeta-go/noeta/guards"
-	"github.com/noeta-go/noeta/internal/boundedio"
 	"github.com/noeta-go/noeta/internal/natsconn"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/observers/telemetry"
@@ -367,12 +366,12 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 			if err != nil {
 				return nil, err
 			}
-			if ac := gov.Observers().Audit; ac != nil {
+			if ac := gov.Observers.Audit; ac != nil {
 				a, field, err := observers.NewAuditFromConfig(*ac, observers.AuditDeps{
 					Stdout: stdout, Publisher: w.nc, SyncEvery: o.auditSync, Log: w.reader, Logger: w.log,
 				})
 				if err != nil {
-					return nil, usageError{fmt.Errorf("--config %s: %s: %w", o.config, field, err)}
+					return nil, usageError{fmt.Errorf("--config: %w", gov.ErrorAt(field, err.Error()))}
 				}
 				w.closers = append(w.closers, func(context.Context) error { return a.Close() })
 				return a, nil
@@ -429,7 +428,7 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		if err != nil {
 			return nil, err
 		}
-		h, err := observers.NewHooksFromConfig(gov.Hooks(), observers.HooksObserverConfig{Workspace: o.workspace, Logger: w.log})
+		h, err := observers.NewHooksFromConfig(gov.Hooks, observers.HooksObserverConfig{Workspace: o.workspace, Logger: w.log})
 		if err != nil {
 			return nil, usageError{err}
 		}
@@ -439,17 +438,14 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 	return nil, usageError{fmt.Errorf("unknown observer %q", name)}
 }
 
-// loadConfig reads and parses --config; errors are usage errors.
-func (o opts) loadConfig(ctx context.Context) (*guards.Config, error) {
-	data, err := boundedio.ReadFile(ctx, o.config, guards.MaxConfigSize)
+// loadConfig reads and decodes --config; errors, which name the file, are
+// usage errors.
+func (o opts) loadConfig(ctx context.Context) (*config.File, error) {
+	f, err := config.Load(ctx, o.config)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--config: %w", err)}
 	}
-	gov, err := guards.ParseConfig(data)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("--config %s: %w", o.config, err)}
-	}
-	return gov, nil
+	return f, nil
 }
 
 // stats merges every runner's counters.

@@ -18,10 +18,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
-	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/policy"
 	"github.com/noeta-go/noeta/tools"
@@ -143,14 +143,14 @@ func runEngine(t *testing.T, prefix string) *engine.Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = log.Close() })
-	gov, err := guards.ParseConfig([]byte(taskConfig))
+	cf, err := config.Parse("", []byte(taskConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
 	builtins, _ := tools.Builtins(tools.BuiltinConfig{})
 	reg, _ := tools.NewRegistry(builtins...)
 	eng, err := engine.New(engine.Config{
-		Log: log, Dispatcher: disp, Content: log, Governance: gov, Tools: reg,
+		Log: log, Dispatcher: disp, Content: log, Governance: cf.Governance, Tools: reg,
 		Policies: engine.ScriptedPolicies(log, policy.ParseScripted),
 	})
 	if err != nil {

@@ -11,10 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
-	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/policy"
 	"github.com/noeta-go/noeta/tools"
@@ -72,10 +72,11 @@ func startEngineWith(t testing.TB, urls string, dc jetstream.DispatcherConfig, w
 	if err := jetstream.EnsureDeadLetterStream(ctx, nc, "", replicas); err != nil {
 		t.Fatalf("EnsureDeadLetterStream as engine: %v", err)
 	}
-	gov, err := guards.ParseConfig([]byte(governance))
+	cf, err := config.Parse("", []byte(governance))
 	if err != nil {
 		t.Fatal(err)
 	}
+	gov := cf.Governance
 	builtins, err := tools.Builtins(tools.BuiltinConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package guards
+package config
 
 import (
 	"fmt"
@@ -6,77 +6,9 @@ import (
 	"strings"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/internal/boundedio"
+	"github.com/noeta-go/noeta/guards"
 	"go.yaml.in/yaml/v3"
 )
-
-// ParseConfig reads the governance parts of a noeta.yaml file:
-//
-//	agents:
-//	  <name>:
-//	    tools: [read_file, shell]
-//	    permission_mode: default          # default | acceptEdits | bypassPermissions
-//	    budget: {max_iterations: 20, max_tool_calls: 50, max_cost_usd: 2.0,
-//	             max_spawned_subtasks: 5, max_subtask_depth: 3}
-//	    permissions:
-//	      allowed_tools: [read_file, shell]
-//	      denied_tools: []
-//	      max_risk_level: high             # low | medium | high
-//	      allowed_subtask_agents: [helper]
-//	      require_approval_tools: []
-//	    repetition: {threshold: 3, action: require_approval, window: 8}
-//	rules:                                 # process-wide, priority 100
-//	  - match_tool: "shell"
-//	    match_arg: {path: command, regex: "rm\\s+-rf"}   # or equals: / contains:
-//	    match_shell: {path: command, program: rm, flags_all: [recursive, force]}
-//	    when: 'args.command.size() > 100'  # CEL over tool, args, task
-//	    action: deny                       # allow | deny | require_approval
-//	    reason: "destructive shell command"
-//	guards:                                # named rule sets, priority >= 100
-//	  - {name: change-freeze, priority: 150, rules: [...]}
-//	hooks:                                 # run by package observers
-//	  post_tool_use: [{match_tool: "*", command: ["./notify.sh"], timeout_seconds: 10}]
-//	  notification: [{on: approval, command: ["./page-oncall.sh"]}]
-//	observers:                             # run in process (see [ObserversConfig])
-//	  audit: {file: audit.jsonl}           # or {stdout: true}, or {subject: SUBJ}
-//
-// Decoding is strict: an unknown key at any level, a duplicate key, a value of
-// the wrong type, a regex or CEL expression that does not compile, and every
-// check [NewConfig] makes are errors, each a [*ConfigError] naming its path in
-// the file and its line; all of them are returned, joined. A key given as null
-// counts as absent: an absent list is "no list", an empty one ([]) a list of
-// nothing. Anchors, aliases and merge keys (<<) are followed. The hooks
-// section is only parsed and validated here (see [HooksConfig]); package
-// observers runs the hooks, and the binary hands them over. data over
-// [MaxConfigSize] bytes is refused before it is parsed.
-func ParseConfig(data []byte) (*Config, error) {
-	if len(data) > MaxConfigSize {
-		return nil, &ConfigError{Msg: fmt.Sprintf("the config is %d bytes, over the limit of %d MiB", len(data), MaxConfigSize>>20)}
-	}
-	// Bound the node tree before the parser builds it.
-	if err := boundedio.CheckYAML(data, maxConfigNodes); err != nil {
-		return nil, &ConfigError{Msg: err.Error()}
-	}
-	var root yaml.Node
-	if err := safeUnmarshal(data, &root); err != nil {
-		return nil, &ConfigError{Msg: err.Error()}
-	}
-	errs := &configErrors{pos: map[string][2]int{}}
-	d := &decoder{errs: errs}
-	agents, rules, sets, hooks := d.top(&root)
-	if d.exhausted {
-		return nil, errs.err()
-	}
-	cfg := buildConfig(agents, rules, sets, errs)
-	validateHooks(hooks, errs)
-	if err := errs.err(); err != nil {
-		return nil, err
-	}
-	cfg.hooks = withHookDefaults(hooks)
-	cfg.observers = d.obs
-	cfg.pos = errs.pos
-	return cfg, nil
-}
 
 // safeUnmarshal parses YAML into a node tree, turning a panic of the parser
 // on hostile input into an error.
@@ -89,11 +21,11 @@ func safeUnmarshal(data []byte, root *yaml.Node) (err error) {
 	return yaml.Unmarshal(data, root)
 }
 
-// MaxConfigSize is the largest governance config parsed: 1 MiB, and what the
-// binaries allow a noeta.yaml file to be. The YAML parser builds the whole
-// node tree before the limits below are looked at, so the size is what bounds
-// its memory (measured: under 160 MB at 1 MiB for the worst shapes).
-const MaxConfigSize = 1 << 20
+// MaxSize is the largest noeta.yaml parsed: 1 MiB, and what the binaries
+// allow the file to be. The YAML parser builds the whole node tree before the
+// limits below are looked at, so the size is what bounds its memory
+// (measured: under 160 MB at 1 MiB for the worst shapes).
+const MaxSize = 1 << 20
 
 // Limits on what a config document may make the decoder do: aliases can make a
 // small document a very large tree, or a cycle.
@@ -103,8 +35,7 @@ const (
 )
 
 type decoder struct {
-	errs      *configErrors
-	obs       ObserversConfig // observers:, read by top
+	errs      *errorList
 	nodes     int
 	depth     int
 	exhausted bool
@@ -347,30 +278,38 @@ func (d *decoder) seq(n *yaml.Node, path string) []*yaml.Node {
 	return n.Content
 }
 
-func (d *decoder) top(root *yaml.Node) (map[string]AgentConfig, []Rule, []RuleSet, HooksConfig) {
+// sections is what the decoder read, before the governance part is
+// compiled.
+type sections struct {
+	agents    map[string]guards.AgentConfig
+	rules     []guards.Rule
+	sets      []guards.RuleSet
+	hooks     Hooks
+	observers Observers
+}
+
+func (d *decoder) top(root *yaml.Node) sections {
+	var out sections
 	doc := root
 	if doc.Kind == yaml.DocumentNode {
 		if len(doc.Content) == 0 {
-			return nil, nil, nil, HooksConfig{}
+			return out
 		}
 		doc = doc.Content[0]
 	}
 	if isNull(doc) {
-		return nil, nil, nil, HooksConfig{}
+		return out
 	}
 	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers")
 	if n, ok := f["observers"]; ok && !isNull(n) {
-		d.obs = d.observers(n, "observers")
+		out.observers = d.observers(n, "observers")
 	}
-	var agents map[string]AgentConfig
 	if n, ok := f["agents"]; ok {
-		agents = d.agents(n, "agents")
+		out.agents = d.agents(n, "agents")
 	}
-	var rules []Rule
 	if n, ok := f["rules"]; ok {
-		rules = d.rules(n, "rules")
+		out.rules = d.rules(n, "rules")
 	}
-	var sets []RuleSet
 	if n, ok := f["guards"]; ok {
 		for i, g := range d.seq(n, "guards") {
 			p := index("guards", i)
@@ -378,30 +317,29 @@ func (d *decoder) top(root *yaml.Node) (map[string]AgentConfig, []Rule, []RuleSe
 			if !ok && gf == nil {
 				continue
 			}
-			s := RuleSet{Priority: MinUserPriority}
+			s := guards.RuleSet{Priority: guards.MinUserPriority}
 			s.Name, _ = d.str(gf["name"], join(p, "name"))
 			if pr, _ := d.integer(gf["priority"], join(p, "priority")); pr != nil {
 				s.Priority = *pr
 			}
 			s.Rules = d.rules(gf["rules"], join(p, "rules"))
-			sets = append(sets, s)
+			out.sets = append(out.sets, s)
 		}
 	}
-	var hooks HooksConfig
 	if n, ok := f["hooks"]; ok {
-		hooks = d.hooks(n, "hooks")
+		out.hooks = d.hooks(n, "hooks")
 	}
-	return agents, rules, sets, hooks
+	return out
 }
 
-func (d *decoder) agents(n *yaml.Node, path string) map[string]AgentConfig {
+func (d *decoder) agents(n *yaml.Node, path string) map[string]guards.AgentConfig {
 	if n = d.enter(n, path); n == nil {
 		return nil
 	}
 	d.depth++
 	defer func() { d.depth-- }()
 	ps, _ := d.pairs(n, path)
-	out := make(map[string]AgentConfig, len(ps))
+	out := make(map[string]guards.AgentConfig, len(ps))
 	for _, p := range ps {
 		ap := join(path, p.key)
 		d.mark(ap, p.keyN)
@@ -409,10 +347,10 @@ func (d *decoder) agents(n *yaml.Node, path string) map[string]AgentConfig {
 		if !ok && f == nil {
 			continue
 		}
-		var a AgentConfig
+		var a guards.AgentConfig
 		a.Tools = d.strList(f["tools"], join(ap, "tools"))
 		if m, ok := d.str(f["permission_mode"], join(ap, "permission_mode")); ok {
-			a.Permissions.Mode = PermissionMode(m)
+			a.Permissions.Mode = guards.PermissionMode(m)
 		}
 		if bn, ok := f["budget"]; ok {
 			bp := join(ap, "budget")
@@ -429,7 +367,7 @@ func (d *decoder) agents(n *yaml.Node, path string) map[string]AgentConfig {
 			a.Permissions.AllowedTools = d.strList(pf["allowed_tools"], join(pp, "allowed_tools"))
 			a.Permissions.DeniedTools = d.strList(pf["denied_tools"], join(pp, "denied_tools"))
 			if r, ok := d.str(pf["max_risk_level"], join(pp, "max_risk_level")); ok {
-				a.Permissions.MaxRiskLevel = RiskLevel(r)
+				a.Permissions.MaxRiskLevel = guards.RiskLevel(r)
 				if r == "" {
 					d.errs.add(join(pp, "max_risk_level"), "must be low, medium or high, not empty")
 				}
@@ -465,16 +403,16 @@ func (d *decoder) agents(n *yaml.Node, path string) map[string]AgentConfig {
 	return out
 }
 
-func (d *decoder) rules(n *yaml.Node, path string) []Rule {
+func (d *decoder) rules(n *yaml.Node, path string) []guards.Rule {
 	items := d.seq(n, path)
-	out := make([]Rule, 0, len(items))
+	out := make([]guards.Rule, 0, len(items))
 	for i, it := range items {
 		p := index(path, i)
 		f, ok := d.fields(it, p, "match_tool", "match_arg", "match_shell", "when", "action", "reason")
 		if !ok && f == nil {
 			continue
 		}
-		var r Rule
+		var r guards.Rule
 		r.MatchTool, _ = d.str(f["match_tool"], join(p, "match_tool"))
 		r.When, _ = d.str(f["when"], join(p, "when"))
 		r.Reason, _ = d.str(f["reason"], join(p, "reason"))
@@ -496,12 +434,12 @@ func (d *decoder) rules(n *yaml.Node, path string) []Rule {
 	return out
 }
 
-func (d *decoder) matchArg(n *yaml.Node, path string) *MatchArg {
+func (d *decoder) matchArg(n *yaml.Node, path string) *guards.MatchArg {
 	f, _ := d.fields(n, path, "path", "equals", "contains", "regex")
-	m := &MatchArg{}
+	m := &guards.MatchArg{}
 	m.Path, _ = d.str(f["path"], join(path, "path"))
-	var ops []MatchOp
-	for _, op := range []MatchOp{MatchEquals, MatchContains, MatchRegex} {
+	var ops []guards.MatchOp
+	for _, op := range []guards.MatchOp{guards.MatchEquals, guards.MatchContains, guards.MatchRegex} {
 		if _, ok := f[string(op)]; ok {
 			ops = append(ops, op)
 		}
@@ -517,7 +455,7 @@ func (d *decoder) matchArg(n *yaml.Node, path string) *MatchArg {
 	m.Op = ops[0]
 	vp := join(path, string(m.Op))
 	switch m.Op {
-	case MatchEquals:
+	case guards.MatchEquals:
 		d.depth++
 		v, _ := d.jsonValue(f["equals"], vp)
 		d.depth--
@@ -536,9 +474,9 @@ func (d *decoder) matchArg(n *yaml.Node, path string) *MatchArg {
 	return m
 }
 
-func (d *decoder) matchShell(n *yaml.Node, path string) *MatchShell {
+func (d *decoder) matchShell(n *yaml.Node, path string) *guards.MatchShell {
 	f, _ := d.fields(n, path, "path", "program", "flags_all", "flags_any")
-	m := &MatchShell{}
+	m := &guards.MatchShell{}
 	m.Path, _ = d.str(f["path"], join(path, "path"))
 	m.Programs = d.strOrList(f["program"], join(path, "program"))
 	m.FlagsAll = d.flags(f["flags_all"], join(path, "flags_all"))

@@ -1,4 +1,4 @@
-package guards
+package config
 
 import (
 	"errors"
@@ -12,15 +12,15 @@ func TestParseHooks(t *testing.T) {
 	tests := []struct {
 		name string
 		yaml string
-		want HooksConfig
+		want Hooks
 	}{
-		{"design example", designConfig, HooksConfig{
+		{"design example", designConfig, Hooks{
 			PostToolUse:  []ToolHook{{MatchTool: "*", Command: []string{"./notify.sh"}, Timeout: DefaultHookTimeout}},
 			Notification: []NotificationHook{{On: "approval", Command: []string{"./page-oncall.sh"}, Timeout: DefaultHookTimeout}},
 		}},
-		{"no hooks key", "agents: {a: {}}\n", HooksConfig{}},
-		{"hooks null", "hooks:\n", HooksConfig{}},
-		{"sections null", "hooks: {post_tool_use: ~, notification: }\n", HooksConfig{}},
+		{"no hooks key", "agents: {a: {}}\n", Hooks{}},
+		{"hooks null", "hooks:\n", Hooks{}},
+		{"sections null", "hooks: {post_tool_use: ~, notification: }\n", Hooks{}},
 		{"timeouts and arguments", `
 hooks:
   post_tool_use:
@@ -30,30 +30,34 @@ hooks:
     - {match_tool: "?cho", command: [./a], timeout_seconds: 3600}
   notification:
     - {on: approval, command: [./page], timeout_seconds: 1}
-`, HooksConfig{
+`, Hooks{
 			PostToolUse: []ToolHook{
 				{MatchTool: "read_*", Command: []string{"/usr/bin/env", "sh", "-c", `echo "$NOETA_TOOL" >> tools.log`, ""}, Timeout: 2500 * time.Millisecond},
 				{MatchTool: "?cho", Command: []string{"./a"}, Timeout: time.Hour},
 			},
 			Notification: []NotificationHook{{On: "approval", Command: []string{"./page"}, Timeout: time.Second}},
 		}},
+		// Read as rules' match_tool is: a class is a class (internal/glob).
+		{"a character class", "hooks:\n  post_tool_use:\n    - {match_tool: \"[rw]*_file\", command: [a]}\n", Hooks{
+			PostToolUse: []ToolHook{{MatchTool: "[rw]*_file", Command: []string{"a"}, Timeout: DefaultHookTimeout}},
+		}},
 		{"anchors", `
 hooks:
   post_tool_use:
     - &h {match_tool: shell, command: [./x]}
     - {<<: *h, match_tool: echo}
-`, HooksConfig{PostToolUse: []ToolHook{
+`, Hooks{PostToolUse: []ToolHook{
 			{MatchTool: "shell", Command: []string{"./x"}, Timeout: DefaultHookTimeout},
 			{MatchTool: "echo", Command: []string{"./x"}, Timeout: DefaultHookTimeout},
 		}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := ParseConfig([]byte(tt.yaml))
+			f, err := Parse("", []byte(tt.yaml))
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := cfg.Hooks()
+			got := f.Hooks
 			if len(got.PostToolUse) == 0 {
 				got.PostToolUse = nil
 			}
@@ -64,19 +68,6 @@ hooks:
 				t.Errorf("Hooks() =\n%+v\nwant\n%+v", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestHooksIsACopy(t *testing.T) {
-	cfg, err := ParseConfig([]byte(designConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := cfg.Hooks()
-	h.PostToolUse[0].Command[0] = "changed"
-	h.Notification[0].On = "changed"
-	if again := cfg.Hooks(); again.PostToolUse[0].Command[0] != "./notify.sh" || again.Notification[0].On != "approval" {
-		t.Errorf("Hooks returned the config's own memory: %+v", again)
 	}
 }
 
@@ -106,7 +97,6 @@ func TestParseHooksErrors(t *testing.T) {
 		{"match_tool missing", "hooks:\n  post_tool_use:\n    - {command: [a]}\n", []string{`hooks.post_tool_use[0].match_tool: required: a glob over tool names ("*" for every tool)`}},
 		{"match_tool empty", "hooks:\n  post_tool_use:\n    - {match_tool: \"\", command: [a]}\n", []string{"hooks.post_tool_use[0].match_tool: required"}},
 		{"match_tool not a string", "hooks:\n  post_tool_use:\n    - {match_tool: 5, command: [a]}\n", []string{"hooks.post_tool_use[0].match_tool: must be a string, not an integer"}},
-		{"match_tool with a class", "hooks:\n  post_tool_use:\n    - {match_tool: \"[rw]*\", command: [a]}\n", []string{`hooks.post_tool_use[0].match_tool: "[rw]*": character classes ([...]) are not supported in hook patterns; use * and ?`}},
 		{"on missing", "hooks:\n  notification:\n    - {command: [a]}\n", []string{"hooks.notification[0].on: required: what the hook runs on (approval)"}},
 		{"on unknown", "hooks:\n  notification:\n    - {on: suspend, command: [a]}\n", []string{`hooks.notification[0].on: must be approval, not "suspend" (line 3)`}},
 		{"on not a string", "hooks:\n  notification:\n    - {on: [approval], command: [a]}\n", []string{"hooks.notification[0].on: must be a string, not a sequence"}},
@@ -121,7 +111,7 @@ func TestParseHooksErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseConfig([]byte(tt.yaml))
+			_, err := Parse("", []byte(tt.yaml))
 			if err == nil {
 				t.Fatalf("no error")
 			}
@@ -130,9 +120,9 @@ func TestParseHooksErrors(t *testing.T) {
 					t.Errorf("got\n%v\nwant it to contain %q", err, w)
 				}
 			}
-			var ce *ConfigError
+			var ce *Error
 			if !errors.As(err, &ce) {
-				t.Errorf("%T is not a *ConfigError", err)
+				t.Errorf("%T is not a *Error", err)
 			}
 		})
 	}
@@ -140,7 +130,7 @@ func TestParseHooksErrors(t *testing.T) {
 
 // A value of the wrong type is reported once, not again as missing.
 func TestParseHooksReportsOnce(t *testing.T) {
-	_, err := ParseConfig([]byte("hooks:\n  post_tool_use:\n    - {match_tool: 5, command: ./n, timeout_seconds: x}\n  notification:\n    - {on: 1, command: [2]}\n"))
+	_, err := Parse("", []byte("hooks:\n  post_tool_use:\n    - {match_tool: 5, command: ./n, timeout_seconds: x}\n  notification:\n    - {on: 1, command: [2]}\n"))
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -155,7 +145,7 @@ func TestParseHooksReportsOnce(t *testing.T) {
 
 // Hooks errors are reported with the others, in file order.
 func TestParseHooksWithOtherErrors(t *testing.T) {
-	_, err := ParseConfig([]byte(`
+	_, err := Parse("", []byte(`
 hooks:
   notification: [{on: never, command: [a]}]
 agents:
@@ -171,22 +161,28 @@ agents:
 	}
 }
 
-func TestHooksConfigValidate(t *testing.T) {
-	ok := HooksConfig{
+func TestHooksValidate(t *testing.T) {
+	ok := Hooks{
 		PostToolUse:  []ToolHook{{MatchTool: "*", Command: []string{"./n"}}},
-		Notification: []NotificationHook{{On: NotifyOnApproval, Command: []string{"./p"}, Timeout: time.Minute}},
+		Notification: []NotificationHook{{On: HookOnApproval, Command: []string{"./p"}, Timeout: time.Minute}},
 	}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("valid config: %v", err)
 	}
-	if err := (HooksConfig{}).Validate(); err != nil {
+	if err := (Hooks{}).Validate(); err != nil {
 		t.Errorf("empty config: %v", err)
 	}
-	bad := HooksConfig{
+	if ok.Empty() || !(Hooks{}).Empty() || !(Hooks{PostToolUse: []ToolHook{}}).Empty() {
+		t.Errorf("Empty is wrong")
+	}
+	bad := Hooks{
 		PostToolUse:  []ToolHook{{Command: []string{"./n"}, Timeout: -time.Second}},
 		Notification: []NotificationHook{{On: "approve", Timeout: 2 * time.Hour}},
 	}
 	err := bad.Validate()
+	if ce, ok := errors.AsType[*Error](err); !ok || ce.Line != 0 || ce.File != "" {
+		t.Errorf("%v: want *Errors without a file or line (Go values)", err)
+	}
 	for _, want := range []string{
 		"hooks.post_tool_use[0].match_tool: required",
 		"hooks.post_tool_use[0].timeout_seconds: must be > 0",

@@ -1,4 +1,4 @@
-package guards
+package config
 
 import (
 	"errors"
@@ -41,16 +41,19 @@ func TestCheckTools(t *testing.T) {
 			[]string{`guards[0].rules[0].match_tool: "bash" matches no tool`}},
 		{"a hook matching no tool", "hooks:\n  post_tool_use:\n    - {match_tool: shel, command: [\"true\"]}\n",
 			[]string{`hooks.post_tool_use[0].match_tool: "shel" matches no tool`}},
+		{"a hook's class matching some", "hooks:\n  post_tool_use:\n    - {match_tool: \"[rw]*_file\", command: [\"true\"]}\n", nil},
+		{"a hook's class matching no tool", "hooks:\n  post_tool_use:\n    - {match_tool: \"[xyz]*\", command: [\"true\"]}\n",
+			[]string{`hooks.post_tool_use[0].match_tool: "[xyz]*" matches no tool (the tools: echo, read_file, shell, sleep, write_file) (line 3)`}},
 		{"a glob in tools is a name", "agents:\n  a:\n    tools: [\"*\"]\n",
 			[]string{`agents.a.tools[0]: unknown tool "*"`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := ParseConfig([]byte(tt.yaml))
+			f, err := Parse("", []byte(tt.yaml))
 			if err != nil {
-				t.Fatalf("ParseConfig: %v", err)
+				t.Fatalf("Parse: %v", err)
 			}
-			err = cfg.CheckTools(known)
+			err = f.CheckTools(known)
 			if len(tt.want) == 0 {
 				if err != nil {
 					t.Fatalf("got %v", err)
@@ -60,9 +63,9 @@ func TestCheckTools(t *testing.T) {
 			if err == nil {
 				t.Fatalf("no error; want %q", tt.want)
 			}
-			var ce *ConfigError
+			var ce *Error
 			if !errors.As(err, &ce) || ce.Line == 0 {
-				t.Fatalf("%v: want a *ConfigError with a line", err)
+				t.Fatalf("%v: want a *Error with a line", err)
 			}
 			lines := strings.Split(err.Error(), "\n")
 			if len(lines) != len(tt.want) {
@@ -77,16 +80,16 @@ func TestCheckTools(t *testing.T) {
 	}
 }
 
-// TestParseConfigBoundsInput: the parser's memory is bounded before it
+// TestParseBoundsInput: the parser's memory is bounded before it
 // builds the node tree.
 //
 // Reproduction (before): a 10 MB flow list (rules: [a,a,a,…]) cost 1.1 GB of
 // memory and 30 MB cost 3 GB, the node limits applying only once the whole
 // tree was built.
-func TestParseConfigBoundsInput(t *testing.T) {
+func TestParseBoundsInput(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct{ name, yaml, want string }{
-		{"over the size limit", "# " + strings.Repeat("x", MaxConfigSize), "over the limit of 1 MiB"},
+		{"over the size limit", "# " + strings.Repeat("x", MaxSize), "over the limit of 1 MiB"},
 		{"a long flow list", "rules: [" + strings.Repeat("a,", 30_000) + "a]", "too many YAML nodes"},
 		{"deep nesting", strings.Repeat("[", 30_000) + strings.Repeat("]", 30_000), "too many YAML nodes"},
 		{"an alias bomb", "rules:\n  - match_tool: echo\n    action: deny\n    match_arg:\n      path: x\n      equals:\n" +
@@ -96,7 +99,7 @@ func TestParseConfigBoundsInput(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if _, err := ParseConfig([]byte(tt.yaml)); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if _, err := Parse("", []byte(tt.yaml)); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want %q", err, tt.want)
 			}
 		})
@@ -117,7 +120,7 @@ func FuzzConfigMemory(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if got := memtest.Allocated(func() { ParseConfig(data) }); got > memtest.Ceiling(len(data)) {
+		if got := memtest.Allocated(func() { Parse("", data) }); got > memtest.Ceiling(len(data)) {
 			t.Fatalf("%d bytes allocated for %d bytes of input, over the ceiling of %d", got, len(data), memtest.Ceiling(len(data)))
 		}
 	})

@@ -1,11 +1,14 @@
-package guards
+// Package glob is the one matcher of tool-name patterns: rules' and agents'
+// match_tool in package guards and the hooks' match_tool in package observers
+// use it, so that a pattern means the same thing wherever it is written.
+package glob
 
 import (
 	"strings"
 	"unicode/utf8"
 )
 
-// glob matches a whole tool name against a shell pattern, with the semantics of
+// Pattern matches a whole tool name against a shell pattern, with the semantics of
 // Python's fnmatch.fnmatchcase, which the reference uses: case-sensitive; '*'
 // matches any run of characters, '/' and '.' included; '?' matches one
 // character; [seq] and [!seq] are classes with a-z ranges, where the first
@@ -15,7 +18,7 @@ import (
 // ('*' stops at '/', backslash escapes), hence this matcher. One Python quirk is
 // not copied: in "[]-!!a]", dropping the reversed range "]-!" leaves "!a", which
 // Python then reads as a negated class; here it stays the literals '!' and 'a'.
-type glob struct {
+type Pattern struct {
 	kind  globKind
 	lit   string // the literal for exact, prefix and suffix
 	items []globItem
@@ -47,7 +50,9 @@ const (
 	globClass
 )
 
-func compileGlob(pat string) glob {
+// Compile compiles a pattern. Every string is a pattern: a '[' without a
+// closing ']' is a literal, so there is no error.
+func Compile(pat string) Pattern {
 	var items []globItem
 	p := []rune(pat)
 	for i := 0; i < len(p); {
@@ -109,7 +114,7 @@ func compileClass(s []rune) globItem {
 
 // simplifyGlob picks a fast path for the common shapes: a plain name, "*",
 // "prefix*" and "*suffix".
-func simplifyGlob(items []globItem) glob {
+func simplifyGlob(items []globItem) Pattern {
 	stars, lits := 0, 0
 	for _, it := range items {
 		switch it.op {
@@ -120,7 +125,7 @@ func simplifyGlob(items []globItem) glob {
 		}
 	}
 	if lits != len(items)-stars {
-		return glob{kind: globGeneral, items: items}
+		return Pattern{kind: globGeneral, items: items}
 	}
 	// Only literals and stars (a '[' without ']' is one of the literals).
 	var lit strings.Builder
@@ -131,18 +136,19 @@ func simplifyGlob(items []globItem) glob {
 	}
 	switch {
 	case stars == 0:
-		return glob{kind: globExact, lit: lit.String()}
+		return Pattern{kind: globExact, lit: lit.String()}
 	case len(items) == 1:
-		return glob{kind: globAny}
+		return Pattern{kind: globAny}
 	case stars == 1 && items[len(items)-1].op == globStar:
-		return glob{kind: globPrefix, lit: lit.String()}
+		return Pattern{kind: globPrefix, lit: lit.String()}
 	case stars == 1 && items[0].op == globStar:
-		return glob{kind: globSuffix, lit: lit.String()}
+		return Pattern{kind: globSuffix, lit: lit.String()}
 	}
-	return glob{kind: globGeneral, items: items}
+	return Pattern{kind: globGeneral, items: items}
 }
 
-func (g *glob) match(name string) bool {
+// Match reports whether name matches the pattern as a whole.
+func (g *Pattern) Match(name string) bool {
 	switch g.kind {
 	case globExact:
 		return name == g.lit
@@ -159,7 +165,7 @@ func (g *glob) match(name string) bool {
 // matchGeneral is the classic single-backtrack glob matcher: on a mismatch it
 // retries from the last star, one character further on. Its cost is at most
 // len(items) * len(name).
-func (g *glob) matchGeneral(name string) bool {
+func (g *Pattern) matchGeneral(name string) bool {
 	px, nx := 0, 0
 	starPx, starNx := -1, -1
 	for px < len(g.items) || nx < len(name) {

@@ -1,4 +1,4 @@
-package guards
+package glob
 
 import (
 	"math/rand/v2"
@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestGlob(t *testing.T) {
@@ -59,8 +60,8 @@ func TestGlob(t *testing.T) {
 		{"[é-ë]", "ê", true},
 	}
 	for _, tt := range tests {
-		g := compileGlob(tt.pat)
-		if got := g.match(tt.name); got != tt.want {
+		g := Compile(tt.pat)
+		if got := g.Match(tt.name); got != tt.want {
 			t.Errorf("glob %q matching %q = %v, want %v", tt.pat, tt.name, got, tt.want)
 		}
 	}
@@ -218,14 +219,40 @@ func TestGlobMatchesPythonFnmatch(t *testing.T) {
 		if err != nil {
 			t.Fatalf("translation of %q does not compile: %v", pat, err)
 		}
-		g := compileGlob(pat)
+		g := Compile(pat)
 		for range 8 {
 			name := pick(nameChars, 6)
-			if got, want := g.match(name), re.MatchString(name); got != want {
+			if got, want := g.Match(name), re.MatchString(name); got != want {
 				t.Fatalf("glob %q matching %q = %v, Python's fnmatchcase says %v (regexp %s)", pat, name, got, want, re)
 			}
 			checked++
 		}
 	}
 	t.Logf("%d pattern/name pairs agree", checked)
+}
+
+// FuzzMatch compares the matcher with Python's fnmatchcase (pyTranslate) on
+// arbitrary patterns and names.
+func FuzzMatch(f *testing.F) {
+	for _, s := range [][2]string{{"*", "x"}, {"[a-c]?*", "bx"}, {"[!]-a]x", "]x"}, {"a*b?c", "aXbYc"}, {"mcp__*", "mcp__git"}, {"[", "["}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, pat, name string) {
+		got := Compile(pat)
+		if len(pat) > 64 || len(name) > 64 || !utf8.ValidString(pat) || !utf8.ValidString(name) {
+			got.Match(name) // must not panic
+			return          // keep the regexp translation cheap; invalid UTF-8 decodes differently
+		}
+		src, quirk := pyTranslate(pat)
+		if quirk {
+			return
+		}
+		re, err := regexp.Compile(src)
+		if err != nil {
+			return // a pattern Go's regexp cannot express ([:...:] inside a class)
+		}
+		if want := re.MatchString(name); got.Match(name) != want {
+			t.Fatalf("glob %q matching %q = %v, fnmatchcase says %v", pat, name, !want, want)
+		}
+	})
 }

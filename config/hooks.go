@@ -1,26 +1,23 @@
-package guards
+package config
 
 import (
 	"math"
-	"slices"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// HooksConfig is the hooks: section of noeta.yaml: user commands run after
-// the fact, by package observers, never by a guard (a hook cannot change what
-// happens; the PreToolUse layer is rules:). Guards only parses and validates
-// it, so that every mistake in the file is reported the same way, with its
-// path and line; the binary hands it to observers.NewHooks.
+// Hooks is the hooks: section of noeta.yaml: user commands run after the
+// fact, by package observers, never by a guard (a hook cannot change what
+// happens; the PreToolUse layer is rules:).
 //
 //	hooks:
 //	  post_tool_use:
 //	    - {match_tool: "*", command: ["./notify.sh"], timeout_seconds: 10}
 //	  notification:
 //	    - {on: approval, command: ["./page-oncall.sh"]}
-type HooksConfig struct {
+type Hooks struct {
 	// PostToolUse runs after every ToolCallFinished of a matching tool.
 	PostToolUse []ToolHook
 	// Notification runs on what the hook names in On.
@@ -29,10 +26,9 @@ type HooksConfig struct {
 
 // ToolHook is one entry of hooks.post_tool_use.
 type ToolHook struct {
-	// MatchTool is a glob over the tool name, matched the way rules'
-	// match_tool is (case-sensitive, whole name, '*' any run of characters,
-	// '?' one character). Character classes ([...]) are refused here: the
-	// hooks observer implements '*' and '?' only.
+	// MatchTool is a glob over the whole tool name, matched exactly as rules'
+	// match_tool is (package internal/glob: case-sensitive, '*' any run of
+	// characters, '?' one character, [seq] and [!seq] classes).
 	MatchTool string
 	// Command is the argv of the command, run directly, never through a
 	// shell; a relative program path is relative to the workspace.
@@ -44,7 +40,7 @@ type ToolHook struct {
 
 // NotificationHook is one entry of hooks.notification.
 type NotificationHook struct {
-	// On names what the hook is run on; only NotifyOnApproval (an
+	// On names what the hook is run on; only HookOnApproval (an
 	// ApprovalRequested record) for now.
 	On string
 	// Command and Timeout are as in ToolHook.
@@ -52,9 +48,9 @@ type NotificationHook struct {
 	Timeout time.Duration
 }
 
-// NotifyOnApproval is the one value of NotificationHook.On so far: the hook
+// HookOnApproval is the one value of NotificationHook.On so far: the hook
 // runs when a task asks a human for approval.
-const NotifyOnApproval = "approval"
+const HookOnApproval = "approval"
 
 // Limits of a hook entry. The command limits are the reference's.
 const (
@@ -64,49 +60,26 @@ const (
 	MaxHookArgLen      = 4096
 )
 
-// Hooks returns a copy of the config's hooks: section (empty if the file had
-// none).
-func (c *Config) Hooks() HooksConfig { return cloneHooks(c.hooks) }
+// Empty reports whether there is no hook.
+func (h Hooks) Empty() bool { return len(h.PostToolUse) == 0 && len(h.Notification) == 0 }
 
-// Validate checks a hooks config given as Go values, with the same rules and
-// the same path-named errors as ParseConfig; a Timeout of 0 stands for
-// DefaultHookTimeout.
-func (h HooksConfig) Validate() error {
-	var errs configErrors
-	validateHooks(h, &errs)
+// Validate checks hooks given as Go values, with the same rules and the same
+// path-named errors ([*Error], without a line) as the decoder; a Timeout of 0
+// stands for DefaultHookTimeout.
+func (h Hooks) Validate() error {
+	errs := &errorList{}
+	validateHooks(h, errs)
 	return errs.err()
-}
-
-func cloneHooks(h HooksConfig) HooksConfig {
-	out := HooksConfig{}
-	if h.PostToolUse != nil {
-		out.PostToolUse = make([]ToolHook, len(h.PostToolUse))
-		for i, t := range h.PostToolUse {
-			t.Command = slices.Clone(t.Command)
-			out.PostToolUse[i] = t
-		}
-	}
-	if h.Notification != nil {
-		out.Notification = make([]NotificationHook, len(h.Notification))
-		for i, n := range h.Notification {
-			n.Command = slices.Clone(n.Command)
-			out.Notification[i] = n
-		}
-	}
-	return out
 }
 
 // validateHooks reports every mistake of h. Missing values are reported as
 // required; decode errors (a value of the wrong type) were reported by the
 // decoder, which then leaves a placeholder that passes here.
-func validateHooks(h HooksConfig, errs *configErrors) {
+func validateHooks(h Hooks, errs *errorList) {
 	for i, t := range h.PostToolUse {
 		p := index(join("hooks", "post_tool_use"), i)
-		switch {
-		case t.MatchTool == "":
+		if t.MatchTool == "" {
 			errs.add(join(p, "match_tool"), `required: a glob over tool names ("*" for every tool)`)
-		case strings.ContainsRune(t.MatchTool, '['):
-			errs.addf(join(p, "match_tool"), "%q: character classes ([...]) are not supported in hook patterns; use * and ?", t.MatchTool)
 		}
 		validateHookCommand(t.Command, join(p, "command"), errs)
 		validateHookTimeout(t.Timeout, join(p, "timeout_seconds"), errs)
@@ -114,7 +87,7 @@ func validateHooks(h HooksConfig, errs *configErrors) {
 	for i, n := range h.Notification {
 		p := index(join("hooks", "notification"), i)
 		switch n.On {
-		case NotifyOnApproval:
+		case HookOnApproval:
 		case "":
 			errs.add(join(p, "on"), "required: what the hook runs on (approval)")
 		default:
@@ -125,7 +98,7 @@ func validateHooks(h HooksConfig, errs *configErrors) {
 	}
 }
 
-func validateHookCommand(cmd []string, path string, errs *configErrors) {
+func validateHookCommand(cmd []string, path string, errs *errorList) {
 	if len(cmd) == 0 {
 		errs.add(path, "required: a non-empty list, the program and its arguments")
 		return
@@ -145,7 +118,7 @@ func validateHookCommand(cmd []string, path string, errs *configErrors) {
 	}
 }
 
-func validateHookTimeout(d time.Duration, path string, errs *configErrors) {
+func validateHookTimeout(d time.Duration, path string, errs *errorList) {
 	if d < 0 {
 		errs.add(path, "must be > 0")
 	} else if d > MaxHookTimeout {
@@ -155,7 +128,7 @@ func validateHookTimeout(d time.Duration, path string, errs *configErrors) {
 
 // hookTimeout converts timeout_seconds; it reports a bad value at path and
 // returns 0 (the default) for it.
-func hookTimeout(s float64, path string, errs *configErrors) time.Duration {
+func hookTimeout(s float64, path string, errs *errorList) time.Duration {
 	switch {
 	case math.IsNaN(s) || !(s > 0):
 		errs.add(path, "must be > 0")
@@ -168,7 +141,7 @@ func hookTimeout(s float64, path string, errs *configErrors) time.Duration {
 }
 
 // withHookDefaults fills in the default timeouts.
-func withHookDefaults(h HooksConfig) HooksConfig {
+func withHookDefaults(h Hooks) Hooks {
 	for i := range h.PostToolUse {
 		if h.PostToolUse[i].Timeout == 0 {
 			h.PostToolUse[i].Timeout = DefaultHookTimeout
@@ -182,8 +155,8 @@ func withHookDefaults(h HooksConfig) HooksConfig {
 	return h
 }
 
-func (d *decoder) hooks(n *yaml.Node, path string) HooksConfig {
-	var h HooksConfig
+func (d *decoder) hooks(n *yaml.Node, path string) Hooks {
+	var h Hooks
 	f, ok := d.fields(n, path, "post_tool_use", "notification")
 	if !ok && f == nil {
 		return h
@@ -217,7 +190,7 @@ func (d *decoder) hooks(n *yaml.Node, path string) HooksConfig {
 			if !ok && hf == nil {
 				continue
 			}
-			nh := NotificationHook{On: NotifyOnApproval}
+			nh := NotificationHook{On: HookOnApproval}
 			if s, ok := d.str(hf["on"], join(p, "on")); ok || isNull(hf["on"]) {
 				nh.On = s
 			}

@@ -1,0 +1,149 @@
+// Package config is the one decoder of noeta.yaml. It reads the file once,
+// strictly, into the typed values of each part of noeta: the governance
+// (agents:, rules:, guards:) as a compiled *guards.Config, the hooks: section
+// for the hooks observer, and the observers: section for the observers a
+// process runs in process.
+//
+//	agents:
+//	  <name>:
+//	    tools: [read_file, shell]
+//	    permission_mode: default          # default | acceptEdits | bypassPermissions
+//	    budget: {max_iterations: 20, max_tool_calls: 50, max_cost_usd: 2.0,
+//	             max_spawned_subtasks: 5, max_subtask_depth: 3}
+//	    permissions:
+//	      allowed_tools: [read_file, shell]
+//	      denied_tools: []
+//	      max_risk_level: high             # low | medium | high
+//	      allowed_subtask_agents: [helper]
+//	      require_approval_tools: []
+//	    repetition: {threshold: 3, action: require_approval, window: 8}
+//	rules:                                 # process-wide, priority 100
+//	  - match_tool: "shell"
+//	    match_arg: {path: command, regex: "rm\\s+-rf"}   # or equals: / contains:
+//	    match_shell: {path: command, program: rm, flags_all: [recursive, force]}
+//	    when: 'args.command.size() > 100'  # CEL over tool, args, task
+//	    action: deny                       # allow | deny | require_approval
+//	    reason: "destructive shell command"
+//	guards:                                # named rule sets, priority >= 100
+//	  - {name: change-freeze, priority: 150, rules: [...]}
+//	hooks:                                 # run by package observers
+//	  post_tool_use: [{match_tool: "*", command: ["./notify.sh"], timeout_seconds: 10}]
+//	  notification: [{on: approval, command: ["./page-oncall.sh"]}]
+//	observers:                             # run in process
+//	  audit: {file: audit.jsonl}           # or {stdout: true}, or {subject: SUBJ}
+//	  metrics: {listen: "127.0.0.1:9464"}
+//	  trace: {otlp_endpoint: "localhost:4317", protocol: grpc, insecure: true}
+//	  fanout: {listen: "127.0.0.1:8081"}   # or {} for the host's HTTP listener
+//
+// Decoding is strict: an unknown key at any level, a duplicate key, a value of
+// the wrong type, a regex or CEL expression that does not compile, and every
+// check guards.NewConfig makes are errors, each an [*Error] naming the file,
+// the path of the field and its line; all of them are returned, joined, in
+// the order of the file. A key given as null counts as absent: an absent
+// list is "no list", an empty one ([]) a list of nothing. Anchors, aliases
+// and merge keys (<<) are followed, within bounds on the nodes they make.
+//
+// Package config imports guards (it compiles the governance with
+// guards.NewConfig), and observers imports config (it runs the hooks and
+// sinks configured here); guards never imports config.
+package config
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/internal/boundedio"
+	"github.com/noeta-go/noeta/internal/glob"
+	"go.yaml.in/yaml/v3"
+)
+
+// File is a decoded noeta.yaml. It is immutable once returned; its sections
+// are the caller's values (slices are not shared with other Files).
+type File struct {
+	// Path is the path given to Load, or the name given to Parse.
+	Path string
+	// Governance is the agents:, rules: and guards: sections, compiled; an
+	// empty config (no agents, no rules) when the file has none.
+	Governance *guards.Config
+	// Hooks is the hooks: section, validated, default timeouts filled in.
+	Hooks Hooks
+	// Observers is the observers: section, validated.
+	Observers Observers
+
+	pos positions
+}
+
+// Load reads path, a regular file of at most MaxSize bytes, until ctx ends,
+// and decodes it. Every error names the file.
+func Load(ctx context.Context, path string) (*File, error) {
+	data, err := boundedio.ReadFile(ctx, path, MaxSize)
+	if err != nil {
+		return nil, err // a *fs.PathError: it names path
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes data; name is the file's name in errors ("" allowed). data
+// over MaxSize bytes is refused before it is parsed.
+func Parse(name string, data []byte) (*File, error) {
+	errs := &errorList{file: name, pos: positions{}}
+	if len(data) > MaxSize {
+		errs.addf("", "the config is %d bytes, over the limit of %d MiB", len(data), MaxSize>>20)
+		return nil, errs.err()
+	}
+	// Bound the node tree before the parser builds it.
+	if err := boundedio.CheckYAML(data, maxConfigNodes); err != nil {
+		errs.add("", err.Error())
+		return nil, errs.err()
+	}
+	var root yaml.Node
+	if err := safeUnmarshal(data, &root); err != nil {
+		errs.add("", err.Error())
+		return nil, errs.err()
+	}
+	d := &decoder{errs: errs}
+	s := d.top(&root)
+	if d.exhausted {
+		return nil, errs.err()
+	}
+	gov, err := guards.NewConfig(s.agents, s.rules, s.sets)
+	errs.addChecked(err)
+	validateHooks(s.hooks, errs)
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	return &File{Path: name, Governance: gov, Hooks: withHookDefaults(s.hooks), Observers: s.observers, pos: errs.pos}, nil
+}
+
+// ErrorAt is a mistake found after decoding (an audit file that cannot be
+// opened, a listen address already taken), as an [*Error] naming the file,
+// path, and the line and column of path or of its nearest parent that has
+// one.
+func (f *File) ErrorAt(path, msg string) *Error {
+	return f.pos.at(f.Path, path, msg)
+}
+
+// CheckTools reports every tool the file names that is not one of known (the
+// tool registry's names), each as an [*Error] with its path and line; nil
+// when there is none. It is guards.Config.CheckTools (agents' tool lists,
+// rules' and rule sets' match_tool) plus the post_tool_use hooks' match_tool,
+// which must match at least one known tool too: a misspelt pattern would
+// never run its hook.
+func (f *File) CheckTools(known []string) error {
+	errs := &errorList{file: f.Path, pos: f.pos}
+	if f.Governance != nil { // nil only in a File built by hand
+		errs.addChecked(f.Governance.CheckTools(known))
+	}
+	for i, h := range f.Hooks.PostToolUse {
+		if h.MatchTool == "" {
+			continue // refused by Validate
+		}
+		g := glob.Compile(h.MatchTool)
+		if !slices.ContainsFunc(known, g.Match) {
+			errs.addf(join(index(join("hooks", "post_tool_use"), i), "match_tool"), "%q matches no tool (the tools: %s)", h.MatchTool, strings.Join(known, ", "))
+		}
+	}
+	return errs.err()
+}
