@@ -132,7 +132,7 @@ the deliveries in hand are handled and acknowledged.`,
 	f.BoolVar(&o.auditStdout, "audit-stdout", false, "audit: write records to stdout")
 	f.StringVar(&o.auditSubject, "audit-subject", "", "audit: publish each record on <subject>.<task>")
 	f.StringVar(&o.httpAddr, "http", "127.0.0.1:9464", "listen address of /metrics, /tasks/{id}/events and /healthz (empty: none)")
-	f.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "trace: OTLP endpoint (host:port or URL; default from OTEL_EXPORTER_OTLP_*)")
+	f.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "trace: OTLP endpoint (host:port or URL; default: --config's observers.trace, else OTEL_EXPORTER_OTLP_*)")
 	f.StringVar(&o.otlpProtocol, "otlp-protocol", "grpc", "trace: grpc or http")
 	f.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "trace: no TLS to the OTLP endpoint")
 	f.StringVar(&o.config, "config", "", "hooks: the noeta.yaml whose hooks: section to run")
@@ -399,7 +399,19 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		w.closers = append(w.closers, m.Shutdown)
 		return m, nil
 	case "trace":
-		exp, err := telemetry.NewOTLPExporter(ctx, telemetry.OTLPConfig{Protocol: o.otlpProtocol, Endpoint: o.otlpEndpoint, Insecure: o.otlpInsecure})
+		oc := telemetry.OTLPConfig{Protocol: o.otlpProtocol, Endpoint: o.otlpEndpoint, Insecure: o.otlpInsecure}
+		if o.otlpEndpoint == "" && o.config != "" {
+			// No endpoint flag: the config's observers.trace, as serve
+			// runs it.
+			f, err := o.loadConfig(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if tc := f.Observers.Trace; tc != nil {
+				oc = telemetry.OTLPConfig{Protocol: tc.Protocol, Endpoint: tc.Endpoint, Insecure: tc.Insecure}
+			}
+		}
+		exp, err := telemetry.NewOTLPExporter(ctx, oc)
 		if err != nil {
 			return nil, usageError{fmt.Errorf("trace: %w", err)}
 		}
