@@ -4,12 +4,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -360,4 +364,79 @@ func TestServeRunsConfiguredObserversOnACluster(t *testing.T) {
 	}
 	wantAudited(t, checkAudit(t, auditFile, id), "alice")
 	wantHookRan(t, hookOut)
+}
+
+// freeAddr is a loopback address no one listens on (a listener's, closed).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestServeRunsConfiguredTelemetry: the observers: section's metrics (on a
+// listener of its own), trace (OTLP/HTTP to a receiver) and fanout (SSE on
+// serve's --http) run in serve. Before, the section knew only audit; the
+// others could only run in an observer-worker.
+func TestServeRunsConfiguredTelemetry(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var exports int
+	otlp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/traces" && len(b) > 0 {
+			mu.Lock()
+			exports++
+			mu.Unlock()
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer otlp.Close()
+	base, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr, httpAddr := freeAddr(t), freeAddr(t)
+	cfg := writeFile(t, "noeta.yaml", string(base)+"observers:\n"+
+		"  metrics: {listen: \""+metricsAddr+"\"}\n"+
+		"  trace: {otlp_endpoint: \""+otlp.URL+"/v1/traces\", protocol: http, insecure: true}\n"+
+		"  fanout: {}\n")
+	data := t.TempDir()
+	p := startEngine(t, "serve", "--config", cfg, "--data", data, "--workspace", workspace(t), "--http", httpAddr, "--log-format", "json")
+	p.waitLog(t, "serving", time.Minute)
+	code, out, errOut := runCmd(t, "submit", example("01-allowed-call.yaml"), "--config", cfg, "--data", data)
+	id := strings.TrimSpace(out)
+	if code != 0 {
+		t.Fatalf("submit: exit %d\n%s\n%s", code, out, errOut)
+	}
+	get := func(url string) string {
+		resp, err := http.Get(url)
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		return string(b)
+	}
+	waitFor(t, time.Minute, "the task's end on the fanout stream", func() bool {
+		return strings.Contains(get("http://"+httpAddr+"/tasks/"+id+"/events?follow=false"), "TaskCompleted")
+	})
+	waitFor(t, time.Minute, "the metrics observer's counters on observers.metrics.listen", func() bool {
+		m := get("http://" + metricsAddr + "/metrics")
+		return strings.Contains(m, `noeta_tasks_total{status="completed"} 1`) && strings.Contains(m, "noeta_engine_segments_total")
+	})
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("serve exited %d\n%s", code, p.stderr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if exports == 0 {
+		t.Errorf("no span reached the OTLP receiver\n%s", p.stderr)
+	}
 }
