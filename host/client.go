@@ -33,7 +33,8 @@ func (h *Host) Submit(ctx context.Context, sub Submission) (string, error) {
 }
 
 // Approve answers the approval request (or question) handle of task with
-// a. It is refused, and nothing kept, unless the request is open now:
+// a, whose Decision must be noeta.ApprovalApprove or noeta.ApprovalDeny and
+// whose Approver must say who answered. It is refused, and nothing kept, unless the request is open now:
 // eventlog.ErrNotWaiting when nothing is asked under handle,
 // eventlog.ErrAlreadyAnswered when another answer came first.
 func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error {
@@ -43,9 +44,8 @@ func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error
 	if err := taskCheck(task); err != nil {
 		return err
 	}
-	if a.Decision == "" {
-		a.Decision = noeta.ApprovalApprove
-	}
+	// No default decision: an answer that does not say approve is never
+	// taken for one.
 	return h.client.Approve(ctx, task, handle, a.Decision, a.Approver, a.Reason)
 }
 

@@ -180,10 +180,14 @@ func TestDataDirOwnership(t *testing.T) {
 	if runner.Segments() == 0 {
 		t.Errorf("the holder ran no segment")
 	}
-	if _, err := client.StartPool(t.Context(), PoolOptions{Workers: 1}); err == nil && !client.Runs() {
-		// A client may start a pool only on a directory it holds; attached,
-		// it runs nothing of its own.
-		t.Log("a client started a pool")
+	// A client runs nothing: no pool of its own, attached or not.
+	if _, err := client.StartPool(t.Context(), PoolOptions{Workers: 1}); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("a client started a pool: %v", err)
+	}
+	// An answer must say what it decides: none is never taken for an
+	// approval.
+	if err := client.Approve(t.Context(), id, "approval-call-1-0-0000000000", Answer{Approver: "alice"}); !errors.Is(err, eventlog.ErrInvalidArgument) {
+		t.Errorf("an answer without a decision: %v", err)
 	}
 }
 

@@ -73,6 +73,11 @@ func (h *Host) StartPool(ctx context.Context, po PoolOptions) (*Pool, error) {
 	if h.log == nil {
 		return nil, ErrReadOnly
 	}
+	if h.opts.Workers == 0 {
+		// A client may be attached to another process's server: only the
+		// holder of the data directory (or a runner on a cluster) runs tasks.
+		return nil, ErrNotRunning
+	}
 	if po.Workers < 1 || po.Workers > MaxWorkers {
 		return nil, badOption("workers is %d; it must be from 1 to %d", po.Workers, MaxWorkers)
 	}
