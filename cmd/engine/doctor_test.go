@@ -16,6 +16,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
+	"github.com/noeta-go/noeta/host"
 )
 
 // corruptTaskFile runs six turns of two echo calls and finishes: 42 records.
@@ -280,7 +281,7 @@ func TestDoctorFindsCorruption(t *testing.T) {
 				}
 			}
 			code, out, _ = runCmd(t, "doctor", "--data", data, "--json")
-			var rep doctorReport
+			var rep host.DoctorReport
 			if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.Clean || len(rep.Problems) == 0 {
 				t.Errorf("doctor --json: exit %d, %v, %+v", code, err, rep)
 			}

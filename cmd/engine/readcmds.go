@@ -357,7 +357,7 @@ func tailCheck(ctx context.Context, st *host.Host, state *engine.State, ds event
 	if err != nil || !ok || again.Status != ds.Status || again.Generation != ds.Generation {
 		return nil // the task moved while it was read
 	}
-	if f, bad := rowAgainstLog(state.Task, ds, state, envs[len(envs)-1]); bad {
+	if f, bad := host.RowAgainstLog(state.Task, ds, state, envs[len(envs)-1]); bad {
 		return failErr(damagedHint(fmt.Errorf("%w: task %s: seq %s: %s", eventlog.ErrGap, f.Task, f.Seqs, f.Detail)))
 	}
 	return nil
