@@ -251,9 +251,15 @@ func (w *Watch) view(task string) *taskView {
 	return tv
 }
 
-// Depth and Agent of a task of the tree, as far as the watch knows them.
-func (w *Watch) Depth(task string) int    { return w.view(task).depth }
-func (w *Watch) Agent(task string) string { return w.view(task).agent }
+// Depth is a task's subtask depth (0 for the root), as far as the watch
+// knows it. Call it from the watch's callbacks, which run on the goroutine
+// of Wait.
+func (w *Watch) Depth(task string) int {
+	if tv, ok := w.tasks[task]; ok {
+		return tv.depth
+	}
+	return 0
+}
 
 // take delivers env unless it was delivered already; a log record that
 // skips ahead of the last one delivered first brings the records in

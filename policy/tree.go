@@ -15,6 +15,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/internal/boundedio"
+	"github.com/noeta-go/noeta/internal/fieldpath"
 )
 
 // A task file is read in two passes: the YAML (or, for a child's script, the
@@ -442,29 +443,6 @@ func tagName(tag string) string {
 
 func isIntLiteral(s string) bool { return digitsOnly.MatchString(s) }
 
-// join appends a key to a path, quoting a key that would not read as one.
-func join(path, key string) string {
-	if !isPlainKey(key) {
-		key = strconv.Quote(key)
-	}
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// index appends a list index to a path.
-func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
-
-func isPlainKey(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+// join and index spell field paths as noeta.yaml's errors do.
+func join(path, key string) string    { return fieldpath.Join(path, key) }
+func index(path string, i int) string { return fieldpath.Index(path, i) }
