@@ -156,6 +156,13 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 	if h.tools, err = tools.NewRegistry(append(builtins, o.Tools...)...); err != nil {
 		return nil, badOption("tools: %v", err)
 	}
+	if o.Config != nil {
+		// A tool the config names that the registry lacks is a mistake of
+		// the config, not a denial to find when a task of the agent runs.
+		if err := o.Config.CheckTools(h.tools.Names()); err != nil {
+			return nil, &configError{err.Error()}
+		}
+	}
 	if h.client, err = h.newEngine(o.Queue, o.Workspace); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/policy"
+	"github.com/noeta-go/noeta/tools"
 )
 
 // exampleConfig is examples/noeta.yaml.
@@ -248,4 +250,27 @@ func TestCloseIsQuick(t *testing.T) {
 	if rest, err := h.Wait(ctx, id); err == nil && rest.Status == RestCompleted {
 		t.Errorf("Wait after Close: %+v", rest)
 	}
+}
+
+// TestConfigNamesUnknownTool: a config whose agent names a tool the host
+// does not have is refused at Open, naming the field; with that tool among
+// Options.Tools it opens.
+func TestConfigNamesUnknownTool(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse("noeta.yaml", []byte("agents:\n  a: {tools: [echo, frobnicate]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(t.Context(), Options{DataDir: t.TempDir(), Config: cfg, Workers: 1})
+	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "agents.a.tools[1]") || !strings.Contains(err.Error(), "frobnicate") {
+		t.Fatalf("open: %v, want ErrBadConfig naming agents.a.tools[1]", err)
+	}
+	frob := tools.Define(tools.Def{Name: "frobnicate", Risk: tools.RiskLow, Run: func(context.Context, tools.Call) (tools.Result, error) {
+		return tools.Result{OK: true, Output: json.RawMessage(`"ok"`)}, nil
+	}})
+	h, err := Open(t.Context(), Options{DataDir: t.TempDir(), Config: cfg, Workers: 1, Tools: []tools.Tool{frob}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
 }

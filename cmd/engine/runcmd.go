@@ -49,9 +49,9 @@ it is committed: guard verdicts with their reasons, approvals, subtasks.
 
 With --nats, the pool runs on that NATS beside any serve processes, which may
 take some of the tree's segments (their records are printed once the tree
-comes to rest), and a subtask's result reaches its parent through whichever
-process runs the ChildLifecycle observer (serve --child, or observer-worker
---observers child).
+comes to rest). run runs the ChildLifecycle observer over what it commits,
+as serve --child and observer-worker --observers child do over theirs: a
+subtask's result reaches its parent whichever process ran the subtask.
 
 Exit codes: 0 the task completed; 1 it failed or was cancelled; 2 bad usage,
 config or task file; 3 the task waits for an approval (with --approvals
