@@ -97,8 +97,9 @@ func runDemo(ctx context.Context, g *globals) error {
 	}
 	// The demo runs tasks, so it runs its config's observers like run does
 	// (examples/noeta.yaml has none today, and the demo's output stays its
-	// own); each example runs in a pool of its own (runExample).
-	h, err := g.open(ctx, "demo", host.Options{DataDir: data, Config: cfg, Workers: 1, Queue: "demo-idle", Workspace: tmp, Verb: "demo", Stdout: g.stdout})
+	// own). Its own pool is never started: each example runs in a pool of
+	// its own, on its own queue and workspace (runExample).
+	h, err := g.open(ctx, "demo", host.Options{DataDir: data, Config: cfg, Workers: g.workers, Deferred: true, Workspace: tmp, Verb: "demo", Stdout: g.stdout})
 	if err != nil {
 		return err
 	}
