@@ -71,18 +71,91 @@ type Decision struct {
 	CostUSD      float64 `json:"cost_usd,omitempty"`
 	InputTokens  int64   `json:"input_tokens,omitempty"`
 	OutputTokens int64   `json:"output_tokens,omitempty"`
+
+	// Who decided and how long it took, for a model policy (a scripted
+	// policy leaves them empty). Recorded in PolicyDecided.
+	Model     string `json:"model,omitempty"`
+	Provider  string `json:"provider,omitempty"`
+	LatencyMS int64  `json:"latency_ms,omitempty"`
+	// Response is the provider's raw response body, kept for audit and
+	// debugging: the engine puts it in the content store and records its ref
+	// (response_ref), never the body inline.
+	Response []byte `json:"-"`
+	// Notes say what happened on the way that is not the decision (a retry
+	// after a 429, a transcript elided to its budget); recorded with it.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // PolicyInput is what the engine tells a policy when it asks for a turn's
-// decision. It is a struct so that what a policy may read (the composed
-// context, for a model) can grow without changing Decide's signature.
+// decision. It is a struct so that what a policy may read can grow without
+// changing Decide's signature.
 type PolicyInput struct {
 	// Task is the id of the task deciding.
 	Task string
-	// Turn is 1-based: the turn being decided (TurnStarted.turn). It is a fold
-	// of the log, so a task resumed mid-turn, or re-driven after a crash, asks
-	// for the same turn again and must get the same decision.
+	// Turn is 1-based: the turn being decided (TurnStarted.turn).
 	Turn int
+	// Agent is the task's agent.
+	Agent string
+	// Context is the task so far as a model reads it: the goal, every
+	// earlier decision, tool result, denial, approval, subtask result and
+	// human answer, composed from the log (deterministically: the same log
+	// gives the same transcript).
+	Context *Transcript
+	// Tools are the tools the agent may call, with their input schemas: a
+	// model is offered exactly these.
+	Tools []ToolSpec
+	// SpawnAgents are the agents the task may spawn as subtasks (none: it
+	// may not spawn).
+	SpawnAgents []string
+}
+
+// ToolSpec describes a tool to a model.
+type ToolSpec struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// InputSchema is the JSON Schema of the tool's arguments (an object).
+	InputSchema json.RawMessage `json:"input_schema"`
+	// Risk is the tool's risk level: low, medium or high.
+	Risk string `json:"risk,omitempty"`
+}
+
+// MessageRole is who speaks a [Message].
+type MessageRole string
+
+const (
+	// RoleUser: the task's goal, a human's answer, a wake, a subtask's
+	// result, an approval's outcome — what the world says to the agent.
+	RoleUser MessageRole = "user"
+	// RoleAssistant: a decision the agent made (its text and tool calls).
+	RoleAssistant MessageRole = "assistant"
+	// RoleTool: the result of one tool call, or why it did not run.
+	RoleTool MessageRole = "tool"
+)
+
+// Transcript is a task as a model reads it, composed from its log. The
+// system prompt is the policy's own (it is the agent's configuration, not
+// the task's history).
+type Transcript struct {
+	Messages []Message `json:"messages"`
+	// Elided counts the tool outputs left out, oldest first, to keep the
+	// transcript within a budget; each left a note in its place.
+	Elided int `json:"elided,omitempty"`
+}
+
+// Message is one entry of a [Transcript].
+type Message struct {
+	Role MessageRole `json:"role"`
+	Text string      `json:"text,omitempty"`
+	// ToolCalls are the calls an assistant message asked for, with their
+	// ids and arguments as recorded.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID and ToolName name the call a tool message answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	ToolName   string `json:"tool_name,omitempty"`
+	// IsError marks a tool message whose call failed, was denied by a
+	// guard, refused by a human or could not run; Text says why (a denial
+	// names the guard and its reason).
+	IsError bool `json:"is_error,omitempty"`
 }
 
 // SpawnSpec is one child a spawn decision asks for. The engine turns it into a
@@ -149,6 +222,11 @@ func (d Decision) Validate() error {
 				return fail(p+".call_id", "%q is also the id of tool_calls[%d]", c.CallID, j)
 			}
 			seen[c.CallID] = i
+			if c.Invalid != "" {
+				// A call the model asked for that cannot run: recorded as a
+				// failed call, whatever its tool and arguments were.
+				continue
+			}
 			if c.Tool == "" {
 				return fail(p+".tool", "is empty")
 			}
@@ -209,6 +287,9 @@ func (d Decision) Validate() error {
 	if d.OutputTokens < 0 {
 		return fail("output_tokens", "must be >= 0, not %d", d.OutputTokens)
 	}
+	if d.LatencyMS < 0 {
+		return fail("latency_ms", "must be >= 0, not %d", d.LatencyMS)
+	}
 	return nil
 }
 
@@ -238,5 +319,11 @@ func (d Decision) Clone() Decision {
 	}
 	c.Patch = cloneRaw(d.Patch)
 	c.Answer = cloneRaw(d.Answer)
+	if d.Response != nil {
+		c.Response = append([]byte(nil), d.Response...)
+	}
+	if d.Notes != nil {
+		c.Notes = append([]string(nil), d.Notes...)
+	}
 	return c
 }

@@ -86,6 +86,12 @@ type ToolCall struct {
 	CallID string          `json:"call_id"`
 	Tool   string          `json:"tool"`
 	Args   json.RawMessage `json:"args,omitempty"`
+	// Invalid, set by a policy, says why a call the model asked for cannot
+	// run (its arguments are not JSON, its tool is unknown): the engine
+	// records it as a failed call, fed back to the model, and never runs it
+	// or asks a guard about it. Args then hold what the model sent, if it
+	// was JSON.
+	Invalid string `json:"invalid,omitempty"`
 }
 
 // SpawnSubtask is one child a policy proposed; GroupID is set for members of a
