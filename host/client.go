@@ -178,11 +178,17 @@ func (h *Host) CheckStream(ctx context.Context) error {
 }
 
 // TaskFromFile is the submission of a task file (policy.ParseTaskFile,
-// policy.LoadTaskFileContext): its agent, goal and script.
+// policy.LoadTaskFileContext): its agent, goal and script — none for a task
+// file without one, whose agent's model decides.
 func TaskFromFile(tf policy.TaskFile) (Submission, error) {
+	sub := Submission{Agent: tf.Agent, Goal: tf.Goal}
+	if !tf.Scripted {
+		return sub, nil
+	}
 	script, err := json.Marshal(tf.Script)
 	if err != nil {
 		return Submission{}, fmt.Errorf("script: %w", err)
 	}
-	return Submission{Agent: tf.Agent, Goal: tf.Goal, Script: script}, nil
+	sub.Script = script
+	return sub, nil
 }

@@ -30,22 +30,25 @@ var (
 // checker reads the step schema off a value tree.
 type checker struct{ errs *errorList }
 
-// taskFile reads the top level: agent, goal and script, all required.
+// taskFile reads the top level: agent and goal, required, and script.
 func (c *checker) taskFile(root *value) TaskFile {
 	var tf TaskFile
 	if root.kind == kNull {
-		c.errs.add(root.line, "", "the file is empty; a task file needs agent, goal and script")
+		c.errs.add(root.line, "", "the file is empty; a task file needs agent and goal (and a script, unless the agent's model decides)")
 		return tf
 	}
 	if root.kind != kMap {
-		c.wrong(root, "", "a task file must be a mapping with agent, goal and script, not %s", root.kindName())
+		c.wrong(root, "", "a task file must be a mapping with agent, goal and an optional script, not %s", root.kindName())
 		return tf
 	}
 	f := c.fields(root, "", "agent", "goal", "script")
 	tf.Agent, _ = c.text(f, root, "", "agent")
 	tf.Goal, _ = c.text(f, root, "", "goal")
-	if m, ok := c.require(f, root, "", "script"); ok {
+	// Without a script the agent's model decides each turn (the config
+	// must give the agent one); a script given is read as one, even empty.
+	if m, ok := f["script"]; ok && m.val.kind != kNull {
 		tf.Script, _ = c.script(m.val, "script")
+		tf.Scripted = true
 	}
 	return tf
 }

@@ -27,6 +27,9 @@ type TaskFile struct {
 	Agent  string
 	Goal   string
 	Script Script
+	// Scripted is false for a task file without script:, whose agent's
+	// model decides each turn.
+	Scripted bool
 }
 
 // LoadTaskFile is [LoadTaskFileContext] with a context that never ends.

@@ -42,6 +42,7 @@ func TestParseTaskFileDesignExample(t *testing.T) {
 			}},
 			{Kind: noeta.DecisionFinish, Answer: raw(`"done"`)},
 		},
+		Scripted: true,
 	}
 	if !reflect.DeepEqual(tf, want) {
 		t.Errorf("got  %s\nwant %s", dump(tf), dump(want))
@@ -235,8 +236,8 @@ func TestParseTaskFileErrors(t *testing.T) {
 			[]string{"t.yaml:2: goal: must not be empty"}},
 		{"agent a list", "agent: [a]\ngoal: g\nscript: []\n",
 			[]string{"t.yaml:1: agent: must be a string, not a list"}},
-		{"missing script", "agent: a\ngoal: g\n",
-			[]string{"t.yaml:1: script: required"}},
+		{"script null is no script", "agent: a\ngoal: g\nscript: ~\nextra: 1\n",
+			[]string{"t.yaml:4: extra: unknown key (known: agent, goal, script)"}},
 		{"script not a list", "agent: a\ngoal: g\nscript: {finish: {answer: x}}\n",
 			[]string{"t.yaml:3: script: must be a list of steps, not a mapping"}},
 		{"spawn without agent", head + "  - spawn: [{goal: x}]\n",
@@ -252,15 +253,15 @@ func TestParseTaskFileErrors(t *testing.T) {
 			[]string{"t.yaml:4: script[0].spawn[0].script: must be a list of steps, not a mapping"}},
 		{"duplicate key", head + "  - finish: {answer: x}\n    cost_usd: 1\n    cost_usd: 2\n",
 			[]string{"t.yaml:6: script[0].cost_usd: duplicate key (first at line 5)"}},
-		{"anchor under an unknown key", "base: &b {agent: a}\n", []string{"t.yaml:1: base: unknown key (known: agent, goal, script)", "t.yaml:1: agent: required", "t.yaml:1: goal: required", "t.yaml:1: script: required"}},
+		{"anchor under an unknown key", "base: &b {agent: a}\n", []string{"t.yaml:1: base: unknown key (known: agent, goal, script)", "t.yaml:1: agent: required", "t.yaml:1: goal: required"}},
 		{"merge key used", "<<: {agent: a}\ngoal: g\nscript: []\n",
 			[]string{"t.yaml:1: merge keys (<<) are not supported in task files; write the keys out", "t.yaml:1: agent: required"}},
 		{"unknown tag", head + "  - finish: {answer: !secret x}\n",
 			[]string{"t.yaml:4: script[0].finish.answer: unsupported YAML tag !secret"}},
 		{"not a mapping", "- a\n- b\n",
-			[]string{"t.yaml:1: a task file must be a mapping with agent, goal and script, not a list"}},
-		{"empty file", "", []string{"t.yaml: the file is empty; a task file needs agent, goal and script"}},
-		{"comment only", "# nothing\n", []string{"t.yaml: the file is empty; a task file needs agent, goal and script"}},
+			[]string{"t.yaml:1: a task file must be a mapping with agent, goal and an optional script, not a list"}},
+		{"empty file", "", []string{"t.yaml: the file is empty; a task file needs agent and goal (and a script, unless the agent's model decides)"}},
+		{"comment only", "# nothing\n", []string{"t.yaml: the file is empty; a task file needs agent and goal (and a script, unless the agent's model decides)"}},
 		{"two documents", "agent: a\ngoal: g\nscript: []\n---\nagent: b\n", []string{"t.yaml:4: invalid YAML: a task file holds one YAML document; found another"}},
 		{"every mistake at once", head + "  - tool_calls: [{tool: echo, args: x}]\n    extra: 1\n  - wait_timer: {seconds: -1}\n",
 			[]string{
@@ -375,4 +376,17 @@ func dump(v any) string {
 		return err.Error()
 	}
 	return string(b)
+}
+
+// TestParseTaskFileWithoutScript: agent and goal only is a task its agent's
+// model decides; script: [] is a script (of no steps), not that.
+func TestParseTaskFileWithoutScript(t *testing.T) {
+	tf, err := ParseTaskFile("t.yaml", []byte("agent: researcher\ngoal: \"Summarise the repository\"\n"))
+	if err != nil || tf.Scripted || tf.Script != nil || tf.Agent != "researcher" {
+		t.Fatalf("%+v %v", tf, err)
+	}
+	tf, err = ParseTaskFile("t.yaml", []byte("agent: a\ngoal: g\nscript: []\n"))
+	if err != nil || !tf.Scripted || tf.Script == nil {
+		t.Fatalf("empty script: %+v %v", tf, err)
+	}
 }

@@ -60,7 +60,7 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 	if err != nil {
 		return err
 	}
-	tf, script, err := loadTask(ctx, taskPath, cfg)
+	tf, sub, err := loadTask(ctx, taskPath, cfg)
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,8 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 		return err
 	}
 	defer h.Close()
-	id, err := h.Submit(ctx, host.Submission{Agent: tf.Agent, Goal: tf.Goal, Script: script, Queue: queue})
+	sub.Queue = queue
+	id, err := h.Submit(ctx, sub)
 	if err != nil {
 		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))
 	}

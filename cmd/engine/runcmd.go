@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -98,7 +97,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if err != nil {
 		return err
 	}
-	tf, script, err := loadTask(ctx, taskPath, cfg)
+	tf, sub, err := loadTask(ctx, taskPath, cfg)
 	if err != nil {
 		return err
 	}
@@ -130,7 +129,8 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 		fmt.Fprintf(g.stdout, "task %s: %s (agent %s); config %s, workspace %s, %s, %d workers, approvals %s\n",
 			id, taskPath, tf.Agent, cfg.Path, workspace, g.where(h), g.workers, mode)
 	}
-	if _, err := h.Submit(ctx, host.Submission{ID: id, Agent: tf.Agent, Goal: tf.Goal, Script: script}); err != nil {
+	sub.ID = id
+	if _, err := h.Submit(ctx, sub); err != nil {
 		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))
 	}
 	out, err := p.follow(ctx)
@@ -158,25 +158,25 @@ func governance(ctx context.Context, path string) (*config.File, error) {
 }
 
 // loadTask reads a task file whose agent must be one of cfg's, and returns
-// it with its script as JSON.
-func loadTask(ctx context.Context, taskPath string, cfg *config.File) (policy.TaskFile, json.RawMessage, error) {
+// it with its submission.
+func loadTask(ctx context.Context, taskPath string, cfg *config.File) (policy.TaskFile, host.Submission, error) {
 	tf, err := policy.LoadTaskFileContext(ctx, taskPath)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||
 			errors.Is(err, boundedio.ErrNotRegular) || errors.Is(err, boundedio.ErrTooLarge) {
-			return policy.TaskFile{}, nil, usageErr("task file: %v", err)
+			return tf, host.Submission{}, usageErr("task file: %v", err)
 		}
-		return policy.TaskFile{}, nil, usageErr("%v", err)
+		return tf, host.Submission{}, usageErr("%v", err)
 	}
 	gov := cfg.Governance
 	if _, ok := gov.Agent(tf.Agent); !ok {
-		return policy.TaskFile{}, nil, usageErr("%s: agent: %q is not an agent of %s (its agents: %s)", taskPath, tf.Agent, cfg.Path, strings.Join(gov.Agents(), ", "))
+		return tf, host.Submission{}, usageErr("%s: agent: %q is not an agent of %s (its agents: %s)", taskPath, tf.Agent, cfg.Path, strings.Join(gov.Agents(), ", "))
 	}
-	script, err := json.Marshal(tf.Script)
+	sub, err := host.TaskFromFile(tf)
 	if err != nil {
-		return policy.TaskFile{}, nil, usageErr("%s: script: %v", taskPath, err)
+		return tf, host.Submission{}, usageErr("%s: %v", taskPath, err)
 	}
-	return tf, script, nil
+	return tf, sub, nil
 }
 
 // reportOutcome says how the run ended, and for a task left waiting, how to
