@@ -80,7 +80,7 @@ func TestWaitForATree(t *testing.T) {
 		t.Fatalf("approval: %+v, %v", rest, err)
 	}
 	w := rest.Waiting[0]
-	if err := h.Approve(ctx, id, w.Handle, Answer{Approver: "alice", Reason: "looks safe"}); err != nil {
+	if err := h.Approve(ctx, id, w.Handle, Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Reason: "looks safe"}); err != nil {
 		t.Fatal(err)
 	}
 	// A second answer to the same request is refused and kept nowhere.
