@@ -49,6 +49,10 @@ const OtherLabelValue = "_other"
 // request this process did not see (or forgot).
 const UnknownApprovalAction = "unknown"
 
+// UnknownAgent is the agent label of a decision whose task's TaskCreated
+// Metrics did not see or has forgotten.
+const UnknownAgent = "unknown"
+
 // metricsMaxPerTask bounds each task's remembered approval handles and
 // approved call ids.
 const metricsMaxPerTask = 64
@@ -136,6 +140,11 @@ type Metrics struct {
 
 	events, guardDecisions, approvals, toolCalls, tasks, leases, wakes metric.Int64Counter
 	lag, toolDuration                                                  metric.Float64Histogram
+	// What deciding turns took: model calls, tokens and cost, by agent,
+	// provider and model.
+	modelCalls, modelTokens metric.Int64Counter
+	modelCost               metric.Float64Counter
+	modelDuration           metric.Float64Histogram
 
 	mu     sync.Mutex
 	labels metricsLabelBounds
@@ -144,6 +153,7 @@ type Metrics struct {
 
 // metricsTask is what Metrics remembers of one task.
 type metricsTask struct {
+	agent    string                     // from its TaskCreated
 	actions  map[string]metricsApproval // handle -> request
 	approved map[string]struct{}        // call ids a human approved, not started yet
 }
@@ -235,7 +245,16 @@ func (m *Metrics) instruments() error {
 	m.tasks = counter("noeta.tasks", "{task}", "Tasks ended, by status (completed, failed, cancelled).")
 	m.leases = counter("noeta.leases", "{lease}", "Lease generations granted (LeaseGranted records).")
 	m.wakes = counter("noeta.wakes", "{wake}", "Wakes consumed (TaskWoken records), by kind.")
+	m.modelCalls = counter("noeta.gen_ai.calls", "{call}", "Turns a policy decided, by agent, provider and model (scripted: provider and model empty).")
+	m.modelTokens = counter("noeta.gen_ai.tokens", "{token}", "Tokens the model used deciding turns, by agent, provider, model and type (input, output).")
 	var err error
+	m.modelCost, err = meter.Float64Counter("noeta.gen_ai.cost", metric.WithUnit("USD"),
+		metric.WithDescription("What deciding turns cost (the model's usage at its configured price), by agent, provider and model."))
+	errs = append(errs, err)
+	m.modelDuration, err = meter.Float64Histogram("gen_ai.client.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("How long a model call that decided a turn took, retries included, by provider and model."),
+		metric.WithExplicitBucketBoundaries(metricsToolDurationBuckets...))
+	errs = append(errs, err)
 	m.lag, err = meter.Float64Histogram("noeta.observer.lag", metric.WithUnit("s"),
 		metric.WithDescription("Time from a record's commit to its handling by the metrics observer."),
 		metric.WithExplicitBucketBoundaries(metricsLagBuckets...))
@@ -334,6 +353,10 @@ func (m *Metrics) Observe(ctx context.Context, env eventlog.Envelope) error {
 		return nil
 	}
 	switch p := p.(type) {
+	case *noeta.TaskCreated:
+		m.task(env.Task).agent = p.Agent
+	case *noeta.PolicyDecided:
+		m.decided(ctx, env, p)
 	case *noeta.LeaseGranted:
 		m.leases.Add(ctx, 1)
 	case *noeta.TaskWoken:
@@ -386,6 +409,31 @@ func (m *Metrics) Observe(ctx context.Context, env eventlog.Envelope) error {
 		m.ended(ctx, env.Task, noeta.SubtaskStatusCancelled)
 	}
 	return nil
+}
+
+// decided counts a turn's decision: the call, its tokens, its cost and,
+// for a model, its latency. The agent is what the task's TaskCreated said,
+// or UnknownAgent when that was forgotten (or never seen).
+func (m *Metrics) decided(ctx context.Context, env eventlog.Envelope, p *noeta.PolicyDecided) {
+	agent := UnknownAgent
+	if mt, ok := m.memory.get(env.Task); ok && mt.agent != "" {
+		agent = mt.agent
+	}
+	model, provider, latency := decisionModel(env, p)
+	who := []string{"agent", agent, "provider", provider, "model", model}
+	m.modelCalls.Add(ctx, 1, m.attrs(who...))
+	if p.InputTokens > 0 {
+		m.modelTokens.Add(ctx, p.InputTokens, m.attrs(append(who, "type", "input")...))
+	}
+	if p.OutputTokens > 0 {
+		m.modelTokens.Add(ctx, p.OutputTokens, m.attrs(append(who, "type", "output")...))
+	}
+	if p.CostUSD > 0 {
+		m.modelCost.Add(ctx, p.CostUSD, m.attrs(who...))
+	}
+	if model != "" && latency > 0 {
+		m.modelDuration.Record(ctx, float64(latency)/1000, m.attrs("provider", provider, "model", model))
+	}
 }
 
 func (m *Metrics) verdict(ctx context.Context, guard, verdict string) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,7 @@ const traceMaxPerTask = 1024
 const (
 	TraceOperationInvokeAgent = "invoke_agent"
 	TraceOperationExecuteTool = "execute_tool"
+	TraceOperationChat        = "chat"
 
 	TraceEventGuardVerdict    = "noeta.guard.verdict"
 	TraceEventApprovalResolve = "noeta.approval.resolved"
@@ -68,6 +70,8 @@ const (
 	attrOutputTokens     = attribute.Key("gen_ai.usage.output_tokens")
 	attrToolName         = attribute.Key("gen_ai.tool.name")
 	attrToolCallID       = attribute.Key("gen_ai.tool.call.id")
+	attrProviderName     = attribute.Key("gen_ai.provider.name")
+	attrRequestModel     = attribute.Key("gen_ai.request.model")
 	attrErrorType        = attribute.Key("error.type")
 	attrTaskID           = attribute.Key("noeta.task.id")
 	attrRootTaskID       = attribute.Key("noeta.root_task.id")
@@ -126,6 +130,13 @@ func DeriveTaskSpanID(task string) trace.SpanID {
 // first 8 bytes of sha256("call:" + task id + ":" + call id).
 func DeriveCallSpanID(task, callID string) trace.SpanID {
 	return traceSpanIDOf("call:" + task + ":" + callID)
+}
+
+// DeriveChatSpanID is the span id of the chat span of the model call that
+// decided a turn: the first 8 bytes of sha256("chat:" + task id + ":" +
+// turn).
+func DeriveChatSpanID(task string, turn int) trace.SpanID {
+	return traceSpanIDOf("chat:" + task + ":" + strconv.Itoa(turn))
 }
 
 func traceSpanIDOf(s string) trace.SpanID {
@@ -210,6 +221,13 @@ type TraceStats struct {
 //     approved. A failed call has status Error with its error and error.type
 //     "tool_error". A call still open when its task ends ends with it, with
 //     status Error, error.type "unfinished" and noeta.tool.unfinished.
+//   - "chat <model>" per model call that decided a turn (CLIENT), child of
+//     its task's span, ending when its PolicyDecided was recorded and as long
+//     as the call's latency; span id [DeriveChatSpanID]. Attributes
+//     gen_ai.operation.name "chat", gen_ai.provider.name,
+//     gen_ai.request.model, gen_ai.usage.input_tokens,
+//     gen_ai.usage.output_tokens, noeta.usage.cost_usd, noeta.task.id,
+//     noeta.turn. A scripted decision has no model and no span.
 //
 // Events on the task span, each with noeta.seq, the record's position:
 // noeta.guard.verdict (noeta.guard.name, noeta.guard.verdict "deny" or
@@ -458,6 +476,9 @@ func (t *Trace) apply(st *traceTask, env eventlog.Envelope) []sdktrace.ReadOnlyS
 		st.inTokens += p.InputTokens
 		st.outTokens += p.OutputTokens
 		st.cost += p.CostUSD
+		if model, provider, latency := decisionModel(env, p); model != "" {
+			return []sdktrace.ReadOnlySpan{t.chatSpan(st, env, p, model, provider, latency)}
+		}
 	case *noeta.ToolCallStarted:
 		if _, dup := st.calls[p.CallID]; !dup && len(st.calls) >= traceMaxPerTask {
 			t.logger.Warn("trace: too many open calls in one task; this call gets no span", "task", env.Task, "call_id", p.CallID)
@@ -683,6 +704,35 @@ func (t *Trace) callSpan(st *traceTask, c *traceCall, end time.Time, fin *noeta.
 		EndTime:              end,
 		Attributes:           attrs,
 		Status:               stat,
+		Resource:             t.res,
+		InstrumentationScope: instrumentation.Scope{Name: otelScopeName},
+	}.Snapshot()
+}
+
+// chatSpan is the span of the model call that decided a turn: it ended
+// when its decision was recorded and took the call's latency.
+func (t *Trace) chatSpan(st *traceTask, env eventlog.Envelope, p *noeta.PolicyDecided, model, provider string, latencyMS int64) sdktrace.ReadOnlySpan {
+	attrs := []attribute.KeyValue{
+		attrOperationName.String(TraceOperationChat),
+		attrProviderName.String(provider),
+		attrRequestModel.String(model),
+		attrInputTokens.Int64(p.InputTokens),
+		attrOutputTokens.Int64(p.OutputTokens),
+		attrTaskID.String(st.task),
+		attrTurn.Int(p.Turn),
+		attrSeq.Int64(int64(env.Seq)),
+	}
+	if p.CostUSD != 0 {
+		attrs = append(attrs, attrCostUSD.Float64(p.CostUSD))
+	}
+	return tracetest.SpanStub{
+		Name:                 TraceOperationChat + " " + model,
+		SpanContext:          t.spanContext(st, DeriveChatSpanID(st.task, p.Turn)),
+		Parent:               t.spanContext(st, DeriveTaskSpanID(st.task)),
+		SpanKind:             trace.SpanKindClient,
+		StartTime:            env.Time.Add(-time.Duration(latencyMS) * time.Millisecond),
+		EndTime:              env.Time,
+		Attributes:           attrs,
 		Resource:             t.res,
 		InstrumentationScope: instrumentation.Scope{Name: otelScopeName},
 	}.Snapshot()
