@@ -20,7 +20,7 @@ type Submission = engine.Submission
 // Submit creates a task and makes it ready; it returns the task's id. The
 // agent must be one of the config's.
 func (h *Host) Submit(ctx context.Context, sub Submission) (string, error) {
-	if h.client == nil {
+	if h.client == nil || h.opts.ReadOnly {
 		return "", ErrReadOnly
 	}
 	if _, ok := h.gov.Agent(sub.Agent); !ok {
@@ -38,7 +38,7 @@ func (h *Host) Submit(ctx context.Context, sub Submission) (string, error) {
 // eventlog.ErrNotWaiting when nothing is asked under handle,
 // eventlog.ErrAlreadyAnswered when another answer came first.
 func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error {
-	if h.client == nil {
+	if h.client == nil || h.opts.ReadOnly {
 		return ErrReadOnly
 	}
 	if err := taskCheck(task); err != nil {
@@ -59,7 +59,7 @@ func (h *Host) Deny(ctx context.Context, task, handle, approver, reason string) 
 // through its SubtaskSpawned records). It returns the tasks it cancelled;
 // tasks that had ended already are left as they are.
 func (h *Host) Cancel(ctx context.Context, task, reason string, tree bool) ([]string, error) {
-	if h.client == nil {
+	if h.client == nil || h.opts.ReadOnly {
 		return nil, ErrReadOnly
 	}
 	if err := taskCheck(task); err != nil {
