@@ -52,7 +52,6 @@ type Composer struct {
 
 // openTurn is the turn whose records are still arriving.
 type openTurn struct {
-	Active bool `json:"active,omitempty"`
 	// Decided is set once the decision's own message is known.
 	Kind noeta.DecisionKind `json:"kind,omitempty"`
 	// Said is the assistant's text for a decision that is not tool calls.
@@ -60,7 +59,10 @@ type openTurn struct {
 	// FromRecord is set when the decision record carried its parts (a v2
 	// PolicyDecided): later records add results, not a second copy of the
 	// decision.
-	FromRecord bool             `json:"from_record,omitempty"`
+	FromRecord bool `json:"from_record,omitempty"`
+	// SpawnAsked is set when a spawn approval request showed the child
+	// (an approval is only ever asked for a spawn of one).
+	SpawnAsked bool             `json:"spawn_asked,omitempty"`
 	Calls      []noeta.ToolCall `json:"calls,omitempty"`
 	// Results are the tool messages by call id.
 	Results map[string]noeta.Message `json:"results,omitempty"`
@@ -127,7 +129,6 @@ func (c *Composer) Apply(env eventlog.Envelope, p noeta.Payload) {
 		c.msgs = append(c.msgs, noeta.Message{Role: noeta.RoleUser, Text: text})
 	case *noeta.TurnStarted:
 		c.closeTurn()
-		c.open.Active = true
 	case *noeta.PolicyDecided:
 		c.decided(env.Payload, p.Decision)
 	case *noeta.ToolCallStarted:
@@ -156,6 +157,8 @@ func (c *Composer) Apply(env eventlog.Envelope, p noeta.Payload) {
 		case noeta.ApprovalSpawnSubtask:
 			if !c.open.FromRecord {
 				c.say(noeta.DecisionSpawn, spawnText(p.Agent, spawnGoal(p.Args)))
+				// Its SubtaskSpawned, if approved, is the same child.
+				c.open.SpawnAsked = true
 			}
 		case noeta.ApprovalFinish:
 			if !c.open.FromRecord {
@@ -189,7 +192,7 @@ func (c *Composer) Apply(env eventlog.Envelope, p noeta.Payload) {
 		}
 		c.note(a.Subject + " was " + text)
 	case *noeta.SubtaskSpawned:
-		if !c.open.FromRecord {
+		if !c.open.FromRecord && !c.open.SpawnAsked {
 			c.say(noeta.DecisionSpawn, spawnText(p.Agent, p.Goal))
 		}
 		c.note("subtask " + p.SubtaskID + " started (agent " + p.Agent + ")")
@@ -252,7 +255,6 @@ func (c *Composer) Apply(env eventlog.Envelope, p noeta.Payload) {
 // when the record carries it, else only its kind (the parts come from the
 // records that carry it out).
 func (c *Composer) decided(raw json.RawMessage, kind noeta.DecisionKind) {
-	c.open.Active = true
 	c.open.Kind = kind
 	var d decisionRecord
 	if json.Unmarshal(raw, &d) != nil {
@@ -305,7 +307,6 @@ func (c *Composer) decided(raw json.RawMessage, kind noeta.DecisionKind) {
 // decision carried out in parts (the children of a fan-out) adds a line
 // per part.
 func (c *Composer) say(kind noeta.DecisionKind, text string) {
-	c.open.Active = true
 	if c.open.Kind == "" {
 		c.open.Kind = kind
 	}
@@ -315,7 +316,6 @@ func (c *Composer) say(kind noeta.DecisionKind, text string) {
 // call adds a tool call to the turn's assistant message, unless it is
 // there: the first record to name a call id gives its tool and arguments.
 func (c *Composer) call(id, tool string, args json.RawMessage, ref *noeta.ContentRef) {
-	c.open.Active = true
 	for i := range c.open.Calls {
 		if c.open.Calls[i].CallID == id {
 			if c.open.Calls[i].Args == nil {
@@ -354,7 +354,6 @@ func (c *Composer) result(m noeta.Message) {
 }
 
 func (c *Composer) note(text string) {
-	c.open.Active = true
 	c.open.Notes = append(c.open.Notes, noeta.Message{Role: noeta.RoleUser, Text: text})
 }
 
@@ -397,8 +396,14 @@ func (c *Composer) closeTurn() {
 // for each call (a call with no result says so, as every call must be
 // answered on the wire), then the turn's notes.
 func (t *openTurn) render(dst []noeta.Message) []noeta.Message {
-	if len(t.Calls) > 0 || t.Said != "" {
-		m := noeta.Message{Role: noeta.RoleAssistant, Text: t.Said}
+	said := t.Said
+	if said == "" && len(t.Calls) == 0 && t.Kind != "" {
+		// A first-version decision record whose parts no later record
+		// carries (a finish a guard denied): its kind is all there is.
+		said = "[" + string(t.Kind) + ": not recorded]"
+	}
+	if len(t.Calls) > 0 || said != "" {
+		m := noeta.Message{Role: noeta.RoleAssistant, Text: said}
 		if len(t.Calls) > 0 {
 			m.ToolCalls = append([]noeta.ToolCall(nil), t.Calls...)
 		}
@@ -412,7 +417,16 @@ func (t *openTurn) render(dst []noeta.Message) []noeta.Message {
 		}
 		dst = append(dst, r)
 	}
-	return append(dst, t.Notes...)
+	if len(t.Notes) > 0 {
+		// One user message for all the turn brought: what the world said
+		// back is one reply, not a run of them.
+		text := make([]string, len(t.Notes))
+		for i, n := range t.Notes {
+			text[i] = n.Text
+		}
+		dst = append(dst, noeta.Message{Role: noeta.RoleUser, Text: strings.Join(text, "\n")})
+	}
+	return dst
 }
 
 // Transcript is the transcript so far. Between turns (when a policy is
