@@ -265,7 +265,12 @@ func (c *Composer) decided(raw json.RawMessage, kind noeta.DecisionKind) {
 	case noeta.DecisionToolCalls:
 		full = len(d.ToolCalls) > 0
 		for _, rc := range d.ToolCalls {
-			c.call(rc.CallID, rc.Tool, rc.Args, rc.ArgsRef)
+			i := c.call(rc.CallID, rc.Tool, rc.Args, rc.ArgsRef)
+			if rc.Invalid != "" {
+				// Why it cannot run, for a provider that must send the call
+				// back as the model made it.
+				c.open.Calls[i].Invalid = rc.Invalid
+			}
 		}
 	case noeta.DecisionSpawn:
 		full = len(d.Spawn) > 0
@@ -315,19 +320,21 @@ func (c *Composer) say(kind noeta.DecisionKind, text string) {
 
 // call adds a tool call to the turn's assistant message, unless it is
 // there: the first record to name a call id gives its tool and arguments.
-func (c *Composer) call(id, tool string, args json.RawMessage, ref *noeta.ContentRef) {
+// It returns the call's index.
+func (c *Composer) call(id, tool string, args json.RawMessage, ref *noeta.ContentRef) int {
 	for i := range c.open.Calls {
 		if c.open.Calls[i].CallID == id {
 			if c.open.Calls[i].Args == nil {
 				c.open.Calls[i].Args = argsOf(args, ref)
 			}
-			return
+			return i
 		}
 	}
 	if c.open.Kind == "" {
 		c.open.Kind = noeta.DecisionToolCalls
 	}
 	c.open.Calls = append(c.open.Calls, noeta.ToolCall{CallID: id, Tool: tool, Args: argsOf(args, ref)})
+	return len(c.open.Calls) - 1
 }
 
 // argsOf is what a model is shown of a call's arguments: as recorded, or a

@@ -437,3 +437,38 @@ func TestComposerSnapshotRefusesGarbage(t *testing.T) {
 		}
 	}
 }
+
+// TestComposeMidTurnTranscriptIsACopy: a transcript taken while a turn's
+// records are still arriving is not changed by the records after it; the
+// open turn is rendered with every call answered, so it is valid on the
+// wire even then.
+func TestComposeMidTurnTranscriptIsACopy(t *testing.T) {
+	envs := synth(t,
+		&noeta.TaskCreated{TaskID: "t1", Agent: "a", Goal: "g", RootTaskID: "t1"},
+		&noeta.TurnStarted{Turn: 1},
+		&noeta.PolicyDecided{Turn: 1, Decision: noeta.DecisionToolCalls},
+		&noeta.ToolCallStarted{CallID: "c1", Tool: "echo", Args: json.RawMessage(`{}`), Turn: 1},
+		&noeta.ToolCallFinished{CallID: "c1", Tool: "echo", OK: true, Output: json.RawMessage(`"one"`)},
+		&noeta.ToolCallStarted{CallID: "c2", Tool: "echo", Args: json.RawMessage(`{}`), Turn: 1},
+		&noeta.ToolCallFinished{CallID: "c2", Tool: "echo", OK: true, Output: json.RawMessage(`"two"`)},
+		&noeta.TurnStarted{Turn: 2},
+	)
+	c := compose(t, engine.ComposerConfig{}, envs[:6])
+	mid := c.Transcript()
+	before, _ := json.Marshal(mid)
+	var sb strings.Builder
+	render(&sb, mid)
+	want := "--- user\ng\n--- assistant\ntool_call c1 echo {}\ntool_call c2 echo {}\n--- tool c1 echo\none\n--- tool c2 echo error\nno result: the call has not finished\n"
+	if sb.String() != want {
+		t.Fatalf("mid-turn transcript:\n%s\nwant\n%s", sb.String(), want)
+	}
+	for _, env := range envs[6:] {
+		applyTo(t, c, env)
+	}
+	if after, _ := json.Marshal(mid); !bytes.Equal(after, before) {
+		t.Fatalf("a later record changed a transcript already handed out:\n%s\n%s", before, after)
+	}
+	if got := c.Transcript(); got.Messages[3].Text != "two" {
+		t.Fatalf("the turn's end: %+v", got.Messages)
+	}
+}
