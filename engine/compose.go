@@ -3,6 +3,8 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -98,14 +100,21 @@ func NewComposer(cfg ComposerConfig) *Composer {
 type decisionRecord struct {
 	Decision    noeta.DecisionKind `json:"decision"`
 	ToolCalls   []recordedCall     `json:"tool_calls"`
-	Spawn       []noeta.SpawnSpec  `json:"spawn"`
+	Spawn       []recordedSpawn    `json:"spawn"`
 	Question    string             `json:"question"`
 	WaitSeconds *float64           `json:"wait_seconds"`
 	EventKind   string             `json:"event_kind"`
 	Patch       json.RawMessage    `json:"patch"`
+	PatchRef    *noeta.ContentRef  `json:"patch_ref"`
 	Answer      json.RawMessage    `json:"answer"`
 	AnswerRef   *noeta.ContentRef  `json:"answer_ref"`
 	Error       string             `json:"error"`
+}
+
+type recordedSpawn struct {
+	Agent   string            `json:"agent"`
+	Goal    string            `json:"goal"`
+	GoalRef *noeta.ContentRef `json:"goal_ref"`
 }
 
 type recordedCall struct {
@@ -276,7 +285,11 @@ func (c *Composer) decided(raw json.RawMessage, kind noeta.DecisionKind) {
 		full = len(d.Spawn) > 0
 		var parts []string
 		for _, s := range d.Spawn {
-			parts = append(parts, spawnText(s.Agent, s.Goal))
+			goal := s.Goal
+			if s.GoalRef != nil {
+				goal = joinNonEmpty(goal, "[goal stored by content ref "+refName(s.GoalRef)+"; not shown]")
+			}
+			parts = append(parts, spawnText(s.Agent, goal))
 		}
 		c.open.Said = strings.Join(parts, "\n")
 	case noeta.DecisionYieldForHuman:
@@ -291,8 +304,11 @@ func (c *Composer) decided(raw json.RawMessage, kind noeta.DecisionKind) {
 		full = d.EventKind != ""
 		c.open.Said = "wait_external: " + d.EventKind
 	case noeta.DecisionStatePatch:
-		full = len(d.Patch) > 0
+		full = len(d.Patch) > 0 || d.PatchRef != nil
 		c.open.Said = "state_patch: " + string(d.Patch)
+		if d.PatchRef != nil {
+			c.open.Said = "state_patch: [stored by content ref " + refName(d.PatchRef) + "; not shown]"
+		}
 	case noeta.DecisionFinish:
 		full = len(d.Answer) > 0 || d.AnswerRef != nil
 		c.open.Said = answerText(d.Answer, d.AnswerRef)
@@ -306,6 +322,20 @@ func (c *Composer) decided(raw json.RawMessage, kind noeta.DecisionKind) {
 	c.open.FromRecord = full
 	// The suspend of a wait says nothing more than its decision; a v1
 	// record of a wait is rendered from its kind and suspend.
+}
+
+// Clone returns a composer that goes on from where c is without changing
+// it: the closed turns' messages are shared (they are never modified, and
+// the clone's appends cannot reach them), the open turn is copied. Its
+// cost is the open turn's size, not the history's.
+func (c *Composer) Clone() *Composer {
+	d := *c
+	d.msgs = c.msgs[:len(c.msgs):len(c.msgs)]
+	d.open.Calls = slices.Clone(c.open.Calls)
+	d.open.Results = maps.Clone(c.open.Results)
+	d.open.Notes = slices.Clone(c.open.Notes)
+	d.open.Approvals = maps.Clone(c.open.Approvals)
+	return &d
 }
 
 // say sets the assistant's text of a decision that is not tool calls; a

@@ -121,6 +121,26 @@ func checkComposer(t *testing.T, cfg engine.ComposerConfig, envs []eventlog.Enve
 		if got, _ := json.Marshal(resumed.Transcript()); !bytes.Equal(got, wantJSON) {
 			t.Fatalf("resumed from a snapshot after seq %d:\n got  %s\n want %s", cut, got, wantJSON)
 		}
+		// The state's canonical form (what two folds must agree on) is the
+		// same whether the fold started from genesis or a snapshot.
+		gc, err := noeta.Canonical(&resumed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wc, _ := noeta.Canonical(compose(t, cfg, envs)); !bytes.Equal(gc, wc) {
+			t.Fatalf("canonical form resumed after seq %d:\n got  %s\n want %s", cut, gc, wc)
+		}
+		// A clone goes on alone: the original is as it was.
+		clone := first.Clone()
+		for _, env := range envs[cut:] {
+			applyTo(t, clone, env)
+		}
+		if got, _ := json.Marshal(clone.Transcript()); !bytes.Equal(got, wantJSON) {
+			t.Fatalf("a clone after seq %d:\n got  %s\n want %s", cut, got, wantJSON)
+		}
+		if again, _ := json.Marshal(first); !bytes.Equal(again, snap) {
+			t.Fatalf("applying records to a clone changed the original after seq %d:\n got  %s\n want %s", cut, again, snap)
+		}
 	}
 	c := engine.NewComposer(cfg)
 	var seen []*noeta.Transcript
@@ -291,8 +311,9 @@ func (r raw) EventType() string { return r.typ }
 func (r raw) MarshalJSON() ([]byte, error) { return []byte(r.body), nil }
 
 // TestComposeShapes pins the rendering of records the examples do not
-// write: a decision record carrying its whole decision (calls with
-// arguments by ref and a call that cannot run), an output cut to the cap,
+// write: decision records carrying their whole decision (calls with
+// arguments by ref and a call that cannot run, a patch and a child's goal
+// by ref), an output cut to the cap,
 // an output and a goal stored by ref, a schema denial, an interrupted call,
 // a question and its answer, the waits, a state patch, a spawn approval, a
 // subtask's failure, and a task that fails.
@@ -320,7 +341,18 @@ func TestComposeShapes(t *testing.T) {
 			&noeta.ToolCallFinished{CallID: "call-1-2", Tool: "nope", OK: false, Error: "unknown tool nope"},
 			&noeta.ToolCallDenied{CallID: "call-1-3", Tool: "echo", Guard: "schema", Reason: "text: got number, want string"},
 			&noeta.TurnStarted{Turn: 2},
-			raw{noeta.TypePolicyDecided, `{"turn":2,"decision":"finish","answer":{"n":1}}`},
+			raw{noeta.TypePolicyDecided, `{"turn":2,"decision":"state_patch","patch_ref":{"hash":"` + ref.Hash + `","size":5000,"media_type":"application/json"}}`},
+			&noeta.TaskStatePatched{Patch: json.RawMessage(`{"big":true}`)},
+			&noeta.TurnStarted{Turn: 3},
+			raw{noeta.TypePolicyDecided, `{"turn":3,"decision":"spawn","spawn":[{"agent":"helper","goal":"short"},{"agent":"helper","goal_ref":{"hash":"` + ref.Hash + `","size":5000,"media_type":"application/json"}}]}`},
+			&noeta.SubtaskSpawned{SubtaskID: "kid1", Agent: "helper", Goal: "short"},
+			&noeta.SubtaskSpawned{SubtaskID: "kid2", Agent: "helper", GoalRef: &ref},
+			&noeta.TaskSuspended{Reason: "waiting_subtask_group", WakeOn: noeta.GroupCompletedWake("g-1", []string{"kid1", "kid2"})},
+			&noeta.TaskWoken{WakeEvent: noeta.GroupCompletedWake("g-1", []string{"kid1", "kid2"})},
+			&noeta.SubtaskResultRecorded{SubtaskID: "kid1", Status: noeta.SubtaskStatusCompleted, Result: json.RawMessage(`"ok"`)},
+			&noeta.SubtaskResultRecorded{SubtaskID: "kid2", Status: noeta.SubtaskStatusCompleted, ResultRef: &ref},
+			&noeta.TurnStarted{Turn: 4},
+			raw{noeta.TypePolicyDecided, `{"turn":4,"decision":"finish","answer":{"n":1}}`},
 			&noeta.TaskCompleted{Answer: json.RawMessage(`{"n":1}`)},
 		}},
 		{"cut-and-by-ref", engine.ComposerConfig{MaxToolOutput: 10}, []noeta.Payload{
