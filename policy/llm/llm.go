@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -303,4 +304,24 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// StatusFailure describes an HTTP error status: 408, 409, 429 and 5xx are
+// retried (with the response's Retry-After, in seconds, if any); others are
+// final. msg is the server's message.
+func StatusFailure(status int, msg string, res *http.Response) Failure {
+	text := fmt.Sprintf("HTTP %d", status)
+	if st := http.StatusText(status); st != "" {
+		text += " " + st
+	}
+	if msg != "" {
+		text += ": " + msg
+	}
+	f := Failure{Retry: status == 408 || status == 409 || status == 429 || status >= 500, Msg: text}
+	if res != nil {
+		if n, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && n > 0 {
+			f.After = time.Duration(n) * time.Second
+		}
+	}
+	return f
 }

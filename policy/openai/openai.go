@@ -18,8 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"time"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -193,21 +191,6 @@ func (c *client) Classify(_ context.Context, err error) llm.Failure {
 	if !errors.As(err, &apiErr) {
 		return llm.Failure{Retry: true, Msg: "connection error: " + err.Error()}
 	}
-	msg := fmt.Sprintf("HTTP %d %s", apiErr.StatusCode, http.StatusText(apiErr.StatusCode))
-	if apiErr.Message != "" {
-		msg += ": " + apiErr.Message
-	}
-	s := apiErr.StatusCode
-	return llm.Failure{Retry: s == 408 || s == 409 || s == 429 || s >= 500, Msg: msg, After: retryAfter(apiErr.Response)}
+	return llm.StatusFailure(apiErr.StatusCode, apiErr.Message, apiErr.Response)
 }
 
-// retryAfter reads a Retry-After of seconds.
-func retryAfter(res *http.Response) time.Duration {
-	if res == nil {
-		return 0
-	}
-	if n, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && n > 0 {
-		return time.Duration(n) * time.Second
-	}
-	return 0
-}
