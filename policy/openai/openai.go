@@ -193,4 +193,3 @@ func (c *client) Classify(_ context.Context, err error) llm.Failure {
 	}
 	return llm.StatusFailure(apiErr.StatusCode, apiErr.Message, apiErr.Response)
 }
-
