@@ -20,6 +20,11 @@ const (
 	ToolAskHuman = "ask_human"
 )
 
+// MaxCallsPerReply bounds the calls one reply may ask for: those past it
+// are recorded as invalid calls (without their arguments), so a runaway
+// reply cannot make one turn run hundreds of calls.
+const MaxCallsPerReply = 32
+
 // maxSnippet bounds what of a model's malformed output is quoted back to it.
 const maxSnippet = 200
 
@@ -107,6 +112,11 @@ func decide(d noeta.Decision, r Reply, in noeta.PolicyInput) noeta.Decision {
 	d.ToolCalls = make([]noeta.ToolCall, len(r.Calls))
 	for i, c := range r.Calls {
 		tc := noeta.ToolCall{CallID: policy.CallID(in.Turn, i), Tool: truncate(c.Name, noeta.MaxCallIDLen)}
+		if i >= MaxCallsPerReply {
+			tc.Invalid = fmt.Sprintf("not run: a reply may ask for at most %d calls", MaxCallsPerReply)
+			d.ToolCalls[i] = tc
+			continue
+		}
 		args, why := objectArgs(c.Args)
 		tc.Args = args
 		switch {
