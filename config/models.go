@@ -203,6 +203,11 @@ func (d *decoder) price(n *yaml.Node, path string) Price {
 			*k.dst = *v
 		}
 	}
+	if f["input_per_mtok"] != nil && f["output_per_mtok"] != nil && p.InputPerMTok == 0 && p.OutputPerMTok == 0 {
+		// One spelling of "costs nothing", so that a zero price is always
+		// a choice someone wrote down.
+		d.errs.add(path, "both prices are 0: write price: free")
+	}
 	return p
 }
 

@@ -116,6 +116,7 @@ func TestParseModelsErrors(t *testing.T) {
 		{"no price", "models:\n  m:\n    provider: openai\n    model: x\n", "models.m.price", "required", 2},
 		{"price null", "models:\n  m:\n    provider: openai\n    model: x\n    price: ~\n", "models.m.price", "required", 5},
 		{"price zero-ish word", "models:\n  m:\n    provider: openai\n    model: x\n    price: none\n", "models.m.price", `must be free or a mapping, not "none"`, 5},
+		{"price zero", "models:\n  m:\n    provider: openai\n    model: x\n    price: {input_per_mtok: 0, output_per_mtok: 0.0}\n", "models.m.price", "write price: free", 5},
 		{"price half", "models:\n  m:\n    provider: openai\n    model: x\n    price: {input_per_mtok: 1}\n", "models.m.price.output_per_mtok", "required", 5},
 		{"price negative", "models:\n  m:\n    provider: openai\n    model: x\n    price: {input_per_mtok: -1, output_per_mtok: 1}\n", "models.m.price.input_per_mtok", "must be >= 0", 5},
 		{"price not a number", "models:\n  m:\n    provider: openai\n    model: x\n    price: {input_per_mtok: cheap, output_per_mtok: 1}\n", "models.m.price.input_per_mtok", "must be a number", 5},

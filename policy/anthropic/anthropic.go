@@ -18,7 +18,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -57,10 +56,7 @@ func New(m config.Model, a config.AgentModel, opts Options) (*Policy, error) {
 	if base == "" {
 		base = DefaultBaseURL
 	}
-	hc := opts.HTTPClient
-	if hc == nil {
-		hc = &http.Client{}
-	}
+	hc := llm.HTTPClient(opts.HTTPClient)
 	ropts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),
 		option.WithHTTPClient(hc),

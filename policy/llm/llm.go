@@ -37,6 +37,7 @@ var ErrConfig = errors.New("model policy: bad config")
 type Options struct {
 	// HTTPClient makes the calls; nil is a client of its own with no
 	// overall timeout (each attempt has the model's timeout_seconds).
+	// Either way response bodies are bounded ([HTTPClient]).
 	HTTPClient *http.Client
 	// LookupEnv reads the API key's environment variable (os.LookupEnv).
 	LookupEnv func(string) (string, bool)
@@ -164,6 +165,10 @@ func New(provider string, m config.Model, a config.AgentModel, key string, p Pro
 		return nil, fmt.Errorf("%w: model %s: max_tokens and timeout_seconds must be >= 1 and max_retries >= 0 (a File from config.Parse has them filled in)", ErrConfig, m.Name)
 	case !m.Price.Free && !(m.Price.InputPerMTok >= 0 && m.Price.OutputPerMTok >= 0):
 		return nil, fmt.Errorf("%w: model %s: a price must be >= 0", ErrConfig, m.Name)
+	case !m.Price.Free && m.Price.InputPerMTok == 0 && m.Price.OutputPerMTok == 0:
+		// A Model built in Go without a price would make max_cost_usd a
+		// budget that never spends.
+		return nil, fmt.Errorf("%w: model %s has no price (set Price.Free for a free model)", ErrConfig, m.Name)
 	}
 	pol := &Policy{
 		provider: provider, model: m.Model, agent: a, maxTokens: m.MaxTokens,
@@ -232,7 +237,7 @@ func (p *Policy) Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decisi
 			f = Failure{Retry: true, Msg: "an empty reply (no text, no tool calls)"}
 		case errors.Is(err, errTimeout):
 			f = Failure{Retry: true, Msg: err.Error()}
-		case errors.Is(err, ErrRequest):
+		case isFinal(err):
 			f = Failure{Msg: err.Error()}
 		default:
 			f = p.p.Classify(ctx, err)

@@ -227,3 +227,18 @@ func TestArrange(t *testing.T) {
 		})
 	}
 }
+
+// TestNewRefusesUnpriced: a Model built in Go with no price (neither
+// prices nor Free) is refused, as config refuses it in noeta.yaml: read as
+// $0 it would make max_cost_usd a budget that never spends.
+func TestNewRefusesUnpriced(t *testing.T) {
+	m := model()
+	m.Price = config.Price{}
+	if _, err := llm.New("fake", m, config.AgentModel{}, "", &scripted{}, llm.Options{}); !errors.Is(err, llm.ErrConfig) || !strings.Contains(err.Error(), "no price") {
+		t.Errorf("New of an unpriced model: %v", err)
+	}
+	m.Price = config.Price{Free: true}
+	if _, err := llm.New("fake", m, config.AgentModel{}, "", &scripted{}, llm.Options{}); err != nil {
+		t.Errorf("New of a free model: %v", err)
+	}
+}

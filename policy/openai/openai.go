@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -57,10 +56,7 @@ func New(m config.Model, a config.AgentModel, opts Options) (*Policy, error) {
 	if base == "" {
 		base = DefaultBaseURL
 	}
-	hc := opts.HTTPClient
-	if hc == nil {
-		hc = &http.Client{}
-	}
+	hc := llm.HTTPClient(opts.HTTPClient)
 	ropts := []option.RequestOption{
 		option.WithHTTPClient(hc),
 		option.WithBaseURL(base),
@@ -113,6 +109,9 @@ func request(req llm.Request, compatible bool) (sdk.ChatCompletionNewParams, err
 		case noeta.RoleUser:
 			p.Messages = append(p.Messages, sdk.UserMessage(m.Text))
 		case noeta.RoleAssistant:
+			if m.Text == "" && len(m.ToolCalls) == 0 {
+				continue // the API refuses an assistant message of nothing
+			}
 			var a sdk.ChatCompletionAssistantMessageParam
 			if m.Text != "" {
 				a.Content.OfString = sdk.String(m.Text)

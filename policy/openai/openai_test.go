@@ -433,3 +433,20 @@ func (r redirect) RoundTrip(req *http.Request) (*http.Response, error) {
 	req.Host = u.Host
 	return http.DefaultTransport.RoundTrip(req)
 }
+
+// TestResponseBounded: a response body over llm.MaxResponseBytes is cut
+// and the turn fails without a retry: a server cannot make a worker buffer
+// without limit.
+func TestResponseBounded(t *testing.T) {
+	srv := newServer(t, func(req map[string]any, n int) (int, string) {
+		return 200, `{"id":"` + strings.Repeat("a", llm.MaxResponseBytes) + `"}`
+	})
+	p := newPolicy(t, srv.model(), config.AgentModel{})
+	d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Kind != noeta.DecisionFail || !strings.Contains(d.Error, "over 16 MiB") || len(srv.requests()) != 1 {
+		t.Errorf("decision %s %q after %d requests", d.Kind, d.Error, len(srv.requests()))
+	}
+}
