@@ -193,6 +193,7 @@ func reply(res *sdk.Message) llm.Reply {
 		OutputTokens: u.OutputTokens,
 		Raw:          []byte(res.RawJSON()),
 		Stop:         string(res.StopReason),
+		Truncated:    res.StopReason == "max_tokens",
 	}
 	for _, b := range res.Content {
 		switch b.Type {

@@ -74,6 +74,8 @@ type Reply struct {
 	Raw []byte
 	// Stop is the provider's finish/stop reason.
 	Stop string
+	// Truncated: the reply was cut at max_tokens.
+	Truncated bool
 }
 
 // Call is a tool call as the model sent it.
@@ -259,6 +261,9 @@ func (p *Policy) Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decisi
 		if err := sleep(ctx, wait); err != nil {
 			return noeta.Decision{}, err
 		}
+	}
+	if reply.Truncated {
+		d.Notes = append(d.Notes, fmt.Sprintf("the reply was cut at max_tokens (%d)", p.maxTokens))
 	}
 	d.LatencyMS = p.now().Sub(start).Milliseconds()
 	d.CostUSD = p.price.Cost(d.InputTokens, d.OutputTokens)

@@ -166,6 +166,7 @@ func reply(res *sdk.ChatCompletion) llm.Reply {
 	}
 	ch := res.Choices[0]
 	r.Stop = ch.FinishReason
+	r.Truncated = ch.FinishReason == "length"
 	r.Text = ch.Message.Content
 	if r.Text == "" && ch.Message.Refusal != "" {
 		r.Text = ch.Message.Refusal

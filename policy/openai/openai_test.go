@@ -450,3 +450,20 @@ func TestResponseBounded(t *testing.T) {
 		t.Errorf("decision %s %q after %d requests", d.Kind, d.Error, len(srv.requests()))
 	}
 }
+
+// TestTruncatedNoted: an answer cut at max_tokens still finishes (the text
+// is what the model said) but the decision notes the cut, so the log shows
+// why an answer stops mid-sentence.
+func TestTruncatedNoted(t *testing.T) {
+	srv := newServer(t, func(req map[string]any, n int) (int, string) {
+		return 200, strings.Replace(textReply(1, 256, "The answer is"), `"finish_reason":"stop"`, `"finish_reason":"length"`, 1)
+	})
+	p := newPolicy(t, srv.model(), config.AgentModel{})
+	d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Kind != noeta.DecisionFinish || len(d.Notes) != 1 || d.Notes[0] != "the reply was cut at max_tokens (256)" {
+		t.Errorf("decision %+v", d)
+	}
+}
