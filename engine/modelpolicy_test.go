@@ -15,9 +15,8 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
-	"github.com/noeta-go/noeta/policy/anthropic"
 	"github.com/noeta-go/noeta/policy/llm"
-	"github.com/noeta-go/noeta/policy/openai"
+	"github.com/noeta-go/noeta/policy/models"
 )
 
 // modelServer is a local model server speaking one provider's wire format:
@@ -93,18 +92,7 @@ func modelPolicies(t *testing.T, doc string) engine.PolicyResolver {
 	}
 	opts := llm.Options{LookupEnv: func(string) (string, bool) { return "sk-test", true }, Backoff: func(int) time.Duration { return 0 }}
 	return func(ctx context.Context, st *engine.State) (engine.Policy, error) {
-		am, ok := cf.AgentModels[st.Agent]
-		if !ok {
-			return nil, fmt.Errorf("agent %s has no model", st.Agent)
-		}
-		m := cf.Models[am.Model]
-		var p engine.Policy
-		switch m.Provider {
-		case config.ProviderOpenAI:
-			p, err = openai.New(m, am, opts)
-		default:
-			p, err = anthropic.New(m, am, opts)
-		}
+		p, err := models.ForAgent(cf, st.Agent, opts)
 		if err != nil {
 			return nil, err
 		}
