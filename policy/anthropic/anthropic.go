@@ -137,7 +137,7 @@ func request(req llm.Request) (sdk.MessageNewParams, error) {
 				if len(args) == 0 || args[0] != '{' {
 					args = json.RawMessage("{}")
 				}
-				rest = append(rest, sdk.NewToolUseBlock(tc.CallID, args, tc.Tool))
+				rest = append(rest, sdk.NewToolUseBlock(tc.CallID, args, llm.HistoryToolName(tc.Tool)))
 			}
 		default:
 			return p, fmt.Errorf("a transcript message has role %q", m.Role)

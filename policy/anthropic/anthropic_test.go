@@ -283,3 +283,29 @@ func TestCredentialsOnlyFromConfig(t *testing.T) {
 		t.Errorf("New of an openai model: %v", err)
 	}
 }
+
+// TestBadNameInHistory: a call the model named outside the API's alphabet
+// (recorded invalid) goes back under a name the API accepts, so the
+// model's mistake does not fail every later turn with a 400.
+func TestBadNameInHistory(t *testing.T) {
+	srv := newServer(t, func(req map[string]any, n int) (int, string) { return 200, textReply(1, 1, "ok") })
+	p := newPolicy(t, srv.model(), config.AgentModel{})
+	in := noeta.PolicyInput{Task: "t1", Turn: 2, Context: &noeta.Transcript{Messages: []noeta.Message{
+		{Role: noeta.RoleUser, Text: "g"},
+		{Role: noeta.RoleAssistant, ToolCalls: []noeta.ToolCall{{CallID: "call-1-0", Tool: "functions.echo", Invalid: "unknown tool"}}},
+		{Role: noeta.RoleTool, ToolCallID: "call-1-0", ToolName: "functions.echo", IsError: true, Text: `unknown tool "functions.echo"`},
+	}}}
+	if _, err := p.Decide(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	msgs := srv.requests()[0].body["messages"].([]any)
+	use := msgs[1].(map[string]any)["content"].([]any)[0].(map[string]any)
+	if use["name"] != "functions_echo" || mustJSON(use["input"]) != "{}" {
+		t.Errorf("tool_use in history = %v", use)
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

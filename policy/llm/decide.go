@@ -299,3 +299,21 @@ func orphan(m noeta.Message) noeta.Message {
 	}
 	return noeta.Message{Role: noeta.RoleUser, Text: fmt.Sprintf("[%s of %s call %s] %s", what, m.ToolName, m.ToolCallID, m.Text)}
 }
+
+// HistoryToolName is the name a past call is sent back under. A call the
+// model named badly ("", "functions.echo") is recorded as it was asked
+// for, but both APIs refuse a request whose history holds a name outside
+// [A-Za-z0-9_-]{1,64}: the model's own mistake would then fail every later
+// turn. Other characters become _, and an empty name unknown_tool.
+func HistoryToolName(name string) string {
+	if name == "" {
+		return "unknown_tool"
+	}
+	b := []byte(truncate(name, 64))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}

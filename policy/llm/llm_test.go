@@ -242,3 +242,14 @@ func TestNewRefusesUnpriced(t *testing.T) {
 		t.Errorf("New of a free model: %v", err)
 	}
 }
+
+func TestHistoryToolName(t *testing.T) {
+	for in, want := range map[string]string{
+		"echo": "echo", "read_file": "read_file", "": "unknown_tool", "functions.echo": "functions_echo",
+		"a b/c": "a_b_c", "é": "__", strings.Repeat("x", 100): strings.Repeat("x", 61) + "___",
+	} {
+		if got := llm.HistoryToolName(in); got != want {
+			t.Errorf("HistoryToolName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -124,7 +124,7 @@ func request(req llm.Request, compatible bool) (sdk.ChatCompletionNewParams, err
 				a.ToolCalls = append(a.ToolCalls, sdk.ChatCompletionMessageToolCallUnionParam{
 					OfFunction: &sdk.ChatCompletionMessageFunctionToolCallParam{
 						ID:       tc.CallID,
-						Function: sdk.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Tool, Arguments: args},
+						Function: sdk.ChatCompletionMessageFunctionToolCallFunctionParam{Name: llm.HistoryToolName(tc.Tool), Arguments: args},
 					},
 				})
 			}
