@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -465,5 +466,30 @@ func TestTruncatedNoted(t *testing.T) {
 	}
 	if d.Kind != noeta.DecisionFinish || len(d.Notes) != 1 || d.Notes[0] != "the reply was cut at max_tokens (256)" {
 		t.Errorf("decision %+v", d)
+	}
+}
+
+// TestConcurrentDecides: one policy serves every task of its agent; Decides
+// run concurrently (under -race) and each gets its own turn's call ids.
+func TestConcurrentDecides(t *testing.T) {
+	srv := newServer(t, func(req map[string]any, n int) (int, string) {
+		return 200, toolCallsReply(1, 1, [2]string{"echo", `{"text":"x"}`})
+	})
+	p := newPolicy(t, srv.model(), config.AgentModel{})
+	const n = 8
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: i + 1, Context: goal("g"), Tools: []noeta.ToolSpec{echoSpec}})
+			if err == nil && (d.Kind != noeta.DecisionToolCalls || d.ToolCalls[0].CallID != "call-"+strconv.Itoa(i+1)+"-0") {
+				err = errors.New("decision " + mustJSON(d))
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
