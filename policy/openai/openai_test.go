@@ -493,3 +493,28 @@ func TestConcurrentDecides(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecide is one turn's policy overhead against a local server
+// answering at once: request mapping, the SDK, HTTP on loopback, the reply
+// mapped to a decision, over a 40-message transcript.
+func BenchmarkDecide(b *testing.B) {
+	srv := newServer(b, func(req map[string]any, n int) (int, string) {
+		return 200, toolCallsReply(1, 1, [2]string{"echo", `{"text":"x"}`})
+	})
+	p := newPolicy(b, srv.model(), config.AgentModel{SystemPrompt: "You are careful."})
+	tr := goal("g")
+	for i := range 13 {
+		id := "call-" + strconv.Itoa(i+1) + "-0"
+		tr.Messages = append(tr.Messages,
+			noeta.Message{Role: noeta.RoleAssistant, ToolCalls: []noeta.ToolCall{{CallID: id, Tool: "echo", Args: json.RawMessage(`{"text":"hello"}`)}}},
+			noeta.Message{Role: noeta.RoleTool, ToolCallID: id, ToolName: "echo", Text: strings.Repeat("output ", 40)},
+			noeta.Message{Role: noeta.RoleUser, Text: "go on"})
+	}
+	in := noeta.PolicyInput{Task: "t", Turn: 14, Context: tr, Tools: []noeta.ToolSpec{echoSpec}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Decide(context.Background(), in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
