@@ -4,8 +4,22 @@
 // for the hooks observer, and the observers: section for the observers a
 // process runs in process.
 //
+//	models:
+//	  <name>:
+//	    provider: openai                   # openai | anthropic
+//	    model: gpt-4.1-mini
+//	    base_url: http://127.0.0.1:8080/v1 # optional: any OpenAI-compatible server
+//	    api_key_env: OPENAI_API_KEY        # optional; the provider's usual variable by default
+//	    max_tokens: 2048                   # optional
+//	    timeout_seconds: 120               # optional, per attempt
+//	    max_retries: 3                     # optional; on 429, 5xx and connection errors
+//	    max_context_chars: 200000          # optional
+//	    price: {input_per_mtok: 0.40, output_per_mtok: 1.60}   # or: price: free
 //	agents:
 //	  <name>:
+//	    model: fast                        # a name in models:; without it the agent runs scripts
+//	    system_prompt: "You are a careful research assistant."
+//	    max_context_chars: 100000          # optional; the model's by default
 //	    tools: [read_file, shell]
 //	    permission_mode: default          # default | acceptEdits | bypassPermissions
 //	    budget: {max_iterations: 20, max_tool_calls: 50, max_cost_usd: 2.0,
@@ -71,6 +85,12 @@ type File struct {
 	Hooks Hooks
 	// Observers is the observers: section, validated.
 	Observers Observers
+	// Models is the models: section, by name, defaults filled in; every
+	// model has a price (or says price: free).
+	Models map[string]Model
+	// AgentModels holds, for each agent that names a model, its model
+	// keys; an agent without model: is absent (it runs scripts only).
+	AgentModels map[string]AgentModel
 
 	pos positions
 }
@@ -111,10 +131,12 @@ func Parse(name string, data []byte) (*File, error) {
 	gov, err := guards.NewConfig(s.agents, s.rules, s.sets)
 	errs.addChecked(err)
 	validateHooks(s.hooks, errs)
+	checkAgentModels(s.agentModels, s.models, errs)
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
-	return &File{Path: name, Governance: gov, Hooks: withHookDefaults(s.hooks), Observers: s.observers, pos: errs.pos}, nil
+	return &File{Path: name, Governance: gov, Hooks: withHookDefaults(s.hooks), Observers: s.observers,
+		Models: s.models, AgentModels: s.agentModels, pos: errs.pos}, nil
 }
 
 // ErrorAt is a mistake found after decoding (an audit file that cannot be

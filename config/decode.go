@@ -286,6 +286,10 @@ type sections struct {
 	sets      []guards.RuleSet
 	hooks     Hooks
 	observers Observers
+	models    map[string]Model
+	// agentModels holds the agents' model keys (model, system_prompt,
+	// max_context_chars), for the agents that give a model.
+	agentModels map[string]AgentModel
 }
 
 func (d *decoder) top(root *yaml.Node) sections {
@@ -300,12 +304,16 @@ func (d *decoder) top(root *yaml.Node) sections {
 	if isNull(doc) {
 		return out
 	}
-	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers")
+	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models")
 	if n, ok := f["observers"]; ok && !isNull(n) {
 		out.observers = d.observers(n, "observers")
 	}
+	if n, ok := f["models"]; ok {
+		out.models = d.models(n, "models")
+	}
 	if n, ok := f["agents"]; ok {
-		out.agents = d.agents(n, "agents")
+		out.agentModels = map[string]AgentModel{}
+		out.agents = d.agents(n, "agents", out.agentModels)
 	}
 	if n, ok := f["rules"]; ok {
 		out.rules = d.rules(n, "rules")
@@ -332,7 +340,7 @@ func (d *decoder) top(root *yaml.Node) sections {
 	return out
 }
 
-func (d *decoder) agents(n *yaml.Node, path string) map[string]guards.AgentConfig {
+func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel) map[string]guards.AgentConfig {
 	if n = d.enter(n, path); n == nil {
 		return nil
 	}
@@ -343,9 +351,12 @@ func (d *decoder) agents(n *yaml.Node, path string) map[string]guards.AgentConfi
 	for _, p := range ps {
 		ap := join(path, p.key)
 		d.mark(ap, p.keyN)
-		f, ok := d.fields(p.value, ap, "tools", "permission_mode", "budget", "permissions", "repetition")
+		f, ok := d.fields(p.value, ap, "tools", "permission_mode", "budget", "permissions", "repetition", "model", "system_prompt", "max_context_chars")
 		if !ok && f == nil {
 			continue
+		}
+		if am, ok := d.agentModel(f, ap); ok {
+			models[p.key] = am
 		}
 		var a guards.AgentConfig
 		a.Tools = d.strList(f["tools"], join(ap, "tools"))

@@ -6,8 +6,8 @@
 // and denied calls, budgets, approvals, fan-outs, waits — can be driven
 // without a model. A spawn step carries each child's own script as JSON
 // ([noeta.SpawnSpec].Script); the engine hands it to the child, whose policy
-// is [NewScripted] of [ScriptFromJSON] of it. An LLM policy will live here
-// too.
+// is [NewScripted] of [ScriptFromJSON] of it. The model-backed policies
+// live in the subpackages openai and anthropic, on the shared core llm.
 //
 // The package declares no Policy interface: the engine, which consumes
 // policies, declares the one method it needs,
@@ -18,5 +18,6 @@
 // holds (for Scripted, the turn), because a resumed or re-driven step asks
 // again and must get the decision, and the call ids, it had.
 //
-// The package imports only the root vocabulary and the YAML parser.
+// The package imports only the root vocabulary and the YAML parser (its
+// subpackages import config and the providers' SDKs).
 package policy
