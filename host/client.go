@@ -26,6 +26,9 @@ func (h *Host) Submit(ctx context.Context, sub Submission) (string, error) {
 	if _, ok := h.gov.Agent(sub.Agent); !ok {
 		return "", badOption("agent %q is not an agent of the config (its agents: %v)", sub.Agent, h.gov.Agents())
 	}
+	if len(sub.Script) == 0 && h.opts.Policies == nil && !h.HasModel(sub.Agent) {
+		return "", badOption("the task has no script and agent %q has no model to decide it (give the task a script, or the agent a model: of models:)", sub.Agent)
+	}
 	if sub.Queue == "" {
 		sub.Queue = h.opts.Queue
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/observers"
-	"github.com/noeta-go/noeta/policy"
 	"github.com/noeta-go/noeta/tools"
 )
 
@@ -46,6 +45,8 @@ type Host struct {
 	tools  *tools.Registry
 	// client is the engine of Submit, Approve and Cancel.
 	client *engine.Engine
+	// policies decide the turns of every engine of the host.
+	policies engine.PolicyResolver
 	// child is set after the dispatcher opens, whose reconciler may
 	// already ask for it (recoverHandoffs), hence atomic.
 	child atomic.Pointer[observers.ChildLifecycle]
@@ -161,6 +162,12 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 		// the config, not a denial to find when a task of the agent runs.
 		if err := o.Config.CheckTools(h.tools.Names()); err != nil {
 			return nil, &configError{err.Error()}
+		}
+	}
+	h.policies = o.Policies
+	if h.policies == nil {
+		if h.policies, err = h.defaultPolicies(); err != nil {
+			return nil, err
 		}
 	}
 	if h.client, err = h.newEngine(o.Queue, o.Workspace); err != nil {
@@ -292,10 +299,6 @@ func (h *Host) dispatcherConfig() jetstream.DispatcherConfig {
 // newEngine is an engine of the host's governance, tools and policies that
 // works queue and runs its tools in workspace.
 func (h *Host) newEngine(queue, workspace string) (*engine.Engine, error) {
-	policies := h.opts.Policies
-	if policies == nil {
-		policies = engine.ScriptedPolicies(h.log, policy.ParseScripted)
-	}
 	eng, err := engine.New(engine.Config{
 		Actor:      h.opts.Actor,
 		Log:        h.log,
@@ -303,7 +306,7 @@ func (h *Host) newEngine(queue, workspace string) (*engine.Engine, error) {
 		Content:    h.log,
 		Governance: h.gov,
 		Tools:      h.tools,
-		Policies:   policies,
+		Policies:   h.policies,
 		UserGuards: h.opts.Guards,
 		Workspace:  workspace,
 		Queue:      queue,

@@ -83,9 +83,11 @@ type Options struct {
 	// Observers run in process beside the config's, over every record this
 	// process commits, each behind its own bounded queue.
 	Observers []observers.Observer
-	// Policies decide each turn (default: the scripted policy of the task's
-	// submission).
+	// Policies decide each turn (default: a task's script, or, for a task
+	// without one, its agent's model from the config's models:).
 	Policies engine.PolicyResolver
+	// LookupEnv reads the models' API keys (os.LookupEnv).
+	LookupEnv func(string) (string, bool)
 
 	// Workers is the size of the worker pool (0: a client, which runs no
 	// task, no observer and no ChildLifecycle).

@@ -172,6 +172,9 @@ func loadTask(ctx context.Context, taskPath string, cfg *config.File) (policy.Ta
 	if _, ok := gov.Agent(tf.Agent); !ok {
 		return tf, host.Submission{}, usageErr("%s: agent: %q is not an agent of %s (its agents: %s)", taskPath, tf.Agent, cfg.Path, strings.Join(gov.Agents(), ", "))
 	}
+	if am := cfg.AgentModels[tf.Agent]; !tf.Scripted && am.Model == "" {
+		return tf, host.Submission{}, usageErr("%s: the task has no script: and agent %q has no model: in %s to decide it", taskPath, tf.Agent, cfg.Path)
+	}
 	sub, err := host.TaskFromFile(tf)
 	if err != nil {
 		return tf, host.Submission{}, usageErr("%s: %v", taskPath, err)
