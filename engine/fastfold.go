@@ -157,6 +157,10 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 				d.InputTokens, ok = intValue(v)
 			case "output_tokens":
 				d.OutputTokens, ok = intValue(v)
+			case "version":
+				// A record that carries the decision: the ordinary decoder
+				// reads its parts.
+				ok = false
 			default:
 				ok = true
 			}
@@ -176,6 +180,10 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 				s.Args, ok = json.RawMessage(v), len(v) > 0 && v[0] == '{'
 			case "args_ref":
 				ok = json.Unmarshal(v, &s.ArgsRef) == nil
+			case "turn":
+				var n int64
+				n, ok = intValue(v)
+				s.Turn = int(n)
 			default:
 				ok = true
 			}
@@ -183,14 +191,25 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 		})
 		return &s, ok
 	case noeta.TypeToolCallFinished:
-		// Only the call and its cost matter to the fold; the output is
-		// never read.
+		// Every field: the composed context shows the result.
 		var f noeta.ToolCallFinished
 		ok = members(b, func(k string, v []byte) bool {
 			var ok bool
 			switch k {
 			case "call_id":
 				f.CallID, ok = plainString(v)
+			case "tool":
+				f.Tool, ok = plainString(v)
+			case "ok":
+				f.OK, ok = string(v) == "true", string(v) == "true" || string(v) == "false"
+			case "output":
+				f.Output, ok = json.RawMessage(v), len(v) > 0
+			case "output_ref":
+				ok = json.Unmarshal(v, &f.OutputRef) == nil
+			case "error":
+				f.Error, ok = plainString(v)
+			case "duration_ms":
+				f.DurationMS, ok = intValue(v)
 			case "cost_usd":
 				f.CostUSD, ok = floatValue(v)
 			default:

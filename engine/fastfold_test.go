@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
 
 	"github.com/noeta-go/noeta"
@@ -36,7 +37,26 @@ func TestFastFoldAgreesWithDecode(t *testing.T) {
 	add(noeta.TaskSnapshot{StateRef: ref, UptoSeq: 9})
 	add(noeta.TurnStarted{Turn: 2})
 	add(noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionFinish})
+	add(noeta.ToolCallFinished{CallID: "c4", Tool: "echo", OK: true, Output: []byte(`null`), DurationMS: 12})
+	add(noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionFinish, Version: 2, Answer: []byte(`"a"`), Model: "m"})
 	logs["odd"] = odd
+	// What the fast reader hands back is the whole payload, as the decoder
+	// gives it: the composed context reads every field.
+	for _, env := range odd {
+		fp, ok := fastPayload(env.Type, env.Payload)
+		if !ok || env.Type == noeta.TypeLeaseGranted || env.Type == noeta.TypeTaskSnapshot {
+			// Those two are read for their type alone; the context shows
+			// neither.
+			continue
+		}
+		dp, _, err := env.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(fp, dp) {
+			t.Errorf("seq %d %s: fast %+v, decoded %+v", env.Seq, env.Type, fp, dp)
+		}
+	}
 	for name, envs := range logs {
 		fast, err := Fold(envs)
 		if err != nil {
