@@ -65,6 +65,11 @@ func (g *segment) recordDecision(n int, d noeta.Decision) (noeta.PolicyDecided, 
 		return rec, err
 	}
 	setParts(&rec, parts)
+	if sizeBound(rec) <= noeta.PayloadMaxBytes {
+		// The common case (a few small calls, a short answer) fits for
+		// sure: no need to encode the record twice to know it.
+		return rec, nil
+	}
 	fits := func() (bool, error) {
 		b, err := noeta.Canonical(rec)
 		return len(b) <= noeta.PayloadMaxBytes, err
@@ -107,6 +112,27 @@ func (g *segment) recordDecision(n int, d noeta.Decision) (noeta.PolicyDecided, 
 		}
 	}
 	return rec, nil
+}
+
+// sizeBound is an upper bound of the canonical size of rec: members'
+// names and punctuation in a fixed allowance, raw JSON parts (already
+// canonical) at their length, strings at six bytes a byte (the longest
+// escape, \u00XX, for one byte), numbers at 32.
+func sizeBound(rec noeta.PolicyDecided) int {
+	const fixed = 600 // every member name, the refs of a response, the version
+	str := func(s string) int { return 6*len(s) + 2 }
+	n := fixed + str(string(rec.Decision)) + str(rec.Model) + str(rec.Provider) + str(rec.Question) + str(rec.EventKind) + str(rec.Error) +
+		len(rec.Patch) + len(rec.Answer)
+	for _, note := range rec.Notes {
+		n += str(note) + 1
+	}
+	for _, c := range rec.ToolCalls {
+		n += 60 + str(c.CallID) + str(c.Tool) + str(c.Invalid) + len(c.Args)
+	}
+	for _, sp := range rec.Spawn {
+		n += 60 + str(sp.Agent) + str(sp.Goal) + len(sp.Script)
+	}
+	return n
 }
 
 // partsOf is the part of d its kind has, all inline.
