@@ -278,6 +278,9 @@ func (s *State) Apply(env eventlog.Envelope) error {
 	if s.Context == nil {
 		s.Context = NewComposer(ComposerConfig{})
 	}
+	// p is the whole payload for every type the composer shows; only
+	// LeaseGranted and TaskSnapshot come from the fast reader empty (their
+	// type is all the fold needs, and the context shows neither).
 	s.Context.Apply(env, p)
 	return nil
 }
