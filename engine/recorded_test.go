@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/memlog"
 	"github.com/noeta-go/noeta/schemas"
 )
@@ -145,6 +146,69 @@ func TestRecordReplayRoundTrip(t *testing.T) {
 			gb, _ := json.Marshal(got)
 			if !bytes.Equal(wb, gb) {
 				t.Fatalf("replayed\n%s\nwant\n%s", gb, wb)
+			}
+		})
+	}
+}
+
+// TestSnapshotWithoutContextFoldsFromGenesis: a snapshot written before the
+// composed context was part of the state would give a task whose context
+// starts at the snapshot, missing its history; it is passed over, with a
+// note, and the task is folded from genesis.
+func TestSnapshotWithoutContextFoldsFromGenesis(t *testing.T) {
+	store, err := memlog.New(memlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := t.Context()
+	var envs []eventlog.Envelope
+	add := func(p noeta.Payload) eventlog.Envelope {
+		env, err := eventlog.NewEnvelope("T", eventlog.OriginEngine, "x", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Seq, env.LeaseGen = uint64(len(envs)+1), 1
+		envs = append(envs, env)
+		return env
+	}
+	add(noeta.TaskCreated{TaskID: "T", Agent: "a", Goal: "g", RootTaskID: "T"})
+	add(noeta.LeaseGranted{LeaseID: "L", Generation: 1, Worker: "w"})
+	st, err := Fold(envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name     string
+		drop     bool
+		wantNote string
+	}{
+		{"with context", false, ""},
+		{"without context", true, "predates the composed context"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body, err := st.Canonical()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.drop {
+				var m map[string]json.RawMessage
+				_ = json.Unmarshal(body, &m)
+				if _, ok := m["context"]; !ok {
+					t.Fatal("the state has no context member to drop")
+				}
+				delete(m, "context")
+				body, _ = noeta.Canonical(m)
+			}
+			ref, err := store.Put(ctx, body, eventlog.MediaTypeJSON)
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap, _ := eventlog.NewEnvelope("T", eventlog.OriginEngine, "x", noeta.TaskSnapshot{StateRef: ref, UptoSeq: 2})
+			snap.Seq = 3
+			got, note := fromSnapshot(ctx, store, snap)
+			if !strings.Contains(note, tt.wantNote) || (tt.wantNote == "") != (got != nil) {
+				t.Fatalf("state %v, note %q; want a note containing %q", got != nil, note, tt.wantNote)
 			}
 		})
 	}
