@@ -102,6 +102,32 @@ func skipValue(b []byte, i int) (int, bool) {
 	}
 }
 
+// elements calls fn with each element of the JSON array arr, as raw bytes.
+// It returns false if arr is not an array it can walk.
+func elements(arr []byte, fn func(val []byte) bool) bool {
+	if len(arr) < 2 || arr[0] != '[' || arr[len(arr)-1] != ']' {
+		return false
+	}
+	i := 1
+	if arr[i] == ']' {
+		return i == len(arr)-1
+	}
+	for {
+		end, ok := skipValue(arr, i)
+		if !ok || !fn(arr[i:end]) {
+			return false
+		}
+		switch {
+		case end < len(arr) && arr[end] == ',':
+			i = end + 1
+		case end == len(arr)-1 && arr[end] == ']':
+			return true
+		default:
+			return false
+		}
+	}
+}
+
 // plainString returns the text of a JSON string without escapes.
 func plainString(v []byte) (string, bool) {
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' || bytes.IndexByte(v, '\\') >= 0 {
@@ -158,12 +184,45 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 			case "output_tokens":
 				d.OutputTokens, ok = intValue(v)
 			case "version":
-				// A record that carries the decision: the ordinary decoder
-				// reads its parts.
-				ok = false
-			default:
-				ok = true
+				var n int64
+				n, ok = intValue(v)
+				d.Version = int(n)
+			case "tool_calls":
+				// The common part of a recorded decision, read here; the
+				// other parts are rarer, and left to the decoder.
+				ok = elements(v, func(e []byte) bool {
+					var c noeta.RecordedCall
+					ok := members(e, func(k string, v []byte) bool {
+						var ok bool
+						switch k {
+						case "call_id":
+							c.CallID, ok = plainString(v)
+						case "tool":
+							c.Tool, ok = plainString(v)
+						case "args":
+							c.Args, ok = json.RawMessage(v), len(v) > 0
+						case "args_ref":
+							ok = json.Unmarshal(v, &c.ArgsRef) == nil
+						case "invalid":
+							c.Invalid, ok = plainString(v)
+						}
+						return ok
+					})
+					d.ToolCalls = append(d.ToolCalls, c)
+					return ok
+				}) && len(d.ToolCalls) > 0
+			case "answer":
+				d.Answer, ok = json.RawMessage(v), len(v) > 0
+			case "model":
+				d.Model, ok = plainString(v)
+			case "provider":
+				d.Provider, ok = plainString(v)
+			case "latency_ms":
+				d.LatencyMS, ok = intValue(v)
+			case "response_ref":
+				ok = json.Unmarshal(v, &d.ResponseRef) == nil
 			}
+			// Anything else (spawn, refs, notes…): the decoder reads it.
 			return ok
 		})
 		return &d, ok

@@ -39,11 +39,24 @@ func TestFastFoldAgreesWithDecode(t *testing.T) {
 	add(noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionFinish})
 	add(noeta.ToolCallFinished{CallID: "c4", Tool: "echo", OK: true, Output: []byte(`null`), DurationMS: 12})
 	add(noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionFinish, Version: 2, Answer: []byte(`"a"`), Model: "m"})
+	add(noeta.TurnStarted{Turn: 3})
+	add(noeta.PolicyDecided{Turn: 3, Decision: noeta.DecisionToolCalls, Version: 2, CostUSD: 0.5, InputTokens: 3, OutputTokens: 4,
+		Model: "gpt", Provider: "openai", LatencyMS: 12, ResponseRef: &ref, ToolCalls: []noeta.RecordedCall{
+			{CallID: "a", Tool: "echo", Args: []byte(`{"s":"x,]}"}`)}, {CallID: "b", Tool: "echo", ArgsRef: &ref}, {CallID: "c", Invalid: "not JSON"},
+		}})
+	add(noeta.TurnStarted{Turn: 4})
+	add(noeta.PolicyDecided{Turn: 4, Decision: noeta.DecisionToolCalls, Version: 2, Notes: []string{"n"}, ToolCalls: []noeta.RecordedCall{{CallID: "q\"", Tool: "echo", Args: []byte(`{}`)}}})
+	add(noeta.TurnStarted{Turn: 5})
+	add(noeta.PolicyDecided{Turn: 5, Decision: noeta.DecisionSpawn, Version: 2, Spawn: []noeta.RecordedSpawn{{Agent: "a", Goal: "g"}}})
 	logs["odd"] = odd
 	// What the fast reader hands back is the whole payload, as the decoder
 	// gives it: the composed context reads every field.
+	read := 0
 	for _, env := range odd {
 		fp, ok := fastPayload(env.Type, env.Payload)
+		if ok && env.Type == noeta.TypePolicyDecided {
+			read++
+		}
 		if !ok || env.Type == noeta.TypeLeaseGranted || env.Type == noeta.TypeTaskSnapshot {
 			// Those two are read for their type alone; the context shows
 			// neither.
@@ -56,6 +69,9 @@ func TestFastFoldAgreesWithDecode(t *testing.T) {
 		if !reflect.DeepEqual(fp, dp) {
 			t.Errorf("seq %d %s: fast %+v, decoded %+v", env.Seq, env.Type, fp, dp)
 		}
+	}
+	if read != 4 {
+		t.Errorf("the fast reader read %d PolicyDecided records, want 4 (notes, an escaped call id and spawn go to the decoder)", read)
 	}
 	for name, envs := range logs {
 		fast, err := Fold(envs)
