@@ -128,14 +128,83 @@ const (
 	DecisionFail          DecisionKind = "fail"
 )
 
+// PolicyDecidedVersion is the version of the PolicyDecided records this
+// version writes. Version 1 records (no version member) carry only the kind
+// and the cost; version 2 records carry the whole decision, and a turn whose
+// version 2 record is in the log is carried out from it: the policy is never
+// asked twice for one turn.
+const PolicyDecidedVersion = 2
+
 // PolicyDecided records what the policy decided and what deciding cost; the
-// budget's max_cost_usd reads it.
+// budget's max_cost_usd reads it. From version 2 it carries the decision
+// itself: the part of its kind (large parts by content ref), who decided
+// (model, provider), how long it took and a ref to the provider's raw
+// response. When even with refs the parts would not fit the payload cap,
+// they are stored whole under DecisionRef (see docs/adr/0027).
 type PolicyDecided struct {
 	Turn         int          `json:"turn"`
 	Decision     DecisionKind `json:"decision"`
 	CostUSD      float64      `json:"cost_usd,omitempty"`
 	InputTokens  int64        `json:"input_tokens,omitempty"`
 	OutputTokens int64        `json:"output_tokens,omitempty"`
+
+	// Version is 2 for a record that carries the decision; absent (0) for a
+	// version 1 record.
+	Version int `json:"version,omitempty"`
+
+	ToolCalls   []RecordedCall  `json:"tool_calls,omitempty"`
+	Spawn       []RecordedSpawn `json:"spawn,omitempty"`
+	Question    string          `json:"question,omitempty"`
+	WaitSeconds float64         `json:"wait_seconds,omitempty"`
+	EventKind   string          `json:"event_kind,omitempty"`
+	Patch       json.RawMessage `json:"patch,omitempty"`
+	PatchRef    *ContentRef     `json:"patch_ref,omitempty"`
+	Answer      json.RawMessage `json:"answer,omitempty"`
+	AnswerRef   *ContentRef     `json:"answer_ref,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	// DecisionRef holds the decision's parts (a [RecordedParts], canonical
+	// JSON) when they do not fit inline even with their large parts by ref;
+	// the part fields above are then empty.
+	DecisionRef *ContentRef `json:"decision_ref,omitempty"`
+
+	Model       string      `json:"model,omitempty"`
+	Provider    string      `json:"provider,omitempty"`
+	LatencyMS   int64       `json:"latency_ms,omitempty"`
+	ResponseRef *ContentRef `json:"response_ref,omitempty"`
+	Notes       []string    `json:"notes,omitempty"`
+}
+
+// RecordedCall is one tool call of a recorded decision. Exactly one of Args
+// and ArgsRef is set, unless Invalid is: a call that cannot run keeps what
+// the model sent, if it was JSON.
+type RecordedCall struct {
+	CallID  string          `json:"call_id"`
+	Tool    string          `json:"tool,omitempty"`
+	Args    json.RawMessage `json:"args,omitempty"`
+	ArgsRef *ContentRef     `json:"args_ref,omitempty"`
+	Invalid string          `json:"invalid,omitempty"`
+}
+
+// RecordedSpawn is one child of a recorded spawn decision.
+type RecordedSpawn struct {
+	Agent     string          `json:"agent"`
+	Goal      string          `json:"goal,omitempty"`
+	GoalRef   *ContentRef     `json:"goal_ref,omitempty"`
+	Script    json.RawMessage `json:"script,omitempty"`
+	ScriptRef *ContentRef     `json:"script_ref,omitempty"`
+}
+
+// RecordedParts is what DecisionRef points at: the parts of the decision,
+// each inline.
+type RecordedParts struct {
+	ToolCalls   []RecordedCall  `json:"tool_calls,omitempty"`
+	Spawn       []RecordedSpawn `json:"spawn,omitempty"`
+	Question    string          `json:"question,omitempty"`
+	WaitSeconds float64         `json:"wait_seconds,omitempty"`
+	EventKind   string          `json:"event_kind,omitempty"`
+	Patch       json.RawMessage `json:"patch,omitempty"`
+	Answer      json.RawMessage `json:"answer,omitempty"`
+	Error       string          `json:"error,omitempty"`
 }
 
 // ToolCallStarted is written before a tool runs. Exactly one of Args and ArgsRef

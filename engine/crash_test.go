@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,10 +134,32 @@ func submitScript(t testing.TB, h *harness, agent string, s policy.Script) strin
 	return id
 }
 
+// freshIDs makes every policy of resolve decide like a model: the calls of a
+// turn get new ids every time it is asked, so a turn asked again after its
+// decision was recorded would propose calls the log does not know.
+func freshIDs(resolve engine.PolicyResolver) engine.PolicyResolver {
+	var serial atomic.Int64
+	return func(ctx context.Context, st *engine.State) (engine.Policy, error) {
+		p, err := resolve(ctx, st)
+		if err != nil {
+			return nil, err
+		}
+		return policyFunc(func(ctx context.Context, in noeta.PolicyInput) (noeta.Decision, error) {
+			d, err := p.Decide(ctx, in)
+			for i := range d.ToolCalls {
+				d.ToolCalls[i].CallID = fmt.Sprintf("c%d-%d-%d", in.Turn, i, serial.Add(1))
+			}
+			return d, err
+		}), nil
+	}
+}
+
 // TestCrashRecovery runs 200 scripted tasks on 3 workers while workers are
 // killed at random points (their context cancelled mid-step: they stop
 // where they are, release nothing, and their leases run out) and new ones
-// started. Every task must end completed, with a dense log, exactly one
+// started. The policies decide like models (fresh call ids on every ask):
+// a turn resumed after its decision was recorded is carried out from the
+// record. Every task must end completed, with a dense log, exactly one
 // TaskWoken for every suspend, no tool call run twice, and a fold that does
 // not depend on how often it was interrupted.
 func TestCrashRecovery(t *testing.T) {
@@ -146,6 +169,7 @@ func TestCrashRecovery(t *testing.T) {
 	h := newHarness(t, b, crashConfig, withCounter(counter), func(c *engine.Config) {
 		c.HeartbeatEvery = 50 * time.Millisecond
 		c.AbandonCap = 1000 // parking is tested on its own
+		c.Policies = freshIDs(c.Policies)
 	})
 	r := rand.New(rand.NewPCG(1, 2))
 	var roots []string

@@ -20,9 +20,12 @@ import (
 	"github.com/noeta-go/noeta/tools"
 )
 
-// Policy decides a task's next turn. Decide must be deterministic in what
-// the log holds (the turn): a task resumed mid-turn asks again and must get
-// the decision, and the call ids, it had.
+// Policy decides a task's next turn. It is asked once per turn: the engine
+// records the whole decision in PolicyDecided before acting on it, and a
+// turn resumed after a crash, a takeover or an approval is carried out from
+// the record (docs/adr/0027), so Decide need not be deterministic. (A turn
+// whose record predates that, version 1, is asked again and must get the
+// decision, and the call ids, it had.)
 type Policy interface {
 	Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decision, error)
 }

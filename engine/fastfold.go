@@ -102,6 +102,32 @@ func skipValue(b []byte, i int) (int, bool) {
 	}
 }
 
+// elements calls fn with each element of the JSON array arr, as raw bytes.
+// It returns false if arr is not an array it can walk.
+func elements(arr []byte, fn func(val []byte) bool) bool {
+	if len(arr) < 2 || arr[0] != '[' || arr[len(arr)-1] != ']' {
+		return false
+	}
+	i := 1
+	if arr[i] == ']' {
+		return i == len(arr)-1
+	}
+	for {
+		end, ok := skipValue(arr, i)
+		if !ok || !fn(arr[i:end]) {
+			return false
+		}
+		switch {
+		case end < len(arr) && arr[end] == ',':
+			i = end + 1
+		case end == len(arr)-1 && arr[end] == ']':
+			return true
+		default:
+			return false
+		}
+	}
+}
+
 // plainString returns the text of a JSON string without escapes.
 func plainString(v []byte) (string, bool) {
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' || bytes.IndexByte(v, '\\') >= 0 {
@@ -157,9 +183,46 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 				d.InputTokens, ok = intValue(v)
 			case "output_tokens":
 				d.OutputTokens, ok = intValue(v)
-			default:
-				ok = true
+			case "version":
+				var n int64
+				n, ok = intValue(v)
+				d.Version = int(n)
+			case "tool_calls":
+				// The common part of a recorded decision, read here; the
+				// other parts are rarer, and left to the decoder.
+				ok = elements(v, func(e []byte) bool {
+					var c noeta.RecordedCall
+					ok := members(e, func(k string, v []byte) bool {
+						var ok bool
+						switch k {
+						case "call_id":
+							c.CallID, ok = plainString(v)
+						case "tool":
+							c.Tool, ok = plainString(v)
+						case "args":
+							c.Args, ok = json.RawMessage(v), len(v) > 0
+						case "args_ref":
+							ok = json.Unmarshal(v, &c.ArgsRef) == nil
+						case "invalid":
+							c.Invalid, ok = plainString(v)
+						}
+						return ok
+					})
+					d.ToolCalls = append(d.ToolCalls, c)
+					return ok
+				}) && len(d.ToolCalls) > 0
+			case "answer":
+				d.Answer, ok = json.RawMessage(v), len(v) > 0
+			case "model":
+				d.Model, ok = plainString(v)
+			case "provider":
+				d.Provider, ok = plainString(v)
+			case "latency_ms":
+				d.LatencyMS, ok = intValue(v)
+			case "response_ref":
+				ok = json.Unmarshal(v, &d.ResponseRef) == nil
 			}
+			// Anything else (spawn, refs, notes…): the decoder reads it.
 			return ok
 		})
 		return &d, ok
@@ -176,6 +239,10 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 				s.Args, ok = json.RawMessage(v), len(v) > 0 && v[0] == '{'
 			case "args_ref":
 				ok = json.Unmarshal(v, &s.ArgsRef) == nil
+			case "turn":
+				var n int64
+				n, ok = intValue(v)
+				s.Turn = int(n)
 			default:
 				ok = true
 			}
@@ -183,14 +250,25 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 		})
 		return &s, ok
 	case noeta.TypeToolCallFinished:
-		// Only the call and its cost matter to the fold; the output is
-		// never read.
+		// Every field: the composed context shows the result.
 		var f noeta.ToolCallFinished
 		ok = members(b, func(k string, v []byte) bool {
 			var ok bool
 			switch k {
 			case "call_id":
 				f.CallID, ok = plainString(v)
+			case "tool":
+				f.Tool, ok = plainString(v)
+			case "ok":
+				f.OK, ok = string(v) == "true", string(v) == "true" || string(v) == "false"
+			case "output":
+				f.Output, ok = json.RawMessage(v), len(v) > 0
+			case "output_ref":
+				ok = json.Unmarshal(v, &f.OutputRef) == nil
+			case "error":
+				f.Error, ok = plainString(v)
+			case "duration_ms":
+				f.DurationMS, ok = intValue(v)
 			case "cost_usd":
 				f.CostUSD, ok = floatValue(v)
 			default:

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
 
 	"github.com/noeta-go/noeta"
@@ -36,7 +37,42 @@ func TestFastFoldAgreesWithDecode(t *testing.T) {
 	add(noeta.TaskSnapshot{StateRef: ref, UptoSeq: 9})
 	add(noeta.TurnStarted{Turn: 2})
 	add(noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionFinish})
+	add(noeta.ToolCallFinished{CallID: "c4", Tool: "echo", OK: true, Output: []byte(`null`), DurationMS: 12})
+	add(noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionFinish, Version: 2, Answer: []byte(`"a"`), Model: "m"})
+	add(noeta.TurnStarted{Turn: 3})
+	add(noeta.PolicyDecided{Turn: 3, Decision: noeta.DecisionToolCalls, Version: 2, CostUSD: 0.5, InputTokens: 3, OutputTokens: 4,
+		Model: "gpt", Provider: "openai", LatencyMS: 12, ResponseRef: &ref, ToolCalls: []noeta.RecordedCall{
+			{CallID: "a", Tool: "echo", Args: []byte(`{"s":"x,]}"}`)}, {CallID: "b", Tool: "echo", ArgsRef: &ref}, {CallID: "c", Invalid: "not JSON"},
+		}})
+	add(noeta.TurnStarted{Turn: 4})
+	add(noeta.PolicyDecided{Turn: 4, Decision: noeta.DecisionToolCalls, Version: 2, Notes: []string{"n"}, ToolCalls: []noeta.RecordedCall{{CallID: "q\"", Tool: "echo", Args: []byte(`{}`)}}})
+	add(noeta.TurnStarted{Turn: 5})
+	add(noeta.PolicyDecided{Turn: 5, Decision: noeta.DecisionSpawn, Version: 2, Spawn: []noeta.RecordedSpawn{{Agent: "a", Goal: "g"}}})
 	logs["odd"] = odd
+	// What the fast reader hands back is the whole payload, as the decoder
+	// gives it: the composed context reads every field.
+	read := 0
+	for _, env := range odd {
+		fp, ok := fastPayload(env.Type, env.Payload)
+		if ok && env.Type == noeta.TypePolicyDecided {
+			read++
+		}
+		if !ok || env.Type == noeta.TypeLeaseGranted || env.Type == noeta.TypeTaskSnapshot {
+			// Those two are read for their type alone; the context shows
+			// neither.
+			continue
+		}
+		dp, _, err := env.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(fp, dp) {
+			t.Errorf("seq %d %s: fast %+v, decoded %+v", env.Seq, env.Type, fp, dp)
+		}
+	}
+	if read != 4 {
+		t.Errorf("the fast reader read %d PolicyDecided records, want 4 (notes, an escaped call id and spawn go to the decoder)", read)
+	}
 	for name, envs := range logs {
 		fast, err := Fold(envs)
 		if err != nil {

@@ -55,6 +55,12 @@ type State struct {
 
 	Answer    json.RawMessage   `json:"answer,omitempty"`
 	AnswerRef *noeta.ContentRef `json:"answer_ref,omitempty"`
+
+	// Context is the task as a model reads it, composed record by record
+	// (every record in log order, like the rest of the state) and carried
+	// in snapshots, so a turn's context costs what the turn added, not a
+	// re-read of the log. It is set by the first record.
+	Context *Composer `json:"context,omitempty"`
 }
 
 // Turn is the progress of the current turn: what a worker resuming it after
@@ -82,6 +88,10 @@ type Turn struct {
 	Seals int `json:"seals"`
 	// Patched is set once the turn's TaskStatePatched is in the log.
 	Patched bool `json:"patched,omitempty"`
+	// Decision is the turn's PolicyDecided when it carries the decision
+	// (version 2): the turn is carried out from it and the policy is not
+	// asked again. A version 1 record leaves it nil.
+	Decision *noeta.PolicyDecided `json:"decision,omitempty"`
 }
 
 // CallStatus is where a tool call (or a spawn or finish approval) of the
@@ -157,6 +167,9 @@ func (s *State) Apply(env eventlog.Envelope) error {
 		g.Iterations++
 	case *noeta.PolicyDecided:
 		s.Turn.Decided, s.Turn.Kind = true, p.Decision
+		if p.Version >= 2 {
+			s.Turn.Decision = p
+		}
 		g.CostUSD += p.CostUSD
 		g.InputTokens += p.InputTokens
 		g.OutputTokens += p.OutputTokens
@@ -262,6 +275,13 @@ func (s *State) Apply(env eventlog.Envelope) error {
 		s.end(p.Reason)
 		g.Denials = append(g.Denials, noeta.Denial{Type: env.Type, Reason: p.Reason})
 	}
+	if s.Context == nil {
+		s.Context = NewComposer(ComposerConfig{})
+	}
+	// p is the whole payload for every type the composer shows; only
+	// LeaseGranted and TaskSnapshot come from the fast reader empty (their
+	// type is all the fold needs, and the context shows neither).
+	s.Context.Apply(env, p)
 	return nil
 }
 
@@ -301,6 +321,21 @@ func (s *State) Clone() *State {
 	if s.LastWake != nil {
 		w := s.LastWake.Clone()
 		c.LastWake = &w
+	}
+	if s.Turn.Decision != nil {
+		d := *s.Turn.Decision
+		c.Turn.Decision = &d
+	}
+	if s.Context != nil {
+		// The composer has no copy of its own: its snapshot form is one.
+		c.Context = NewComposer(ComposerConfig{})
+		if b, err := s.Context.MarshalJSON(); err == nil {
+			if err := c.Context.UnmarshalJSON(b); err != nil {
+				c.Context = nil
+			}
+		} else {
+			c.Context = nil
+		}
 	}
 	return &c
 }
@@ -379,6 +414,11 @@ func fromSnapshot(ctx context.Context, cs contentGetter, snap eventlog.Envelope)
 	}
 	if s.LastSeq != ts.UptoSeq || s.Task != snap.Task {
 		return nil, fmt.Sprintf("snapshot seq %d: body is of %s up to seq %d, the record says %s up to %d; folding from genesis", snap.Seq, s.Task, s.LastSeq, snap.Task, ts.UptoSeq)
+	}
+	if s.Context == nil {
+		// Written before the composed context was part of the state: its
+		// context would start from the snapshot, missing the history.
+		return nil, fmt.Sprintf("snapshot seq %d predates the composed context; folding from genesis", snap.Seq)
 	}
 	return &s, ""
 }

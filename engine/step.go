@@ -45,6 +45,8 @@ type segment struct {
 	woke bool
 	// meta is the guards' metadata, built once: guard contexts share it.
 	meta map[string]string
+	// offered is what the agent's model is offered, computed once.
+	offered *offer
 }
 
 func (e *Engine) newSegment(ctx context.Context, lease eventlog.Lease) (*segment, error) {
@@ -354,40 +356,27 @@ func (st *State) approvedRequest(action noeta.ApprovalAction, callID string) (no
 	return noeta.PendingApproval{}, false
 }
 
-// turn decides the current turn (again, when it is being resumed) and
-// carries the decision out.
+// turn decides the current turn and carries the decision out. A turn whose
+// decision is recorded (a version 2 PolicyDecided: an earlier segment
+// decided it and then stopped, or suspended for an approval) is carried out
+// from the record: the policy is never asked twice for one turn. A turn
+// with a version 1 record (written before decisions were recorded) asks
+// the policy again and holds it to the recorded kind and call ids.
 func (g *segment) turn() error {
 	st := g.st
 	n := st.Turn.N
-	pol, err := g.policy()
-	if err != nil {
-		return g.terminate(noeta.TaskFailed{Error: err.Error()})
-	}
-	d, err := pol.Decide(g.ctx, noeta.PolicyInput{Task: st.Task, Turn: n})
-	if err != nil {
-		if cause := context.Cause(g.ctx); cause != nil {
-			return cause
-		}
-		return fmt.Errorf("policy: task %s turn %d: %w", st.Task, n, err)
-	}
-	if err := d.Validate(); err != nil {
-		d = noeta.Decision{Kind: noeta.DecisionFail, Error: "the policy gave an invalid decision: " + err.Error()}
-	}
-	if st.Turn.Decided && d.Kind == noeta.DecisionToolCalls {
-		// A resumed turn must propose the calls it recorded: the log knows
-		// them by id, and a call under a new id would run again.
-		for id := range st.Turn.Calls {
-			if !slices.ContainsFunc(d.ToolCalls, func(c noeta.ToolCall) bool { return c.CallID == id }) {
-				return g.terminate(noeta.TaskFailed{Error: fmt.Sprintf("the policy proposed turn %d again without call %s, which the log records (a policy must decide a turn the same way every time, call ids included)", n, id)})
-			}
-		}
-	}
-	if !st.Turn.Decided {
-		if err := g.engineEmit(noeta.PolicyDecided{Turn: n, Decision: d.Kind, CostUSD: d.CostUSD, InputTokens: d.InputTokens, OutputTokens: d.OutputTokens}); err != nil {
+	var d noeta.Decision
+	if rec := st.Turn.Decision; st.Turn.Decided && rec != nil {
+		var err error
+		if d, err = g.replayDecision(rec); err != nil {
 			return err
 		}
-	} else if st.Turn.Kind != d.Kind {
-		return g.terminate(noeta.TaskFailed{Error: fmt.Sprintf("the policy decided %s for turn %d when it was resumed; %s was recorded (a policy must decide a turn the same way every time)", d.Kind, n, st.Turn.Kind)})
+	} else {
+		var stop bool
+		var err error
+		if d, stop, err = g.decide(n); err != nil || stop {
+			return err
+		}
 	}
 	if err := context.Cause(g.ctx); err != nil {
 		return err
@@ -417,6 +406,53 @@ func (g *segment) turn() error {
 		return g.terminate(noeta.TaskFailed{Error: d.Error})
 	}
 	return g.terminate(noeta.TaskFailed{Error: fmt.Sprintf("unknown decision kind %q", d.Kind)})
+}
+
+// decide asks the policy for turn n and records its decision (or, for a
+// turn with a version 1 record, checks it against the record). stop is
+// true when the turn ended the task instead.
+func (g *segment) decide(n int) (d noeta.Decision, stop bool, err error) {
+	st := g.st
+	pol, err := g.policy()
+	if err != nil {
+		return d, true, g.terminate(noeta.TaskFailed{Error: err.Error()})
+	}
+	d, err = pol.Decide(g.ctx, g.policyInput(n))
+	if err != nil {
+		if cause := context.Cause(g.ctx); cause != nil {
+			return d, true, cause
+		}
+		return d, true, fmt.Errorf("policy: task %s turn %d: %w", st.Task, n, err)
+	}
+	if err := d.Validate(); err != nil {
+		d = noeta.Decision{Kind: noeta.DecisionFail, Error: "the policy gave an invalid decision: " + err.Error(),
+			CostUSD: d.CostUSD, InputTokens: d.InputTokens, OutputTokens: d.OutputTokens, Model: d.Model, Provider: d.Provider, LatencyMS: d.LatencyMS, Response: d.Response, Notes: d.Notes}
+		if err := d.Validate(); err != nil {
+			// The cost itself is what is wrong: record none of it.
+			d = noeta.Decision{Kind: noeta.DecisionFail, Error: "the policy gave an invalid decision: " + err.Error()}
+		}
+	}
+	if st.Turn.Decided {
+		// A version 1 record: the policy must decide as it did.
+		if d.Kind == noeta.DecisionToolCalls {
+			// A resumed turn must propose the calls it recorded: the log
+			// knows them by id, and a call under a new id would run again.
+			for id := range st.Turn.Calls {
+				if !slices.ContainsFunc(d.ToolCalls, func(c noeta.ToolCall) bool { return c.CallID == id }) {
+					return d, true, g.terminate(noeta.TaskFailed{Error: fmt.Sprintf("the policy proposed turn %d again without call %s, which the log records (a policy must decide a turn the same way every time, call ids included)", n, id)})
+				}
+			}
+		}
+		if st.Turn.Kind != d.Kind {
+			return d, true, g.terminate(noeta.TaskFailed{Error: fmt.Sprintf("the policy decided %s for turn %d when it was resumed; %s was recorded (a policy must decide a turn the same way every time)", d.Kind, n, st.Turn.Kind)})
+		}
+		return d, false, nil
+	}
+	rec, err := g.recordDecision(n, d)
+	if err != nil {
+		return d, true, err
+	}
+	return d, false, g.engineEmit(rec)
 }
 
 // endTurn closes a turn that continues the loop; every SnapshotEvery such
@@ -522,6 +558,14 @@ func (g *segment) toolCalls(calls []noeta.ToolCall) error {
 		}
 		if err := context.Cause(g.ctx); err != nil {
 			return err
+		}
+		if why := g.invalidCall(call); why != "" {
+			// Cannot run whatever the guards would say: recorded as a
+			// refusal the model reads, and the turn goes on.
+			if err := g.engineEmit(noeta.ToolCallDenied{CallID: call.CallID, Tool: deniedToolName(call.Tool), Guard: GuardSchema, Reason: why}); err != nil {
+				return err
+			}
+			continue
 		}
 		d, err := g.check(noeta.ProposedToolCall{Call: call})
 		if err != nil {

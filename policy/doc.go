@@ -14,9 +14,11 @@
 //
 //	Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decision, error)
 //
-// and every policy here has it. Decide must be deterministic in what the log
-// holds (for Scripted, the turn), because a resumed or re-driven step asks
-// again and must get the decision, and the call ids, it had.
+// and every policy here has it. Decide need not be deterministic: the engine
+// records the whole decision (PolicyDecided version 2) and carries a resumed
+// turn out from the record without asking again (docs/adr/0027). Only a turn
+// whose record predates that (version 1) is asked again, and must get the
+// decision, and the call ids, it had.
 //
 // The package imports only the root vocabulary and the YAML parser (its
 // subpackages import config and the providers' SDKs).

@@ -31,9 +31,27 @@ import (
 	"golang.org/x/text/message"
 )
 
-// Version is the schema version this package embeds; it is the last part of
-// every $id.
+// Version is the base schema version: the last part of the $id of defs.json
+// and of every event type that has not moved past it (see [TypeVersion]).
 const Version = 1
+
+// versions lists the event types whose schema has moved past Version. A
+// type's version moves when its payload gains members; the members are only
+// ever added and optional, so the newest schema of a type still accepts the
+// records of its older versions, and a record that carries an older id is
+// validated against it.
+var versions = map[string]int{
+	"PolicyDecided": 2, // the recorded decision (docs/adr/0027)
+}
+
+// TypeVersion is the schema version of eventType's records as this package
+// writes them.
+func TypeVersion(eventType string) int {
+	if v, ok := versions[eventType]; ok {
+		return v
+	}
+	return Version
+}
 
 const (
 	idPrefix    = "urn:noeta:schema:"
@@ -55,7 +73,7 @@ var files embed.FS
 // ID returns the $id of eventType's schema, which is also the dataschema of its
 // records. It only formats: whether the type has a schema is [Known]'s question.
 func ID(eventType string) string {
-	return idPrefix + eventType + ":" + strconv.Itoa(Version)
+	return idPrefix + eventType + ":" + strconv.Itoa(TypeVersion(eventType))
 }
 
 // byID maps the $id of every embedded event schema to its type. It is built from
@@ -70,16 +88,18 @@ var byID = func() map[string]string {
 	for _, e := range entries {
 		if name := e.Name(); name != defsFile {
 			t := strings.TrimSuffix(name, path.Ext(name))
-			m[ID(t)] = t
+			for v := 1; v <= TypeVersion(t); v++ {
+				m[idPrefix+t+":"+strconv.Itoa(v)] = t
+			}
 		}
 	}
 	return m
 }()
 
 // Known maps a dataschema id back to its event type when it is the id of one of
-// the schemas embedded here (this Version, a type with a schema). A newer
-// version's id, or anyone else's, is not known: such records are not ours to
-// validate.
+// the schemas embedded here or of an older version of one (its records
+// validate against the newest). A newer version's id, or anyone else's, is
+// not known: such records are not ours to validate.
 func Known(id string) (eventType string, ok bool) {
 	eventType, ok = byID[id]
 	return eventType, ok

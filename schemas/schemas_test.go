@@ -62,6 +62,23 @@ func validPayloads() map[string][]noeta.Payload {
 			noeta.PolicyDecided{Turn: 7, Decision: noeta.DecisionWaitExternal},
 			noeta.PolicyDecided{Turn: 8, Decision: noeta.DecisionStatePatch},
 			noeta.PolicyDecided{Turn: 9, Decision: noeta.DecisionFail},
+			// Version 2: the decision itself.
+			noeta.PolicyDecided{Turn: 1, Decision: noeta.DecisionToolCalls, Version: 2, ToolCalls: []noeta.RecordedCall{
+				{CallID: "call-1-0", Tool: "read_file", Args: json.RawMessage(`{"path":"a"}`)},
+				{CallID: "call-1-1", Tool: "write_file", ArgsRef: &bigRef},
+				{CallID: "call-1-2", Tool: "nope", Args: json.RawMessage(`{}`), Invalid: "unknown tool"},
+				{CallID: "call-1-3", Invalid: "args are not JSON"},
+			}, Model: "gpt-4.1-mini", Provider: "openai", LatencyMS: 812, ResponseRef: &jsonRef, Notes: []string{"retry 1 after 429"}, CostUSD: 0.001, InputTokens: 10, OutputTokens: 3},
+			noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionSpawn, Version: 2, Spawn: []noeta.RecordedSpawn{{Agent: "a", Goal: "g"}, {Agent: "b", GoalRef: &bigRef, ScriptRef: &jsonRef}}},
+			noeta.PolicyDecided{Turn: 3, Decision: noeta.DecisionYieldForHuman, Version: 2, Question: "Which one?"},
+			noeta.PolicyDecided{Turn: 4, Decision: noeta.DecisionWaitTimer, Version: 2, WaitSeconds: 1.5},
+			noeta.PolicyDecided{Turn: 5, Decision: noeta.DecisionWaitExternal, Version: 2, EventKind: "github.push"},
+			noeta.PolicyDecided{Turn: 6, Decision: noeta.DecisionStatePatch, Version: 2, Patch: json.RawMessage(`{"k":1}`)},
+			noeta.PolicyDecided{Turn: 6, Decision: noeta.DecisionStatePatch, Version: 2, PatchRef: &jsonRef},
+			noeta.PolicyDecided{Turn: 7, Decision: noeta.DecisionFinish, Version: 2, Answer: json.RawMessage(`"done"`)},
+			noeta.PolicyDecided{Turn: 7, Decision: noeta.DecisionFinish, Version: 2, AnswerRef: &bigRef},
+			noeta.PolicyDecided{Turn: 8, Decision: noeta.DecisionFail, Version: 2, Error: "cannot"},
+			noeta.PolicyDecided{Turn: 9, Decision: noeta.DecisionToolCalls, Version: 2, DecisionRef: &jsonRef},
 		},
 		noeta.TypeToolCallStarted: {
 			noeta.ToolCallStarted{CallID: callID, Tool: "web_search", Args: json.RawMessage(`{"query":"noeta event sourcing","limit":5}`), Turn: 1},
@@ -532,6 +549,8 @@ func TestInvalidPayloadsGenerated(t *testing.T) {
 				m[k] = "true"
 			case map[string]any:
 				m[k] = []any{}
+			case []any:
+				m[k] = "x"
 			default:
 				t.Fatalf("%s.%s: no wrong type for %T", typ, k, v)
 			}
@@ -589,10 +608,40 @@ func TestIDKnownRoundTrip(t *testing.T) {
 		"urn:noeta:schema:TaskCreated:2", "urn:noeta:schema:TaskCreated:01",
 		"urn:noeta:schema:TaskCreated", "https://example.com/TaskCreated.json",
 		"URN:NOETA:SCHEMA:TaskCreated:1",
+		"urn:noeta:schema:PolicyDecided:3",
 	} {
 		if got, ok := schemas.Known(id); ok {
 			t.Errorf("Known(%q) = %q, true; want not known", id, got)
 		}
+	}
+}
+
+// TestPolicyDecidedVersions: PolicyDecided is at version 2; a record of
+// version 1 (written before) is still known and validates against it, and
+// version 2's exclusive members are refused together.
+func TestPolicyDecidedVersions(t *testing.T) {
+	if got, want := schemas.ID(noeta.TypePolicyDecided), "urn:noeta:schema:PolicyDecided:2"; got != want {
+		t.Fatalf("ID = %q, want %q", got, want)
+	}
+	if typ, ok := schemas.Known("urn:noeta:schema:PolicyDecided:1"); !ok || typ != noeta.TypePolicyDecided {
+		t.Fatalf("the version 1 id is not known: %q %v", typ, ok)
+	}
+	if err := schemas.Validate(noeta.TypePolicyDecided, []byte(`{"cost_usd":0.5,"decision":"finish","input_tokens":3,"turn":2}`)); err != nil {
+		t.Fatalf("a version 1 record: %v", err)
+	}
+	for _, tt := range []struct{ name, payload, want string }{
+		{"answer and answer_ref", `{"answer":"a","answer_ref":` + string(mustMarshal(t, jsonRef)) + `,"decision":"finish","turn":1,"version":2}`, "/answer: not allowed together with answer_ref"},
+		{"parts and decision_ref", `{"decision":"tool_calls","decision_ref":` + string(mustMarshal(t, jsonRef)) + `,"tool_calls":[{"call_id":"c"}],"turn":1,"version":2}`, "/tool_calls: not allowed together with decision_ref"},
+		{"version 3", `{"decision":"finish","turn":1,"version":3}`, "/version"},
+		{"call without id", `{"decision":"tool_calls","tool_calls":[{"tool":"t"}],"turn":1,"version":2}`, "/tool_calls/0/call_id: missing property"},
+		{"unknown member", `{"decision":"finish","turn":1,"thoughts":"x"}`, "/thoughts: unknown property"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := schemas.Validate(noeta.TypePolicyDecided, []byte(tt.payload))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v; want an error containing %q", err, tt.want)
+			}
+		})
 	}
 }
 

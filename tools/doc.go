@@ -33,6 +33,17 @@
 // those run without asking. The guards never see tools; they take
 // [Registry.RiskString] as their risk lookup.
 //
+// # Input schemas
+//
+// Every tool describes its args with a JSON Schema ([Tool.InputSchema]; a
+// [Def] without one takes any object) and a [Tool.Description]: a model is
+// offered the agent's tools as [Registry.Specs]. [NewRegistry] compiles each
+// schema once and refuses one that does not compile or does not describe an
+// object. The engine checks a call with [Registry.ValidateArgs] before the
+// guards: args the schema refuses, and a tool the registry lacks, are
+// recorded as a refusal the model reads and never run. The built-ins'
+// schemas say exactly what their Run accepts.
+//
 // # Output caps and the ContentStore
 //
 // Two limits with two owners. A tool bounds what it returns, so that a command

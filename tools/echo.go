@@ -13,6 +13,10 @@ type echoTool struct{}
 func (echoTool) Name() string    { return "echo" }
 func (echoTool) Risk() RiskLevel { return RiskLow }
 func (echoTool) Edits() bool     { return false }
+func (echoTool) Description() string {
+	return "Returns its args object unchanged."
+}
+func (echoTool) InputSchema() json.RawMessage { return json.RawMessage(echoSchema) }
 
 func (echoTool) Run(ctx context.Context, call Call) (Result, error) {
 	if err := ctxErr(ctx, "echo"); err != nil {

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -20,6 +21,10 @@ type readFileTool struct{ maxBytes int }
 func (readFileTool) Name() string    { return "read_file" }
 func (readFileTool) Risk() RiskLevel { return RiskLow }
 func (readFileTool) Edits() bool     { return false }
+func (readFileTool) Description() string {
+	return "Reads a file in the workspace and returns its content (base64 when it is not UTF-8 text), its size and whether it was truncated."
+}
+func (readFileTool) InputSchema() json.RawMessage { return json.RawMessage(readFileSchema) }
 
 type readFileArgs struct {
 	Path string `json:"path" args:"required"`

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
 	"github.com/noeta-go/noeta"
 )
 
@@ -15,16 +17,25 @@ const MaxNameLen = 64
 // Registry is the set of tools the engine can run, by name. It is immutable
 // once built, so every method is safe for concurrent use.
 type Registry struct {
-	byName map[string]Tool
-	names  []string
+	byName  map[string]Tool
+	names   []string
+	schemas map[string]toolSchema
+}
+
+// toolSchema is a tool's input schema, compiled once at registration.
+type toolSchema struct {
+	compiled *jsonschema.Schema
+	raw      json.RawMessage // canonical
 }
 
 // NewRegistry builds a registry of tools. A nil tool, an invalid name, a risk
 // level that is not known and two tools with one name are refused. A valid name
 // is 1 to [MaxNameLen] characters: a letter, then letters, digits, '_', '-' or
-// '.'; so a name never contains the glob characters of rules.
+// '.'; so a name never contains the glob characters of rules. Each tool's
+// input schema is compiled here: one that does not compile, or that does not
+// describe an object, is refused too.
 func NewRegistry(tools ...Tool) (*Registry, error) {
-	r := &Registry{byName: make(map[string]Tool, len(tools))}
+	r := &Registry{byName: make(map[string]Tool, len(tools)), schemas: make(map[string]toolSchema, len(tools))}
 	for i, t := range tools {
 		if t == nil {
 			return nil, fmt.Errorf("tools: tool %d is nil", i)
@@ -39,6 +50,11 @@ func NewRegistry(tools ...Tool) (*Registry, error) {
 		if _, dup := r.byName[name]; dup {
 			return nil, fmt.Errorf("tools: two tools are named %q", name)
 		}
+		sch, raw, err := compileSchema(name, t.InputSchema())
+		if err != nil {
+			return nil, err
+		}
+		r.schemas[name] = toolSchema{compiled: sch, raw: raw}
 		r.byName[name] = t
 		r.names = append(r.names, name)
 	}

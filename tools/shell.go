@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +56,10 @@ const (
 func (shellTool) Name() string    { return "shell" }
 func (shellTool) Risk() RiskLevel { return RiskHigh }
 func (shellTool) Edits() bool     { return false }
+func (shellTool) Description() string {
+	return "Runs a shell command in the workspace and returns its exit code, stdout and stderr."
+}
+func (t shellTool) InputSchema() json.RawMessage { return shellSchema(t.timeout.Seconds()) }
 
 type shellArgs struct {
 	Command        string   `json:"command" args:"required"`

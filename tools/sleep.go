@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"time"
 )
@@ -13,6 +14,10 @@ type sleepTool struct{ max time.Duration }
 func (sleepTool) Name() string    { return "sleep" }
 func (sleepTool) Risk() RiskLevel { return RiskLow }
 func (sleepTool) Edits() bool     { return false }
+func (sleepTool) Description() string {
+	return "Waits the given number of seconds."
+}
+func (t sleepTool) InputSchema() json.RawMessage { return sleepSchema(t.max.Seconds()) }
 
 type sleepArgs struct {
 	Seconds float64 `json:"seconds" args:"required"`

@@ -18,6 +18,13 @@ type Tool interface {
 	// Edits reports a tool whose only side effect is changing files in the
 	// task's workspace. Permission mode acceptEdits runs these without asking.
 	Edits() bool
+	// Description says what the tool does, for a model choosing a tool.
+	Description() string
+	// InputSchema is the JSON Schema (draft 2020-12 unless it says
+	// otherwise) of the tool's args: an object schema. The registry
+	// compiles it once and refuses a tool whose schema does not compile;
+	// args that do not match it are never run. nil means any object.
+	InputSchema() json.RawMessage
 	// Run carries out one call. It must return promptly once ctx is done; see
 	// the package documentation for when to return a failed Result and when
 	// an error.
@@ -75,10 +82,13 @@ var (
 // Def describes a tool made from a function, for tools too small for a type of
 // their own and for tests.
 type Def struct {
-	Name  string
-	Risk  RiskLevel
-	Edits bool
-	Run   func(ctx context.Context, call Call) (Result, error)
+	Name        string
+	Risk        RiskLevel
+	Edits       bool
+	Description string
+	// InputSchema is the args' JSON Schema; nil means {"type": "object"}.
+	InputSchema json.RawMessage
+	Run         func(ctx context.Context, call Call) (Result, error)
 }
 
 // Define returns the Tool that d describes. The registry checks the name and
@@ -90,6 +100,15 @@ type defined struct{ d Def }
 func (t defined) Name() string    { return t.d.Name }
 func (t defined) Risk() RiskLevel { return t.d.Risk }
 func (t defined) Edits() bool     { return t.d.Edits }
+func (t defined) Description() string {
+	return t.d.Description
+}
+func (t defined) InputSchema() json.RawMessage {
+	if t.d.InputSchema == nil {
+		return anyObject
+	}
+	return t.d.InputSchema
+}
 func (t defined) Run(ctx context.Context, call Call) (Result, error) {
 	if t.d.Run == nil {
 		return Result{}, fmt.Errorf("tools: %s has no Run function", t.d.Name)

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -21,6 +22,10 @@ type writeFileTool struct{}
 func (writeFileTool) Name() string    { return "write_file" }
 func (writeFileTool) Risk() RiskLevel { return RiskHigh }
 func (writeFileTool) Edits() bool     { return true }
+func (writeFileTool) Description() string {
+	return "Writes a file in the workspace (overwrite, append or create) and returns its path, the bytes written and the mode."
+}
+func (writeFileTool) InputSchema() json.RawMessage { return json.RawMessage(writeFileSchema) }
 
 type writeFileArgs struct {
 	Path     string `json:"path" args:"required"`
