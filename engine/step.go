@@ -413,6 +413,16 @@ func (g *segment) turn() error {
 // true when the turn ended the task instead.
 func (g *segment) decide(n int) (d noeta.Decision, stop bool, err error) {
 	st := g.st
+	if !st.Turn.Decided {
+		// A budget run out for every action point denies whatever the
+		// policy decides: asking it (a model bills per call) would spend
+		// more for nothing, turn after turn. The task ends here instead.
+		if s, err := g.guards(); err == nil {
+			if guard, reason, out := s.Exhausted(g.guardContext()); out {
+				return d, true, g.terminate(noeta.TaskFailed{Error: fmt.Sprintf("budget exhausted before turn %d: %s", n, reason), Guard: guard})
+			}
+		}
+	}
 	pol, err := g.policy()
 	if err != nil {
 		return d, true, g.terminate(noeta.TaskFailed{Error: err.Error()})

@@ -115,6 +115,24 @@ func (*Budget) Priority() int { return PriorityBudget }
 
 func (*Budget) inline() {}
 
+// Exhausted reports whether caps 1 or 2 (iterations, cost) have tripped:
+// then every action point is denied — a tool call, a spawn and a finish
+// alike — and nothing a policy could decide would happen. reason is the
+// denial's.
+func (b *Budget) Exhausted(c *Context) (reason string, ok bool) {
+	if c == nil {
+		return "", false
+	}
+	g := &c.gov
+	if b.has[0] && g.Iterations > b.iter {
+		return b.reasons[0], true
+	}
+	if b.has[1] && !(g.CostUSD < b.cost) {
+		return b.reasons[1], true
+	}
+	return "", false
+}
+
 // Check applies the caps to a.
 func (b *Budget) Check(_ context.Context, a noeta.ProposedAction, c *Context) (noeta.VerdictResult, error) {
 	k := kindOf(a)

@@ -117,3 +117,38 @@ func TestBuiltinsRefuseUnknownActions(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetExhausted: exhausted exactly when the caps that deny every
+// action point trip (iterations, cost); the tool, spawn and depth caps
+// leave a finish possible, so they do not exhaust the budget.
+func TestBudgetExhausted(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		limits BudgetLimits
+		gov    noeta.GovernanceState
+		reason string
+	}{
+		{"iterations at cap", BudgetLimits{MaxIterations: new(2)}, noeta.GovernanceState{Iterations: 2}, ""},
+		{"iterations over cap", BudgetLimits{MaxIterations: new(2)}, noeta.GovernanceState{Iterations: 3}, "max_iterations=2 exceeded"},
+		{"cost below cap", BudgetLimits{MaxCostUSD: new(0.5)}, noeta.GovernanceState{CostUSD: 0.49}, ""},
+		{"cost at cap", BudgetLimits{MaxCostUSD: new(0.5)}, noeta.GovernanceState{CostUSD: 0.5}, "max_cost_usd=0.5 reached"},
+		{"tool calls at cap", BudgetLimits{MaxToolCalls: new(1)}, noeta.GovernanceState{ToolCalls: 9}, ""},
+		{"spawned at cap", BudgetLimits{MaxSpawnedSubtasks: new(0)}, noeta.GovernanceState{SpawnedSubtasks: 3}, ""},
+	} {
+		b, err := NewBudget(tt.limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reason, ok := b.Exhausted(gctx(tt.gov, 0))
+		if ok != (tt.reason != "") || reason != tt.reason {
+			t.Errorf("%s: exhausted %v %q, want %q", tt.name, ok, reason, tt.reason)
+		}
+		s, err := NewStack([]Guard{b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if guard, r, ok := s.Exhausted(gctx(tt.gov, 0)); ok != (tt.reason != "") || r != tt.reason || (ok && guard != NameBudget) {
+			t.Errorf("%s: stack: %q %q %v", tt.name, guard, r, ok)
+		}
+	}
+}

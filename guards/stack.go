@@ -137,6 +137,24 @@ func (s *Stack) Guards() []Guard {
 	return gs
 }
 
+// Exhausted reports whether a budget of the stack has run out for every
+// action point (its iterations or its cost; see [Budget.Exhausted]): then no
+// decision of a policy can be carried out, and asking one (a model, which
+// bills) would only spend more. guard and reason are the budget's denial.
+func (s *Stack) Exhausted(c *Context) (guard, reason string, ok bool) {
+	if s == nil {
+		return "", "", false
+	}
+	for _, e := range s.entries {
+		if b, isBudget := e.g.(*Budget); isBudget {
+			if r, out := b.Exhausted(c); out {
+				return e.name, r, true
+			}
+		}
+	}
+	return "", "", false
+}
+
 // Check asks the guards about a, in order, and returns the first answer that is
 // not ALLOW, or ALLOW. A guard that panics, returns an error, returns no verdict
 // or overruns its deadline is a DENY naming it, and so is a guard that was not

@@ -19,7 +19,8 @@ import (
 func (h *Host) defaultPolicies() (engine.PolicyResolver, error) {
 	scripted := engine.ScriptedPolicies(h.log, policy.ParseScripted)
 	byAgent := map[string]engine.Policy{}
-	if cfg := h.opts.Config; cfg != nil {
+	// A client decides nothing: it needs no model, nor its API key.
+	if cfg := h.opts.Config; cfg != nil && h.opts.Workers > 0 {
 		agents := make([]string, 0, len(cfg.AgentModels))
 		for a := range cfg.AgentModels {
 			agents = append(agents, a)

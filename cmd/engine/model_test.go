@@ -1,0 +1,244 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// modelConfig is a config whose agents' model is the fake server's.
+func modelConfig(t *testing.T, f *fakeOpenAI, budget string) string {
+	t.Helper()
+	if budget == "" {
+		budget = "{max_iterations: 10}"
+	}
+	return writeFile(t, "noeta.yaml", `
+models:
+  fake:
+    provider: openai
+    model: fake-1
+    base_url: `+f.baseURL()+`
+    max_retries: 1
+    price: {input_per_mtok: 1000, output_per_mtok: 2000}
+agents:
+  researcher:
+    model: fake
+    system_prompt: "You are a careful research assistant."
+    tools: [echo, shell, sleep]
+    budget: `+budget+`
+rules:
+  - match_tool: shell
+    match_shell: {path: command, program: rm, flags_all: [recursive, force]}
+    action: deny
+    reason: "destructive shell command"
+`)
+}
+
+// modelTask is a task file its agent's model decides.
+func modelTask(t *testing.T) string {
+	return writeFile(t, "task.yaml", "agent: researcher\ngoal: \"Say hello through echo, then finish\"\n")
+}
+
+// TestModelAgentRun: a task file without a script runs its agent's model:
+// turn 1 calls echo, turn 2 answers. The second request carries the
+// system prompt, the goal, the call and its result; the tools offered are
+// exactly the agent's (with their schemas); the timeline shows the model's
+// tokens and cost.
+func TestModelAgentRun(t *testing.T) {
+	t.Parallel()
+	f := newFakeOpenAI(t, func(req chatRequest) chatReply {
+		if req.turn() == 0 {
+			return chatReply{ToolCalls: [][2]string{{"echo", `{"text":"hello"}`}}, In: 100, Out: 10}
+		}
+		return chatReply{Text: "done: " + req.lastTool(), In: 150, Out: 5}
+	})
+	code, out, errOut := runCmd(t, "run", modelTask(t), "--config", modelConfig(t, f, ""), "--data", t.TempDir(), "--workspace", workspace(t))
+	if code != exitDone {
+		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "completed: task") || !strings.Contains(out, "hello") {
+		t.Errorf("run's outcome:\n%s", out)
+	}
+	if !strings.Contains(out, "tokens=100/10") {
+		t.Errorf("the timeline does not show the model's tokens:\n%s", out)
+	}
+	reqs := f.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model requests, want 2", len(reqs))
+	}
+	var offered []string
+	for _, tl := range reqs[0].Tools {
+		offered = append(offered, tl.Function.Name)
+		if len(tl.Function.Parameters) == 0 {
+			t.Errorf("tool %s offered without a schema", tl.Function.Name)
+		}
+	}
+	for _, want := range []string{"echo", "shell", "sleep", "ask_human"} {
+		if !strings.Contains(" "+strings.Join(offered, " ")+" ", " "+want+" ") {
+			t.Errorf("tools offered %v lack %s", offered, want)
+		}
+	}
+	for _, not := range []string{"read_file", "write_file", "spawn_subtask"} {
+		if strings.Contains(" "+strings.Join(offered, " ")+" ", " "+not+" ") {
+			t.Errorf("tools offered %v include %s, which the agent may not use", offered, not)
+		}
+	}
+	second := reqs[1].Messages
+	if len(second) < 4 || second[0].Role != "system" || !strings.Contains(second[0].text(), "careful research assistant") ||
+		second[1].Role != "user" || !strings.Contains(second[1].text(), "Say hello") {
+		t.Fatalf("second request's messages: %+v", second)
+	}
+	if reqs[1].lastTool() == "" || !strings.Contains(reqs[1].lastTool(), "hello") {
+		t.Errorf("the echo result is not in the second request: %+v", second)
+	}
+}
+
+// TestModelDenialReachesModel: a call a rule denies is fed back to the
+// model as a tool error naming the guard and its reason, and the model
+// adapts.
+func TestModelDenialReachesModel(t *testing.T) {
+	t.Parallel()
+	f := newFakeOpenAI(t, func(req chatRequest) chatReply {
+		switch req.turn() {
+		case 0:
+			return chatReply{ToolCalls: [][2]string{{"shell", `{"command":"rm -rf /tmp/nothing-here"}`}}, In: 10, Out: 10}
+		}
+		return chatReply{Text: "understood: " + req.lastTool(), In: 10, Out: 10}
+	})
+	base, err := os.ReadFile(modelConfig(t, f, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, "bypass.yaml", strings.Replace(string(base), "    tools: [echo, shell, sleep]", "    tools: [echo, shell, sleep]\n    permission_mode: bypassPermissions", 1))
+	code, out, errOut := runCmd(t, "run", modelTask(t), "--config", cfg, "--data", t.TempDir(), "--workspace", workspace(t))
+	if code != exitDone {
+		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	reqs := f.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model requests, want 2", len(reqs))
+	}
+	if got := reqs[1].lastTool(); !strings.Contains(got, "rules") || !strings.Contains(got, "destructive shell command") {
+		t.Errorf("the denial reached the model as %q, want the guard (rules) and its reason", got)
+	}
+}
+
+// TestModelApprovalInASecondProcess: a call that needs approval leaves the
+// run waiting (exit 3); engine approve in another process runs the call
+// with exactly the recorded arguments, and the model is asked once per
+// turn in all.
+func TestModelApprovalInASecondProcess(t *testing.T) {
+	t.Parallel()
+	ws := workspace(t)
+	f := newFakeOpenAI(t, func(req chatRequest) chatReply {
+		if req.turn() == 0 {
+			return chatReply{ToolCalls: [][2]string{{"shell", `{"command":"echo approved-and-ran > marker.txt"}`}}, In: 10, Out: 10}
+		}
+		return chatReply{Text: "ran it", In: 10, Out: 10}
+	})
+	cfg, data := modelConfig(t, f, ""), t.TempDir()
+	code, out, errOut := runCmd(t, "run", modelTask(t), "--config", cfg, "--data", data, "--workspace", ws, "--approvals", "leave")
+	if code != exitWaiting {
+		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	m := regexp.MustCompile(`engine approve ([0-9A-Z]{26}) (\S+) `).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("run does not say how to approve:\n%s", out)
+	}
+	code, out, errOut = runCmd(t, "approve", m[1], m[2], "--as", "alice", "--config", cfg, "--data", data, "--workspace", ws)
+	if code != exitDone {
+		t.Fatalf("approve: exit %d\n%s\n%s", code, out, errOut)
+	}
+	b, err := os.ReadFile(ws + "/marker.txt")
+	if err != nil || strings.TrimSpace(string(b)) != "approved-and-ran" {
+		t.Errorf("the approved call did not run as recorded: %q %v", b, err)
+	}
+	if n := len(f.requests()); n != 2 {
+		t.Errorf("%d model requests for two turns, want 2 (the model is asked once per turn)", n)
+	}
+}
+
+// TestModelNotAskedAgainAfterACrash: serve is killed (SIGKILL) while the
+// call its model decided runs; another serve takes the task over when the
+// lease expires and carries the turn out from the recorded decision: the
+// model is not asked again for that turn, and the call is not run twice.
+func TestModelNotAskedAgainAfterACrash(t *testing.T) {
+	t.Parallel()
+	ws := workspace(t)
+	f := newFakeOpenAI(t, func(req chatRequest) chatReply {
+		if req.turn() == 0 {
+			return chatReply{ToolCalls: [][2]string{{"shell", `{"command":"echo run >> runs.txt; sleep 3"}`}}, In: 10, Out: 10}
+		}
+		return chatReply{Text: "finished", In: 10, Out: 10}
+	})
+	base, err := os.ReadFile(modelConfig(t, f, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No approvals: bypassPermissions.
+	cfg := writeFile(t, "bypass.yaml", strings.Replace(string(base), "    tools: [echo, shell, sleep]", "    tools: [echo, shell, sleep]\n    permission_mode: bypassPermissions", 1))
+	data := t.TempDir()
+	args := []string{"serve", "--config", cfg, "--data", data, "--workspace", ws, "--http", "", "--log-format", "json", "--lease-ttl", "2s"}
+	a := startEngine(t, args...)
+	a.waitLog(t, "serving", time.Minute)
+	code, out, errOut := runCmd(t, "submit", modelTask(t), "--config", cfg, "--data", data, "--lease-ttl", "2s")
+	if code != 0 {
+		t.Fatalf("submit: exit %d\n%s\n%s", code, out, errOut)
+	}
+	id := strings.TrimSpace(out)
+	waitFor(t, time.Minute, "the call to start", func() bool {
+		b, _ := os.ReadFile(ws + "/runs.txt")
+		return len(b) > 0
+	})
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	a.wait(t, 30*time.Second)
+	b := startEngine(t, args...)
+	b.waitLog(t, "serving", time.Minute)
+	waitFor(t, 2*time.Minute, "the task to end under the second serve", func() bool {
+		_, out, _ := runCmd(t, "inspect", id, "--data", data, "--lease-ttl", "2s")
+		return strings.Contains(out, "status    terminal")
+	})
+	_ = b.cmd.Process.Signal(os.Interrupt)
+	b.wait(t, time.Minute)
+	runs, _ := os.ReadFile(ws + "/runs.txt")
+	if n := strings.Count(string(runs), "run"); n != 1 {
+		t.Errorf("the call ran %d times, want once", n)
+	}
+	// Turn 1 was decided once; turn 2 (after the call failed with the
+	// crash) once.
+	if n := len(f.requests()); n != 2 {
+		t.Errorf("%d model requests, want 2: turn 1 must be carried out from its record", n)
+	}
+	_, out, _ = runCmd(t, "events", id, "--data", data, "--lease-ttl", "2s")
+	if got := strings.Count(out, "PolicyDecided"); got != 2 {
+		t.Errorf("%d PolicyDecided records, want 2\n%s", got, out)
+	}
+}
+
+// TestModelBudgetByUsage: max_cost_usd stops the agent on the cost of the
+// model's usage at the configured price (1000 input + 2000 output dollars
+// per million tokens: 100 in + 100 out = $0.30 a turn). Reproduction of the
+// defect: the budget denied each further call, and the model, asked again
+// every turn, kept proposing (and billing) — 3,822 requests in 3 minutes;
+// max_iterations did not stop it either. Now the engine asks no policy once
+// a budget denies every action point: the task fails, naming the cap.
+func TestModelBudgetByUsage(t *testing.T) {
+	t.Parallel()
+	f := newFakeOpenAI(t, func(req chatRequest) chatReply {
+		return chatReply{ToolCalls: [][2]string{{"echo", fmt.Sprintf(`{"text":"turn %d"}`, req.turn()+1)}}, In: 100, Out: 100}
+	})
+	code, out, errOut := runCmd(t, "run", modelTask(t), "--config", modelConfig(t, f, "{max_cost_usd: 0.5, max_iterations: 10}"), "--data", t.TempDir(), "--workspace", workspace(t), "--timeout", "20s")
+	if code != exitFailed || !strings.Contains(out, "budget exhausted before turn 3: max_cost_usd=0.5 reached") {
+		t.Fatalf("run: exit %d, want 1 with the budget named\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "max_cost_usd") {
+		t.Errorf("the budget did not stop the agent on its cost:\n%s", out)
+	}
+	if n := len(f.requests()); n != 2 {
+		t.Errorf("%d model requests: the budget of $0.50 at $0.30 a turn stops it after the second\n%s", n, cut(out, 3000))
+	}
+}
