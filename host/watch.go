@@ -203,8 +203,11 @@ func (w *Watch) Wait(ctx context.Context) (Rest, error) {
 			w.drain(context.WithoutCancel(ctx))
 			return Rest{Status: RestInterrupted, Detail: context.Cause(ctx).Error()}, nil
 		case <-w.signal:
-			w.drain(ctx)
-			continue
+			// A record that may put the tree to rest (an end, a suspend)
+			// is looked at now, not at the next tick.
+			if _, rest := w.drainRest(ctx); !rest {
+				continue
+			}
 		case <-tick.C:
 		}
 		w.drain(ctx)
@@ -225,17 +228,27 @@ func (w *Watch) Wait(ctx context.Context) (Rest, error) {
 
 // drain processes every queued record and returns how many there were.
 func (w *Watch) drain(ctx context.Context) int {
-	n := 0
+	n, _ := w.drainRest(ctx)
+	return n
+}
+
+// drainRest is drain, also saying whether a record of the batch may have
+// put the tree to rest: a terminal record or a suspend.
+func (w *Watch) drainRest(ctx context.Context) (n int, rest bool) {
 	for {
 		w.mu.Lock()
 		batch := w.queue
 		w.queue = nil
 		w.mu.Unlock()
 		if len(batch) == 0 {
-			return n
+			return n, rest
 		}
 		n += len(batch)
 		for _, env := range batch {
+			switch env.Type {
+			case noeta.TypeTaskCompleted, noeta.TypeTaskFailed, noeta.TypeTaskCancelled, noeta.TypeTaskSuspended:
+				rest = true
+			}
 			w.take(ctx, env)
 		}
 	}
