@@ -182,7 +182,8 @@ func (ts *auditTask) advance(seq uint64, key string, hash [32]byte) {
 //	SubtaskSpawned         subtask_id, agent, group_id?, call_id?
 //	SubtaskCompleted,
 //	SubtaskResultRecorded  subtask_id, status, group_id?, error?
-//	PolicyDecided          turn, decision, cost_usd, input_tokens, output_tokens
+//	PolicyDecided          turn, decision, cost_usd, input_tokens, output_tokens,
+//	                       provider?, model?, latency_ms?, response_sha256? (a model's)
 //	TurnStarted            turn
 //	LeaseGranted           lease_id, generation, worker
 //	TaskSuspended          reason, wake {kind, subtask_id?, group_id?, handle?, event_kind?, fire_at?}
@@ -661,6 +662,15 @@ func auditProject(l *auditLine, env eventlog.Envelope) error {
 		l.float("cost_usd", p.CostUSD)
 		l.int("input_tokens", p.InputTokens)
 		l.int("output_tokens", p.OutputTokens)
+		// Which model decided, for a model policy (absent for a script).
+		l.strOpt("provider", p.Provider)
+		l.strOpt("model", p.Model)
+		if p.LatencyMS > 0 {
+			l.int("latency_ms", p.LatencyMS)
+		}
+		if p.ResponseRef != nil {
+			l.str("response_sha256", p.ResponseRef.Hash)
+		}
 	case *noeta.ToolCallStarted:
 		l.str("call_id", p.CallID)
 		l.str("tool", p.Tool)
