@@ -254,6 +254,26 @@ func (p *Pool) Running() []string {
 	return tasks
 }
 
+// runsNow reports whether a worker of one of the host's pools is in a
+// segment of task.
+func (h *Host) runsNow(task string) bool {
+	h.mu.Lock()
+	pools := make([]*Pool, 0, len(h.pools))
+	for p := range h.pools {
+		pools = append(pools, p)
+	}
+	h.mu.Unlock()
+	for _, p := range pools {
+		p.mu.Lock()
+		_, ok := p.inFlight[task]
+		p.mu.Unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
 // Drain drains the host's own pool (see [Pool.Drain]) and stops every
 // other; the host keeps its connection, log and observers until Close.
 func (h *Host) Drain(ctx context.Context) DrainReport {

@@ -421,6 +421,14 @@ func (w *Watch) answer(ctx context.Context, task, handle string) {
 func (w *Watch) settled(ctx context.Context) (Rest, bool, error) {
 	states := map[string]eventlog.DispatchState{}
 	for _, id := range w.order {
+		if w.h.runsNow(id) {
+			// A worker of this host has released the task, or is about
+			// to, and has not returned yet: the tree rests once it has
+			// (a Close right after Wait then cuts nothing).
+			return Rest{}, false, nil
+		}
+	}
+	for _, id := range w.order {
 		ds, err := w.h.Dispatch(ctx, id)
 		if errors.Is(err, eventlog.ErrNotFound) {
 			// Created, not yet enqueued.
