@@ -44,8 +44,11 @@ func TestCheckTools(t *testing.T) {
 		{"a hook's class matching some", "hooks:\n  post_tool_use:\n    - {match_tool: \"[rw]*_file\", command: [\"true\"]}\n", nil},
 		{"a hook's class matching no tool", "hooks:\n  post_tool_use:\n    - {match_tool: \"[xyz]*\", command: [\"true\"]}\n",
 			[]string{`hooks.post_tool_use[0].match_tool: "[xyz]*" matches no tool (the tools: echo, read_file, shell, sleep, write_file) (line 3)`}},
-		{"a glob in tools is a name", "agents:\n  a:\n    tools: [\"*\"]\n",
-			[]string{`agents.a.tools[0]: unknown tool "*"`}},
+		// A glob in an agent's lists is a pattern over tool names, as in
+		// match_tool: it must match a tool.
+		{"a glob in tools matching tools", "agents:\n  a:\n    tools: [\"*_file\"]\n", nil},
+		{"a glob in tools matching nothing", "agents:\n  a:\n    tools: [\"frob*\"]\n    permissions: {denied_tools: [\"x?\"]}\n",
+			[]string{`agents.a.tools[0]: "frob*" matches no tool`, `agents.a.permissions.denied_tools[0]: "x?" matches no tool`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -348,9 +348,10 @@ type offer struct {
 }
 
 // offerOf computes the offer of the segment's agent once. Tools: the
-// agent's tools: list (every registry tool when it has none), kept only if
-// permissions.allowed_tools lists it (when set), not in denied_tools, and
-// within max_risk_level (when set). Spawn: permissions.allowed_subtask_agents,
+// registry's tools the agent may call ([guards.AgentConfig.MayCall]: on its
+// tools: and permissions.allowed_tools, each when set, names or patterns;
+// not in denied_tools), within max_risk_level (when set), in the
+// registry's order. Spawn: permissions.allowed_subtask_agents,
 // only when it is set (an agent may spawn only what its config names), and
 // none when max_spawned_subtasks is 0 or the task is at max_subtask_depth.
 // The guards still decide every call: offering less never allows more.
@@ -362,17 +363,12 @@ func (g *segment) offerOf() offer {
 	reg := g.e.cfg.Tools
 	a, ok := g.e.cfg.Governance.Agent(g.st.Agent)
 	if ok {
-		names := a.Tools
-		if names == nil {
-			names = reg.Names()
-		}
+		// The registry's tools the agent's lists let it call (names or
+		// patterns, such as mcp__files__*).
 		p := a.Permissions
 		maxRank := riskRank(string(p.MaxRiskLevel))
-		names = slices.DeleteFunc(slices.Clone(names), func(t string) bool {
-			if p.AllowedTools != nil && !slices.Contains(p.AllowedTools, t) {
-				return true
-			}
-			if slices.Contains(p.DeniedTools, t) {
+		names := slices.DeleteFunc(reg.Names(), func(t string) bool {
+			if !a.MayCall(t) {
 				return true
 			}
 			if maxRank > 0 {

@@ -502,7 +502,7 @@ func TestPolicyInputOffer(t *testing.T) {
 		wantTools  []string
 		wantSpawns []string
 	}{
-		{"worker", []string{"echo", "count", "crash", "read_file"}, []string{"analyst", "helper"}},
+		{"worker", []string{"count", "crash", "echo", "read_file"}, []string{"analyst", "helper"}}, // in the registry's order
 		{"nospawn", []string{"echo"}, nil},
 		{"helper", []string{"echo"}, nil},
 	} {

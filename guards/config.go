@@ -148,6 +148,13 @@ func (c *Config) CheckTools(known []string) error {
 	isKnown := func(t string) bool { return slices.Contains(known, t) }
 	exact := func(path string, list []string) {
 		for i, t := range list {
+			if isToolPattern(t) {
+				g := glob.Compile(t)
+				if !slices.ContainsFunc(known, g.Match) {
+					errs.addf(index(path, i), "%q matches no tool (the tools: %s)", t, strings.Join(known, ", "))
+				}
+				continue
+			}
 			if !isKnown(t) {
 				errs.addf(index(path, i), "unknown tool %q (the tools: %s)", t, strings.Join(known, ", "))
 			}
@@ -209,6 +216,9 @@ func (c *Config) AgentStack(agent string, risks RiskLookup, user []Guard, opts .
 	if risks != nil {
 		var errs configErrors
 		for i, t := range a.Tools {
+			if isToolPattern(t) {
+				continue // a pattern: its tools' levels are looked up per call
+			}
 			if _, ok := risks(t); !ok {
 				errs.addf(index(join(path, "tools"), i), "unknown tool %q", t)
 			}
@@ -221,15 +231,9 @@ func (c *Config) AgentStack(agent string, risks RiskLookup, user []Guard, opts .
 	if err != nil {
 		return nil, err
 	}
-	pol := a.Permissions
-	switch {
-	case a.Tools == nil:
-	case pol.AllowedTools == nil:
-		pol.AllowedTools = a.Tools
-	default:
-		pol.AllowedTools = slices.DeleteFunc(slices.Clone(pol.AllowedTools), func(t string) bool { return !slices.Contains(a.Tools, t) })
-	}
-	perm, err := newPermission(pol, risks)
+	// The agent's tools: is an allowlist of its own beside allowed_tools: a
+	// tool must be on each that is set.
+	perm, err := newPermission(a.Permissions, risks, a.Tools)
 	if err != nil {
 		return nil, fmt.Errorf("guards: %s: %w", path, err)
 	}

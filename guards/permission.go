@@ -125,12 +125,14 @@ func (p PermissionPolicy) needsRisks() bool {
 // A spawn is refused if the agent is not on the subtask allowlist. Finishing is
 // always allowed: Permission gates side effects, not termination.
 type Permission struct {
-	denied   map[string]struct{}
-	allowed  map[string]struct{} // nil: no allowlist
-	maxRank  int                 // 0: no ceiling
+	denied *toolSet // nil: none
+	// allowed are the allowlists a tool must be on, each: allowed_tools
+	// and, from AgentStack, the agent's tools:.
+	allowed  []*toolSet
+	maxRank  int // 0: no ceiling
 	maxRisk  RiskLevel
 	agents   map[string]struct{} // nil: any agent
-	approval map[string]struct{} // nil: derived from mode
+	approval *toolSet            // nil: derived from mode
 	mode     PermissionMode
 	risks    RiskLookup
 	edits    func(tool string) bool // nil: isEditTool
@@ -149,7 +151,7 @@ func NewPermission(p PermissionPolicy, risks RiskLookup) (*Permission, error) {
 	return g, nil
 }
 
-func newPermission(p PermissionPolicy, risks RiskLookup) (*Permission, error) {
+func newPermission(p PermissionPolicy, risks RiskLookup, alsoAllowed ...[]string) (*Permission, error) {
 	var errs configErrors
 	p.validate("", "permission_mode", &errs)
 	if err := errs.err(); err != nil {
@@ -158,16 +160,21 @@ func newPermission(p PermissionPolicy, risks RiskLookup) (*Permission, error) {
 	if risks == nil && p.needsRisks() {
 		return nil, fmt.Errorf("a risk lookup is needed for max_risk_level or for permission mode %q", p.modeOrDefault())
 	}
-	return &Permission{
-		denied:   toSet(p.DeniedTools),
-		allowed:  toSet(p.AllowedTools),
+	g := &Permission{
+		denied:   newToolSet(p.DeniedTools),
 		maxRank:  p.MaxRiskLevel.rank(),
 		maxRisk:  p.MaxRiskLevel,
 		agents:   toSet(p.AllowedSubtaskAgents),
-		approval: toSet(p.RequireApprovalTools),
+		approval: newToolSet(p.RequireApprovalTools),
 		mode:     p.modeOrDefault(),
 		risks:    risks,
-	}, nil
+	}
+	for _, list := range append([][]string{p.AllowedTools}, alsoAllowed...) {
+		if s := newToolSet(list); s != nil {
+			g.allowed = append(g.allowed, s)
+		}
+	}
+	return g, nil
 }
 
 func (p PermissionPolicy) modeOrDefault() PermissionMode {
@@ -219,11 +226,11 @@ func (p *Permission) Check(_ context.Context, a noeta.ProposedAction, _ *Context
 }
 
 func (p *Permission) checkTool(name string) noeta.VerdictResult {
-	if _, ok := p.denied[name]; ok {
+	if p.denied != nil && p.denied.has(name) {
 		return noeta.Deny(fmt.Sprintf("tool %q denied by policy", name))
 	}
-	if p.allowed != nil {
-		if _, ok := p.allowed[name]; !ok {
+	for _, allowed := range p.allowed {
+		if !allowed.has(name) {
 			return noeta.Deny(fmt.Sprintf("tool %q not in allowlist", name))
 		}
 	}
@@ -242,7 +249,7 @@ func (p *Permission) checkTool(name string) noeta.VerdictResult {
 		}
 	}
 	if p.approval != nil {
-		if _, ok := p.approval[name]; ok {
+		if p.approval.has(name) {
 			return noeta.RequireApproval(fmt.Sprintf("tool %q requires human approval", name))
 		}
 		return noeta.Allow()
