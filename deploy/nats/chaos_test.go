@@ -37,12 +37,12 @@ agents:
 
 // Sizes of the chaos run.
 const (
-	chaosRoots     = 200              // root tasks, submitted while the faults run
-	chaosChildren  = 3                // children of every other root
-	chaosServes    = 3                // engine serve processes at a time
-	chaosKills     = 20               // serve processes killed with SIGKILL
-	chaosLeaseTTL  = 3 * time.Second  // every process's lease TTL
-	chaosCalm      = 45 * time.Second // the window without faults in which every task must end
+	chaosRoots    = 200              // root tasks, submitted while the faults run
+	chaosChildren = 3                // children of every other root
+	chaosServes   = 3                // engine serve processes at a time
+	chaosKills    = 20               // serve processes killed with SIGKILL
+	chaosLeaseTTL = 3 * time.Second  // every process's lease TTL
+	chaosCalm     = 45 * time.Second // the window without faults in which every task must end
 	// chaosTimerSlop is how late a timer may fire once the calm returned. A
 	// timer whose broker schedule survived the faults fires within a
 	// second or two; one whose schedule a leader change lost is fired by
