@@ -43,6 +43,8 @@ type Host struct {
 	reader *jetstream.Reader
 	rows   *jetstream.RowReader
 	tools  *tools.Registry
+	// closeTools stops the tool sources the registry started (MCP servers).
+	closeTools func()
 	// client is the engine of Submit, Approve and Cancel.
 	client *engine.Engine
 	// policies decide the turns of every engine of the host.
@@ -150,19 +152,10 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 			return nil, fmt.Errorf("create the dead-letter stream: %w", settingsHint(err))
 		}
 	}
-	builtins, err := tools.Builtins(tools.BuiltinConfig{})
-	if err != nil {
+	// A tool the config names that the registry lacks is a mistake of the
+	// config, not a denial to find when a task of the agent runs.
+	if h.tools, h.closeTools, err = buildRegistry(ctx, o.Config, o.Tools, h.logger); err != nil {
 		return nil, err
-	}
-	if h.tools, err = tools.NewRegistry(append(builtins, o.Tools...)...); err != nil {
-		return nil, badOption("tools: %v", err)
-	}
-	if o.Config != nil {
-		// A tool the config names that the registry lacks is a mistake of
-		// the config, not a denial to find when a task of the agent runs.
-		if err := o.Config.CheckTools(h.tools.Names()); err != nil {
-			return nil, &configError{err.Error()}
-		}
 	}
 	h.policies = o.Policies
 	if h.policies == nil {
@@ -418,6 +411,10 @@ func (h *Host) Close() {
 		h.mu.Unlock()
 		for _, p := range pools {
 			p.Stop()
+		}
+		if h.closeTools != nil {
+			// After the pools: no call is in flight any more.
+			h.closeTools()
 		}
 		h.startMu.Lock()
 		if h.bgStop != nil {
