@@ -104,7 +104,9 @@ func runFaultServer(mode string) int {
 			}, nil
 		})
 	s.AddTool(&sdk.Tool{Name: "gone", Description: "removed by swap", InputSchema: obj},
-		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return text("still here"), nil })
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return text("still here"), nil
+		})
 	s.AddTool(&sdk.Tool{Name: "swap", Description: "removes gone, adds added", InputSchema: obj},
 		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			s.RemoveTools("gone")

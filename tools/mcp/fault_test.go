@@ -150,6 +150,19 @@ func TestFaultServerResults(t *testing.T) {
 	if res := mustRun(t, reg, "mcp__fault__echo", `{"message":"after"}`); !res.OK {
 		t.Errorf("echo after big = %+v", res)
 	}
+
+	// A frame far over the cap is not read whole: the connection is
+	// dropped, the call fails naming the server, the next call restarts it.
+	srv = faultServer(t, "fault", "ok", map[string]string{"NOETA_MCP_BIG": "50000"})
+	reg = registry(t, newSource(t, srv, Options{MaxResultBytes: 4000, MinBackoff: time.Millisecond}))
+	res = mustRun(t, reg, "mcp__fault__big", `{}`)
+	if res.OK || !strings.Contains(res.Error, `mcp server "fault" stopped`) {
+		t.Errorf("huge = %+v", res)
+	}
+	t.Log(res.Error)
+	if res := mustRun(t, reg, "mcp__fault__echo", `{"message":"after"}`); !res.OK {
+		t.Errorf("echo after huge = %+v", res)
+	}
 }
 
 // TestFaultServerStartFaults: a missing command, a server that exits at

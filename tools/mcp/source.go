@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -321,7 +323,9 @@ func (s *Source) start(ctx context.Context) (*session, error) {
 		}
 		transport = &sdk.StreamableClientTransport{
 			Endpoint:   s.srv.URL,
-			HTTPClient: &http.Client{Transport: headerTransport{base: base, headers: headers}},
+			HTTPClient: &http.Client{Transport: httpTransport{base: base, headers: headers, limit: frameFactor * s.opts.MaxResultBytes}},
+			// The bound of a stdio server's frames, for events.
+			MaxEventSize: frameFactor * s.opts.MaxResultBytes,
 		}
 	}
 	cs, err := s.client.Connect(ctx, transport, nil)
@@ -386,13 +390,15 @@ func (s *Source) watch(sess *session) {
 	default:
 		sess.err = unavailable("mcp server %q (%s): connection lost: %v", s.srv.Name, s.srv.URL, why)
 	}
-	close(sess.done)
+	// Unhook it before done is closed, so that ensure never hands out a
+	// session that has ended.
 	s.mu.Lock()
 	if s.sess == sess {
 		s.sess = nil
 		s.failedLocked(sess.err)
 	}
 	s.mu.Unlock()
+	close(sess.done)
 	if !sess.closing.Load() {
 		s.log.Warn("mcp: server session ended", "error", sess.err)
 	}
@@ -481,18 +487,49 @@ type unavailableError struct{ err error }
 func (e unavailableError) Error() string   { return e.err.Error() }
 func (e unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
 
-// headerTransport adds a url server's configured headers to each request.
-type headerTransport struct {
+// httpTransport adds a url server's configured headers to each request,
+// and bounds a JSON response body, which the SDK reads whole.
+type httpTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
+	limit   int
 }
 
-func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+func (h httpTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if len(h.headers) > 0 {
 		r = r.Clone(r.Context())
 		for k, v := range h.headers {
 			r.Header.Set(k, v)
 		}
 	}
-	return h.base.RoundTrip(r)
+	resp, err := h.base.RoundTrip(r)
+	if err == nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		resp.Body = &limitedBody{rc: resp.Body, left: int64(h.limit)}
+	}
+	return resp, err
 }
+
+// ErrResponseTooLarge: a url server's response body is over the bound.
+var ErrResponseTooLarge = errors.New("mcp: response body too large")
+
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, ErrResponseTooLarge
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return 0, ErrResponseTooLarge
+	}
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
