@@ -49,7 +49,7 @@ func runFaultServer(mode string) int {
 	text := func(s string) *sdk.CallToolResult {
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: s}}}
 	}
-	var cancelled atomic.Int64
+	var started, cancelled atomic.Int64
 	yes := true
 	s.AddTool(&sdk.Tool{Name: "echo", Description: "echoes its message", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true},
 		InputSchema: map[string]any{"type": "object", "properties": map[string]any{"message": map[string]any{"type": "string"}},
@@ -59,13 +59,14 @@ func runFaultServer(mode string) int {
 		})
 	s.AddTool(&sdk.Tool{Name: "block", Description: "blocks until cancelled", InputSchema: obj},
 		func(ctx context.Context, _ *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			started.Add(1)
 			<-ctx.Done()
 			cancelled.Add(1)
 			return nil, ctx.Err()
 		})
-	s.AddTool(&sdk.Tool{Name: "cancelled", Description: "how many calls were cancelled", InputSchema: obj},
+	s.AddTool(&sdk.Tool{Name: "blocked", Description: "how many calls of block started and were cancelled", InputSchema: obj},
 		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-			return text(fmt.Sprint(cancelled.Load())), nil
+			return text(fmt.Sprintf("%d %d", started.Load(), cancelled.Load())), nil
 		})
 	s.AddTool(&sdk.Tool{Name: "crash", Description: "exits during the call", InputSchema: obj,
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: &yes}},

@@ -257,13 +257,16 @@ func TestFaultServerCancel(t *testing.T) {
 		_, err := reg.Run(ctx, noeta.ToolCall{CallID: "c1", Tool: "mcp__fault__block", Args: json.RawMessage(`{}`)}, t.TempDir())
 		done <- err
 	}()
+	// Cancel once the server runs the call, then ask until it has seen
+	// the cancellation (the notification is sent after the call returns).
+	for text(t, mustRun(t, reg, "mcp__fault__blocked", `{}`)) == "0 0" {
+		time.Sleep(10 * time.Millisecond)
+	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled call: %v", err)
 	}
-	// The notification is sent after the call returns: ask until the server
-	// has counted it.
-	for text(t, mustRun(t, reg, "mcp__fault__cancelled", `{}`)) == "0" {
+	for text(t, mustRun(t, reg, "mcp__fault__blocked", `{}`)) != "1 1" {
 		time.Sleep(10 * time.Millisecond)
 	}
 
