@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 	if mode, ok := os.LookupEnv(faultEnv); ok {
 		os.Exit(runFaultServer(mode))
 	}
+	if dir, ok := os.LookupEnv(engineEnv); ok {
+		runEngine(dir)
+	}
 	os.Exit(m.Run())
 }
 
@@ -31,7 +34,18 @@ func TestMain(m *testing.M) {
 //	garbage   write a line that is not JSON-RPC, then serve
 //	slow      sleep NOETA_MCP_DELAY before serving
 //	hang      never answer initialize
+//
+// With NOETA_MCP_PIDFILE set it writes its pid there first; with
+// NOETA_MCP_LINGER set it does not exit when its stdin closes.
 func runFaultServer(mode string) int {
+	if f := os.Getenv("NOETA_MCP_PIDFILE"); f != "" {
+		if err := os.WriteFile(f+".tmp", []byte(fmt.Sprint(os.Getpid())), 0o600); err != nil || os.Rename(f+".tmp", f) != nil {
+			return 1
+		}
+	}
+	if os.Getenv("NOETA_MCP_LINGER") != "" {
+		defer func() { select {} }()
+	}
 	switch mode {
 	case "exit":
 		fmt.Fprintln(os.Stderr, "fault server: no config, giving up")

@@ -23,6 +23,10 @@ func faultServer(t *testing.T, name, mode string, env map[string]string) config.
 	if err != nil {
 		t.Fatal(err)
 	}
+	return faultServerConfig(exe, name, mode, env)
+}
+
+func faultServerConfig(exe, name, mode string, env map[string]string) config.MCPServer {
 	e := map[string]string{faultEnv: mode}
 	for k, v := range env {
 		e[k] = v
