@@ -48,9 +48,11 @@ type MCPServer struct {
 	Name string
 	// Command is the argv of a stdio server, started by the engine.
 	Command []string
-	// Env is added to the command's environment. Values may hold ${VAR},
-	// expanded from the engine's environment when the server starts
-	// ([MCPServer.ExpandEnv]); they are never printed.
+	// Env is added to the command's environment, which otherwise has only
+	// the engine's HOME, LOGNAME, PATH, SHELL, TERM, USER, LANG and TMPDIR
+	// (not its API keys). Values may hold ${VAR}, expanded from the
+	// engine's environment when the server starts ([MCPServer.ExpandEnv]);
+	// they are never printed.
 	Env map[string]string
 	// Cwd is the command's working directory; the engine's when empty.
 	Cwd string

@@ -13,7 +13,9 @@
 //
 // A server starts on first use ([Source.Tools] or a call), within its
 // timeout; a stdio server leads a process group of its own with SIGKILL as
-// its parent-death signal, and the end of its stderr is kept for errors. A
+// its parent-death signal, inherits only HOME, LOGNAME, PATH, SHELL, TERM,
+// USER, LANG and TMPDIR of the engine's environment (plus its configured
+// env), and the end of its stderr is kept for errors. A
 // server that fails to start, or dies, is started again on the next use,
 // after a backoff that doubles from [Options.MinBackoff] to
 // [Options.MaxBackoff] and resets once a call succeeds. The tool list is

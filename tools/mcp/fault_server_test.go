@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -117,6 +118,13 @@ func runFaultServer(mode string) int {
 				},
 				StructuredContent: map[string]any{"n": 1},
 			}, nil
+		})
+	s.AddTool(&sdk.Tool{Name: "getenv", Description: "the server's environment variable {name}", InputSchema: obj},
+		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			var args struct{ Name string }
+			_ = json.Unmarshal(req.Params.Arguments, &args)
+			v, ok := os.LookupEnv(args.Name)
+			return text(fmt.Sprintf("%v %s", ok, v)), nil
 		})
 	s.AddTool(&sdk.Tool{Name: "gone", Description: "removed by swap", InputSchema: obj},
 		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {

@@ -347,3 +347,21 @@ func TestSourceClose(t *testing.T) {
 		t.Errorf("after Close: %+v", res)
 	}
 }
+
+// TestServerEnv: a stdio server inherits PATH and HOME but none of the
+// engine's other variables (its API keys); what it needs is given in env,
+// ${VAR} expanded. Not parallel: it sets the process environment.
+func TestServerEnv(t *testing.T) {
+	t.Setenv("NOETA_TEST_SECRET", "hunter2")
+	srv := faultServer(t, "fault", "ok", map[string]string{"GIVEN": "${NOETA_TEST_SECRET}!"})
+	reg := registry(t, newSource(t, srv, Options{}))
+	for _, tt := range []struct{ name, want string }{
+		{"NOETA_TEST_SECRET", "false "},
+		{"GIVEN", "true hunter2!"},
+		{"PATH", "true " + os.Getenv("PATH")},
+	} {
+		if got := text(t, mustRun(t, reg, "mcp__fault__getenv", `{"name":"`+tt.name+`"}`)); got != tt.want {
+			t.Errorf("the server's %s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}

@@ -302,7 +302,7 @@ func (s *Source) start(ctx context.Context) (*session, error) {
 		if err != nil {
 			return nil, unavailable("%w", err)
 		}
-		environ := os.Environ()
+		environ := inheritedEnv()
 		for k, v := range env {
 			environ = append(environ, k+"="+v)
 		}
@@ -473,6 +473,23 @@ func (s *Source) lookup(name string) (*sdk.Tool, bool) {
 func serverError(err error) bool {
 	var we *jsonrpc.Error
 	return errors.As(err, &we) && we.Code != -32003 && we.Code != -32004 // not "client/server is closing"
+}
+
+// inheritEnv is what a stdio server inherits of the engine's environment,
+// the set the reference SDK's stdio client passes: enough to find programs
+// and a home directory (npx needs both), and none of the engine's secrets
+// (a model provider's API key, a NATS credential). Anything else a server
+// needs is given in its env, ${VAR} expanded.
+var inheritEnv = []string{"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "TMPDIR"}
+
+func inheritedEnv() []string {
+	var out []string
+	for _, k := range inheritEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
 }
 
 // unavailable is an error that wraps [ErrUnavailable] (and any %w of
