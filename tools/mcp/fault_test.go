@@ -365,3 +365,21 @@ func TestServerEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestSourceBackoff: after a failed start the server is not started again
+// until its backoff has passed; a use within it fails with the last
+// failure once its context ends.
+func TestSourceBackoff(t *testing.T) {
+	t.Parallel()
+	s := newSource(t, faultServer(t, "quits", "exit", nil), Options{MinBackoff: time.Hour})
+	if _, err := s.Tools(context.Background()); err == nil {
+		t.Fatal("no error")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Tools(ctx)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) ||
+		!strings.Contains(err.Error(), `mcp server "quits" is waiting to restart (mcp server "quits" did not initialize`) {
+		t.Errorf("within the backoff: %v", err)
+	}
+}

@@ -143,6 +143,8 @@ func (s *Source) Name() string { return s.srv.Name }
 // cannot register (a name that does not fit, a schema that does not
 // compile) is left out and logged.
 func (s *Source) Tools(ctx context.Context) ([]tools.Tool, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(s.srv.TimeoutSeconds)*time.Second)
+	defer cancel()
 	sess, err := s.ensure(ctx)
 	if err != nil {
 		return nil, err

@@ -98,6 +98,9 @@ func (t *tool) Run(ctx context.Context, call tools.Call) (tools.Result, error) {
 	defer cancel()
 	res, err := t.call(callCtx, call.Args)
 	switch {
+	case err == nil:
+		// A result that arrived is the call's outcome, even if ctx ended
+		// just after: the call happened.
 	case ctx.Err() != nil:
 		return tools.Result{}, fmt.Errorf("%s: %w", t.name, ctx.Err())
 	case callCtx.Err() != nil:
