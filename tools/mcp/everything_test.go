@@ -231,10 +231,14 @@ func TestHTTPHeaders(t *testing.T) {
 		t.Errorf("unset token: %v", err)
 	}
 
+	// Refused: the error names the server and its URL, but neither the
+	// header nor a query string (either may be a token).
 	wrong := map[string]string{"ISSUES_TOKEN": "wr0ng"}
+	srv.URL += "?key=sekrit"
 	s3 := newSource(t, srv, Options{LookupEnv: func(k string) (string, bool) { v, ok := wrong[k]; return v, ok }})
 	_, err = s3.Tools(context.Background())
-	if err == nil || !strings.Contains(err.Error(), `mcp server "issues"`) || strings.Contains(err.Error(), "wr0ng") {
+	if err == nil || !strings.Contains(err.Error(), `mcp server "issues" (`+ts.URL+`)`) || strings.Contains(err.Error(), "wr0ng") ||
+		strings.Contains(err.Error(), "sekrit") {
 		t.Errorf("refused token: %v", err)
 	}
 	t.Log(err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -214,6 +215,17 @@ func (sess *session) abort() {
 	<-sess.done
 }
 
+// where is the server's URL for errors, without its query or fragment
+// (which may carry a token).
+func (s *Source) where() string {
+	u, err := url.Parse(s.srv.URL)
+	if err != nil {
+		return "the configured url"
+	}
+	u.RawQuery, u.Fragment, u.User = "", "", nil
+	return u.String()
+}
+
 // ensure returns the live session, starting one if there is none.
 func (s *Source) ensure(ctx context.Context) (*session, error) {
 	for {
@@ -258,7 +270,10 @@ func (s *Source) ensure(ctx context.Context) (*session, error) {
 		close(starting)
 		s.starting = nil
 		if err != nil {
-			s.failedLocked(err)
+			if ctx.Err() == nil {
+				// The server's failure, not a caller giving up.
+				s.failedLocked(err)
+			}
 			s.mu.Unlock()
 			return nil, err
 		}
@@ -340,7 +355,7 @@ func (s *Source) start(ctx context.Context) (*session, error) {
 	if err := s.refresh(ctx, sess); err != nil {
 		sess.abort()
 		if sess.proc == nil {
-			return nil, unavailable("mcp server %q (%s) did not list its tools: %v", s.srv.Name, s.srv.URL, err)
+			return nil, unavailable("mcp server %q (%s) did not list its tools: %v", s.srv.Name, s.where(), err)
 		}
 		return nil, unavailable("mcp server %q did not list its tools: %v (%s)", s.srv.Name, err, sess.proc.describe())
 	}
@@ -350,7 +365,7 @@ func (s *Source) start(ctx context.Context) (*session, error) {
 // startFailed kills what start started and describes why it failed.
 func (s *Source) startFailed(sess *session, what string, err error) error {
 	if sess.proc == nil {
-		return unavailable("mcp server %q (%s) %s: %v", s.srv.Name, s.srv.URL, what, err)
+		return unavailable("mcp server %q (%s) %s: %v", s.srv.Name, s.where(), what, err)
 	}
 	sess.proc.kill()
 	return unavailable("mcp server %q %s: %v (%s)", s.srv.Name, what, err, sess.proc.describe())
@@ -390,7 +405,7 @@ func (s *Source) watch(sess *session) {
 	case sess.proc != nil:
 		sess.err = unavailable("mcp server %q stopped: %s", s.srv.Name, describeEnd(why, sess.proc))
 	default:
-		sess.err = unavailable("mcp server %q (%s): connection lost: %v", s.srv.Name, s.srv.URL, why)
+		sess.err = unavailable("mcp server %q (%s): connection lost: %v", s.srv.Name, s.where(), why)
 	}
 	// Unhook it before done is closed, so that ensure never hands out a
 	// session that has ended.
