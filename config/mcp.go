@@ -54,7 +54,8 @@ type MCPServer struct {
 	// engine's environment when the server starts ([MCPServer.ExpandEnv]);
 	// they are never printed.
 	Env map[string]string
-	// Cwd is the command's working directory; the engine's when empty.
+	// Cwd is the command's working directory; the engine's when empty, and
+	// a relative one is taken from the engine's.
 	Cwd string
 	// URL is the endpoint of a streamable HTTP server.
 	URL string
