@@ -243,3 +243,42 @@ func TestHTTPHeaders(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestHTTPServerDiesMidCall: a url server that drops its connections during
+// a call fails that call naming the server, and the next call connects
+// again.
+func TestHTTPServerDiesMidCall(t *testing.T) {
+	t.Parallel()
+	server := sdk.NewServer(&sdk.Implementation{Name: "flaky", Version: "1"}, nil)
+	var ts *httptest.Server
+	release := make(chan struct{})
+	obj := map[string]any{"type": "object"}
+	server.AddTool(&sdk.Tool{Name: "die", InputSchema: obj},
+		func(ctx context.Context, _ *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			ts.CloseClientConnections()
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+			return nil, errors.New("gone")
+		})
+	server.AddTool(&sdk.Tool{Name: "ok", InputSchema: obj},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "ok"}}}, nil
+		})
+	ts = httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server }, nil))
+	t.Cleanup(ts.Close)
+	s := newSource(t, config.MCPServer{Name: "flaky", URL: ts.URL, TimeoutSeconds: 20}, Options{MinBackoff: 1})
+	// First of the cleanups: the source's Close and ts.Close wait for the
+	// handler.
+	t.Cleanup(func() { close(release) })
+	reg := registry(t, s)
+	res := mustRun(t, reg, "mcp__flaky__die", `{}`)
+	if res.OK || !strings.Contains(res.Error, `mcp server "flaky"`) {
+		t.Fatalf("die = %+v", res)
+	}
+	t.Log(res.Error)
+	if res := mustRun(t, reg, "mcp__flaky__ok", `{}`); !res.OK {
+		t.Errorf("ok after die = %+v", res)
+	}
+}

@@ -102,6 +102,11 @@ type session struct {
 	err     error       // why it ended; set before done is closed
 	closing atomic.Bool // set by Close: let the process exit by itself
 	hurry   chan struct{}
+	// drop, closed by lost, has the watcher close a url session: closing
+	// one may wait on the server (an HTTP DELETE), which a failing call
+	// should not.
+	drop     chan struct{}
+	dropOnce sync.Once
 }
 
 // New returns the source of srv; nothing starts until it is used.
@@ -312,7 +317,7 @@ func (s *Source) succeeded() {
 func (s *Source) start(ctx context.Context) (*session, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(s.srv.TimeoutSeconds)*time.Second)
 	defer cancel()
-	sess := &session{done: make(chan struct{}), hurry: make(chan struct{})}
+	sess := &session{done: make(chan struct{}), hurry: make(chan struct{}), drop: make(chan struct{})}
 	var transport sdk.Transport
 	if s.srv.Stdio() {
 		env, err := s.srv.ExpandEnv(s.opts.LookupEnv)
@@ -389,6 +394,9 @@ func (s *Source) watch(sess *session) {
 	case <-exited:
 		_ = sess.cs.Close()
 		<-connDone
+	case <-sess.drop:
+		_ = sess.cs.Close()
+		<-connDone
 	}
 	if sess.proc != nil {
 		if sess.closing.Load() {
@@ -405,7 +413,10 @@ func (s *Source) watch(sess *session) {
 	case sess.proc != nil:
 		sess.err = unavailable("mcp server %q stopped: %s", s.srv.Name, describeEnd(why, sess.proc))
 	default:
-		sess.err = unavailable("mcp server %q (%s): connection lost: %v", s.srv.Name, s.where(), why)
+		sess.err = unavailable("mcp server %q (%s): connection lost", s.srv.Name, s.where())
+		if why != nil && !errors.Is(why, sdk.ErrConnectionClosed) {
+			sess.err = unavailable("mcp server %q (%s): connection lost: %v", s.srv.Name, s.where(), why)
+		}
 	}
 	// Unhook it before done is closed, so that ensure never hands out a
 	// session that has ended.
@@ -439,16 +450,29 @@ func (sess *session) ended() bool {
 	}
 }
 
-// lost ends a session whose connection failed under a call, so that the
-// next use starts a new one, and waits for it to be gone.
-func (s *Source) lost(ctx context.Context, sess *session) error {
-	_ = sess.cs.Close()
-	select {
-	case <-sess.done:
-		return sess.err
-	case <-ctx.Done():
-		return unavailable("mcp server %q: connection lost", s.srv.Name)
+// lost ends a session whose connection failed under a call (callErr), so
+// that the next use starts a new one. For a stdio server it waits for the
+// process to be gone, and says how it ended; a url server's session is
+// unhooked at once and closed by its watcher.
+func (s *Source) lost(ctx context.Context, sess *session, callErr error) error {
+	if sess.proc != nil {
+		_ = sess.cs.Close()
+		select {
+		case <-sess.done:
+			return sess.err
+		case <-ctx.Done():
+			return unavailable("mcp server %q: connection lost", s.srv.Name)
+		}
 	}
+	err := unavailable("mcp server %q (%s): connection lost: %v", s.srv.Name, s.where(), callErr)
+	s.mu.Lock()
+	if s.sess == sess {
+		s.sess = nil
+		s.failedLocked(err)
+	}
+	s.mu.Unlock()
+	sess.dropOnce.Do(func() { close(sess.drop) })
+	return err
 }
 
 // refresh fetches the server's tool list.
@@ -486,10 +510,12 @@ func (s *Source) lookup(name string) (*sdk.Tool, bool) {
 }
 
 // serverError reports an error the server sent in reply (a JSON-RPC error
-// response), as opposed to a connection that failed.
+// response), as opposed to a connection that failed: the SDK's own codes
+// for a closing connection (-32003, -32004) and for a request its transport
+// could not deliver (-32005: an HTTP POST that failed) are not the server's.
 func serverError(err error) bool {
 	var we *jsonrpc.Error
-	return errors.As(err, &we) && we.Code != -32003 && we.Code != -32004 // not "client/server is closing"
+	return errors.As(err, &we) && (we.Code < -32005 || we.Code > -32003)
 }
 
 // inheritEnv is what a stdio server inherits of the engine's environment,

@@ -122,7 +122,7 @@ func (t *tool) call(ctx context.Context, args json.RawMessage) (tools.Result, er
 		if serverError(err) {
 			return tools.Result{}, err
 		}
-		return tools.Result{}, s.lost(ctx, sess)
+		return tools.Result{}, s.lost(ctx, sess, err)
 	}
 	if _, ok := s.lookup(t.remote); !ok {
 		return tools.Result{}, fmt.Errorf("mcp server %q no longer offers tool %q", s.srv.Name, t.remote)
@@ -138,7 +138,7 @@ func (t *tool) call(ctx context.Context, args json.RawMessage) (tools.Result, er
 	case serverError(err):
 		return tools.Result{}, fmt.Errorf("mcp server %q: %s: %v", s.srv.Name, t.remote, err)
 	default:
-		return tools.Result{}, fmt.Errorf("%w (during a call of %s)", s.lost(ctx, sess), t.remote)
+		return tools.Result{}, fmt.Errorf("%w (during a call of %s)", s.lost(ctx, sess, err), t.remote)
 	}
 	s.succeeded()
 	return t.result(res)
