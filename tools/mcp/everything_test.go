@@ -247,6 +247,10 @@ func TestHTTPHeaders(t *testing.T) {
 // TestHTTPServerDiesMidCall: a url server that drops its connections during
 // a call fails that call naming the server, and the next call connects
 // again.
+//
+// Reproduction (before): the SDK reports the failed POST as a JSON-RPC error
+// ("rejected by transport", -32005), which was taken for the server's own
+// answer: the session was kept, and the next call went out on it.
 func TestHTTPServerDiesMidCall(t *testing.T) {
 	t.Parallel()
 	server := sdk.NewServer(&sdk.Implementation{Name: "flaky", Version: "1"}, nil)
@@ -262,9 +266,9 @@ func TestHTTPServerDiesMidCall(t *testing.T) {
 			}
 			return nil, errors.New("gone")
 		})
-	server.AddTool(&sdk.Tool{Name: "ok", InputSchema: obj},
-		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "ok"}}}, nil
+	server.AddTool(&sdk.Tool{Name: "session", InputSchema: obj},
+		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: req.Session.ID()}}}, nil
 		})
 	ts = httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server }, nil))
 	t.Cleanup(ts.Close)
@@ -273,12 +277,14 @@ func TestHTTPServerDiesMidCall(t *testing.T) {
 	// handler.
 	t.Cleanup(func() { close(release) })
 	reg := registry(t, s)
+	before := text(t, mustRun(t, reg, "mcp__flaky__session", `{}`))
 	res := mustRun(t, reg, "mcp__flaky__die", `{}`)
 	if res.OK || !strings.Contains(res.Error, `mcp server "flaky"`) {
 		t.Fatalf("die = %+v", res)
 	}
 	t.Log(res.Error)
-	if res := mustRun(t, reg, "mcp__flaky__ok", `{}`); !res.OK {
-		t.Errorf("ok after die = %+v", res)
+	after := mustRun(t, reg, "mcp__flaky__session", `{}`)
+	if !after.OK || text(t, after) == before || before == "" {
+		t.Errorf("session before the drop %q, after %+v: want a new one", before, after)
 	}
 }
