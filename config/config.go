@@ -48,6 +48,9 @@
 //	  metrics: {listen: "127.0.0.1:9464"}
 //	  trace: {otlp_endpoint: "localhost:4317", protocol: grpc, insecure: true}
 //	  fanout: {listen: "127.0.0.1:8081"}   # or {} for the host's HTTP listener
+//	mcp_servers:                           # tools mcp__<server>__<tool>; see MCPServer
+//	  files:  {command: ["npx", "-y", "@modelcontextprotocol/server-filesystem", "."], env: {}, cwd: "."}
+//	  issues: {url: "http://127.0.0.1:9000/mcp", headers: {Authorization: "Bearer ${ISSUES_TOKEN}"}}
 //
 // Decoding is strict: an unknown key at any level, a duplicate key, a value of
 // the wrong type, a regex or CEL expression that does not compile, and every
@@ -91,6 +94,8 @@ type File struct {
 	// AgentModels holds, for each agent that names a model, its model
 	// keys; an agent without model: is absent (it runs scripts only).
 	AgentModels map[string]AgentModel
+	// MCPServers is the mcp_servers: section, by name, defaults filled in.
+	MCPServers map[string]MCPServer
 
 	pos positions
 }
@@ -136,7 +141,7 @@ func Parse(name string, data []byte) (*File, error) {
 		return nil, err
 	}
 	return &File{Path: name, Governance: gov, Hooks: withHookDefaults(s.hooks), Observers: s.observers,
-		Models: s.models, AgentModels: s.agentModels, pos: errs.pos}, nil
+		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, pos: errs.pos}, nil
 }
 
 // ErrorAt is a mistake found after decoding (an audit file that cannot be
@@ -153,19 +158,32 @@ func (f *File) ErrorAt(path, msg string) *Error {
 // rules' and rule sets' match_tool) plus the post_tool_use hooks' match_tool,
 // which must match at least one known tool too: a misspelt pattern would
 // never run its hook.
+//
+// The tools of MCP servers are known only once the servers run, so a name
+// or pattern under mcp__<server>__ is accepted when <server> is in
+// mcp_servers (or, as a glob, matches one), and refused naming the server
+// otherwise.
 func (f *File) CheckTools(known []string) error {
 	errs := &errorList{file: f.Path, pos: f.pos}
 	if f.Governance != nil { // nil only in a File built by hand
-		errs.addChecked(f.Governance.CheckTools(known))
+		errs.addChecked(f.Governance.CheckToolsDeferred(known, f.deferredMCP))
 	}
 	for i, h := range f.Hooks.PostToolUse {
 		if h.MatchTool == "" {
 			continue // refused by Validate
 		}
 		g := glob.Compile(h.MatchTool)
-		if !slices.ContainsFunc(known, g.Match) {
-			errs.addf(join(index(join("hooks", "post_tool_use"), i), "match_tool"), "%q matches no tool (the tools: %s)", h.MatchTool, strings.Join(known, ", "))
+		if slices.ContainsFunc(known, g.Match) {
+			continue
 		}
+		p := join(index(join("hooks", "post_tool_use"), i), "match_tool")
+		if deferred, problem := f.deferredMCP(h.MatchTool); deferred {
+			if problem != "" {
+				errs.add(p, problem)
+			}
+			continue
+		}
+		errs.addf(p, "%q matches no tool (the tools: %s)", h.MatchTool, strings.Join(known, ", "))
 	}
 	return errs.err()
 }

@@ -290,6 +290,7 @@ type sections struct {
 	// agentModels holds the agents' model keys (model, system_prompt,
 	// max_context_chars), for the agents that give a model.
 	agentModels map[string]AgentModel
+	mcpServers  map[string]MCPServer
 }
 
 func (d *decoder) top(root *yaml.Node) sections {
@@ -304,9 +305,12 @@ func (d *decoder) top(root *yaml.Node) sections {
 	if isNull(doc) {
 		return out
 	}
-	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models")
+	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models", "mcp_servers")
 	if n, ok := f["observers"]; ok && !isNull(n) {
 		out.observers = d.observers(n, "observers")
+	}
+	if n, ok := f["mcp_servers"]; ok {
+		out.mcpServers = d.mcpServers(n, "mcp_servers")
 	}
 	if n, ok := f["models"]; ok {
 		out.models = d.models(n, "models")

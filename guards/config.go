@@ -144,18 +144,43 @@ func clonePtr[T any](p *T) *T {
 // — or never: a misspelt denied tool or deny rule denies nothing. Package
 // config's File.CheckTools adds the lines, and the hooks' patterns.
 func (c *Config) CheckTools(known []string) error {
+	return c.CheckToolsDeferred(known, nil)
+}
+
+// DeferredTools decides about a tool name or match_tool pattern that matches
+// none of the known tools, for tools that are only known at run time (an MCP
+// server's): deferred reports that the name is one of those; problem, when
+// not "", says why it is refused all the same (a server that is not
+// configured). A name for which deferred is false is checked as usual.
+type DeferredTools func(nameOrPattern string) (deferred bool, problem string)
+
+// CheckToolsDeferred is [Config.CheckTools] with the names deferred claims
+// accepted (or refused with its problem) instead of reported unknown. nil
+// defers nothing.
+func (c *Config) CheckToolsDeferred(known []string, deferred DeferredTools) error {
 	var errs configErrors
 	isKnown := func(t string) bool { return slices.Contains(known, t) }
+	// runTime reports a name deferred decides, adding its problem if any.
+	runTime := func(path, t string) bool {
+		if deferred == nil {
+			return false
+		}
+		ok, problem := deferred(t)
+		if ok && problem != "" {
+			errs.addf(path, "%s", problem)
+		}
+		return ok
+	}
 	exact := func(path string, list []string) {
 		for i, t := range list {
 			if isToolPattern(t) {
 				g := glob.Compile(t)
-				if !slices.ContainsFunc(known, g.Match) {
+				if !slices.ContainsFunc(known, g.Match) && !runTime(index(path, i), t) {
 					errs.addf(index(path, i), "%q matches no tool (the tools: %s)", t, strings.Join(known, ", "))
 				}
 				continue
 			}
-			if !isKnown(t) {
+			if !isKnown(t) && !runTime(index(path, i), t) {
 				errs.addf(index(path, i), "unknown tool %q (the tools: %s)", t, strings.Join(known, ", "))
 			}
 		}
@@ -174,7 +199,7 @@ func (c *Config) CheckTools(known []string) error {
 			continue // reported when the config was built
 		}
 		g := glob.Compile(r.name)
-		if !slices.ContainsFunc(known, g.Match) {
+		if !slices.ContainsFunc(known, g.Match) && !runTime(r.path, r.name) {
 			errs.addf(r.path, "%q matches no tool (the tools: %s)", r.name, strings.Join(known, ", "))
 		}
 	}

@@ -1,0 +1,323 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/noeta-go/noeta/internal/glob"
+	"go.yaml.in/yaml/v3"
+)
+
+// MCP server defaults and bounds.
+const (
+	// DefaultMCPTimeoutSeconds bounds one call of an MCP server's tool
+	// unless the server or the tool says otherwise.
+	DefaultMCPTimeoutSeconds = 60
+	maxMCPTimeoutSeconds     = 3600
+	// MCPToolPrefix starts the registry name of every MCP tool:
+	// mcp__<server>__<tool>, the names operators already write rules in.
+	MCPToolPrefix = "mcp__"
+	// MCPSeparator separates the server from the tool in an MCP tool's name.
+	MCPSeparator = "__"
+	// maxMCPServerName leaves room for a tool name within the registry's
+	// 64 characters.
+	maxMCPServerName = 32
+)
+
+// MCPServer is one entry of mcp_servers: a server whose tools become the
+// registry's tools mcp__<name>__<tool>. Exactly one of Command (stdio) and
+// URL (streamable HTTP) is set.
+//
+//	mcp_servers:
+//	  files:  {command: ["npx", "-y", "@modelcontextprotocol/server-filesystem", "."], env: {}, cwd: "."}
+//	  issues: {url: "http://127.0.0.1:9000/mcp", headers: {Authorization: "Bearer ${ISSUES_TOKEN}"}}
+//	  db:
+//	    command: ["./db-mcp"]
+//	    timeout_seconds: 30                # per call; 60 by default
+//	    tools:
+//	      drop_table: {risk: high}         # low | medium | high; from the tool's annotations by default
+//	      format_sql: {risk: low, timeout_seconds: 5}
+//	      write_migration: {edits: true}   # permission mode acceptEdits runs it without asking
+type MCPServer struct {
+	// Name is the server's key: a letter, then letters, digits, '-' and
+	// single '_', at most 32 characters.
+	Name string
+	// Command is the argv of a stdio server, started by the engine.
+	Command []string
+	// Env is added to the command's environment, which otherwise has only
+	// the engine's HOME, LOGNAME, PATH, SHELL, TERM, USER, LANG and TMPDIR
+	// (not its API keys). Values may hold ${VAR}, expanded from the
+	// engine's environment when the server starts ([MCPServer.ExpandEnv]);
+	// they are never printed.
+	Env map[string]string
+	// Cwd is the command's working directory; the engine's when empty, and
+	// a relative one is taken from the engine's.
+	Cwd string
+	// URL is the endpoint of a streamable HTTP server.
+	URL string
+	// Headers are sent with every request to URL, ${VAR} expanded like Env
+	// ([MCPServer.ExpandHeaders]); they are never printed.
+	Headers map[string]string
+	// TimeoutSeconds bounds one call.
+	TimeoutSeconds int
+	// Tools are per-tool overrides, by the tool's name on the server.
+	Tools map[string]MCPTool
+}
+
+// MCPTool overrides what noeta would otherwise take from an MCP tool's
+// annotations.
+type MCPTool struct {
+	// Risk is low, medium or high; "" keeps the annotations' level.
+	Risk string
+	// Edits marks the tool as an edit tool (permission mode acceptEdits).
+	// Never taken from annotations.
+	Edits bool
+	// TimeoutSeconds overrides the server's; 0 keeps it.
+	TimeoutSeconds int
+}
+
+// Stdio reports a server the engine starts as a command.
+func (s MCPServer) Stdio() bool { return len(s.Command) > 0 }
+
+// ExpandEnv returns Env with each ${VAR} replaced by lookup(VAR). A
+// variable lookup does not have is an error naming the key and the
+// variable, never the value: a server must not start with half a secret.
+func (s MCPServer) ExpandEnv(lookup func(string) (string, bool)) (map[string]string, error) {
+	return expandAll(s.Name, "env", s.Env, lookup)
+}
+
+// ExpandHeaders is [MCPServer.ExpandEnv] for Headers.
+func (s MCPServer) ExpandHeaders(lookup func(string) (string, bool)) (map[string]string, error) {
+	return expandAll(s.Name, "headers", s.Headers, lookup)
+}
+
+func expandAll(server, field string, m map[string]string, lookup func(string) (string, bool)) (map[string]string, error) {
+	out := make(map[string]string, len(m))
+	for _, k := range sortedKeys(m) {
+		v, err := expandVars(m[k], lookup)
+		if err != nil {
+			return nil, fmt.Errorf("mcp server %q: %s.%s: %w", server, field, k, err)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// varRef is one ${VAR}; validated at decode time, so expansion meets only
+// well-formed references.
+var varRef = regexp.MustCompile(`\$\{([^}]*)\}`)
+
+func expandVars(v string, lookup func(string) (string, bool)) (string, error) {
+	var err error
+	out := varRef.ReplaceAllStringFunc(v, func(ref string) string {
+		name := ref[2 : len(ref)-1]
+		val, ok := lookup(name)
+		if !ok && err == nil {
+			err = fmt.Errorf("environment variable %s is not set", name)
+		}
+		return val
+	})
+	if err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// checkVars reports a value whose ${...} references are not all variable
+// names, or that has a '$' followed by '{' without a closing '}'. The value
+// is not quoted: it may be a secret.
+func checkVars(v string) string {
+	for _, m := range varRef.FindAllStringSubmatch(v, -1) {
+		if !envName.MatchString(m[1]) {
+			return "a ${...} in the value must name an environment variable (letters, digits and _)"
+		}
+	}
+	if strings.Contains(varRef.ReplaceAllString(v, ""), "${") {
+		return "the value has a ${ without a closing }"
+	}
+	return ""
+}
+
+var mcpServerName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]*(_[A-Za-z0-9-]+)*$`)
+var mcpToolName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+func (d *decoder) mcpServers(n *yaml.Node, path string) map[string]MCPServer {
+	if n = d.enter(n, path); n == nil {
+		return nil
+	}
+	d.depth++
+	defer func() { d.depth-- }()
+	ps, _ := d.pairs(n, path)
+	out := make(map[string]MCPServer, len(ps))
+	for _, p := range ps {
+		sp := join(path, p.key)
+		d.mark(sp, p.keyN)
+		if !mcpServerName.MatchString(p.key) || len(p.key) > maxMCPServerName {
+			d.errs.addf(sp, "a server name must be a letter, then letters, digits, '-' and single '_' (at most %d characters), to make tool names mcp__<server>__<tool>", maxMCPServerName)
+			continue
+		}
+		f, ok := d.fields(p.value, sp, "command", "env", "cwd", "url", "headers", "timeout_seconds", "tools")
+		if !ok && f == nil {
+			continue
+		}
+		s := MCPServer{Name: p.key, TimeoutSeconds: DefaultMCPTimeoutSeconds}
+		s.Command = d.strList(f["command"], join(sp, "command"))
+		u, hasURL := d.str(f["url"], join(sp, "url"))
+		switch {
+		case s.Command != nil && hasURL:
+			d.errs.add(sp, "give command (a stdio server) or url (a streamable HTTP server), not both")
+		case s.Command == nil && !hasURL:
+			d.errs.add(sp, "needs command (a stdio server) or url (a streamable HTTP server)")
+		case s.Command != nil && (len(s.Command) == 0 || s.Command[0] == ""):
+			d.errs.add(join(sp, "command"), "must start with the program to run")
+		case hasURL:
+			if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+				d.errs.add(join(sp, "url"), "must be an http:// or https:// URL with a host")
+			} else if pu.User != nil {
+				d.errs.add(join(sp, "url"), "must not hold credentials; send them in headers with ${VAR}")
+			} else {
+				s.URL = u
+			}
+		}
+		s.Env = d.secretMap(f["env"], join(sp, "env"))
+		if c, ok := d.str(f["cwd"], join(sp, "cwd")); ok {
+			s.Cwd = c
+		}
+		s.Headers = d.secretMap(f["headers"], join(sp, "headers"))
+		if hasURL && (len(s.Env) > 0 || s.Cwd != "") {
+			d.errs.add(sp, "env and cwd are for a command; a url server takes headers")
+		}
+		if s.Command != nil && len(s.Headers) > 0 {
+			d.errs.add(join(sp, "headers"), "headers are for a url server; a command takes env")
+		}
+		d.bounded(f["timeout_seconds"], join(sp, "timeout_seconds"), 1, maxMCPTimeoutSeconds, &s.TimeoutSeconds)
+		s.Tools = d.mcpTools(f["tools"], join(sp, "tools"), p.key)
+		out[p.key] = s
+	}
+	return out
+}
+
+// secretMap reads a mapping of strings whose values may be secrets: an
+// error names the key, never the value.
+func (d *decoder) secretMap(n *yaml.Node, path string) map[string]string {
+	if n = d.enter(n, path); isNull(n) {
+		return nil
+	}
+	d.depth++
+	defer func() { d.depth-- }()
+	ps, _ := d.pairs(n, path)
+	out := make(map[string]string, len(ps))
+	for _, p := range ps {
+		kp := join(path, p.key)
+		d.mark(kp, p.keyN)
+		if p.key == "" {
+			d.errs.add(kp, "a key must not be empty")
+			continue
+		}
+		v := d.enter(p.value, kp)
+		if v == nil || v.Kind != yaml.ScalarNode || isNull(v) {
+			d.errs.add(kp, "must be a string")
+			continue
+		}
+		// Any scalar is taken as its text (a port, a flag); a value is
+		// never echoed, so neither is its type.
+		if msg := checkVars(v.Value); msg != "" {
+			d.errs.add(kp, msg)
+			continue
+		}
+		out[p.key] = v.Value
+	}
+	return out
+}
+
+func (d *decoder) mcpTools(n *yaml.Node, path, server string) map[string]MCPTool {
+	if n = d.enter(n, path); isNull(n) {
+		return nil
+	}
+	d.depth++
+	defer func() { d.depth-- }()
+	ps, _ := d.pairs(n, path)
+	out := make(map[string]MCPTool, len(ps))
+	for _, p := range ps {
+		tp := join(path, p.key)
+		d.mark(tp, p.keyN)
+		if !mcpToolName.MatchString(p.key) || len(MCPToolPrefix+server+MCPSeparator+p.key) > 64 {
+			d.errs.addf(tp, "%q is not a tool name noeta can register as mcp__%s__<tool> (letters, digits, '_', '-', '.'; 64 characters in all)", p.key, server)
+			continue
+		}
+		f, ok := d.fields(p.value, tp, "risk", "edits", "timeout_seconds")
+		if !ok && f == nil {
+			continue
+		}
+		var t MCPTool
+		if r, ok := d.str(f["risk"], join(tp, "risk")); ok {
+			if r != "low" && r != "medium" && r != "high" {
+				d.errs.addf(join(tp, "risk"), "must be low, medium or high, not %q", r)
+			} else {
+				t.Risk = r
+			}
+		}
+		if e := d.enter(f["edits"], join(tp, "edits")); !isNull(e) {
+			if e.Kind != yaml.ScalarNode || e.ShortTag() != "!!bool" || e.Decode(&t.Edits) != nil {
+				d.errs.addf(join(tp, "edits"), "must be true or false, not %s", kindName(e))
+			}
+		}
+		d.bounded(f["timeout_seconds"], join(tp, "timeout_seconds"), 1, maxMCPTimeoutSeconds, &t.TimeoutSeconds)
+		out[p.key] = t
+	}
+	return out
+}
+
+// MCPToolName is the registry name of tool on server.
+func MCPToolName(server, tool string) string {
+	return MCPToolPrefix + server + MCPSeparator + tool
+}
+
+// deferredMCP decides, for CheckTools, a tool name or pattern under mcp__:
+// its tools are known only once the servers run. A name or pattern is
+// accepted when its server part names (or, as a glob, matches) a configured
+// server, and refused naming the server otherwise.
+func (f *File) deferredMCP(name string) (bool, string) {
+	rest, ok := strings.CutPrefix(name, MCPToolPrefix)
+	if !ok {
+		return false, ""
+	}
+	servers := sortedKeys(f.MCPServers)
+	list := "none are configured"
+	if len(servers) > 0 {
+		list = "mcp_servers: " + strings.Join(servers, ", ")
+	}
+	server, tool, found := strings.Cut(rest, MCPSeparator)
+	if !found || tool == "" {
+		if isGlob(rest) && len(servers) > 0 {
+			return true, "" // mcp__* and the like: every MCP tool
+		}
+		return true, fmt.Sprintf("%q names no MCP tool: want mcp__<server>__<tool> (%s)", name, list)
+	}
+	if isGlob(server) {
+		g := glob.Compile(server)
+		if slices.ContainsFunc(servers, g.Match) {
+			return true, ""
+		}
+		return true, fmt.Sprintf("%q matches no configured MCP server (%s)", name, list)
+	}
+	if _, ok := f.MCPServers[server]; !ok {
+		return true, fmt.Sprintf("%q: no MCP server %q is configured (%s)", name, server, list)
+	}
+	return true, ""
+}
+
+func isGlob(s string) bool { return strings.ContainsAny(s, "*?[") }
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

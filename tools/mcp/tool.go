@@ -1,0 +1,226 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/tools"
+)
+
+// tool is one of a server's tools as a registry tool.
+type tool struct {
+	src     *Source
+	name    string // mcp__<server>__<remote>
+	remote  string
+	desc    string
+	schema  json.RawMessage
+	risk    tools.RiskLevel
+	edits   bool
+	timeout time.Duration
+}
+
+// newTool makes the registry tool of a server's tool: its name, schema,
+// risk (from the annotations, the config's override winning) and edits
+// (from the config only: an annotation cannot make a tool run unasked in
+// acceptEdits). A tool the registry would refuse is an error, so that one
+// bad tool cannot keep every other tool from being registered.
+func (s *Source) newTool(def *sdk.Tool) (tools.Tool, error) {
+	over := s.srv.Tools[def.Name]
+	t := &tool{
+		src:     s,
+		name:    config.MCPToolName(s.srv.Name, def.Name),
+		remote:  def.Name,
+		desc:    def.Description,
+		risk:    riskOf(def.Annotations),
+		edits:   over.Edits,
+		timeout: time.Duration(s.srv.TimeoutSeconds) * time.Second,
+	}
+	if over.Risk != "" {
+		r, err := tools.ParseRiskLevel(over.Risk)
+		if err != nil {
+			return nil, err
+		}
+		t.risk = r
+	}
+	if over.TimeoutSeconds > 0 {
+		t.timeout = time.Duration(over.TimeoutSeconds) * time.Second
+	}
+	if def.InputSchema != nil {
+		raw, err := json.Marshal(def.InputSchema)
+		if err != nil {
+			return nil, fmt.Errorf("input schema: %w", err)
+		}
+		t.schema = raw
+	}
+	if _, err := tools.NewRegistry(t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// riskOf maps a tool's annotations to a risk level: readOnlyHint is low,
+// destructiveHint high (and wins over readOnlyHint when a server claims
+// both), anything else medium. The spec's default for a missing
+// destructiveHint is true; noeta reads only what a server says, and leaves
+// the rest to the config's override.
+func riskOf(a *sdk.ToolAnnotations) tools.RiskLevel {
+	switch {
+	case a == nil:
+		return tools.RiskMedium
+	case a.DestructiveHint != nil && *a.DestructiveHint:
+		return tools.RiskHigh
+	case a.ReadOnlyHint:
+		return tools.RiskLow
+	default:
+		return tools.RiskMedium
+	}
+}
+
+func (t *tool) Name() string                 { return t.name }
+func (t *tool) Risk() tools.RiskLevel        { return t.risk }
+func (t *tool) Edits() bool                  { return t.edits }
+func (t *tool) Description() string          { return t.desc }
+func (t *tool) InputSchema() json.RawMessage { return t.schema }
+
+// Run calls the tool on the server. What the model can act on (the server
+// would not start, died during the call, the tool is gone, the call timed
+// out, the tool reported an error, the result is over the cap) is a failed
+// Result naming the server; only ctx ending is an error.
+func (t *tool) Run(ctx context.Context, call tools.Call) (tools.Result, error) {
+	callCtx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	res, err := t.call(callCtx, call.Args)
+	switch {
+	case err == nil:
+		// A result that arrived is the call's outcome, even if ctx ended
+		// just after: the call happened.
+	case ctx.Err() != nil:
+		return tools.Result{}, fmt.Errorf("%s: %w", t.name, ctx.Err())
+	case callCtx.Err() != nil:
+		return tools.Failf("mcp server %q: %s timed out after %s; the call was cancelled", t.src.srv.Name, t.remote, t.timeout), nil
+	case err != nil:
+		return tools.Failf("%v", err), nil
+	}
+	return res, nil
+}
+
+// call is Run's body, with the args.
+func (t *tool) call(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+	s := t.src
+	sess, err := s.ensure(ctx)
+	if err != nil {
+		return tools.Result{}, err
+	}
+	if err := s.refreshIfChanged(ctx, sess); err != nil {
+		if serverError(err) {
+			return tools.Result{}, err
+		}
+		return tools.Result{}, s.lost(ctx, sess, err)
+	}
+	if _, ok := s.lookup(t.remote); !ok {
+		return tools.Result{}, fmt.Errorf("mcp server %q no longer offers tool %q", s.srv.Name, t.remote)
+	}
+	if len(bytes.TrimSpace(args)) == 0 {
+		args = json.RawMessage("{}")
+	}
+	res, err := sess.cs.CallTool(ctx, &sdk.CallToolParams{Name: t.remote, Arguments: args})
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return tools.Result{}, ctx.Err()
+	case serverError(err):
+		return tools.Result{}, fmt.Errorf("mcp server %q: %s: %v", s.srv.Name, t.remote, err)
+	default:
+		return tools.Result{}, fmt.Errorf("%w (during a call of %s)", s.lost(ctx, sess, err), t.remote)
+	}
+	s.succeeded()
+	return t.result(res)
+}
+
+// result maps a call's result: text joined, structured content as JSON,
+// everything else summarised (type, MIME type, size; never the bytes), over
+// the cap refused, isError a failed Result with the text as its error.
+func (t *tool) result(res *sdk.CallToolResult) (tools.Result, error) {
+	var out output
+	var text []string
+	size := 0
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *sdk.TextContent:
+			text = append(text, c.Text)
+			size += len(c.Text)
+		case *sdk.ImageContent:
+			out.Content = append(out.Content, item{Type: "image", MIMEType: c.MIMEType, Bytes: len(c.Data)})
+			size += len(c.Data)
+		case *sdk.AudioContent:
+			out.Content = append(out.Content, item{Type: "audio", MIMEType: c.MIMEType, Bytes: len(c.Data)})
+			size += len(c.Data)
+		case *sdk.ResourceLink:
+			it := item{Type: "resource_link", URI: c.URI, Name: c.Name, MIMEType: c.MIMEType}
+			if c.Size != nil {
+				it.Size = c.Size
+			}
+			out.Content = append(out.Content, it)
+			size += len(c.URI) + len(c.Name)
+		case *sdk.EmbeddedResource:
+			it := item{Type: "resource"}
+			if r := c.Resource; r != nil {
+				it.URI, it.MIMEType, it.Bytes = r.URI, r.MIMEType, len(r.Text)+len(r.Blob)
+				size += len(r.Text) + len(r.Blob)
+			}
+			out.Content = append(out.Content, it)
+		default:
+			out.Content = append(out.Content, item{Type: fmt.Sprintf("%T", c)})
+		}
+	}
+	if res.StructuredContent != nil {
+		raw, err := json.Marshal(res.StructuredContent)
+		if err != nil {
+			return tools.Result{}, fmt.Errorf("mcp server %q: %s: structured content: %v", t.src.srv.Name, t.remote, err)
+		}
+		out.Structured = raw
+		size += len(raw)
+	}
+	if max := t.src.opts.MaxResultBytes; size > max {
+		return tools.Result{}, fmt.Errorf("mcp server %q: %s returned a result of %d bytes, over the cap of %d", t.src.srv.Name, t.remote, size, max)
+	}
+	out.Text = strings.Join(text, "\n")
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return tools.Result{}, fmt.Errorf("mcp server %q: %s: %v", t.src.srv.Name, t.remote, err)
+	}
+	r := tools.Result{Output: raw, OK: !res.IsError}
+	if res.IsError {
+		r.Error = out.Text
+		if r.Error == "" {
+			r.Error = fmt.Sprintf("mcp server %q: %s reported an error", t.src.srv.Name, t.remote)
+		}
+	}
+	return r, nil
+}
+
+// output is a call's Output as recorded in ToolCallFinished.
+type output struct {
+	// Text is the text content, joined with newlines.
+	Text string `json:"text"`
+	// Structured is structuredContent, as the server sent it.
+	Structured json.RawMessage `json:"structured,omitempty"`
+	// Content summarises what is not text.
+	Content []item `json:"content,omitempty"`
+}
+
+type item struct {
+	Type     string `json:"type"`
+	MIMEType string `json:"mime_type,omitempty"`
+	Bytes    int    `json:"bytes,omitempty"`
+	URI      string `json:"uri,omitempty"`
+	Name     string `json:"name,omitempty"`
+	Size     *int64 `json:"size,omitempty"`
+}
