@@ -154,7 +154,7 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 	}
 	// A tool the config names that the registry lacks is a mistake of the
 	// config, not a denial to find when a task of the agent runs.
-	if h.tools, h.closeTools, err = buildRegistry(ctx, o.Config, o.Tools, h.logger); err != nil {
+	if h.tools, h.closeTools, err = buildRegistry(ctx, o.Config, o.Tools, o.Workers > 0, o.LookupEnv, h.logger); err != nil {
 		return nil, err
 	}
 	h.policies = o.Policies

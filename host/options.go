@@ -86,7 +86,8 @@ type Options struct {
 	// Policies decide each turn (default: a task's script, or, for a task
 	// without one, its agent's model from the config's models:).
 	Policies engine.PolicyResolver
-	// LookupEnv reads the models' API keys (os.LookupEnv).
+	// LookupEnv reads the models' API keys and expands ${VAR} in the MCP
+	// servers' env and headers (os.LookupEnv).
 	LookupEnv func(string) (string, bool)
 
 	// Workers is the size of the worker pool (0: a client, which runs no

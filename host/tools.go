@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/tools"
+	"github.com/noeta-go/noeta/tools/mcp"
 )
 
 // AgentTool is one tool an agent may call.
@@ -23,8 +26,11 @@ type AgentTool struct {
 // ToolOptions say how AgentTools builds the tools.
 type ToolOptions struct {
 	// Tools are added to the built-ins, as Options.Tools.
-	Tools  []tools.Tool
-	Logger *slog.Logger
+	Tools []tools.Tool
+	// LookupEnv expands ${VAR} in the MCP servers' env and headers
+	// (os.LookupEnv).
+	LookupEnv func(string) (string, bool)
+	Logger    *slog.Logger
 }
 
 // AgentTools lists, agent by agent, the tools of the registry a host of
@@ -32,7 +38,7 @@ type ToolOptions struct {
 // what a model deciding for it is offered. It starts nothing that runs
 // tasks.
 func AgentTools(ctx context.Context, cfg *config.File, o ToolOptions) ([]AgentTool, error) {
-	reg, closeSources, err := buildRegistry(ctx, cfg, o.Tools, o.Logger)
+	reg, closeSources, err := buildRegistry(ctx, cfg, o.Tools, true, o.LookupEnv, o.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -64,21 +70,65 @@ func toolSource(name string) string {
 	return "built-in"
 }
 
-// buildRegistry is the registry of a host of cfg: the built-ins and extra.
-// closeSources stops what it started.
-func buildRegistry(_ context.Context, cfg *config.File, extra []tools.Tool, _ *slog.Logger) (*tools.Registry, func(), error) {
+// buildRegistry is the registry of a host of cfg: the built-ins, extra,
+// and, when sources is set, the tools of the config's MCP servers, which
+// it starts to list them (a host that runs no task starts none).
+// closeSources stops the servers it started. A server that cannot be
+// started or listed is reported in the log, naming it, and adds no tools:
+// nothing else is affected, and a call to one of its tools is refused as
+// an unknown tool.
+func buildRegistry(ctx context.Context, cfg *config.File, extra []tools.Tool, sources bool, lookupEnv func(string) (string, bool), logger *slog.Logger) (*tools.Registry, func(), error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	builtins, err := tools.Builtins(tools.BuiltinConfig{})
 	if err != nil {
 		return nil, nil, err
 	}
-	reg, err := tools.NewRegistry(append(builtins, extra...)...)
+	all := append(builtins, extra...)
+	var srcs []*mcp.Source
+	closeSources := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), mcpCloseWait)
+		defer cancel()
+		for _, src := range srcs {
+			if err := src.Close(ctx); err != nil {
+				logger.Warn("mcp: stopping a server failed", "server", src.Name(), "err", err)
+			}
+		}
+	}
+	if cfg != nil && sources {
+		names := make([]string, 0, len(cfg.MCPServers))
+		for n := range cfg.MCPServers {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			src := mcp.New(cfg.MCPServers[n], mcp.Options{LookupEnv: lookupEnv, Logger: logger,
+				OnToolsChanged: func(server string) {
+					logger.Info("mcp: the server says its tool list changed; tools it added are offered after a restart, tools it removed fail their calls", "server", server)
+				}})
+			srcs = append(srcs, src)
+			ts, err := src.Tools(ctx)
+			if err != nil {
+				logger.Error("mcp: the server's tools are unavailable", "server", n, "err", err)
+				continue
+			}
+			all = append(all, ts...)
+		}
+	}
+	reg, err := tools.NewRegistry(all...)
 	if err != nil {
+		closeSources()
 		return nil, nil, badOption("tools: %v", err)
 	}
 	if cfg != nil {
 		if err := cfg.CheckTools(reg.Names()); err != nil {
+			closeSources()
 			return nil, nil, &configError{err.Error()}
 		}
 	}
-	return reg, func() {}, nil
+	return reg, closeSources, nil
 }
+
+// mcpCloseWait bounds how long the MCP servers have to stop.
+const mcpCloseWait = 10 * time.Second

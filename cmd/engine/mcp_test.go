@@ -1,0 +1,89 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// everythingEntry is node and the entry point of
+// @modelcontextprotocol/server-everything, installed by
+// tools/mcp/testdata/install-everything.sh (which .ci/run calls). Without
+// them the test fails: it is not skipped.
+func everythingEntry(t *testing.T) (node, entry string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not installed: the MCP tests need it (%v)", err)
+	}
+	dir := os.Getenv("NOETA_NPM_PREFIX")
+	if dir == "" {
+		out, err := exec.Command("go", "env", "GOCACHE").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.Join(strings.TrimSpace(string(out)), "noeta-npm")
+	}
+	entry = filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+	if _, err := os.Stat(entry); err != nil {
+		t.Fatalf("@modelcontextprotocol/server-everything is not installed (%v): run tools/mcp/testdata/install-everything.sh", err)
+	}
+	return node, entry
+}
+
+// TestGovernedMCPCalls: the tools of an MCP server no one here wrote,
+// governed like every other tool: a call its annotations mark read-only
+// runs; a rule over mcp__*__trigger* denies; a tool with no read-only hint
+// (medium risk) asks a human in default mode and runs once approved; the
+// budget counts MCP calls. engine tools lists
+// them with their source.
+func TestGovernedMCPCalls(t *testing.T) {
+	t.Parallel()
+	node, entry := everythingEntry(t)
+	cfg := writeFile(t, "noeta.yaml", `
+mcp_servers:
+  everything: {command: [`+node+`, `+entry+`, stdio]}
+agents:
+  a:
+    tools: ["mcp__everything__*"]
+    budget: {max_tool_calls: 2}
+rules:
+  - match_tool: "mcp__*__trigger*"
+    action: deny
+    reason: "no long operations here"
+`)
+	task := writeFile(t, "task.yaml", `
+agent: a
+goal: "use the server"
+script:
+  - tool_calls:
+      - {tool: mcp__everything__echo, args: {message: hello}}
+      - {tool: mcp__everything__trigger-long-running-operation, args: {duration: 1, steps: 1}}
+      - {tool: mcp__everything__toggle-simulated-logging, args: {}}
+  - tool_calls: [{tool: mcp__everything__echo, args: {message: "one too many"}}]
+  - finish: {answer: done}
+`)
+	code, out, errOut := runCmd(t, "run", task, "--config", cfg, "--data", t.TempDir(), "--workspace", workspace(t), "--approvals", "approve")
+	if code != exitDone {
+		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		`ToolCallFinished\s+mcp__everything__echo call-1-0 ok .*Echo: hello`,
+		`ToolCallDenied\s+guard=rules\s+mcp__everything__trigger-long-running-operation call-1-1: no long operations here`,
+		`ApprovalRequested\s+guard=permission .*mcp__everything__toggle-simulated-logging call-1-2 \{\}`,
+		`ApprovalResolved\s+approval-call-1-2-\S+ approve by`,
+		`ToolCallFinished\s+mcp__everything__toggle-simulated-logging call-1-2 ok`,
+		`ToolCallDenied\s+guard=budget\s+mcp__everything__echo call-2-0: max_tool_calls=2 reached`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("the timeline lacks %s:\n%s", want, out)
+		}
+	}
+	code, out, errOut = runCmd(t, "tools", "--config", cfg)
+	if code != 0 || !regexpLine(out, `a\s+mcp__everything__echo\s+low\s+mcp:everything`) || !regexpLine(out, `a\s+mcp__everything__toggle-simulated-logging\s+medium\s+mcp:everything`) {
+		t.Errorf("tools: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
