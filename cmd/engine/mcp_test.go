@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // everythingEntry is node and the entry point of
@@ -85,5 +87,59 @@ script:
 	code, out, errOut = runCmd(t, "tools", "--config", cfg)
 	if code != 0 || !regexpLine(out, `a\s+mcp__everything__echo\s+low\s+mcp:everything`) || !regexpLine(out, `a\s+mcp__everything__toggle-simulated-logging\s+medium\s+mcp:everything`) {
 		t.Errorf("tools: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestMCPCallInterruptedByAKill: serve is SIGKILLed while an MCP call runs
+// (a long operation of server-everything); the serve that takes the task
+// over records the call as failed — it may have had effects — and does
+// not run it again.
+func TestMCPCallInterruptedByAKill(t *testing.T) {
+	t.Parallel()
+	node, entry := everythingEntry(t)
+	cfg := writeFile(t, "noeta.yaml", `
+mcp_servers:
+  everything: {command: [`+node+`, `+entry+`, stdio]}
+agents:
+  a:
+    tools: ["mcp__everything__*"]
+    permission_mode: bypassPermissions
+`)
+	task := writeFile(t, "task.yaml", `
+agent: a
+goal: "a long operation"
+script:
+  - tool_calls: [{tool: mcp__everything__trigger-long-running-operation, args: {duration: 30, steps: 3}}]
+  - finish: {answer: done}
+`)
+	data, ws := t.TempDir(), workspace(t)
+	args := []string{"serve", "--config", cfg, "--data", data, "--workspace", ws, "--http", "", "--log-format", "json", "--lease-ttl", "2s"}
+	a := startEngine(t, args...)
+	a.waitLog(t, "serving", time.Minute)
+	code, out, errOut := runCmd(t, "submit", task, "--config", cfg, "--data", data, "--lease-ttl", "2s")
+	if code != 0 {
+		t.Fatalf("submit: exit %d\n%s\n%s", code, out, errOut)
+	}
+	id := strings.TrimSpace(out)
+	waitFor(t, time.Minute, "the MCP call to start", func() bool {
+		_, out, _ := runCmd(t, "events", id, "--data", data, "--lease-ttl", "2s")
+		return strings.Contains(out, "ToolCallStarted")
+	})
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	a.wait(t, 30*time.Second)
+	b := startEngine(t, args...)
+	b.waitLog(t, "serving", time.Minute)
+	waitFor(t, 2*time.Minute, "the task to end under the second serve", func() bool {
+		_, out, _ := runCmd(t, "inspect", id, "--data", data, "--lease-ttl", "2s")
+		return strings.Contains(out, "status    terminal")
+	})
+	_ = b.cmd.Process.Signal(os.Interrupt)
+	b.wait(t, time.Minute)
+	_, out, _ = runCmd(t, "events", id, "--data", data, "--lease-ttl", "2s")
+	if n := strings.Count(out, "ToolCallStarted"); n != 1 {
+		t.Errorf("the call was started %d times, want once:\n%s", n, out)
+	}
+	if !regexp.MustCompile(`ToolCallFinished\s+\S+\s+mcp__everything__trigger-long-running-operation call-1-0 failed`).MatchString(out) {
+		t.Errorf("the interrupted call is not recorded failed:\n%s", out)
 	}
 }
