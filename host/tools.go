@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/noeta-go/noeta/config"
@@ -72,7 +73,8 @@ func toolSource(name string) string {
 
 // buildRegistry is the registry of a host of cfg: the built-ins, extra,
 // and, when sources is set, the tools of the config's MCP servers, which
-// it starts to list them (a host that runs no task starts none).
+// it starts to list them (a host that runs no task starts none) and lists
+// again when they say their list changed.
 // closeSources stops the servers it started. A server that cannot be
 // started or listed is reported in the log, naming it, and adds no tools:
 // nothing else is affected, and a call to one of its tools is refused as
@@ -87,7 +89,15 @@ func buildRegistry(ctx context.Context, cfg *config.File, extra []tools.Tool, so
 	}
 	all := append(builtins, extra...)
 	var srcs []*mcp.Source
+	// A server that says its tool list changed has its tools listed again
+	// and swapped into the registry by refresh, a goroutine of the
+	// registry's owner, stopped by closeSources.
+	changed := make(chan string, 16)
+	refreshCtx, stopRefresh := context.WithCancel(context.Background())
+	var refreshWG sync.WaitGroup
 	closeSources := func() {
+		stopRefresh()
+		refreshWG.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), mcpCloseWait)
 		defer cancel()
 		for _, src := range srcs {
@@ -105,7 +115,10 @@ func buildRegistry(ctx context.Context, cfg *config.File, extra []tools.Tool, so
 		for _, n := range names {
 			src := mcp.New(cfg.MCPServers[n], mcp.Options{LookupEnv: lookupEnv, Logger: logger,
 				OnToolsChanged: func(server string) {
-					logger.Info("mcp: the server says its tool list changed; tools it added are offered after a restart, tools it removed fail their calls", "server", server)
+					select {
+					case changed <- server:
+					default: // a refresh is pending already
+					}
 				}})
 			srcs = append(srcs, src)
 			ts, err := src.Tools(ctx)
@@ -127,7 +140,43 @@ func buildRegistry(ctx context.Context, cfg *config.File, extra []tools.Tool, so
 			return nil, nil, &configError{err.Error()}
 		}
 	}
+	if len(srcs) > 0 {
+		byName := make(map[string]*mcp.Source, len(srcs))
+		for _, src := range srcs {
+			byName[src.Name()] = src
+		}
+		refreshWG.Go(func() { refreshTools(refreshCtx, reg, byName, changed, logger) })
+	}
 	return reg, closeSources, nil
+}
+
+// refreshTools lists a server's tools again when it says they changed and
+// swaps them into reg: a tool it added is offered from the next turn on, a
+// tool it removed is refused as unknown.
+func refreshTools(ctx context.Context, reg *tools.Registry, srcs map[string]*mcp.Source, changed <-chan string, logger *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case server := <-changed:
+			src, ok := srcs[server]
+			if !ok {
+				continue
+			}
+			ts, err := src.Tools(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					logger.Warn("mcp: listing the server's changed tools failed; its old list stays", "server", server, "err", err)
+				}
+				continue
+			}
+			if err := reg.Replace("mcp__"+server+"__", ts); err != nil {
+				logger.Warn("mcp: the server's changed tools were refused; its old list stays", "server", server, "err", err)
+				continue
+			}
+			logger.Info("mcp: the server's tools were listed again", "server", server, "tools", len(ts))
+		}
+	}
 }
 
 // mcpCloseWait bounds how long the MCP servers have to stop.

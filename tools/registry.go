@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -14,13 +17,22 @@ import (
 // MaxNameLen is the longest tool name a registry accepts.
 const MaxNameLen = 64
 
-// Registry is the set of tools the engine can run, by name. It is immutable
-// once built, so every method is safe for concurrent use.
+// Registry is the set of tools the engine can run, by name. Every method is
+// safe for concurrent use: a registry changes only through
+// [Registry.Replace], which swaps a source's tools atomically.
 type Registry struct {
+	cur atomic.Pointer[registryState]
+	mu  sync.Mutex // serialises Replace
+}
+
+// registryState is one immutable version of a registry's tools.
+type registryState struct {
 	byName  map[string]Tool
 	names   []string
 	schemas map[string]toolSchema
 }
+
+func (r *Registry) state() *registryState { return r.cur.Load() }
 
 // toolSchema is a tool's input schema, compiled once at registration.
 type toolSchema struct {
@@ -35,7 +47,17 @@ type toolSchema struct {
 // input schema is compiled here: one that does not compile, or that does not
 // describe an object, is refused too.
 func NewRegistry(tools ...Tool) (*Registry, error) {
-	r := &Registry{byName: make(map[string]Tool, len(tools)), schemas: make(map[string]toolSchema, len(tools))}
+	st, err := newRegistryState(tools)
+	if err != nil {
+		return nil, err
+	}
+	r := &Registry{}
+	r.cur.Store(st)
+	return r, nil
+}
+
+func newRegistryState(tools []Tool) (*registryState, error) {
+	r := &registryState{byName: make(map[string]Tool, len(tools)), schemas: make(map[string]toolSchema, len(tools))}
 	for i, t := range tools {
 		if t == nil {
 			return nil, fmt.Errorf("tools: tool %d is nil", i)
@@ -62,6 +84,37 @@ func NewRegistry(tools ...Tool) (*Registry, error) {
 	return r, nil
 }
 
+// Replace swaps the registry's tools whose names begin with prefix for ts,
+// each of which must begin with prefix too: a tool source whose list
+// changed (an MCP server's, prefix mcp__<server>__). The new tools are
+// checked as NewRegistry checks them; on an error nothing changes. A call
+// that resolved its tool before the swap runs with that tool.
+func (r *Registry) Replace(prefix string, ts []Tool) error {
+	if prefix == "" {
+		return fmt.Errorf("tools: replace: an empty prefix would replace every tool")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.state()
+	keep := make([]Tool, 0, len(old.names)+len(ts))
+	for _, n := range old.names {
+		if !strings.HasPrefix(n, prefix) {
+			keep = append(keep, old.byName[n])
+		}
+	}
+	for _, t := range ts {
+		if t != nil && !strings.HasPrefix(t.Name(), prefix) {
+			return fmt.Errorf("tools: replace: tool %q is not under %q", t.Name(), prefix)
+		}
+	}
+	st, err := newRegistryState(append(keep, ts...))
+	if err != nil {
+		return err
+	}
+	r.cur.Store(st)
+	return nil
+}
+
 func validName(name string) error {
 	if name == "" {
 		return fmt.Errorf("tool name is empty")
@@ -84,14 +137,14 @@ func validName(name string) error {
 
 // Lookup returns the tool called name.
 func (r *Registry) Lookup(name string) (Tool, bool) {
-	t, ok := r.byName[name]
+	t, ok := r.state().byName[name]
 	return t, ok
 }
 
 // Risk returns the risk level of the tool called name, and false for a tool
 // the registry does not have.
 func (r *Registry) Risk(name string) (RiskLevel, bool) {
-	t, ok := r.byName[name]
+	t, ok := r.state().byName[name]
 	if !ok {
 		return 0, false
 	}
@@ -114,13 +167,13 @@ func (r *Registry) RiskString(name string) (string, bool) {
 // Edits reports whether the tool called name is an edit tool ([Tool.Edits]);
 // false for a tool the registry does not have.
 func (r *Registry) Edits(name string) bool {
-	t, ok := r.byName[name]
+	t, ok := r.state().byName[name]
 	return ok && t.Edits()
 }
 
 // Names returns the tool names in ascending order, in a slice of the caller's.
 func (r *Registry) Names() []string {
-	return append([]string(nil), r.names...)
+	return append([]string(nil), r.state().names...)
 }
 
 // Run resolves call.Tool and runs it in workspace. It adds to [Tool.Run] what
@@ -132,7 +185,7 @@ func (r *Registry) Names() []string {
 //   - nil output becomes null, output that is not valid JSON is an error
 //     wrapping [ErrBadOutput], and a failed Result with no Error gets one.
 func (r *Registry) Run(ctx context.Context, call noeta.ToolCall, workspace string) (res Result, err error) {
-	t, ok := r.byName[call.Tool]
+	t, ok := r.state().byName[call.Tool]
 	if !ok {
 		return Failf("unknown tool %q", call.Tool), nil
 	}

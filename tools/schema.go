@@ -67,14 +67,15 @@ func compileSchema(name string, raw json.RawMessage) (*jsonschema.Schema, json.R
 // Spec returns how the tool called name is described to a model: its name,
 // description, input schema (canonical JSON) and risk level.
 func (r *Registry) Spec(name string) (noeta.ToolSpec, bool) {
-	t, ok := r.byName[name]
+	st := r.state()
+	t, ok := st.byName[name]
 	if !ok {
 		return noeta.ToolSpec{}, false
 	}
 	return noeta.ToolSpec{
 		Name:        name,
 		Description: t.Description(),
-		InputSchema: slices.Clone(r.schemas[name].raw),
+		InputSchema: slices.Clone(st.schemas[name].raw),
 		Risk:        t.Risk().String(),
 	}, true
 }
@@ -103,7 +104,7 @@ func (r *Registry) Specs(names []string) []noeta.ToolSpec {
 //
 //	tools: invalid args: read_file: args: missing property 'path'
 func (r *Registry) ValidateArgs(name string, args json.RawMessage) error {
-	s, ok := r.schemas[name]
+	s, ok := r.state().schemas[name]
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownTool, name)
 	}
