@@ -199,8 +199,11 @@ func (p *Pool) Drain(ctx context.Context) DrainReport {
 	p.running.Store(false)
 	before := p.segTotal.Load()
 	// Lease requests waiting for a task return as soon as Close begins; the
-	// rest of it may wait on NATS.
-	p.stopOnce.Do(func() { go func() { _ = p.leaser.Close() }() })
+	// rest of it may wait on NATS, so it runs on: the host's Close waits for
+	// it, within a bound.
+	p.stopOnce.Do(func() {
+		p.h.leaserWG.Go(func() { _ = p.leaser.Close() })
+	})
 	var rep DrainReport
 	select {
 	case <-p.workerDone:
