@@ -72,7 +72,22 @@ func dropSignal(t *testing.T, nc *nats.Conn, prefix, queue, task string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Purge(t.Context(), natsjs.WithPurgeSubject(prefix+".ready."+queue+".*."+task)); err != nil {
+	subject := prefix + ".ready." + queue + ".*." + task
+	// The signal follows the write that made the row ready (a wake applied
+	// by the ingress signals just after it): wait for it, so that it is
+	// dropped rather than published after the purge.
+	deadline := time.Now().Add(reconcileLimit)
+	for {
+		info, err := s.Info(t.Context(), natsjs.WithSubjectFilter(subject))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.State.Subjects) > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.Purge(t.Context(), natsjs.WithPurgeSubject(subject)); err != nil {
 		t.Fatalf("drop the ready signal of %s: %v", task, err)
 	}
 }
