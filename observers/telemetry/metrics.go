@@ -419,7 +419,7 @@ func (m *Metrics) decided(ctx context.Context, env eventlog.Envelope, p *noeta.P
 	if mt, ok := m.memory.get(env.Task); ok && mt.agent != "" {
 		agent = mt.agent
 	}
-	model, provider, latency := decisionModel(env, p)
+	model, provider, latency := p.Model, p.Provider, p.LatencyMS
 	who := []string{"agent", agent, "provider", provider, "model", model}
 	m.modelCalls.Add(ctx, 1, m.attrs(who...))
 	if p.InputTokens > 0 {

@@ -476,8 +476,8 @@ func (t *Trace) apply(st *traceTask, env eventlog.Envelope) []sdktrace.ReadOnlyS
 		st.inTokens += p.InputTokens
 		st.outTokens += p.OutputTokens
 		st.cost += p.CostUSD
-		if model, provider, latency := decisionModel(env, p); model != "" {
-			return []sdktrace.ReadOnlySpan{t.chatSpan(st, env, p, model, provider, latency)}
+		if p.Model != "" { // a model's decision; a script names none
+			return []sdktrace.ReadOnlySpan{t.chatSpan(st, env, p)}
 		}
 	case *noeta.ToolCallStarted:
 		if _, dup := st.calls[p.CallID]; !dup && len(st.calls) >= traceMaxPerTask {
@@ -711,7 +711,8 @@ func (t *Trace) callSpan(st *traceTask, c *traceCall, end time.Time, fin *noeta.
 
 // chatSpan is the span of the model call that decided a turn: it ended
 // when its decision was recorded and took the call's latency.
-func (t *Trace) chatSpan(st *traceTask, env eventlog.Envelope, p *noeta.PolicyDecided, model, provider string, latencyMS int64) sdktrace.ReadOnlySpan {
+func (t *Trace) chatSpan(st *traceTask, env eventlog.Envelope, p *noeta.PolicyDecided) sdktrace.ReadOnlySpan {
+	model, provider, latencyMS := p.Model, p.Provider, p.LatencyMS
 	attrs := []attribute.KeyValue{
 		attrOperationName.String(TraceOperationChat),
 		attrProviderName.String(provider),
