@@ -1,6 +1,9 @@
 package noeta
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Event type names, as recorded in the envelope (and as noeta.<Type> in the
 // CloudEvents type). Each has a payload struct of the same name and a JSON Schema
@@ -18,6 +21,8 @@ const (
 	TypeFinishDenied          = "FinishDenied"
 	TypeApprovalRequested     = "ApprovalRequested"
 	TypeApprovalResolved      = "ApprovalResolved"
+	TypeApprovalCounted       = "ApprovalCounted"
+	TypeApprovalRefused       = "ApprovalRefused"
 	TypeSubtaskCompleted      = "SubtaskCompleted"
 	TypeSubtaskResultRecorded = "SubtaskResultRecorded"
 	TypeTaskStatePatched      = "TaskStatePatched"
@@ -34,7 +39,7 @@ var knownTypes = []string{
 	TypeTaskCreated, TypeLeaseGranted, TypeTurnStarted, TypePolicyDecided,
 	TypeToolCallStarted, TypeToolCallFinished, TypeToolCallDenied,
 	TypeSubtaskSpawned, TypeSubtaskDenied, TypeFinishDenied,
-	TypeApprovalRequested, TypeApprovalResolved,
+	TypeApprovalRequested, TypeApprovalResolved, TypeApprovalCounted, TypeApprovalRefused,
 	TypeSubtaskCompleted, TypeSubtaskResultRecorded, TypeTaskStatePatched,
 	TypeTaskSuspended, TypeTaskWoken, TypeTaskSnapshot, TypeStepAttemptAbandoned,
 	TypeTaskCompleted, TypeTaskFailed, TypeTaskCancelled,
@@ -97,6 +102,10 @@ type TaskCreated struct {
 	// spawn step gave the child. Any worker on any host resolves the task's
 	// policy from it. Absent: the agent's configured policy.
 	ScriptRef *ContentRef `json:"script_ref,omitempty"`
+	// SubmittedBy is who submitted the task, as the submitting process
+	// knows them (the HTTP principal, cli:$USER); a child inherits its
+	// root's. Approvals rules read it to refuse self-approval.
+	SubmittedBy string `json:"submitted_by,omitempty"`
 }
 
 // LeaseGranted is the fence: the first record of every lease generation. Its
@@ -283,6 +292,16 @@ type ApprovalRequested struct {
 	Agent   string          `json:"agent,omitempty"`
 	Guard   string          `json:"guard"`
 	Reason  string          `json:"reason"`
+	// Quorum is how many distinct approvers must approve before the action
+	// runs (absent: 1). Fixed when the request is made, by the approvals
+	// rules that matched it.
+	Quorum int `json:"quorum,omitempty"`
+	// Rules names the approvals rules that matched the request; they say
+	// who may answer it.
+	Rules []string `json:"rules,omitempty"`
+	// ExpiresAt is when the request resolves as denied by AuthTimer if no
+	// answer resolved it (absent: never).
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 }
 
 // ApprovalDecision is a human's answer to an approval request.
@@ -300,6 +319,40 @@ type ApprovalResolved struct {
 	Decision ApprovalDecision `json:"decision"`
 	Approver string           `json:"approver"`
 	Reason   string           `json:"reason,omitempty"`
+	// Auth says how Approver was authenticated (AuthNATS, AuthToken,
+	// AuthProxy, AuthLocal, AuthTimer). Absent on records from before it was
+	// kept.
+	Auth string `json:"auth,omitempty"`
+	// Approvers lists every distinct approver of a quorum approval, in the
+	// order they approved (Approver is the last of them).
+	Approvers []string `json:"approvers,omitempty"`
+}
+
+// ApprovalCounted records one approval toward a request's quorum that does
+// not yet meet it: the request stays open and the task waits on.
+type ApprovalCounted struct {
+	Handle   string `json:"handle"`
+	Approver string `json:"approver"`
+	Auth     string `json:"auth"`
+	Reason   string `json:"reason,omitempty"`
+	// Approvals is how many distinct approvers have approved so far
+	// (this one included); Quorum how many the request needs.
+	Approvals int `json:"approvals"`
+	Quorum    int `json:"quorum"`
+}
+
+// ApprovalRefused records an answer that was not taken: its approver may
+// not answer the request (the approvals rules, self-approval, a second
+// approval by the same approver in a quorum) or was not authenticated. The
+// request stays open.
+type ApprovalRefused struct {
+	Handle   string           `json:"handle"`
+	Decision ApprovalDecision `json:"decision"`
+	Approver string           `json:"approver"`
+	Auth     string           `json:"auth"`
+	// Reason says why the answer was refused; Text is what the answer said.
+	Reason string `json:"reason"`
+	Text   string `json:"text,omitempty"`
 }
 
 // SubtaskStatus is how a child task ended.
@@ -407,6 +460,8 @@ func (SubtaskDenied) EventType() string         { return TypeSubtaskDenied }
 func (FinishDenied) EventType() string          { return TypeFinishDenied }
 func (ApprovalRequested) EventType() string     { return TypeApprovalRequested }
 func (ApprovalResolved) EventType() string      { return TypeApprovalResolved }
+func (ApprovalCounted) EventType() string       { return TypeApprovalCounted }
+func (ApprovalRefused) EventType() string       { return TypeApprovalRefused }
 func (SubtaskCompleted) EventType() string      { return TypeSubtaskCompleted }
 func (SubtaskResultRecorded) EventType() string { return TypeSubtaskResultRecorded }
 func (TaskStatePatched) EventType() string      { return TypeTaskStatePatched }
@@ -446,6 +501,10 @@ func NewPayload(eventType string) (p Payload, ok bool) {
 		return &ApprovalRequested{}, true
 	case TypeApprovalResolved:
 		return &ApprovalResolved{}, true
+	case TypeApprovalCounted:
+		return &ApprovalCounted{}, true
+	case TypeApprovalRefused:
+		return &ApprovalRefused{}, true
 	case TypeSubtaskCompleted:
 		return &SubtaskCompleted{}, true
 	case TypeSubtaskResultRecorded:

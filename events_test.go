@@ -11,7 +11,7 @@ import (
 // The JSON field names of every payload, as DESIGN.md §3 lists them. They are a
 // public contract: other languages read these logs.
 var catalogue = map[string]string{
-	TypeTaskCreated:           "task_id agent goal goal_ref parent_task_id root_task_id subtask_depth group_id script_ref",
+	TypeTaskCreated:           "task_id agent goal goal_ref parent_task_id root_task_id subtask_depth group_id script_ref submitted_by",
 	TypeLeaseGranted:          "lease_id generation worker",
 	TypeTurnStarted:           "turn",
 	TypePolicyDecided:         "turn decision cost_usd input_tokens output_tokens version tool_calls spawn question wait_seconds event_kind patch patch_ref answer answer_ref error decision_ref model provider latency_ms response_ref notes",
@@ -21,8 +21,10 @@ var catalogue = map[string]string{
 	TypeSubtaskSpawned:        "subtask_id agent goal goal_ref group_id call_id",
 	TypeSubtaskDenied:         "agent guard reason group_id",
 	TypeFinishDenied:          "guard reason",
-	TypeApprovalRequested:     "handle action call_id tool args args_ref agent guard reason",
-	TypeApprovalResolved:      "handle decision approver reason",
+	TypeApprovalRequested:     "handle action call_id tool args args_ref agent guard reason quorum rules expires_at",
+	TypeApprovalResolved:      "handle decision approver reason auth approvers",
+	TypeApprovalCounted:       "handle approver auth reason approvals quorum",
+	TypeApprovalRefused:       "handle decision approver auth reason text",
 	TypeSubtaskCompleted:      "subtask_id status result result_ref error group_id",
 	TypeSubtaskResultRecorded: "subtask_id status result result_ref error group_id",
 	TypeTaskStatePatched:      "patch",

@@ -44,6 +44,16 @@ type Wake struct {
 	Decision string `json:"decision,omitempty"`
 	Text     string `json:"text,omitempty"`
 	Approver string `json:"approver,omitempty"`
+	// Auth says how Approver was authenticated (one of the Auth*
+	// constants). Whoever delivers the wake sets it, never the sender's
+	// body: the dispatcher from the subject the answer arrived on, the HTTP
+	// layer from its credentials, the embedded CLI as AuthLocal.
+	Auth string `json:"auth,omitempty"`
+	// ExpireAt, on a human_response condition: when the request expires.
+	// The dispatcher arms a broker-fired timer for it; at the deadline the
+	// task is woken with an answer from AuthTimer (a denial). Not part of
+	// matching.
+	ExpireAt time.Time `json:"expire_at,omitzero"`
 
 	// timer_fired: the recorded deadline, in UTC. A fired timer carries the
 	// deadline it was set for, not the time it fired, so a redelivery is
@@ -54,6 +64,33 @@ type Wake struct {
 	EventKind string          `json:"event_kind,omitempty"`
 	Data      json.RawMessage `json:"data,omitempty"`
 }
+
+// How an answer's approver was authenticated (Wake.Auth,
+// ApprovalResolved.Auth, ApprovalRefused.Auth).
+const (
+	// AuthNATS: the broker vouches: the answer arrived on the approver's own
+	// approval subject (<prefix>.approve.<approver>.<p>.<task>), which only
+	// that approver's NATS user may publish to.
+	AuthNATS = "nats"
+	// AuthToken: an HTTP bearer token whose hash the serve config holds.
+	AuthToken = "token"
+	// AuthProxy: a header set by an authenticating reverse proxy the config
+	// trusts explicitly.
+	AuthProxy = "proxy"
+	// AuthLocal: the local user on the embedded default (cli:$USER), who
+	// can read the data directory and so could write the store anyway.
+	AuthLocal = "local"
+	// AuthTimer: no one answered before the request's expiry; the broker's
+	// timer resolves it as denied.
+	AuthTimer = "timer"
+	// AuthNone: a plain wake on the wake ingress, which any publisher of
+	// wakes may send: it proves nothing about who answered. On a remote
+	// NATS it may not resolve an approval.
+	AuthNone = "none"
+)
+
+// ApproverTimeout is the approver recorded when a request expires.
+const ApproverTimeout = "timeout"
 
 // SubtaskCompletedWake is the condition (or event) for one subtask finishing.
 func SubtaskCompletedWake(subtaskID string) Wake {
@@ -113,10 +150,20 @@ func (w Wake) Validate() error {
 	default:
 		return fmt.Errorf("%w: unknown kind %q (want subtask_completed, subtask_group_completed, human_response, timer_fired or external_event)", ErrInvalidWake, w.Kind)
 	}
+	if w.Kind != WakeHumanResponse && (w.Auth != "" || !w.ExpireAt.IsZero()) {
+		return fmt.Errorf("%w: auth and expire_at belong to human_response, not %s", ErrInvalidWake, w.Kind)
+	}
 	if len(w.Data) > 0 && !json.Valid(w.Data) {
 		return fmt.Errorf("%w: data is not valid JSON", ErrInvalidWake)
 	}
 	return nil
+}
+
+// WithoutExpiry returns w with ExpireAt cleared: the condition as matching
+// and recording see it once its timer is armed.
+func (w Wake) WithoutExpiry() Wake {
+	w.ExpireAt = time.Time{}
+	return w
 }
 
 // Matches reports whether event satisfies cond. It is the reference's truth

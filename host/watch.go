@@ -59,6 +59,12 @@ type Answer struct {
 	Decision noeta.ApprovalDecision
 	// Approver says who answered; Reason why.
 	Approver, Reason string
+	// Auth says how Approver was authenticated (noeta.AuthToken,
+	// noeta.AuthProxy from an HTTP layer that checked it; noeta.AuthLocal
+	// on the embedded default). Empty: the host decides (local on the
+	// embedded default; on a remote NATS the answer goes through the
+	// approver's own approval subject, so the broker vouches for it).
+	Auth string
 }
 
 // ApprovalRequest is an approval a watched task waits on.

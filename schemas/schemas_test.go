@@ -115,6 +115,14 @@ func validPayloads() map[string][]noeta.Payload {
 		noeta.TypeApprovalResolved: {
 			noeta.ApprovalResolved{Handle: "approval-1", Decision: noeta.ApprovalApprove, Approver: "alice@example.com"},
 			noeta.ApprovalResolved{Handle: "approval-2", Decision: noeta.ApprovalDeny, Approver: "bob", Reason: "not during a quiet period"},
+			noeta.ApprovalResolved{Handle: "approval-3", Decision: noeta.ApprovalApprove, Approver: "carol", Auth: noeta.AuthNATS, Approvers: []string{"bob", "carol"}},
+			noeta.ApprovalResolved{Handle: "approval-4", Decision: noeta.ApprovalDeny, Approver: noeta.ApproverTimeout, Auth: noeta.AuthTimer, Reason: "no answer within 30m0s"},
+		},
+		noeta.TypeApprovalCounted: {
+			noeta.ApprovalCounted{Handle: "approval-3", Approver: "bob", Auth: noeta.AuthToken, Approvals: 1, Quorum: 2},
+		},
+		noeta.TypeApprovalRefused: {
+			noeta.ApprovalRefused{Handle: "approval-3", Decision: noeta.ApprovalApprove, Approver: "mallory", Auth: noeta.AuthNone, Reason: "an approval on a plain wake proves nothing about who gave it"},
 		},
 		noeta.TypeSubtaskCompleted: {
 			noeta.SubtaskCompleted{SubtaskID: child, Status: noeta.SubtaskStatusCompleted},
@@ -595,7 +603,7 @@ func TestMessage(t *testing.T) {
 }
 
 func TestIDKnownRoundTrip(t *testing.T) {
-	if got, want := schemas.ID("TaskCreated"), "urn:noeta:schema:TaskCreated:1"; got != want {
+	if got, want := schemas.ID("TaskFailed"), "urn:noeta:schema:TaskFailed:1"; got != want {
 		t.Errorf("ID = %q, want %q", got, want)
 	}
 	for _, typ := range noeta.EventTypes() {
@@ -605,7 +613,7 @@ func TestIDKnownRoundTrip(t *testing.T) {
 	}
 	for _, id := range []string{
 		"", "urn:noeta:schema:defs:1", schemas.ID("defs"), schemas.ID("Bogus"),
-		"urn:noeta:schema:TaskCreated:2", "urn:noeta:schema:TaskCreated:01",
+		"urn:noeta:schema:TaskCreated:3", "urn:noeta:schema:TaskCreated:01",
 		"urn:noeta:schema:TaskCreated", "https://example.com/TaskCreated.json",
 		"URN:NOETA:SCHEMA:TaskCreated:1",
 		"urn:noeta:schema:PolicyDecided:3",
