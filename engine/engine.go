@@ -90,6 +90,15 @@ type Config struct {
 	Now func() time.Time
 	// Logger gets what the log cannot hold: lease losses, recovery notes.
 	Logger *slog.Logger
+
+	// Waiting is the fleet's index of open requests (the inbox); nil keeps
+	// none. The engine puts an entry once the request is committed and
+	// before the task suspends on it, and deletes it once resolved.
+	Waiting eventlog.WaitingIndex
+	// RequireAuthenticatedApprovals refuses (records ApprovalRefused) an
+	// answer to an approval whose Auth is noeta.AuthNone or empty: on a
+	// remote NATS any publisher of wakes could send it.
+	RequireAuthenticatedApprovals bool
 }
 
 // Engine runs tasks to their next suspend or terminal record under
