@@ -3,8 +3,8 @@ package eventlog
 import (
 	"cmp"
 	"encoding/json"
-	"slices"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/noeta-go/noeta"
