@@ -46,7 +46,7 @@ type Host struct {
 	// why a read-only host has none.
 	waiting    *jetstream.WaitingIndex
 	waitingErr error
-	tools  *tools.Registry
+	tools      *tools.Registry
 	// closeTools stops the tool sources the registry started (MCP servers).
 	closeTools func()
 	// client is the engine of Submit, Approve and Cancel.
