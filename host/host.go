@@ -42,11 +42,7 @@ type Host struct {
 	// reader and rows serve a read-only host on a remote NATS.
 	reader *jetstream.Reader
 	rows   *jetstream.RowReader
-	// waiting is the fleet's waiting index (waiting.go); waitingErr says
-	// why a read-only host has none.
-	waiting    *jetstream.WaitingIndex
-	waitingErr error
-	tools      *tools.Registry
+	tools  *tools.Registry
 	// closeTools stops the tool sources the registry started (MCP servers).
 	closeTools func()
 	// client is the engine of Submit, Approve and Cancel.
@@ -77,6 +73,11 @@ type Host struct {
 	bgWG    sync.WaitGroup
 
 	closeOnce sync.Once
+
+	// waiting is the fleet's waiting index (waiting.go); waitingErr says
+	// why a read-only host has none.
+	waiting    *jetstream.WaitingIndex
+	waitingErr error
 }
 
 // Open connects and starts what opts ask for; on error everything started
