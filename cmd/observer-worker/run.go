@@ -440,11 +440,22 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		if err != nil {
 			return nil, err
 		}
-		h, err := observers.NewHooksFromConfig(gov.Hooks, observers.HooksObserverConfig{Workspace: o.workspace, Logger: w.log})
+		// Webhooks read their env:NAME headers here, once; a notification
+		// names the task's agent, read from the log when the worker did not
+		// see the task created.
+		hc := observers.HooksObserverConfig{Workspace: o.workspace, Logger: w.log}
+		if w.reader != nil {
+			hc.Log = w.reader
+		}
+		h, err := observers.NewHooksFromConfig(gov.Hooks, hc)
 		if err != nil {
 			return nil, usageError{err}
 		}
-		w.closers = append(w.closers, h.Close)
+		w.closers = append(w.closers, func(ctx context.Context) error {
+			err := h.Close(ctx)
+			w.log.Info("hooks stopped", "stats", fmt.Sprintf("%+v", h.Stats()))
+			return err
+		})
 		return h, nil
 	}
 	return nil, usageError{fmt.Errorf("unknown observer %q", name)}
