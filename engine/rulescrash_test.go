@@ -19,10 +19,10 @@ import (
 // worker killed right after the record became durable.
 type crashLog struct {
 	engine.Log
-	typ    string
+	typ     string
 	armed   atomic.Bool
 	crashes atomic.Int32
-	cancel atomic.Pointer[context.CancelFunc]
+	cancel  atomic.Pointer[context.CancelFunc]
 }
 
 func (c *crashLog) Emit(ctx context.Context, l eventlog.Lease, env eventlog.Envelope, opts eventlog.EmitOptions) (eventlog.Envelope, error) {
