@@ -367,3 +367,26 @@ func TestTimerAnswerNeedsExpiry(t *testing.T) {
 		t.Fatalf("a forged timer answer resolved the request: %+v", st.Governance.Approvals)
 	}
 }
+
+// TestComposedResolutions: the model reads who decided (both approvers of
+// a quorum) and that an expired request was refused; counted and refused
+// answers are not in its context.
+func TestComposedResolutions(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), quorumConfig, withGuards(gate("tool_call")), withApprovals(t, quorumConfig))
+	h.start(1)
+	id := h.submit(nowApproval)
+	handle := waitOpen(t, h, id, nil).WakeOn.Handle
+	answer(t, h, id, handle, "alice", noeta.AuthNATS, noeta.ApprovalApprove, "")
+	waitOpen(t, h, id, func(s *engine.State) bool { return len(pendingOf(s).Approvers) == 1 })
+	answer(t, h, id, handle, "alice", noeta.AuthNATS, noeta.ApprovalApprove, "again")
+	waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == 1 })
+	answer(t, h, id, handle, "bob", noeta.AuthNATS, noeta.ApprovalApprove, "")
+	st := h.waitStatus(id, noeta.StatusTerminal)
+	var all strings.Builder
+	for _, m := range st.Context.Transcript().Messages {
+		all.WriteString(m.Text + "\n")
+	}
+	if !strings.Contains(all.String(), "approved by alice and bob") || strings.Contains(all.String(), "again") || strings.Contains(all.String(), "already") {
+		t.Fatalf("context:\n%s", all.String())
+	}
+}
