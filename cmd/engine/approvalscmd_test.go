@@ -72,3 +72,39 @@ func TestApprovalsVerb(t *testing.T) {
 		t.Fatalf("approvals with an argument: exit %d, want %d\n%s", code, exitUsage, errb)
 	}
 }
+
+// TestApprovalsEndToEnd: a task that asks for an approval appears in
+// engine approvals with what it asks (written by the engine, read from the
+// index), and leaves it once answered.
+func TestApprovalsEndToEnd(t *testing.T) {
+	data := t.TempDir()
+	ws := workspace(t)
+	code, out, errb := runCmd(t, "run", example("07-approval-refused.yaml"), "--config", exampleConfig,
+		"--data", data, "--workspace", ws, "--approvals", "leave")
+	if code != exitWaiting {
+		t.Fatalf("run: exit %d, want %d\n%s\n%s", code, exitWaiting, out, errb)
+	}
+	code, out, errb = runCmd(t, "approvals", "--data", data, "--json")
+	var ws1 []eventlog.Waiting
+	if err := json.Unmarshal([]byte(out), &ws1); err != nil || code != 0 || len(ws1) != 1 {
+		t.Fatalf("approvals --json while the task waits: exit %d, %v\n%s\n%s", code, err, out, errb)
+	}
+	w := ws1[0]
+	if w.Kind != eventlog.WaitingApproval || w.Agent != "researcher" || w.Tool != "shell" || !strings.Contains(string(w.Args), "date") ||
+		w.Guard == "" || w.Reason == "" || w.Goal != "Print the date" || w.RequestedAt.IsZero() {
+		t.Fatalf("the entry: %+v", w)
+	}
+	code, out, _ = runCmd(t, "approvals", "--data", data)
+	if code != 0 || !strings.Contains(out, w.Task) || !strings.Contains(out, "handle "+w.Handle) || !strings.Contains(out, "tool_call shell") {
+		t.Fatalf("approvals: exit %d\n%s", code, out)
+	}
+	code, out, errb = runCmd(t, "approve", w.Task, w.Handle, "--deny", "--reason", "not today", "--config", exampleConfig,
+		"--data", data, "--workspace", ws)
+	if code != 0 {
+		t.Fatalf("approve --deny: exit %d\n%s\n%s", code, out, errb)
+	}
+	code, out, _ = runCmd(t, "approvals", "--data", data, "--json")
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("approvals after the answer: exit %d\n%s", code, out)
+	}
+}
