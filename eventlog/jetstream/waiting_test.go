@@ -55,7 +55,7 @@ func TestWaitingSuiteCluster(t *testing.T) {
 	eventlogtest.RunWaitingSuite(t, waitingFactory(clusterURL, 3))
 }
 
-func entry(task, handle string) eventlog.Waiting {
+func testWaiting(task, handle string) eventlog.Waiting {
 	return eventlog.Waiting{Task: task, Handle: handle, Kind: eventlog.WaitingApproval, Agent: "ops", RequestedAt: time.Now()}
 }
 
@@ -65,7 +65,7 @@ func entry(task, handle string) eventlog.Waiting {
 func TestWaitingMalformedSkipped(t *testing.T) {
 	prefix := waitingPrefix()
 	x := openWaiting(t, singleURL, jetstream.WaitingConfig{Prefix: prefix})
-	if err := x.PutWaiting(t.Context(), entry("wm-good", "approval-1")); err != nil {
+	if err := x.PutWaiting(t.Context(), testWaiting("wm-good", "approval-1")); err != nil {
 		t.Fatal(err)
 	}
 	js, err := natsjs.New(connect(t, singleURL))
@@ -118,7 +118,7 @@ func TestWaitingMalformedSkipped(t *testing.T) {
 func TestWaitingListCut(t *testing.T) {
 	x := openWaiting(t, singleURL, jetstream.WaitingConfig{ListMax: 3})
 	for i := range 5 {
-		if err := x.PutWaiting(t.Context(), entry(fmt.Sprintf("wc-%d", i), "approval-1")); err != nil {
+		if err := x.PutWaiting(t.Context(), testWaiting(fmt.Sprintf("wc-%d", i), "approval-1")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -143,7 +143,7 @@ func TestWaitingBindReadOnly(t *testing.T) {
 	}
 	prefix := waitingPrefix()
 	x := openWaiting(t, singleURL, jetstream.WaitingConfig{Prefix: prefix})
-	if err := x.PutWaiting(t.Context(), entry("wr-1", "question-1")); err != nil {
+	if err := x.PutWaiting(t.Context(), testWaiting("wr-1", "question-1")); err != nil {
 		t.Fatal(err)
 	}
 	ro, err := jetstream.BindWaitingIndex(t.Context(), nc, jetstream.WaitingConfig{Prefix: prefix})
@@ -153,7 +153,7 @@ func TestWaitingBindReadOnly(t *testing.T) {
 	if ws, err := ro.ListWaiting(t.Context()); err != nil || len(ws) != 1 {
 		t.Fatalf("read-only listing: %v, %v", ws, err)
 	}
-	if err := ro.PutWaiting(t.Context(), entry("wr-2", "question-1")); err == nil {
+	if err := ro.PutWaiting(t.Context(), testWaiting("wr-2", "question-1")); err == nil {
 		t.Fatal("a read-only index put an entry")
 	}
 	if err := ro.DeleteWaiting(t.Context(), "wr-1", "question-1"); err == nil {
@@ -187,7 +187,7 @@ func TestWaitingDeleteMarkersExpire(t *testing.T) {
 	x := openWaiting(t, singleURL, jetstream.WaitingConfig{Prefix: prefix, MarkerTTL: time.Second})
 	for i := range 3 {
 		task := fmt.Sprintf("wx-%d", i)
-		if err := x.PutWaiting(t.Context(), entry(task, "approval-1")); err != nil {
+		if err := x.PutWaiting(t.Context(), testWaiting(task, "approval-1")); err != nil {
 			t.Fatal(err)
 		}
 		if err := x.DeleteWaiting(t.Context(), task, "approval-1"); err != nil {
@@ -241,7 +241,7 @@ func TestWaitingWatchSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := x.PutWaiting(t.Context(), entry("wrs-1", "approval-1")); err != nil {
+	if err := x.PutWaiting(t.Context(), testWaiting("wrs-1", "approval-1")); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan eventlog.WaitingChange, 16)
@@ -273,7 +273,7 @@ func TestWaitingWatchSurvivesRestart(t *testing.T) {
 	// Puts until one is through: the client reconnects on its own time.
 	for {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-		err := x.PutWaiting(ctx, entry("wrs-2", "approval-1"))
+		err := x.PutWaiting(ctx, testWaiting("wrs-2", "approval-1"))
 		cancel()
 		if err == nil {
 			break
