@@ -41,6 +41,9 @@ type Backend struct {
 	HeartbeatMax    int
 	ReclaimMax      int
 	MaxFailAttempts int
+	// MaxPendingWakes is the row's buffer cap; 0 means
+	// eventlog.DefaultMaxPendingWakes.
+	MaxPendingWakes int
 }
 
 // Factory returns a fresh backend for one subtest and registers its cleanup

@@ -52,6 +52,7 @@ var dispatcherCases = []suiteCase{
 	{"WakeTerminal", testWakeTerminal},
 	{"WakeUnknownTask", testWakeUnknownTask},
 	{"WakeInvalid", testWakeInvalid},
+	{"WakeBufferCap", testWakeBufferCap},
 	// human answers: never buffered (answers.go)
 	{"AnswerMatchesSuspend", testAnswerMatchesSuspend},
 	{"AnswerBeforeAskRefused", testAnswerBeforeAskRefused},

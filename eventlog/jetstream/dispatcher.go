@@ -40,7 +40,7 @@ const (
 
 // DispatcherConfig configures a Dispatcher. Zero values take the defaults.
 // Every process dispatching one prefix must use the same Prefix, Replicas,
-// LeaseTTL and WakeMaxAge: they define the shared streams and buckets, and
+// LeaseTTL, WakeMaxAge and MaxPendingWakes: they define the shared streams and buckets, and
 // an existing one with other settings is refused with ErrConfigMismatch.
 type DispatcherConfig struct {
 	// Prefix is the first subject token and names the streams and buckets
@@ -69,6 +69,12 @@ type DispatcherConfig struct {
 	RequestTimeout time.Duration
 	// WakeMaxAge is the wake stream's MaxAge. Default DefaultWakeMaxAge.
 	WakeMaxAge time.Duration
+	// MaxPendingWakes bounds a row's buffer of wakes that matched nothing
+	// yet: Wake past it returns eventlog.ErrTooManyWakes, and the ingress
+	// holds such a message in the wake stream, which takes as many per
+	// subject before it refuses the sender (see WakeStreamConfig). Default
+	// eventlog.DefaultMaxPendingWakes.
+	MaxPendingWakes int
 	// SweepInterval is how often this Dispatcher reconciles by itself
 	// (jittered by ±25%), besides once when it opens, after every reconnect
 	// of its connection and whenever its ingress consumer had to be created
@@ -137,6 +143,7 @@ func (c DispatcherConfig) withDefaults() (DispatcherConfig, error) {
 		{"HeartbeatMax", &c.HeartbeatMax, DefaultHeartbeatMax},
 		{"ReclaimMax", &c.ReclaimMax, DefaultReclaimMax},
 		{"MaxFailAttempts", &c.MaxFailAttempts, DefaultMaxFailAttempts},
+		{"MaxPendingWakes", &c.MaxPendingWakes, eventlog.DefaultMaxPendingWakes},
 	} {
 		if *f.v < 0 {
 			return bad("%s is negative (%d)", f.name, *f.v)
@@ -359,6 +366,9 @@ const (
 	// after two missed heartbeats and pulls again from the new leader. With
 	// the client's defaults (30s, 15s) that took 30s, and every wake and
 	// fired timer waited for it.
+	// heldWakeDelay: how long a wake held for a full buffer waits in the
+	// stream before it is tried again.
+	heldWakeDelay     = 2 * time.Second
 	ingressPullExpiry = 4 * time.Second
 	ingressHeartbeat  = time.Second
 )
@@ -437,11 +447,16 @@ type DispatcherStats struct {
 	Reconciles        uint64 // reconcile passes that completed
 	Resignalled       uint64 // ready signals a reconcile pass found missing and published again
 	TimersBackstopped uint64 // timers this instance fired itself, the broker's schedule not having fired in time
+	// HeldWakes counts the times an ingress wake was handed back to the
+	// wake stream because its task's buffer was full (MaxPendingWakes); once
+	// a task's held wakes fill its subject's cap, the broker refuses the
+	// sender.
+	HeldWakes uint64
 }
 
 type dispatcherCounters struct {
 	wakesApplied, timersFired, staleTimers, duplicateWakes, unknownTaskWakes, invalidWakes, refusedWakes, requeued atomic.Uint64
-	reconciles, resignalled, timersBackstopped                                                                     atomic.Uint64
+	reconciles, resignalled, timersBackstopped, heldWakes                                                          atomic.Uint64
 }
 
 // Stats returns this instance's counters.
@@ -459,6 +474,7 @@ func (d *Dispatcher) Stats() DispatcherStats {
 		Reconciles:        s.reconciles.Load(),
 		Resignalled:       s.resignalled.Load(),
 		TimersBackstopped: s.timersBackstopped.Load(),
+		HeldWakes:         s.heldWakes.Load(),
 	}
 }
 

@@ -165,10 +165,10 @@ func (r *taskRow) requeue(reclaimMax int) bool {
 
 // applyWake delivers ev: the matched wake if the row is suspended on a
 // condition it matches, else buffered (also on a terminal row: a buffer is
-// only cleared by a transition to terminal, never drained after it). A
-// human_response that does not match is refused (CheckAnswer's error), not
-// buffered.
-func (r *taskRow) applyWake(task string, ev noeta.Wake) (bool, error) {
+// only cleared by a transition to terminal, never drained after it) unless
+// the buffer holds maxPending already (ErrTooManyWakes). A human_response
+// that does not match is refused (CheckAnswer's error), not buffered.
+func (r *taskRow) applyWake(task string, ev noeta.Wake, maxPending int) (bool, error) {
 	if ev.Kind == noeta.WakeHumanResponse {
 		if err := eventlog.CheckAnswer(task, r.Status, r.WakeOn, r.Matched, ev); err != nil {
 			return false, err
@@ -179,6 +179,9 @@ func (r *taskRow) applyWake(task string, ev noeta.Wake) (bool, error) {
 		// what the waker had to say.
 		r.match(ev)
 		return true, nil
+	}
+	if len(r.Pending) >= maxPending {
+		return false, eventlog.TooManyWakes(task, string(ev.Kind), maxPending)
 	}
 	r.Pending = append(r.Pending, ev)
 	return false, nil

@@ -201,7 +201,7 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 			if slices.Contains(r.Applied, seq) {
 				return nil, errDuplicate
 			}
-			if _, err := r.applyWake(task, ev); err != nil {
+			if _, err := r.applyWake(task, ev, d.cfg.MaxPendingWakes); err != nil {
 				return nil, err
 			}
 			r.noteApplied(seq)
@@ -218,6 +218,16 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 			d.log.Warn("human_response on the wake ingress answers nothing the task waits on; dropped",
 				"task", task, "handle", ev.Handle, "decision", ev.Decision, "approver", ev.Approver, "seq", seq, "err", err)
 			err = nil
+		case errors.Is(err, eventlog.ErrTooManyWakes):
+			// Held in the stream, not dropped: it is applied once the task
+			// has consumed some of its buffer. Held messages count against
+			// the stream's per-subject cap, so past it the broker refuses
+			// the sender (WakeStreamConfig).
+			d.stats.heldWakes.Add(1)
+			d.log.Warn("wake held on the ingress: the task's buffer of pending wakes is full",
+				"task", task, "kind", ev.Kind, "seq", seq, "cap", d.cfg.MaxPendingWakes)
+			_ = m.NakWithDelay(heldWakeDelay)
+			return
 		case errors.Is(err, errDuplicate):
 			d.stats.duplicateWakes.Add(1)
 			err = d.repairSignal(ctx, task) // the process that applied it may have died before signalling

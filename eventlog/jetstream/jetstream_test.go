@@ -143,7 +143,9 @@ func suiteDispatcherConfig(replicas int) jetstream.DispatcherConfig {
 		Replicas:     replicas,
 		LeaseTTL:     time.Second,
 		HeartbeatMax: 5,
-		Logger:       slog.New(slog.DiscardHandler),
+		// Small, so the cap's case fills a buffer in a few writes.
+		MaxPendingWakes: 8,
+		Logger:          slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -185,6 +187,7 @@ func dispatcherFactory(url string, cfg jetstream.DispatcherConfig) eventlogtest.
 			HeartbeatMax:    cfg.HeartbeatMax,
 			ReclaimMax:      jetstream.DefaultReclaimMax,
 			MaxFailAttempts: jetstream.DefaultMaxFailAttempts,
+			MaxPendingWakes: cfg.MaxPendingWakes,
 		}
 	}
 }

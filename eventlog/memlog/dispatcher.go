@@ -471,6 +471,9 @@ func (s *Store) Wake(ctx context.Context, task string, event noeta.Wake) (bool, 
 		d.match(r, event.Clone())
 		return true, nil
 	}
+	if len(r.pending) >= d.s.opts.MaxPendingWakes {
+		return false, eventlog.TooManyWakes(task, string(event.Kind), d.s.opts.MaxPendingWakes)
+	}
 	// Kept for the next suspend, also on a terminal task: a buffer is only
 	// cleared by a transition to terminal, never drained after it.
 	r.pending = append(r.pending, event.Clone())
