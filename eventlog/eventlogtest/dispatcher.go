@@ -79,6 +79,11 @@ var dispatcherCases = []suiteCase{
 	{"TimerInclusive", testTimerInclusive},
 	{"TimerAlreadyDue", testTimerAlreadyDue},
 	{"TimerFiresOnce", testTimerFiresOnce},
+	// expiring approvals (expiry.go)
+	{"ExpiryFiresOnce", testExpiryFiresOnce},
+	{"ExpiryNotAfterAnswer", testExpiryNotAfterAnswer},
+	{"ExpiryRearmedAfterResuspend", testExpiryRearmedAfterResuspend},
+	{"ExpiryAcrossRestart", testExpiryAcrossRestart},
 	// registry and inspection
 	{"Valid", testValid},
 	{"ValidStrictBoundary", testValidStrictBoundary},

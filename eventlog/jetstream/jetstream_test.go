@@ -161,7 +161,8 @@ func pairingDispatcherConfig(replicas int) jetstream.DispatcherConfig {
 // lease registry: both on the wall clock, on one connection of their own,
 // as one engine process would be.
 func dispatcherFactory(url string, cfg jetstream.DispatcherConfig) eventlogtest.Factory {
-	return func(t *testing.T) eventlogtest.Backend {
+	var f eventlogtest.Factory
+	f = func(t *testing.T) eventlogtest.Backend {
 		t.Helper()
 		nc := connect(t, url)
 		disp, err := jetstream.OpenDispatcher(t.Context(), nc, cfg)
@@ -188,8 +189,16 @@ func dispatcherFactory(url string, cfg jetstream.DispatcherConfig) eventlogtest.
 			ReclaimMax:      jetstream.DefaultReclaimMax,
 			MaxFailAttempts: jetstream.DefaultMaxFailAttempts,
 			MaxPendingWakes: cfg.MaxPendingWakes,
+			// A restart is a new connection, Dispatcher and Log on the
+			// same streams and buckets, as a process started again.
+			Restart: func(t *testing.T) eventlogtest.Backend {
+				t.Helper()
+				_ = closeAll()
+				return f(t)
+			},
 		}
 	}
+	return f
 }
 
 // precreateDispatcher creates a prefix's streams, buckets and consumers
