@@ -343,8 +343,15 @@ func (p *Policy) SelfApprovalDenied(rules []string) bool {
 // approvers; a rule no longer in the config refuses (the request was made
 // under it, and nothing says who may answer now).
 func (p *Policy) Check(req Request, rules []string, approver, auth string) error {
-	if req.Submitter != "" && approver == req.Submitter && p.SelfApprovalDenied(rules) {
-		return fmt.Errorf("%w: %s submitted this task and may not answer its approvals (self_approval: deny)", ErrNotAllowed, approver)
+	if p.SelfApprovalDenied(rules) {
+		if req.Submitter == "" {
+			// Nothing says who submitted it, so nothing shows the approver
+			// is someone else: refused rather than assumed.
+			return fmt.Errorf("%w: self_approval is deny and the task does not record who submitted it, so no answer can be shown to come from someone else (submit it with a submitter)", ErrNotAllowed)
+		}
+		if SamePerson(approver, req.Submitter) {
+			return fmt.Errorf("%w: %s submitted this task and may not answer its approvals (self_approval: deny)", ErrNotAllowed, approver)
+		}
 	}
 	if len(rules) == 0 {
 		return nil
@@ -375,6 +382,18 @@ func (p *Policy) Check(req Request, rules []string, approver, auth string) error
 		}
 	}
 	return nil
+}
+
+// SamePerson reports whether two principals name the same person however
+// each was authenticated: the embedded CLI's cli:alice, the NATS approver
+// alice and the HTTP token alice are one person. Names are compared without
+// the cli: prefix and without regard to case, so a submitter cannot approve
+// their own task by answering through another door.
+func SamePerson(a, b string) bool {
+	norm := func(s string) string {
+		return strings.ToLower(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "cli:")))
+	}
+	return a != "" && b != "" && norm(a) == norm(b)
 }
 
 // MayAnswer says in words who may answer a request made under rules.

@@ -91,3 +91,26 @@ func TestSelfApproval(t *testing.T) {
 		t.Fatalf("MayAnswer = %q", got)
 	}
 }
+
+// TestSelfApprovalAcrossDoors: the submitter of a task cannot approve it by
+// answering through another door. Before, cli:bob submitted, and bob (a NATS
+// approver or an HTTP token of that name) was taken for someone else; and a
+// task recording no submitter let anyone answer under self_approval: deny.
+func TestSelfApprovalAcrossDoors(t *testing.T) {
+	p := mustCompile(t, Config{SelfApproval: SelfDeny})
+	for _, tc := range []struct {
+		submitter, approver string
+		allowed             bool
+	}{
+		{"cli:bob", "bob", false},
+		{"cli:bob", "Bob", false},
+		{"bob", "cli:bob", false},
+		{"cli:bob", "alice", true},
+		{"", "alice", false},
+	} {
+		err := p.Check(Request{Tool: "shell", Submitter: tc.submitter}, nil, tc.approver, "nats")
+		if got := err == nil; got != tc.allowed || (err != nil && !errors.Is(err, ErrNotAllowed)) {
+			t.Errorf("submitter %q, approver %q: %v; want allowed=%v", tc.submitter, tc.approver, err, tc.allowed)
+		}
+	}
+}
