@@ -291,6 +291,7 @@ type sections struct {
 	// max_context_chars), for the agents that give a model.
 	agentModels map[string]AgentModel
 	mcpServers  map[string]MCPServer
+	http        HTTP
 }
 
 func (d *decoder) top(root *yaml.Node) sections {
@@ -305,7 +306,11 @@ func (d *decoder) top(root *yaml.Node) sections {
 	if isNull(doc) {
 		return out
 	}
-	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models", "mcp_servers")
+	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models", "mcp_servers",
+		"http")
+	if n, ok := f["http"]; ok && !isNull(n) {
+		out.http = d.http(n, "http")
+	}
 	if n, ok := f["observers"]; ok && !isNull(n) {
 		out.observers = d.observers(n, "observers")
 	}
