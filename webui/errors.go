@@ -1,0 +1,23 @@
+package webui
+
+import "errors"
+
+// forbidden are the errors of an answer the approvals rules refuse; tooMany
+// those of a task whose pending answers are at their cap.
+var (
+	forbidden []error
+	tooMany   []error
+)
+
+func isForbidden(err error) bool { return isAny(err, forbidden) }
+
+func isTooMany(err error) bool { return isAny(err, tooMany) }
+
+func isAny(err error, list []error) bool {
+	for _, e := range list {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
