@@ -74,16 +74,16 @@ type Config struct {
 
 // Server serves the API and the page. Close ends its live streams.
 type Server struct {
-	cfg   Config
-	auth  *authn
-	mux   *http.ServeMux
-	base  context.Context
-	stop  context.CancelFunc
+	cfg  Config
+	auth *authn
+	mux  *http.ServeMux
+	base context.Context
+	stop context.CancelFunc
 	// mu guards closed against a stream starting while Close waits.
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup
-	files fs.FS
+	files  fs.FS
 }
 
 // New returns a Server; it starts nothing.
