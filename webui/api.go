@@ -15,6 +15,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/observers"
 )
@@ -171,12 +172,15 @@ type Approval struct {
 }
 
 func (s *Server) approvals(w http.ResponseWriter, r *http.Request, _ Principal) {
-	if s.cfg.Inbox == nil {
-		problem(w, http.StatusServiceUnavailable, "no-index", "No inbox here", "this process keeps no index of pending approvals")
+	ws, err := s.cfg.Host.Waiting(r.Context())
+	cutOff := errors.Is(err, jetstream.ErrWaitingCut)
+	switch {
+	case cutOff:
+		// The oldest entries, and a flag that there are more.
+	case errors.Is(err, host.ErrNoWaitingIndex):
+		problem(w, http.StatusServiceUnavailable, "no-index", "No inbox yet", err.Error())
 		return
-	}
-	ws, err := s.cfg.Inbox.Waiting(r.Context())
-	if err != nil {
+	case err != nil:
 		s.internal(w, r, "list the pending approvals", err)
 		return
 	}
@@ -185,16 +189,12 @@ func (s *Server) approvals(w http.ResponseWriter, r *http.Request, _ Principal) 
 	for _, e := range ws {
 		out = append(out, Approval{Waiting: e, AgeSeconds: now.Sub(e.RequestedAt).Seconds()})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"approvals": out})
+	writeJSON(w, http.StatusOK, map[string]any{"approvals": out, "cut": cutOff})
 }
 
 // approvalsStream sends the current set as one "snapshot" event, then each
 // change as a "put" or "delete" event, with comment lines while idle.
 func (s *Server) approvalsStream(w http.ResponseWriter, r *http.Request, _ Principal) {
-	if s.cfg.Inbox == nil {
-		problem(w, http.StatusServiceUnavailable, "no-index", "No inbox here", "this process keeps no index of pending approvals")
-		return
-	}
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
 	changes := make(chan eventlog.WaitingChange, streamQueue)
@@ -214,8 +214,12 @@ func (s *Server) approvalsStream(w http.ResponseWriter, r *http.Request, _ Princ
 			close(overflow)
 		}
 	}
-	stop, err := s.cfg.Inbox.WatchWaiting(ctx, fn)
-	if err != nil {
+	stop, err := s.cfg.Host.WatchWaiting(ctx, fn)
+	switch {
+	case errors.Is(err, host.ErrNoWaitingIndex):
+		problem(w, http.StatusServiceUnavailable, "no-index", "No inbox yet", err.Error())
+		return
+	case err != nil:
 		s.internal(w, r, "watch the pending approvals", err)
 		return
 	}

@@ -54,14 +54,6 @@ func openHost(t *testing.T) *host.Host {
 	return h
 }
 
-// inboxOf is the host's waiting index when it has one.
-func inboxOf(h any) Inbox {
-	if ib, ok := h.(Inbox); ok {
-		return ib
-	}
-	return nil
-}
-
 func testHTTP() config.HTTP {
 	return config.HTTP{
 		Tokens:       []config.HTTPToken{{Name: "alice", SHA256: tokenHash(aliceToken)}},
@@ -72,7 +64,7 @@ func testHTTP() config.HTTP {
 
 func newServer(t *testing.T, h *host.Host) *Server {
 	t.Helper()
-	s, err := New(Config{Host: h, Inbox: inboxOf(h), HTTP: testHTTP(), Listen: []string{"127.0.0.1:8080"}, Logger: slog.New(slog.DiscardHandler)})
+	s, err := New(Config{Host: h, HTTP: testHTTP(), Listen: []string{"127.0.0.1:8080"}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,11 +41,7 @@ type Host interface {
 	// read the log when it fires, and on a short poll for the records
 	// other processes commit.
 	Tap(fn eventlog.Handler) (cancel func())
-}
-
-// Inbox is the fleet's index of open requests (host.Host's Waiting and
-// WatchWaiting).
-type Inbox interface {
+	// Waiting and WatchWaiting read the fleet's index of open requests.
 	Waiting(ctx context.Context) ([]eventlog.Waiting, error)
 	WatchWaiting(ctx context.Context, fn func(eventlog.WaitingChange)) (stop func(), err error)
 }
@@ -53,9 +49,6 @@ type Inbox interface {
 // Config configures [New].
 type Config struct {
 	Host Host
-	// Inbox serves the approvals; nil answers them 503 (a host without the
-	// index).
-	Inbox Inbox
 	// HTTP is noeta.yaml's http: section: the tokens, the trusted proxy,
 	// the host names.
 	HTTP config.HTTP
