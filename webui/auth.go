@@ -214,9 +214,10 @@ func (a *authn) oneTime(p Principal) string {
 	return tok
 }
 
-// hostAllowed reports whether the Host header names this server: its
-// listener's address, localhost on a loopback listener, or a configured
-// name. A DNS name rebound to the listener's address names something else.
+// hostAllowed reports whether the Host header names this server: an IP
+// address, the listener's address, localhost on a loopback or unspecified
+// listener, or a configured name. A DNS name rebound to the listener's
+// address names something else.
 func hostAllowed(host string, listen []string, names []string) bool {
 	host = strings.ToLower(host)
 	if host == "" {
@@ -225,6 +226,11 @@ func hostAllowed(host string, listen []string, names []string) bool {
 	hostOnly := host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		hostOnly = h
+	}
+	if _, err := netip.ParseAddr(strings.Trim(hostOnly, "[]")); err == nil {
+		// An address, not a name: no DNS answer can rebind it, and a page
+		// loaded from it is its own origin.
+		return true
 	}
 	for _, n := range names {
 		if host == n || hostOnly == n {
