@@ -338,7 +338,7 @@ func TestRequestRefusals(t *testing.T) {
 			}
 		}
 	}
-	if len(resolved) != 1 || resolved[0].Approver != "alice" || resolved[0].Decision != noeta.ApprovalDeny || resolved[0].Reason != "not today" {
+	if len(resolved) != 1 || resolved[0].Approver != "alice" || resolved[0].Auth != noeta.AuthToken || resolved[0].Decision != noeta.ApprovalDeny || resolved[0].Reason != "not today" {
 		t.Fatalf("resolved: %+v", resolved)
 	}
 	// Answered, a second answer is a conflict.

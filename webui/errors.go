@@ -1,11 +1,15 @@
 package webui
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/noeta-go/noeta/engine"
+)
 
 // forbidden are the errors of an answer the approvals rules refuse; tooMany
 // those of a task whose pending answers are at their cap.
 var (
-	forbidden []error
+	forbidden = []error{engine.ErrApproverNotAllowed}
 	tooMany   []error
 )
 
