@@ -42,11 +42,17 @@ func tokenHash(tok string) [32]byte { return sha256.Sum256([]byte(tok)) }
 // openHost is a host on an embedded server in a temp dir that runs tasks.
 func openHost(t *testing.T) *host.Host {
 	t.Helper()
+	return openHostN(t, 1)
+}
+
+// openHostN is openHost with n workers.
+func openHostN(t *testing.T, n int) *host.Host {
+	t.Helper()
 	cfg, err := config.Parse("noeta.yaml", []byte(approvalYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.Open(t.Context(), host.Options{DataDir: t.TempDir(), Config: cfg, Workers: 1, Logger: slog.New(slog.DiscardHandler)})
+	h, err := host.Open(t.Context(), host.Options{DataDir: t.TempDir(), Config: cfg, Workers: n, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

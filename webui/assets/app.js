@@ -190,7 +190,7 @@ function renderInbox() {
         li.replaceWith(fresh);
       }
       li = fresh;
-      if (!window.__noetaRowSeen[k]) window.__noetaRowSeen[k] = Date.now();
+      if (!window.__noetaRowSeen[k]) window.__noetaRowSeen[k] = performance.timeOrigin + performance.now();
     }
     if (prev ? prev.nextSibling !== li : list.firstChild !== li) {
       if (prev) prev.after(li); else list.prepend(li);
