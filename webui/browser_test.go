@@ -181,6 +181,10 @@ func TestInboxInBrowser(t *testing.T) {
 		t.Errorf("resolved: %q %v", resolved, err)
 	}
 
+	step(t, ctx, "the task list shows it completed",
+		chromedp.Navigate(base+"/#/tasks"),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#tasks-body tr[data-task=%q] .status.TaskCompleted`, first))))
+
 	second := submit(t, h, "drop the staging database")
 	step(t, ctx, "deny with a reason",
 		chromedp.Navigate(base+"/#/"),

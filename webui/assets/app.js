@@ -55,6 +55,18 @@ function sinceISO(iso) {
   return isNaN(t) ? 0 : (Date.now() - t) / 1000;
 }
 
+function ageText(requested, expires) {
+  const expiry = expires ? "expires in " + age(-sinceISO(expires)) : "no expiry";
+  return "waiting " + age(sinceISO(requested)) + " · " + expiry;
+}
+
+// The ages move on without a re-render (which would drop a reason being typed).
+function tickAges() {
+  for (const e of document.querySelectorAll(".approval .age")) {
+    e.textContent = ageText(e.dataset.requested, e.dataset.expires);
+  }
+}
+
 function pretty(raw) {
   if (raw == null) return "";
   try { return JSON.stringify(typeof raw === "string" ? JSON.parse(raw) : raw, null, 2); } catch { return String(raw); }
@@ -209,7 +221,6 @@ function renderApproval(a) {
   const approve = el("button", { type: "button", class: "approve", text: "Approve" });
   const deny = el("button", { type: "button", class: "deny", text: "Deny" });
   const result = el("span", { class: "result" });
-  const expiry = a.expires_at ? "expires in " + age(-sinceISO(a.expires_at)) : "no expiry";
   const quorum = a.quorum > 1 ? "quorum " + (a.approvals ? a.approvals.length : 0) + "/" + a.quorum
     + (a.approvals && a.approvals.length ? " (" + a.approvals.join(", ") + ")" : "") : null;
   const li = el("li", { class: "approval", tabIndex: -1, "data-key": k, "data-task": a.task, "data-handle": a.handle },
@@ -217,7 +228,8 @@ function renderApproval(a) {
       el("span", { class: "tool", text: what }),
       el("span", { class: "meta", text: "agent " + (a.agent || "?") }),
       el("a", { href: "#/task/" + encodeURIComponent(a.task), class: "meta", text: a.task }),
-      el("span", { class: "meta", text: "waiting " + age(sinceISO(a.requested_at)) + " · " + expiry }),
+      el("span", { class: "meta age", "data-requested": a.requested_at || "", "data-expires": a.expires_at || "",
+        text: ageText(a.requested_at, a.expires_at) }),
       quorum && el("span", { class: "meta", text: quorum })),
     el("p", { class: "reason" },
       el("span", { class: "guard", text: (a.guard || "guard") + ": " }),
@@ -430,6 +442,7 @@ document.addEventListener("DOMContentLoaded", async () => {
   $("tasks-more").addEventListener("click", loadTasks);
   document.addEventListener("keydown", onKey);
   window.addEventListener("hashchange", route);
+  setInterval(tickAges, 10000);
   // engine ui's login URL carries a one-time token in the fragment, which
   // never reaches a server log.
   if (location.pathname === "/login") {
