@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -98,4 +100,81 @@ func TestTokenPrintsAConfigLine(t *testing.T) {
 	if code := runEnv(context.Background(), []string{"token", "--name", "a b"}, &out, &errb, os.LookupEnv); code != exitUsage {
 		t.Errorf("a name with a space: exit %d", code)
 	}
+}
+
+// TestServeMountsTheAPIAndUIAttaches: engine serve --http serves the API
+// (to a token of the config) beside /healthz; engine ui on the data
+// directory serve holds attaches to its server instead of failing, and its
+// login URL works.
+func TestServeMountsTheAPIAndUIAttaches(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "noeta.yaml")
+	// sha256("t0k")
+	yaml := "agents:\n  a: {tools: [echo]}\nhttp:\n  tokens:\n    - {name: ops, sha256: \"" + sha256Hex("t0k") + "\"}\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	sv := startEngine(t, "serve", "--data", data, "--config", cfg, "--workspace", dir, "--http", "127.0.0.1:0",
+		"--workers", "1", "--log-format", "json")
+	sv.waitLog(t, "serving", time.Minute)
+	m := regexp.MustCompile(`"msg":"http listening","addr":"([^"]+)"`).FindStringSubmatch(sv.stderr.String())
+	if m == nil {
+		t.Fatalf("no http address in:\n%s", sv.stderr)
+	}
+	base := "http://" + m[1]
+	get := func(url, tok string) int {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for _, c := range []struct {
+		path, tok string
+		want      int
+	}{
+		{"/healthz", "", 200},
+		{"/api/v1/whoami", "t0k", 200},
+		{"/api/v1/approvals", "t0k", 200},
+		{"/api/v1/approvals", "", 401},
+		{"/api/v1/whoami", "wrong", 401},
+		{"/", "", 200},
+	} {
+		if got := get(base+c.path, c.tok); got != c.want {
+			t.Errorf("GET %s (token %q): %d, want %d", c.path, c.tok, got, c.want)
+		}
+	}
+
+	ui := startEngine(t, "ui", "--data", data, "--config", cfg, "--workspace", dir, "--listen", "127.0.0.1:0", "--open=false")
+	re := regexp.MustCompile(`\(the link works once\): http://(127\.0\.0\.1:\d+)/login#token=(\S+)`)
+	var u []string
+	waitFor(t, time.Minute, "the login URL of the attached ui", func() bool {
+		u = re.FindStringSubmatch(ui.stderr.String())
+		return u != nil
+	})
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+u[1]+"/api/v1/login", strings.NewReader(`{"token":"`+u[2]+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("login to the attached ui: %d\n%s", res.StatusCode, ui.stderr)
+	}
+	if !strings.Contains(ui.stderr.String(), "using the server of the process that holds the data directory") {
+		t.Errorf("ui did not attach:\n%s", ui.stderr)
+	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
