@@ -70,8 +70,16 @@ func (e *Engine) approvalEntry(ctx context.Context, st *State, handle string, pa
 		}
 	}
 	if len(args) > waitingArgsBytes {
-		// Cut JSON is no JSON: the cut is kept as a string.
-		cut, _ := json.Marshal(cutBytes(string(args), waitingArgsBytes))
+		// Cut JSON is no JSON: the cut is kept as a string, itself at
+		// most waitingArgsBytes once encoded (escapes grow it).
+		var cut []byte
+		for n := waitingArgsBytes; ; {
+			cut, _ = json.Marshal(cutBytes(string(args), n))
+			if len(cut) <= waitingArgsBytes || n == 0 {
+				break
+			}
+			n = max(n-(len(cut)-waitingArgsBytes), 0)
+		}
 		args, w.ArgsCut = cut, true
 	}
 	w.Args = args

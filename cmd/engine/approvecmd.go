@@ -64,6 +64,10 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 	if err != nil {
 		return err
 	}
+	if g.conn.embedded() {
+		// The local user: who can read the data directory.
+		sub.SubmittedBy = approver()
+	}
 	// Nothing runs here: a client, of the data directory's holder if it
 	// has one.
 	h, err := g.open(ctx, "submit", host.Options{Config: cfg, Queue: queue})
