@@ -42,13 +42,18 @@ func tokenHash(tok string) [32]byte { return sha256.Sum256([]byte(tok)) }
 // openHost is a host on an embedded server in a temp dir that runs tasks.
 func openHost(t *testing.T) *host.Host {
 	t.Helper()
-	return openHostN(t, 1)
+	return openHostWith(t, 1, approvalYAML)
 }
 
 // openHostN is openHost with n workers.
 func openHostN(t *testing.T, n int) *host.Host {
 	t.Helper()
-	cfg, err := config.Parse("noeta.yaml", []byte(approvalYAML))
+	return openHostWith(t, n, approvalYAML)
+}
+
+func openHostWith(t *testing.T, n int, yaml string) *host.Host {
+	t.Helper()
+	cfg, err := config.Parse("noeta.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,5 +375,41 @@ func TestPageHeaders(t *testing.T) {
 	w := do(s, req{method: "GET", path: "/"})
 	if b := w.Body.String(); strings.Contains(b, " on") && strings.Contains(b, "=\"") && strings.Contains(b, "onclick") {
 		t.Error("the page has an inline event handler")
+	}
+}
+
+// TestAnswerRefusedByRules: an authenticated principal the approvals rules
+// do not allow gets a 403 naming the refusal, and the request stays open for
+// one who is allowed.
+func TestAnswerRefusedByRules(t *testing.T) {
+	h := openHostWith(t, 1, approvalYAML+`
+approvals:
+  rules:
+    - name: sre-approves-echo
+      when: 'tool == "echo"'
+      approvers: 'approver == "sre"'
+`)
+	s, err := New(Config{Host: h, HTTP: config.HTTP{Tokens: []config.HTTPToken{
+		{Name: "alice", SHA256: tokenHash(aliceToken)}, {Name: "sre", SHA256: tokenHash("sre-token")},
+	}}, Listen: []string{"127.0.0.1:8080"}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	task, handle := submitWaiting(t, h)
+	path := "/api/v1/tasks/" + task + "/approvals/" + handle
+	w := do(s, req{method: "POST", path: path, body: `{"decision":"approve"}`, hdr: jsonPost(aliceToken, nil)})
+	if w.Code != http.StatusForbidden {
+		t.Fatalf("alice: %d %s", w.Code, w.Body)
+	}
+	if p := problemOf(t, w); p["type"] != "urn:noeta:problem:not-allowed" {
+		t.Errorf("alice: %v", p)
+	}
+	ws, err := h.Waiting(t.Context())
+	if err != nil || len(ws) != 1 || ws[0].Task != task {
+		t.Fatalf("the request did not stay open: %+v %v", ws, err)
+	}
+	if w := do(s, req{method: "POST", path: path, body: `{"decision":"approve"}`, hdr: jsonPost("sre-token", nil)}); w.Code != http.StatusOK {
+		t.Fatalf("sre: %d %s", w.Code, w.Body)
 	}
 }
