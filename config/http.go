@@ -2,10 +2,12 @@ package config
 
 import (
 	"encoding/hex"
+	"fmt"
 	"net/netip"
 	"regexp"
 	"strings"
 
+	"github.com/noeta-go/noeta"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -54,7 +56,22 @@ func (h HTTP) Empty() bool { return len(h.Tokens) == 0 && h.TrustedProxy == nil 
 // principalName is what a token name (an approver) may be: it is recorded as
 // the approver and compared with the task's submitter, so it has no spaces
 // and no characters a log line would need to escape.
-var principalName = regexp.MustCompile(`^[A-Za-z0-9_.@:-]{1,64}$`)
+var principalName = regexp.MustCompile(`^[A-Za-z0-9_.@:+-]{1,128}$`)
+
+// CheckPrincipal refuses a name an HTTP principal may not have: one that
+// reads as another kind of approver — the expiry's "timeout", or the local
+// user's "cli:…" — or that is not 1 to 128 of A-Z a-z 0-9 _ . @ : + -.
+func CheckPrincipal(name string) error {
+	switch {
+	case !principalName.MatchString(name):
+		return fmt.Errorf("%q: want 1 to 128 of A-Z a-z 0-9 _ . @ : + -", name)
+	case name == noeta.ApproverTimeout:
+		return fmt.Errorf("%q is the approver recorded for an expired request", name)
+	case name == "cli" || strings.HasPrefix(name, "cli:"):
+		return fmt.Errorf("%q reads as the local user of the embedded default (cli:$USER)", name)
+	}
+	return nil
+}
 
 // headerName is an HTTP header field name (RFC 9110 token).
 var headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -81,8 +98,8 @@ func (d *decoder) http(n *yaml.Node, path string) HTTP {
 		switch {
 		case !ok:
 			d.errs.add(join(p, "name"), "required: who the token is (the approver its answers are recorded under)")
-		case !principalName.MatchString(name):
-			d.errs.addf(join(p, "name"), "%q: want 1 to 64 of A-Z a-z 0-9 _ . @ : -", name)
+		case CheckPrincipal(name) != nil:
+			d.errs.add(join(p, "name"), CheckPrincipal(name).Error())
 		case names[name]:
 			d.errs.addf(join(p, "name"), "%q is given twice", name)
 		}

@@ -42,7 +42,9 @@ func TestParseHTTPErrors(t *testing.T) {
 	tests := []struct{ name, yaml, path, msg string }{
 		{"unknown key", "http: {token: []}", "http.token", "unknown key"},
 		{"token without name", `http: {tokens: [{sha256: "` + aliceHash + `"}]}`, "http.tokens[0].name", "required"},
-		{"token name with a space", `http: {tokens: [{name: "a b", sha256: "` + aliceHash + `"}]}`, "http.tokens[0].name", "want 1 to 64"},
+		{"token name with a space", `http: {tokens: [{name: "a b", sha256: "` + aliceHash + `"}]}`, "http.tokens[0].name", "want 1 to 128"},
+		{"token named as the expiry", `http: {tokens: [{name: timeout, sha256: "` + aliceHash + `"}]}`, "http.tokens[0].name", "expired request"},
+		{"token named as the local user", `http: {tokens: [{name: "cli:root", sha256: "` + aliceHash + `"}]}`, "http.tokens[0].name", "local user"},
 		{"token in clear", `http: {tokens: [{name: a, sha256: "s3cret"}]}`, "http.tokens[0].sha256", "64 hex digits"},
 		{"token without hash", `http: {tokens: [{name: a}]}`, "http.tokens[0].sha256", "required"},
 		{"name twice", `http: {tokens: [{name: a, sha256: "` + aliceHash + `"}, {name: a, sha256: "` + strings.Repeat("0", 64) + `"}]}`, "http.tokens[1].name", "twice"},

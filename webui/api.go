@@ -242,6 +242,9 @@ func (s *Server) approvalsStream(w http.ResponseWriter, r *http.Request, _ Princ
 			st.event("", "error", map[string]string{"reason": "slow client: reconnect for a fresh snapshot"})
 			return
 		case <-ka.C:
+			if !s.stillAuthenticated(st, r) {
+				return
+			}
 			st.comment("keep-alive")
 		case c := <-changes:
 			switch {
@@ -465,6 +468,9 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string,
 		case <-ctx.Done():
 			return
 		case <-ka.C:
+			if !s.stillAuthenticated(st, r) {
+				return
+			}
 			st.comment("keep-alive")
 			continue
 		case <-kick:
@@ -548,6 +554,17 @@ func (s *Server) internal(w http.ResponseWriter, r *http.Request, what string, e
 	}
 	s.cfg.Logger.Error("webui: "+what+" failed", "path", r.URL.Path, "err", err)
 	problem(w, http.StatusInternalServerError, "internal", "Internal error", what+" failed; the server's log has the cause")
+}
+
+// stillAuthenticated checks a stream's credentials again (a session logged
+// out or expired, a token removed at a restart): a stream does not outlive
+// the right to read it by more than a keep-alive interval.
+func (s *Server) stillAuthenticated(st *sse, r *http.Request) bool {
+	if _, _, err := s.auth.authenticate(r); err != nil {
+		st.event("", "error", map[string]string{"reason": "not logged in any more: " + err.Error()})
+		return false
+	}
+	return true
 }
 
 // streamContext ends with the request or with Close.

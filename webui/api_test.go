@@ -184,6 +184,8 @@ func TestAuthRefusals(t *testing.T) {
 		{"empty bearer", req{method: "GET", path: "/api/v1/whoami", hdr: map[string]string{"Authorization": "Bearer "}}},
 		{"proxy header from an untrusted peer", req{method: "GET", path: "/api/v1/whoami", hdr: map[string]string{"X-Auth-Request-User": "mallory"}}},
 		{"proxy header from a trusted peer with two values", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "a b"}}},
+		{"proxy header naming the expiry", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "timeout"}}},
+		{"proxy header naming the local user", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "cli:root"}}},
 		{"wrong token beside a good cookie is not passed over", req{method: "GET", path: "/api/v1/approvals", hdr: bearer("nope")}},
 		{"unknown session", req{method: "GET", path: "/api/v1/tasks", hdr: map[string]string{"Cookie": SessionCookie + "=forged"}}},
 		{"answer without credentials", req{method: "POST", path: "/api/v1/tasks/x/approvals/h", body: `{"decision":"approve"}`, hdr: jsonPost("", nil)}},

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -36,10 +35,6 @@ const (
 	maxSessions       = 10_000
 	maxLoginTokens    = 64
 )
-
-// proxyUser is what a trusted proxy's header may name: it becomes the
-// approver, so nothing a log line or a CEL rule would trip on.
-var proxyUser = regexp.MustCompile(`^[A-Za-z0-9_.@:+-]{1,128}$`)
 
 // NewToken returns a fresh random token (32 bytes, base64url) and the hex of
 // its SHA-256, as http.tokens wants it.
@@ -91,8 +86,11 @@ func (a *authn) authenticate(r *http.Request) (Principal, bool, error) {
 	}
 	if a.proxy != nil {
 		if v := r.Header.Values(a.proxy.Header); len(v) > 0 && a.trustedPeer(r.RemoteAddr) {
-			if len(v) > 1 || !proxyUser.MatchString(v[0]) {
-				return Principal{}, false, &authError{fmt.Sprintf("the %s header set by the proxy is not one user name (1 to 128 of A-Z a-z 0-9 _ . @ : + -)", a.proxy.Header)}
+			if len(v) > 1 {
+				return Principal{}, false, &authError{fmt.Sprintf("the proxy set the %s header %d times", a.proxy.Header, len(v))}
+			}
+			if err := config.CheckPrincipal(v[0]); err != nil {
+				return Principal{}, false, &authError{fmt.Sprintf("the %s header set by the proxy: %v", a.proxy.Header, err)}
 			}
 			return Principal{Name: v[0], Auth: noeta.AuthProxy}, false, nil
 		}
@@ -260,15 +258,15 @@ func hostAllowed(host string, listen []string, names []string) bool {
 
 // originAllowed reports whether a state-changing request comes from the
 // page: Origin absent only with a bearer token (a script, not a browser);
-// present, it must be this scheme and host.
+// present, it must be this host, over https — or over http too when the
+// request came in plain (a proxy may have ended TLS in front).
 func originAllowed(r *http.Request, bearer bool) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
 		return bearer
 	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
+	if strings.EqualFold(o, "https://"+r.Host) {
+		return true
 	}
-	return strings.EqualFold(o, scheme+"://"+r.Host)
+	return r.TLS == nil && strings.EqualFold(o, "http://"+r.Host)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -146,5 +147,34 @@ func TestApprovalsStreamAndTimeline(t *testing.T) {
 	}
 	for ev.id != done.id {
 		ev = <-again
+	}
+}
+
+// TestStreamEndsAtLogout: a live stream opened with a session ends (with an
+// error event) once the session is logged out, at the next keep-alive.
+func TestStreamEndsAtLogout(t *testing.T) {
+	h := openHost(t)
+	s, err := New(Config{Host: h, HTTP: testHTTP(), KeepAlive: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	_, cookie, _ := s.auth.login(aliceToken)
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", ts.URL+"/api/v1/approvals/stream", nil)
+	req.AddCookie(&http.Cookie{Name: SessionCookie, Value: cookie})
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	evs := readEvents(t, res)
+	next(t, evs, "snapshot")
+	s.auth.logout(cookie)
+	if ev := next(t, evs, "error"); !strings.Contains(ev.data, "not logged in") {
+		t.Errorf("error: %s", ev.data)
+	}
+	for range evs {
 	}
 }
