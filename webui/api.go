@@ -454,7 +454,9 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string,
 			if e.Seq <= after {
 				continue
 			}
-			st.event(strconv.FormatUint(e.Seq, 10), e.Type, observers.NewRecordJSON(e))
+			// One event name for every record: a client need not know
+			// every type to miss none; the type is in the data.
+			st.event(strconv.FormatUint(e.Seq, 10), "record", observers.NewRecordJSON(e))
 			after = e.Seq
 		}
 	}

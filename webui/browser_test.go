@@ -199,6 +199,21 @@ func TestInboxInBrowser(t *testing.T) {
 	if err != nil || !strings.Contains(denied, "deny by alice (token): not during the freeze") {
 		t.Errorf("denied: %q %v", denied, err)
 	}
+	// Every record once, in order, whatever its type.
+	gapless, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
+		`[...document.querySelectorAll("#timeline li")].every((li, i) => Number(li.dataset.seq) === i + 1)`))
+	if err != nil || !gapless {
+		t.Errorf("the timeline skips or repeats a record (%v)", err)
+	}
+	if p := os.Getenv("NOETA_TASK_SCREENSHOT"); p != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err == nil {
+			_ = os.WriteFile(p, png, 0o644)
+		}
+	}
+	step(t, ctx, "? opens the help",
+		press("?"),
+		chromedp.WaitVisible(chromedp.CSS("#help")))
 }
 
 // TestInboxLatency measures the time from an ApprovalRequested committed

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,17 @@ func next(t *testing.T, ch <-chan sseEvent, typ string) sseEvent {
 	}
 }
 
+// nextRecord returns the next record event of type typ.
+func nextRecord(t *testing.T, ch <-chan sseEvent, typ string) sseEvent {
+	t.Helper()
+	for {
+		ev := next(t, ch, "record")
+		if strings.Contains(ev.data, `"type":"`+typ+`"`) {
+			return ev
+		}
+	}
+}
+
 func stream(t *testing.T, ctx context.Context, url string) <-chan sseEvent {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
@@ -102,11 +114,11 @@ func TestApprovalsStreamAndTimeline(t *testing.T) {
 		t.Fatalf("put: %+v", put)
 	}
 	tl := stream(t, ctx, ts.URL+"/api/v1/tasks/"+task+"/events")
-	first := next(t, tl, "TaskCreated")
+	first := next(t, tl, "record")
 	if first.id != "1" {
 		t.Errorf("TaskCreated id %q", first.id)
 	}
-	next(t, tl, "ApprovalRequested")
+	nextRecord(t, tl, "ApprovalRequested")
 
 	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/api/v1/tasks/"+task+"/approvals/"+handle, strings.NewReader(`{"decision":"approve","reason":"fine"}`))
 	req.Header.Set("Authorization", "Bearer "+aliceToken)
@@ -123,11 +135,11 @@ func TestApprovalsStreamAndTimeline(t *testing.T) {
 	if !strings.Contains(del.data, task) || !strings.Contains(del.data, handle) {
 		t.Errorf("delete: %s", del.data)
 	}
-	resolved := next(t, tl, "ApprovalResolved")
+	resolved := nextRecord(t, tl, "ApprovalResolved")
 	if !strings.Contains(resolved.data, `"approver":"alice"`) {
 		t.Errorf("resolved: %s", resolved.data)
 	}
-	done := next(t, tl, "TaskCompleted")
+	done := nextRecord(t, tl, "TaskCompleted")
 
 	// Resumed from the ApprovalResolved, the stream sends what came after
 	// it and nothing before.
@@ -142,11 +154,17 @@ func TestApprovalsStreamAndTimeline(t *testing.T) {
 	defer res.Body.Close()
 	again := readEvents(t, res)
 	ev := <-again
-	if ev.id == resolved.id || ev.id == "" {
-		t.Errorf("resumed at %q after %s", ev.id, resolved.id)
+	if want := strconv.Itoa(mustAtoi(t, resolved.id) + 1); ev.id != want {
+		t.Errorf("resumed at %q after %s, want %s", ev.id, resolved.id, want)
 	}
-	for ev.id != done.id {
+	// Every seq once, in order, to the end.
+	for prev := mustAtoi(t, ev.id); ev.id != done.id; {
 		ev = <-again
+		if n := mustAtoi(t, ev.id); n != prev+1 {
+			t.Fatalf("seq %d after %d", n, prev)
+		} else {
+			prev = n
+		}
 	}
 }
 
@@ -177,4 +195,13 @@ func TestStreamEndsAtLogout(t *testing.T) {
 	}
 	for range evs {
 	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("id %q: %v", s, err)
+	}
+	return n
 }

@@ -381,13 +381,7 @@ async function openTask(id) {
     else if (rec.type === "TaskSuspended") setStatus("suspended");
     else if (rec.type === "TaskWoken" || rec.type === "TurnStarted") setStatus("running");
   };
-  for (const t of ["TaskCreated", "TaskWoken", "TaskSuspended", "TaskCompleted", "TaskFailed", "TaskCancelled", "TaskSnapshot",
-    "TurnStarted", "PolicyDecided", "TaskStatePatched", "ToolCallStarted", "ToolCallFinished", "ToolCallDenied",
-    "ApprovalRequested", "ApprovalResolved", "ApprovalCounted", "ApprovalRefused", "SubtaskSpawned", "SubtaskResult",
-    "StepAttemptAbandoned", "BudgetExceeded", "TaskParked", "message"]) {
-    es.addEventListener(t, onEvent);
-  }
-  es.onmessage = onEvent;
+  es.addEventListener("record", onEvent);
   es.addEventListener("open", () => setLive(true));
 }
 
