@@ -84,10 +84,10 @@ should be an observer-worker's, or each host's own file.
 --http serves GET /healthz (200 while connected to NATS and the pool runs,
 503 otherwise) and GET /metrics (Prometheus: the metrics observer over the
 records this process commits, and the process's own counters:
-noeta_engine_*, Go and process metrics), and on every other path the HTTP
-API and the inbox page (docs/inbox.md), for the people of the config's http:
-section. Logs are structured (log/slog) on
-stderr, --log-format text or json.
+noeta_engine_*, Go and process metrics); on every other path it serves the
+HTTP API and the inbox page (docs/inbox.md) to the people of the config's
+http: section. Logs are structured (log/slog) on stderr, --log-format text
+or json.
 
 Settings come from flags, then the environment, then the --serve-config file
 (YAML or JSON), the first that has one winning; --print-config prints the
