@@ -185,10 +185,15 @@ func TestInboxInBrowser(t *testing.T) {
 		chromedp.Navigate(base+"/#/tasks"),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#tasks-body tr[data-task=%q] .status.TaskCompleted`, first))))
 
-	second := submit(t, h, "drop the staging database")
-	step(t, ctx, "deny with a reason",
+	// A right-to-left override in the goal is shown escaped, not obeyed.
+	second := submit(t, h, "drop the staging database\u202e;lmth.emoc")
+	step(t, ctx, "the second request appears",
 		chromedp.Navigate(base+"/#/"),
-		chromedp.WaitVisible(row(second)),
+		chromedp.WaitVisible(row(second)))
+	if text, err := chromedp.Run(ctx, chromedp.Text(row(second))); err != nil || !strings.Contains(text, `drop the staging database\u202E;lmth.emoc`) {
+		t.Errorf("the goal's bidi override is not shown escaped: %q %v", text, err)
+	}
+	step(t, ctx, "deny with a reason",
 		press("d"),
 		chromedp.SendKeys(chromedp.CSS(fmt.Sprintf(`li.approval[data-task=%q] input.reason-input`, second)), "not during the freeze\r"),
 		chromedp.WaitNotPresent(row(second)))

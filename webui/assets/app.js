@@ -17,11 +17,19 @@ const state = {
 // browser test to measure how fast a request reaches an open inbox.
 window.__noetaRowSeen = {};
 
+// Control and bidi characters from a task (its goal, a tool's arguments, a
+// reason) are shown escaped: a right-to-left override could otherwise make
+// the action a person approves read as another.
+const hidden = /[\u0000-\u0008\u000B-\u001F\u007F-\u009F\u061C\u200B-\u200F\u2028-\u202E\u2060-\u2069\uFEFF]/g;
+function shown(s) {
+  return String(s).replace(hidden, (c) => "\\u" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0"));
+}
+
 function el(tag, props, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(props || {})) {
     if (k === "class") e.className = v;
-    else if (k === "text") e.textContent = v;
+    else if (k === "text") e.textContent = shown(v);
     else if (k.startsWith("data-")) e.setAttribute(k, v);
     else e[k] = v;
   }
@@ -86,7 +94,7 @@ function showLogin(msg) {
   $("who").textContent = "";
   $("logout").hidden = true;
   show("login");
-  $("login-error").textContent = msg || "";
+  $("login-error").textContent = shown(msg || "");
   $("login-token").focus();
 }
 
@@ -114,7 +122,7 @@ async function start() {
   const r = await api("GET", "/api/v1/whoami");
   if (!r.ok) { showLogin(); return; }
   state.me = r.data;
-  $("who").textContent = r.data.name + " (" + r.data.auth + ")";
+  $("who").textContent = shown(r.data.name + " (" + r.data.auth + ")");
   $("logout").hidden = false;
   startInbox();
   route();
@@ -233,7 +241,7 @@ function renderApproval(a) {
       quorum && el("span", { class: "meta", text: quorum })),
     el("p", { class: "reason" },
       el("span", { class: "guard", text: (a.guard || "guard") + ": " }),
-      document.createTextNode(a.reason || a.question || "")),
+      document.createTextNode(shown(a.reason || a.question || ""))),
     a.goal ? el("p", { class: "goal", text: "Goal: " + a.goal }) : null,
     a.args ? el("pre", { class: "args", tabIndex: 0, text: pretty(a.args) + (a.args_cut ? "\n… (cut; the task's log has it whole)" : "") }) : null,
     a.child_agent ? el("p", { class: "meta", text: "child agent: " + a.child_agent }) : null,
@@ -273,7 +281,7 @@ async function answer(li, a, decision) {
   }
   for (const b of li.querySelectorAll("button")) b.disabled = false;
   result.className = "result error";
-  result.textContent = (r.data && (r.data.detail || r.data.title)) || ("failed: " + r.status);
+  result.textContent = shown((r.data && (r.data.detail || r.data.title)) || ("failed: " + r.status));
 }
 
 async function toggleRecent(li, a) {
@@ -363,10 +371,10 @@ async function openTask(id) {
   tl.dataset.task = id;
   const r = await api("GET", "/api/v1/tasks/" + encodeURIComponent(id));
   if (r.ok) {
-    $("task-goal").textContent = (r.data.agent ? "agent " + r.data.agent + " · " : "") + (r.data.goal || "");
+    $("task-goal").textContent = shown((r.data.agent ? "agent " + r.data.agent + " · " : "") + (r.data.goal || ""));
     setStatus(r.data.outcome || r.data.status);
   } else {
-    $("task-goal").textContent = (r.data && r.data.detail) || "cannot read the task";
+    $("task-goal").textContent = shown((r.data && r.data.detail) || "cannot read the task");
     return;
   }
   const es = new EventSource("/api/v1/tasks/" + encodeURIComponent(id) + "/events");
