@@ -297,6 +297,8 @@ func answerErr(err error, task, handle, where string) error {
 		return failErr(fmt.Errorf("not applied: another answer to %s of task %s came first; yours was not applied: %w", handle, task, err))
 	case errors.Is(err, eventlog.ErrNotWaiting):
 		return failErr(fmt.Errorf("refused: task %s has no open request %s; nothing was answered or kept: %w", task, handle, err))
+	case errors.Is(err, engine.ErrApproverNotAllowed):
+		return failErr(fmt.Errorf("refused by the approvals rules; nothing was sent: %w", err))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return failErr(fmt.Errorf("answer %s of task %s: stopped before it was applied: %w", handle, task, err))
 	}

@@ -24,10 +24,11 @@ const (
 	DefaultHeartbeatMax    = 360
 	DefaultReclaimMax      = 3
 	DefaultMaxFailAttempts = 3
-	// DefaultWakeMaxAge is how long the wake stream keeps an ingress message.
-	// Messages are applied within moments of arriving; the age only bounds
-	// how long a wake survives while no Dispatcher runs at all, and how long
-	// applied ones linger for inspection. Timer schedules are exempt (they
+	// DefaultWakeMaxAge is how long the wake stream keeps an ingress message
+	// (and the timers stream a fired copy). Messages are applied within
+	// moments of arriving and then leave the wake stream (a work queue); the
+	// age only bounds how long a wake survives while no Dispatcher runs at
+	// all, or while held for a full buffer. Timer schedules are exempt (they
 	// carry Nats-TTL: never), so a timer may lie further ahead than this.
 	DefaultWakeMaxAge = 7 * 24 * time.Hour
 	// DefaultSweepInterval is how often every Dispatcher reconciles on its
@@ -44,7 +45,8 @@ const (
 // an existing one with other settings is refused with ErrConfigMismatch.
 type DispatcherConfig struct {
 	// Prefix is the first subject token and names the streams and buckets
-	// (<PREFIX>_READY, <PREFIX>_WAKE, <prefix>_tasks, <prefix>_leases).
+	// (<PREFIX>_READY, <PREFIX>_WAKE, <PREFIX>_TIMERS, <prefix>_tasks,
+	// <prefix>_leases).
 	// Default "noeta", the Log's default, so one prefix names one deployment.
 	Prefix string
 	// Replicas of the streams and buckets: 1 on a single node, 3 on a cluster.
@@ -67,7 +69,8 @@ type DispatcherConfig struct {
 	// RequestTimeout bounds each request to the server when ctx has no
 	// deadline. Default 5s.
 	RequestTimeout time.Duration
-	// WakeMaxAge is the wake stream's MaxAge. Default DefaultWakeMaxAge.
+	// WakeMaxAge is the MaxAge of the wake and timers streams. Default
+	// DefaultWakeMaxAge.
 	WakeMaxAge time.Duration
 	// MaxPendingWakes bounds a row's buffer of wakes that matched nothing
 	// yet: Wake past it returns eventlog.ErrTooManyWakes, and the ingress
@@ -444,8 +447,10 @@ const (
 //   - A ready, unreserved task has one signal in the work-queue stream
 //     <PREFIX>_READY; idle workers block on a pull from their queue.
 //   - Wakes for tasks may also arrive as messages on <prefix>.wake.<p>.<task>
-//     (the <PREFIX>_WAKE stream); a shared durable consumer applies each once.
-//     Timers are message schedules the broker fires into that ingress.
+//     and answers on <prefix>.approve.<approver>.<p>.<task> (the <PREFIX>_WAKE
+//     stream); a shared durable consumer applies each once. Timers (and
+//     approval expiries) are message schedules the broker fires in the
+//     <PREFIX>_TIMERS stream, applied by a second shared durable.
 //
 // It is safe for concurrent use.
 type Dispatcher struct {
@@ -495,12 +500,12 @@ var _ eventlog.Dispatcher = (*Dispatcher)(nil)
 
 // DispatcherStats counts what this Dispatcher instance did on its own.
 type DispatcherStats struct {
-	WakesApplied      uint64 // ingress messages applied to a row (fired timers included)
+	WakesApplied      uint64 // ingress messages applied to a row (fired timers and approvals included)
 	TimersFired       uint64 // fired timers that matched the suspend that armed them
 	StaleTimers       uint64 // fired timers whose suspend had ended: dropped
 	DuplicateWakes    uint64 // ingress redeliveries recognised by stream sequence
 	UnknownTaskWakes  uint64 // ingress wakes for a task without a row: acked and dropped
-	InvalidWakes      uint64 // ingress messages that are not a valid wake: dropped
+	InvalidWakes      uint64 // ingress messages that are not a valid wake (or approval, or fired timer): dropped
 	RefusedWakes      uint64 // ingress human_responses that matched no suspend of now: dropped
 	Requeued          uint64 // expired leases this instance requeued or ended
 	Reconciles        uint64 // reconcile passes that completed
