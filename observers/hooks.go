@@ -54,7 +54,9 @@ const (
 // (the hooks: section of noeta.yaml, or built in Go), checked by
 // config.Hooks.Validate. A PostToolUse hook runs after every ToolCallFinished
 // whose tool matches its MatchTool, a glob read exactly as rules' match_tool
-// is; a Notification hook runs on an ApprovalRequested.
+// is; a Notification hook runs on the events its On names: approval (an
+// ApprovalRequested), question (a yield_for_human suspend), parked (the park
+// suspend), failed (a TaskFailed).
 type HooksObserverConfig struct {
 	PostToolUse  []config.ToolHook
 	Notification []config.NotificationHook
@@ -95,10 +97,10 @@ type HooksStats struct {
 	Running  int    // runs running now
 }
 
-// Hooks runs the user's PostToolUse and Notification commands. It is never
-// on the emit path: Observe only decides which commands a record calls for
-// and hands them, without waiting, to a bounded queue; background workers run
-// them as subprocesses.
+// Hooks runs the user's PostToolUse and Notification hooks. It is never on
+// the emit path: Observe only decides which hooks a record calls for and
+// hands them, without waiting, to a bounded queue; background workers run
+// the commands as subprocesses and POST the webhooks (deliverWebhook).
 //
 // A hook run is at least once: a record delivered again (a durable feed
 // redelivers after a crash, and nothing here remembers what ran) runs its
@@ -113,8 +115,9 @@ type HooksStats struct {
 //   - an environment of PATH, HOME, LANG, LC_ALL, TERM and TMPDIR from the
 //     process (nothing else of it: the engine's credentials stay its own),
 //     then HooksObserverConfig.Env, then NOETA_TASK_ID, NOETA_EVENT_TYPE,
-//     NOETA_EVENT_ID, NOETA_SEQ, NOETA_TOOL, NOETA_CALL_ID and NOETA_HANDLE
-//     (empty when the record has none);
+//     NOETA_EVENT_ID, NOETA_SEQ, NOETA_TOOL, NOETA_CALL_ID, NOETA_HANDLE and
+//     NOETA_NOTIFICATION (the event of a Notification hook; empty when the
+//     record has none);
 //   - a process group of its own, killed whole at the timeout, and killed
 //     when the command exits, so a hook leaves no process behind;
 //   - at most HookOutputMax bytes of its output kept, for the log.
@@ -272,8 +275,8 @@ func hookBaseEnv(extra []string) []string {
 func (h *Hooks) Name() string { return "hooks" }
 
 // Observe queues the hooks env calls for: each matching PostToolUse hook for
-// a ToolCallFinished, each Notification hook on approval for an
-// ApprovalRequested. It never waits: a run that finds the queue full is
+// a ToolCallFinished, each Notification hook whose On names the event env
+// is (notificationOf). It never waits: a run that finds the queue full is
 // dropped and counted. A payload that cannot be decoded is an error.
 func (h *Hooks) Observe(_ context.Context, env eventlog.Envelope) error {
 	switch env.Type {

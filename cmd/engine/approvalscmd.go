@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -60,8 +62,12 @@ expires, and who may answer (with the quorum's progress). Answer with
 }
 
 // printWaiting prints one line per request and an indented line of its
-// handle, guard and who may answer.
+// handle, guard and who may answer. Every text is made terminal-safe: a
+// question, a reason or arguments come from a model or a tool, and an
+// escape sequence or a bidi override in them could redraw what the person
+// deciding reads.
 func printWaiting(w io.Writer, ws []eventlog.Waiting, now time.Time) {
+	w = terminalSafe{w}
 	if len(ws) == 0 {
 		fmt.Fprintln(w, "nothing waits for a person")
 		return
@@ -148,4 +154,39 @@ func shortDuration(d time.Duration) string {
 		return fmt.Sprintf("%dh", int(d.Hours()))
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// terminalSafe writes through to w with every control character (but the
+// newline) and every bidi formatting character shown as \u{XXXX}.
+type terminalSafe struct{ w io.Writer }
+
+func (t terminalSafe) Write(p []byte) (int, error) {
+	s := string(p)
+	if !strings.ContainsFunc(s, unsafeRune) {
+		return t.w.Write(p)
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unsafeRune(r) {
+			fmt.Fprintf(&b, "\\u{%04X}", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	if _, err := io.WriteString(t.w, b.String()); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func unsafeRune(r rune) bool {
+	switch {
+	case r == '\n':
+		return false
+	case unicode.IsControl(r), r == utf8.RuneError:
+		return true
+	case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069, r == 0x200E, r == 0x200F, r == 0x061C:
+		return true
+	}
+	return false
 }

@@ -1,18 +1,23 @@
 package jetstream_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/eventlogtest"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 )
 
 var waitingPrefixes atomic.Int64
@@ -50,7 +55,7 @@ func TestWaitingSuiteCluster(t *testing.T) {
 	eventlogtest.RunWaitingSuite(t, waitingFactory(clusterURL, 3))
 }
 
-func entry(task, handle string) eventlog.Waiting {
+func testWaiting(task, handle string) eventlog.Waiting {
 	return eventlog.Waiting{Task: task, Handle: handle, Kind: eventlog.WaitingApproval, Agent: "ops", RequestedAt: time.Now()}
 }
 
@@ -60,7 +65,7 @@ func entry(task, handle string) eventlog.Waiting {
 func TestWaitingMalformedSkipped(t *testing.T) {
 	prefix := waitingPrefix()
 	x := openWaiting(t, singleURL, jetstream.WaitingConfig{Prefix: prefix})
-	if err := x.PutWaiting(t.Context(), entry("wm-good", "approval-1")); err != nil {
+	if err := x.PutWaiting(t.Context(), testWaiting("wm-good", "approval-1")); err != nil {
 		t.Fatal(err)
 	}
 	js, err := natsjs.New(connect(t, singleURL))
@@ -113,7 +118,7 @@ func TestWaitingMalformedSkipped(t *testing.T) {
 func TestWaitingListCut(t *testing.T) {
 	x := openWaiting(t, singleURL, jetstream.WaitingConfig{ListMax: 3})
 	for i := range 5 {
-		if err := x.PutWaiting(t.Context(), entry(fmt.Sprintf("wc-%d", i), "approval-1")); err != nil {
+		if err := x.PutWaiting(t.Context(), testWaiting(fmt.Sprintf("wc-%d", i), "approval-1")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -138,7 +143,7 @@ func TestWaitingBindReadOnly(t *testing.T) {
 	}
 	prefix := waitingPrefix()
 	x := openWaiting(t, singleURL, jetstream.WaitingConfig{Prefix: prefix})
-	if err := x.PutWaiting(t.Context(), entry("wr-1", "question-1")); err != nil {
+	if err := x.PutWaiting(t.Context(), testWaiting("wr-1", "question-1")); err != nil {
 		t.Fatal(err)
 	}
 	ro, err := jetstream.BindWaitingIndex(t.Context(), nc, jetstream.WaitingConfig{Prefix: prefix})
@@ -148,7 +153,7 @@ func TestWaitingBindReadOnly(t *testing.T) {
 	if ws, err := ro.ListWaiting(t.Context()); err != nil || len(ws) != 1 {
 		t.Fatalf("read-only listing: %v, %v", ws, err)
 	}
-	if err := ro.PutWaiting(t.Context(), entry("wr-2", "question-1")); err == nil {
+	if err := ro.PutWaiting(t.Context(), testWaiting("wr-2", "question-1")); err == nil {
 		t.Fatal("a read-only index put an entry")
 	}
 	if err := ro.DeleteWaiting(t.Context(), "wr-1", "question-1"); err == nil {
@@ -182,7 +187,7 @@ func TestWaitingDeleteMarkersExpire(t *testing.T) {
 	x := openWaiting(t, singleURL, jetstream.WaitingConfig{Prefix: prefix, MarkerTTL: time.Second})
 	for i := range 3 {
 		task := fmt.Sprintf("wx-%d", i)
-		if err := x.PutWaiting(t.Context(), entry(task, "approval-1")); err != nil {
+		if err := x.PutWaiting(t.Context(), testWaiting(task, "approval-1")); err != nil {
 			t.Fatal(err)
 		}
 		if err := x.DeleteWaiting(t.Context(), task, "approval-1"); err != nil {
@@ -207,5 +212,77 @@ func TestWaitingDeleteMarkersExpire(t *testing.T) {
 			t.Fatalf("the bucket still holds %d messages long after the markers' TTL", info.State.Msgs)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestWaitingWatchSurvivesRestart: a watch outlives a restart of the
+// server: the key-value watcher's ordered consumer resumes after the last
+// change it delivered, so a put made after the restart arrives, and
+// nothing already delivered comes again.
+func TestWaitingWatchSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Shutdown() }()
+	url := srv.ClientURL()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	x, err := jetstream.OpenWaitingIndex(t.Context(), nc, jetstream.WaitingConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.PutWaiting(t.Context(), testWaiting("wrs-1", "approval-1")); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan eventlog.WaitingChange, 16)
+	stop, err := x.WatchWaiting(t.Context(), func(c eventlog.WaitingChange) { got <- c })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	next := func() eventlog.WaitingChange {
+		t.Helper()
+		select {
+		case c := <-got:
+			return c
+		case <-time.After(90 * time.Second):
+			t.Fatal("the watch delivered nothing within 90s")
+		}
+		return eventlog.WaitingChange{}
+	}
+	if c := next(); c.Entry.Task != "wrs-1" {
+		t.Fatalf("first change %+v", c)
+	}
+	if c := next(); c.Entry.Task != "" {
+		t.Fatalf("second change %+v, want the marker", c)
+	}
+	srv.Shutdown()
+	if srv, err = embedded.Start(t.Context(), embedded.Config{Dir: dir, Port: port}); err != nil {
+		t.Fatal(err)
+	}
+	// Puts until one is through: the client reconnects on its own time.
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		err := x.PutWaiting(ctx, testWaiting("wrs-2", "approval-1"))
+		cancel()
+		if err == nil {
+			break
+		}
+		if t.Context().Err() != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := next(); c.Entry.Task != "wrs-2" || c.Deleted {
+		t.Fatalf("after the restart: %+v, want the put of wrs-2 (and not wrs-1 again)", c)
 	}
 }
