@@ -224,10 +224,14 @@ function renderInbox() {
 function renderApproval(a) {
   const k = keyOf(a);
   const what = a.kind === "question" ? "question" : (a.tool || a.action || "approval");
-  const reasonIn = el("input", { type: "text", placeholder: "reason (required to deny)", "aria-label": "reason", maxLength: 4000 });
+  // A question is answered with text (sent as an approval whose reason is
+  // the answer); an approval with approve or deny.
+  const question = a.kind === "question";
+  const reasonIn = el("input", { type: "text", placeholder: question ? "your answer" : "reason (required to deny)",
+    "aria-label": question ? "answer" : "reason", maxLength: 4000 });
   reasonIn.className = "reason-input";
-  const approve = el("button", { type: "button", class: "approve", text: "Approve" });
-  const deny = el("button", { type: "button", class: "deny", text: "Deny" });
+  const approve = el("button", { type: "button", class: "approve", text: question ? "Answer" : "Approve" });
+  const deny = el("button", { type: "button", class: "deny", text: "Deny", hidden: question });
   const result = el("span", { class: "result" });
   const quorum = a.quorum > 1 ? "quorum " + (a.approvals ? a.approvals.length : 0) + "/" + a.quorum
     + (a.approvals && a.approvals.length ? " (" + a.approvals.join(", ") + ")" : "") : null;
@@ -249,13 +253,16 @@ function renderApproval(a) {
     el("div", { class: "actions" }, approve, deny, reasonIn, result),
     el("ol", { class: "recent", hidden: true }));
   li._entry = a;
-  approve.addEventListener("click", () => answer(li, a, "approve"));
+  approve.addEventListener("click", () => {
+    if (question && !reasonIn.value.trim()) { reasonIn.focus(); result.textContent = "type the answer"; return; }
+    answer(li, a, "approve");
+  });
   deny.addEventListener("click", () => {
     if (!reasonIn.value.trim()) { reasonIn.focus(); result.textContent = "give a reason to deny"; return; }
     answer(li, a, "deny");
   });
   reasonIn.addEventListener("keydown", (ev) => {
-    if (ev.key === "Enter") { ev.preventDefault(); deny.click(); }
+    if (ev.key === "Enter") { ev.preventDefault(); (question ? approve : deny).click(); }
     if (ev.key === "Escape") { reasonIn.blur(); li.focus(); }
   });
   li.addEventListener("click", (ev) => {
@@ -272,11 +279,11 @@ async function answer(li, a, decision) {
   const result = li.querySelector(".result");
   for (const b of li.querySelectorAll("button")) b.disabled = true;
   result.className = "result";
-  result.textContent = decision === "approve" ? "approving…" : "denying…";
+  result.textContent = a.kind === "question" ? "answering…" : decision === "approve" ? "approving…" : "denying…";
   const r = await api("POST", "/api/v1/tasks/" + encodeURIComponent(a.task) + "/approvals/" + encodeURIComponent(a.handle),
     { decision, reason });
   if (r.ok) {
-    result.textContent = decision === "approve" ? "approved" : "denied";
+    result.textContent = a.kind === "question" ? "answered" : decision === "approve" ? "approved" : "denied";
     return; // the row goes when the index says so
   }
   for (const b of li.querySelectorAll("button")) b.disabled = false;
