@@ -290,3 +290,46 @@ func TestInboxLatency(t *testing.T) {
 	measure("paced", 50*time.Millisecond)
 	measure("burst", 0)
 }
+
+// TestQuestionInBrowser: a task's question appears in the inbox with an
+// answer field and no approve/deny; the typed answer wakes the task, which
+// completes.
+func TestQuestionInBrowser(t *testing.T) {
+	h := openHost(t)
+	base := pageServer(t, h)
+	ctx := browser(t)
+	step(t, ctx, "log in",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#login-token")),
+		chromedp.SendKeys(chromedp.CSS("#login-token"), aliceToken),
+		chromedp.Click(chromedp.CSS(`#login-form button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#live.on")))
+	tf, err := policy.ParseTaskFile("task.yaml", []byte(`
+agent: assistant
+goal: "pick a region"
+script:
+  - yield_for_human: {question: "which region?"}
+  - finish: {answer: done}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := host.TaskFromFile(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := h.Submit(t.Context(), sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step(t, ctx, "the question appears", chromedp.WaitVisible(row(id)))
+	if text, err := chromedp.Run(ctx, chromedp.Text(row(id))); err != nil || !strings.Contains(text, "which region?") {
+		t.Fatalf("row: %q %v", text, err)
+	}
+	step(t, ctx, "answer it",
+		chromedp.WaitNotVisible(chromedp.CSS(fmt.Sprintf(`li.approval[data-task=%q] button.deny`, id))),
+		chromedp.SendKeys(chromedp.CSS(fmt.Sprintf(`li.approval[data-task=%q] input.reason-input`, id)), "eu-west-1\r"),
+		chromedp.WaitNotPresent(row(id)),
+		chromedp.Navigate(base+"/#/task/"+id),
+		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="TaskCompleted"]`)))
+}
