@@ -8,12 +8,14 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
@@ -289,10 +291,10 @@ type TaskRow struct {
 	Status string    `json:"status"`
 	Reason string    `json:"reason,omitempty"`
 	Seq    uint64    `json:"last_seq"`
-	Last   time.Time `json:"last_time"`
+	Last   time.Time `json:"last_time,omitzero"`
 	// Outcome is the terminal record's type of an ended task.
 	Outcome    string   `json:"outcome,omitempty"`
-	AgeSeconds float64  `json:"age_seconds"`
+	AgeSeconds float64  `json:"age_seconds,omitempty"`
 	Waiting    []string `json:"waiting,omitempty"`
 }
 
@@ -312,7 +314,7 @@ func (s *Server) tasks(w http.ResponseWriter, r *http.Request, _ Principal) {
 	page := all[min(offset, len(all)):min(offset+limit, len(all))]
 	rows := make([]TaskRow, 0, len(page))
 	for _, t := range page {
-		row, err := s.taskRow(r.Context(), t.Task, t.LastSeq, t.LastTime)
+		row, _, err := s.taskRow(r.Context(), t.Task, t.LastTime)
 		if err != nil {
 			// One task that cannot be read does not hide the others.
 			row = TaskRow{Task: t.Task, Seq: t.LastSeq, Last: t.LastTime, Status: "unreadable", Reason: err.Error()}
@@ -326,27 +328,28 @@ func (s *Server) tasks(w http.ResponseWriter, r *http.Request, _ Principal) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) taskRow(ctx context.Context, task string, last uint64, at time.Time) (TaskRow, error) {
+func (s *Server) taskRow(ctx context.Context, task string, at time.Time) (TaskRow, *engine.State, error) {
 	st, _, err := s.cfg.Host.Fold(ctx, task)
 	if err != nil {
-		return TaskRow{}, err
+		return TaskRow{}, nil, err
 	}
 	row := TaskRow{
 		Task: task, Agent: st.Agent, Goal: cut(st.Goal, goalRunes), Status: string(st.Status), Reason: st.Reason,
-		Seq: st.LastSeq, Last: at, AgeSeconds: time.Since(at).Seconds(),
+		Seq: st.LastSeq, Last: at,
 	}
-	if last == 0 {
-		row.Seq = st.LastSeq
+	if !at.IsZero() {
+		row.AgeSeconds = time.Since(at).Seconds()
 	}
 	for h := range st.Governance.PendingApprovals {
 		row.Waiting = append(row.Waiting, h)
 	}
+	slices.Sort(row.Waiting)
 	if st.Status == noeta.StatusTerminal && st.LastSeq > 0 {
 		if envs, err := s.cfg.Host.Events(ctx, task, st.LastSeq-1); err == nil && len(envs) > 0 {
 			row.Outcome = envs[len(envs)-1].Type
 		}
 	}
-	return row, nil
+	return row, st, nil
 }
 
 // TaskDetail is GET /api/v1/tasks/{id}.
@@ -364,17 +367,11 @@ func (s *Server) task(w http.ResponseWriter, r *http.Request, _ Principal) {
 		problem(w, http.StatusBadRequest, "bad-task", "Bad task id", err.Error())
 		return
 	}
-	st, _, err := s.cfg.Host.Fold(r.Context(), id)
+	row, st, err := s.taskRow(r.Context(), id, time.Time{})
 	if err != nil {
 		s.fail(w, r, "read the task", err)
 		return
 	}
-	row, err := s.taskRow(r.Context(), id, st.LastSeq, time.Time{})
-	if err != nil {
-		s.fail(w, r, "read the task", err)
-		return
-	}
-	row.AgeSeconds = 0
 	writeJSON(w, http.StatusOK, TaskDetail{
 		TaskRow: row, Root: st.Root, Parent: st.Parent, Pending: st.Governance.PendingApprovals, Answer: st.Answer,
 	})

@@ -415,3 +415,50 @@ approvals:
 		t.Fatalf("sre: %d %s", w.Code, w.Body)
 	}
 }
+
+// TestTasksAndTask: the task list pages, and a task's summary names what it
+// waits on.
+func TestTasksAndTask(t *testing.T) {
+	h := openHost(t)
+	s := newServer(t, h)
+	a, handle := submitWaiting(t, h)
+	b, _ := submitWaiting(t, h)
+	var page struct {
+		Tasks      []TaskRow `json:"tasks"`
+		Total      int       `json:"total"`
+		NextOffset int       `json:"next_offset"`
+	}
+	w := do(s, req{method: "GET", path: "/api/v1/tasks?limit=1", hdr: bearer(aliceToken)})
+	if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil || w.Code != http.StatusOK {
+		t.Fatalf("%d %s %v", w.Code, w.Body, err)
+	}
+	if page.Total != 2 || len(page.Tasks) != 1 || page.NextOffset != 1 || page.Tasks[0].Task != b {
+		t.Fatalf("first page: %+v", page)
+	}
+	page.NextOffset = 0
+	w = do(s, req{method: "GET", path: "/api/v1/tasks?limit=1&offset=1", hdr: bearer(aliceToken)})
+	if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil || len(page.Tasks) != 1 || page.NextOffset != 0 || page.Tasks[0].Task != a {
+		t.Fatalf("second page: %+v %v", page, err)
+	}
+	if r := page.Tasks[0]; r.Agent != "assistant" || r.Status != string(noeta.StatusSuspended) || len(r.Waiting) != 1 || r.Waiting[0] != handle {
+		t.Errorf("row: %+v", r)
+	}
+	var d TaskDetail
+	w = do(s, req{method: "GET", path: "/api/v1/tasks/" + a, hdr: bearer(aliceToken)})
+	if err := json.Unmarshal(w.Body.Bytes(), &d); err != nil || w.Code != http.StatusOK {
+		t.Fatalf("%d %s %v", w.Code, w.Body, err)
+	}
+	if d.Goal != "say hello once someone agrees" || d.Pending[handle].Tool != "echo" || d.Root != a {
+		t.Errorf("detail: %+v", d)
+	}
+	if w := do(s, req{method: "GET", path: "/api/v1/tasks/nosuchtask", hdr: bearer(aliceToken)}); w.Code != http.StatusNotFound {
+		t.Errorf("unknown task: %d", w.Code)
+	}
+	var evs struct {
+		Events []json.RawMessage `json:"events"`
+	}
+	w = do(s, req{method: "GET", path: "/api/v1/tasks/" + a + "/events?after=2", hdr: bearer(aliceToken)})
+	if err := json.Unmarshal(w.Body.Bytes(), &evs); err != nil || len(evs.Events) == 0 || !strings.Contains(string(evs.Events[0]), `"seq":3`) {
+		t.Errorf("events after 2: %s %v", w.Body, err)
+	}
+}
