@@ -206,8 +206,14 @@ function renderInbox() {
     if (!li || li._entry !== a) {
       const fresh = renderApproval(a);
       if (li) {
+        // An update (a quorum count) keeps what the person was doing: the
+        // timeline shown, the reason typed, the focus.
         fresh.querySelector(".recent").replaceWith(li.querySelector(".recent"));
+        const oldIn = li.querySelector(".reason-input"), newIn = fresh.querySelector(".reason-input");
+        newIn.value = oldIn.value;
+        const focused = document.activeElement === oldIn;
         li.replaceWith(fresh);
+        if (focused) newIn.focus();
       }
       li = fresh;
       if (!window.__noetaRowSeen[k]) window.__noetaRowSeen[k] = performance.timeOrigin + performance.now();
