@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/policy"
@@ -332,4 +334,55 @@ script:
 		chromedp.WaitNotPresent(row(id)),
 		chromedp.Navigate(base+"/#/task/"+id),
 		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="TaskCompleted"]`)))
+}
+
+// TestQuorumInBrowser: a request that needs two approvers shows its quorum;
+// the first approval updates the row in place (1/2, by whom) and leaves it
+// open; the second, from another person, resolves it.
+func TestQuorumInBrowser(t *testing.T) {
+	h := openHostWith(t, 1, approvalYAML+`
+approvals:
+  rules:
+    - name: two-for-echo
+      when: 'tool == "echo"'
+      quorum: 2
+`)
+	s, err := New(Config{Host: h, HTTP: config.HTTP{Tokens: []config.HTTPToken{
+		{Name: "alice", SHA256: tokenHash(aliceToken)}, {Name: "bob", SHA256: tokenHash("bob-token")},
+	}}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	t.Cleanup(func() {
+		s.Close()
+		ts.Close()
+	})
+	ctx := browser(t)
+	step(t, ctx, "log in",
+		chromedp.Navigate(ts.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#login-token")),
+		chromedp.SendKeys(chromedp.CSS("#login-token"), aliceToken),
+		chromedp.Click(chromedp.CSS(`#login-form button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#live.on")))
+	id := submit(t, h, "two keys")
+	step(t, ctx, "the request shows its quorum", chromedp.WaitVisible(row(id)))
+	if text, err := chromedp.Run(ctx, chromedp.Text(row(id))); err != nil || !strings.Contains(text, "quorum 0/2") {
+		t.Fatalf("row: %q %v", text, err)
+	}
+	step(t, ctx, "alice approves; the row stays, counted",
+		press("a"),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`li.approval[data-task=%q] .quorum[data-count="1"]`, id))))
+	if text, err := chromedp.Run(ctx, chromedp.Text(row(id))); err != nil || !strings.Contains(text, "quorum 1/2 (alice)") {
+		t.Fatalf("row after one approval: %q %v", text, err)
+	}
+	handle, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector('li.approval[data-task=%q]').dataset.handle`, id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := do(s, req{method: "POST", path: "/api/v1/tasks/" + id + "/approvals/" + handle, body: `{"decision":"approve"}`, hdr: jsonPost("bob-token", map[string]string{"Host": ts.Listener.Addr().String()})})
+	if w.Code != 200 {
+		t.Fatalf("bob: %d %s", w.Code, w.Body)
+	}
+	step(t, ctx, "bob's approval resolves it", chromedp.WaitNotPresent(row(id)))
 }

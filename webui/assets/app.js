@@ -248,7 +248,7 @@ function renderApproval(a) {
       el("a", { href: "#/task/" + encodeURIComponent(a.task), class: "meta", text: a.task }),
       el("span", { class: "meta age", "data-requested": a.requested_at || "", "data-expires": a.expires_at || "",
         text: ageText(a.requested_at, a.expires_at) }),
-      quorum && el("span", { class: "meta", text: quorum })),
+      quorum && el("span", { class: "meta quorum", "data-count": String(a.approvals ? a.approvals.length : 0), text: quorum })),
     el("p", { class: "reason" },
       el("span", { class: "guard", text: (a.guard || "guard") + ": " }),
       document.createTextNode(shown(a.reason || a.question || ""))),
