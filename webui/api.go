@@ -231,7 +231,7 @@ func (s *Server) approvalsStream(w http.ResponseWriter, r *http.Request, _ Princ
 		problem(w, http.StatusInternalServerError, "no-streaming", "Streaming not supported", "the connection cannot stream")
 		return
 	}
-	st.header("approvals")
+	st.header()
 	var initial []Approval
 	started := false
 	ka := time.NewTicker(s.cfg.KeepAlive)
@@ -445,7 +445,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, id string,
 		problem(w, http.StatusInternalServerError, "no-streaming", "Streaming not supported", "the connection cannot stream")
 		return
 	}
-	st.header("events")
+	st.header()
 	send := func(envs []eventlog.Envelope) {
 		for _, e := range envs {
 			if e.Seq <= after {

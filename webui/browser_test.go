@@ -119,6 +119,13 @@ func pageServer(t *testing.T, h *host.Host) string {
 	return ts.URL
 }
 
+// rowText is the text of a task's row, read in the page in one go (a row
+// may be re-rendered between a query and a read of its node).
+func rowText(ctx context.Context, task string) (string, error) {
+	return chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(
+		`(document.querySelector('li.approval[data-task=%q]') || {}).textContent || ""`, task)))
+}
+
 func row(task string) chromedp.CSS {
 	return chromedp.CSS(fmt.Sprintf(`#approvals li.approval[data-task=%q]`, task))
 }
@@ -151,7 +158,7 @@ func TestInboxInBrowser(t *testing.T) {
 
 	first := submit(t, h, "deploy the release to staging")
 	step(t, ctx, "the request appears live", chromedp.WaitVisible(row(first)))
-	text, err := chromedp.Run(ctx, chromedp.Text(row(first)))
+	text, err := rowText(ctx, first)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +199,7 @@ func TestInboxInBrowser(t *testing.T) {
 	step(t, ctx, "the second request appears",
 		chromedp.Navigate(base+"/#/"),
 		chromedp.WaitVisible(row(second)))
-	if text, err := chromedp.Run(ctx, chromedp.Text(row(second))); err != nil || !strings.Contains(text, `drop the staging database\u202E;lmth.emoc`) {
+	if text, err := rowText(ctx, second); err != nil || !strings.Contains(text, `drop the staging database\u202E;lmth.emoc`) {
 		t.Errorf("the goal's bidi override is not shown escaped: %q %v", text, err)
 	}
 	step(t, ctx, "deny with a reason",
@@ -325,7 +332,7 @@ script:
 		t.Fatal(err)
 	}
 	step(t, ctx, "the question appears", chromedp.WaitVisible(row(id)))
-	if text, err := chromedp.Run(ctx, chromedp.Text(row(id))); err != nil || !strings.Contains(text, "which region?") {
+	if text, err := rowText(ctx, id); err != nil || !strings.Contains(text, "which region?") {
 		t.Fatalf("row: %q %v", text, err)
 	}
 	step(t, ctx, "answer it",
@@ -367,14 +374,25 @@ approvals:
 		chromedp.WaitVisible(chromedp.CSS("#live.on")))
 	id := submit(t, h, "two keys")
 	step(t, ctx, "the request shows its quorum", chromedp.WaitVisible(row(id)))
-	if text, err := chromedp.Run(ctx, chromedp.Text(row(id))); err != nil || !strings.Contains(text, "quorum 0/2") {
+	if text, err := rowText(ctx, id); err != nil || !strings.Contains(text, "quorum 0/2") {
 		t.Fatalf("row: %q %v", text, err)
 	}
 	step(t, ctx, "alice approves; the row stays, counted",
 		press("a"),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`li.approval[data-task=%q] .quorum[data-count="1"]`, id))))
-	if text, err := chromedp.Run(ctx, chromedp.Text(row(id))); err != nil || !strings.Contains(text, "quorum 1/2 (alice)") {
-		t.Fatalf("row after one approval: %q %v", text, err)
+	// Read in the page in one go: the row may be re-rendered meanwhile.
+	pctx, pcancel := context.WithTimeout(ctx, browserWait)
+	defer pcancel()
+	if _, err := chromedp.Run(pctx, chromedp.Poll[bool](fmt.Sprintf(
+		`(document.querySelector('li.approval[data-task=%q]') || {}).textContent?.includes("quorum 1/2 (alice)")`, id))); err != nil {
+		t.Fatalf("the row does not name alice's approval: %v", err)
+	}
+	// The row shows the count once ApprovalCounted is in the index, which
+	// can be just before the task waits again: bob answers once it does.
+	wctx, cancel := context.WithTimeout(t.Context(), browserWait)
+	defer cancel()
+	if rest, err := h.Wait(wctx, id); err != nil || rest.Status != host.RestWaiting {
+		t.Fatalf("the task did not wait again: %+v %v", rest, err)
 	}
 	handle, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector('li.approval[data-task=%q]').dataset.handle`, id)))
 	if err != nil {
