@@ -55,6 +55,8 @@
 //	mcp_servers:                           # tools mcp__<server>__<tool>; see MCPServer
 //	  files:  {command: ["npx", "-y", "@modelcontextprotocol/server-filesystem", "."], env: {}, cwd: "."}
 //	  issues: {url: "http://127.0.0.1:9000/mcp", headers: {Authorization: "Bearer ${ISSUES_TOKEN}"}}
+//	http:                                  # the HTTP API and the inbox page; see HTTP
+//	  tokens: [{name: alice, sha256: "<64 hex>"}]
 //
 // Decoding is strict: an unknown key at any level, a duplicate key, a value of
 // the wrong type, a regex or CEL expression that does not compile, and every
@@ -104,6 +106,8 @@ type File struct {
 	// Approvals is the approvals: section and the agents'
 	// approval_timeout, compiled: who may answer which approval request.
 	Approvals *approvals.Policy
+	// HTTP is the http: section: who may use the HTTP API (package webui).
+	HTTP HTTP
 
 	pos positions
 }
@@ -150,7 +154,7 @@ func Parse(name string, data []byte) (*File, error) {
 		return nil, err
 	}
 	return &File{Path: name, Governance: gov, Hooks: withHookDefaults(s.hooks), Observers: s.observers,
-		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, Approvals: appr, pos: errs.pos}, nil
+		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, Approvals: appr, HTTP: s.http, pos: errs.pos}, nil
 }
 
 // ErrorAt is a mistake found after decoding (an audit file that cannot be

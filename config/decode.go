@@ -296,6 +296,7 @@ type sections struct {
 	// approvals is the approvals: section, with the agents'
 	// approval_timeout.
 	approvals approvals.Config
+	http      HTTP
 }
 
 func (d *decoder) top(root *yaml.Node) sections {
@@ -310,7 +311,11 @@ func (d *decoder) top(root *yaml.Node) sections {
 	if isNull(doc) {
 		return out
 	}
-	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models", "mcp_servers", "approvals")
+	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models", "mcp_servers", "approvals",
+		"http")
+	if n, ok := f["http"]; ok && !isNull(n) {
+		out.http = d.http(n, "http")
+	}
 	if n, ok := f["observers"]; ok && !isNull(n) {
 		out.observers = d.observers(n, "observers")
 	}

@@ -108,7 +108,7 @@ func busyUsage(verb string, busy *host.BusyError) error {
 	if busy.Known && busy.Holder.Verb == "serve" {
 		hint = "submit to it with 'engine submit', follow with 'engine events --follow', or use another --data"
 	}
-	return usageErr("%v; engine %s needs the data directory to itself: %s", busy, verb, strings.TrimSpace(hint))
+	return usageErr("%w; engine %s needs the data directory to itself: %s", busy, verb, strings.TrimSpace(hint))
 }
 
 // flags names the deployment of h in messages, as the flags that reach it

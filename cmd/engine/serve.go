@@ -19,6 +19,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/webui"
 )
 
 type serveOpts struct {
@@ -83,8 +84,10 @@ should be an observer-worker's, or each host's own file.
 --http serves GET /healthz (200 while connected to NATS and the pool runs,
 503 otherwise) and GET /metrics (Prometheus: the metrics observer over the
 records this process commits, and the process's own counters:
-noeta_engine_*, Go and process metrics). Logs are structured (log/slog) on
-stderr, --log-format text or json.
+noeta_engine_*, Go and process metrics); on every other path it serves the
+HTTP API and the inbox page (docs/inbox.md) to the people of the config's
+http: section. Logs are structured (log/slog) on stderr, --log-format text
+or json.
 
 Settings come from flags, then the environment, then the --serve-config file
 (YAML or JSON), the first that has one winning; --print-config prints the
@@ -203,9 +206,15 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	defer h.Close()
 
 	var srv *http.Server
+	var ui *webui.Server
 	httpAddr := ""
 	if ln != nil {
-		srv = &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		ui, err = webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.http}, Logger: logger})
+		if err != nil {
+			return failErr(err)
+		}
+		defer ui.Close()
+		srv = &http.Server{Handler: serveMux(h.Handler(), ui), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		httpAddr = ln.Addr().String()
 		logger.Info("http listening", "addr", httpAddr)
@@ -237,6 +246,8 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	logger.Info("stopping: no new tasks; the segments in hand finish", "in_flight", h.InFlight(), "grace", o.grace)
 	rep := h.Drain(grace)
 	if srv != nil {
+		// The live streams end first: Shutdown waits for every request.
+		ui.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = srv.Shutdown(sctx)
 		cancel()
@@ -245,6 +256,17 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond), "finished_while_stopping", rep.Finished,
 		"left_to_expire", len(rep.Abandoned), "segments", h.Segments())
 	return nil
+}
+
+// serveMux serves the host's endpoints (/healthz, /metrics, the fanout's
+// /tasks/{id}/events) and, at every other path, the API and the inbox page.
+func serveMux(hostHandler http.Handler, ui http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", hostHandler)
+	mux.Handle("/metrics", hostHandler)
+	mux.Handle("/tasks/", hostHandler)
+	mux.Handle("/", ui)
+	return mux
 }
 
 func queueName(q string) string {
