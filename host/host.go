@@ -307,6 +307,10 @@ func (h *Host) newEngine(queue, workspace string) (*engine.Engine, error) {
 		Workspace:  workspace,
 		Queue:      queue,
 		Logger:     h.logger,
+		// On a remote NATS any publisher of wakes could send a plain
+		// answer: only the approval subjects and the in-process HTTP
+		// layer say who answered.
+		RequireAuthenticatedApprovals: !h.opts.embedded(),
 	})
 	if err != nil {
 		return nil, badOption("%v", err)
