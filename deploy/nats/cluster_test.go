@@ -128,7 +128,7 @@ func TestSingleNode(t *testing.T) {
 	fctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- o.feed.Consume(fctx, eventlog.FeedConfig{Group: "obs-failing", Partitions: []int{noeta.Partition(big)},
+		done <- o.feed.Consume(fctx, eventlog.FeedConfig{Group: "obs-hooks", Partitions: []int{noeta.Partition(big)},
 			MaxDeliver: 2, Backoff: []time.Duration{10 * time.Millisecond}},
 			func(_ context.Context, d eventlog.Delivery) error {
 				if d.Env.Task == big && d.Env.Seq == 1 {
@@ -151,7 +151,7 @@ func TestSingleNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("operator binds the dead letters: %v", err)
 	}
-	m, err := dlq.GetLastMsgForSubject(ctx, jetstream.DeadLetterSubject("noeta", "obs-failing"))
+	m, err := dlq.GetLastMsgForSubject(ctx, jetstream.DeadLetterSubject("noeta", "obs-hooks"))
 	if err != nil || m.Header.Get(jetstream.HeaderOriginalSubject) != logSubject(big) {
 		t.Fatalf("operator reads the dead letter: %v", err)
 	}
@@ -326,7 +326,7 @@ func TestCluster(t *testing.T) {
 		fctx, stop := context.WithCancel(ctx)
 		consumed := make(chan error, 1)
 		go func() {
-			consumed <- feed.Consume(fctx, eventlog.FeedConfig{Group: "obs-cluster", Partitions: []int{noeta.Partition(done)}},
+			consumed <- feed.Consume(fctx, eventlog.FeedConfig{Group: "obs-trace", Partitions: []int{noeta.Partition(done)}},
 				func(_ context.Context, d eventlog.Delivery) error {
 					if d.Env.Task == done && d.Env.Seq > 0 {
 						mu.Lock()

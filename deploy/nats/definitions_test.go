@@ -1,6 +1,7 @@
 package nats_test
 
 //go:generate go test -run TestDefinitions -update .
+//go:generate go run ./permgen -o users.conf users
 
 import (
 	"bytes"

@@ -174,10 +174,11 @@ func startObserver(t testing.TB, urls string, replicas int, partitions []int) *o
 }
 
 // countObserver counts the log records it sees per task (once each, by seq:
-// a redelivery does not count twice).
+// a redelivery does not count twice). It runs in the metrics observer's
+// group, obs-metrics, one the observer user's permissions name.
 type countObserver struct{ o *observerSide }
 
-func (countObserver) Name() string { return "count" }
+func (countObserver) Name() string { return "metrics" }
 
 func (c countObserver) Observe(_ context.Context, env eventlog.Envelope) error {
 	if env.Seq == 0 {
