@@ -20,7 +20,8 @@ import (
 	"github.com/noeta-go/noeta/tools"
 )
 
-// governance of the tasks the tests run: a boss that may spawn helpers.
+// governance of the tasks the tests run: a boss that may spawn helpers, and
+// a gated agent whose echo calls need an approval.
 const governance = `
 agents:
   boss:
@@ -31,6 +32,9 @@ agents:
   helper:
     tools: [echo]
     permission_mode: bypassPermissions
+  gated:
+    tools: [echo]
+    permissions: {require_approval_tools: [echo]}
 `
 
 // engineSide is an engine process's NATS side, connected as the engine user:
@@ -88,6 +92,9 @@ func startEngineWith(t testing.TB, urls string, dc jetstream.DispatcherConfig, w
 	eng, err := engine.New(engine.Config{
 		Log: log, Dispatcher: disp, Content: log, Governance: gov, Tools: reg, Actor: "deploy-test",
 		Policies: engine.ScriptedPolicies(log, policy.ParseScripted),
+		// As every engine a host builds on a remote NATS: an approval
+		// answered on a plain wake proves nothing.
+		RequireAuthenticatedApprovals: true,
 	})
 	if err != nil {
 		t.Fatal(err)
