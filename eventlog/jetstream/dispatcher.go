@@ -227,7 +227,7 @@ func WakeStreamConfig(c DispatcherConfig) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              c.wakeStream(),
 		Description:       "noeta wake ingress: wakes for tasks, and timer schedules the broker fires into it",
-		Subjects:          []string{dispatchSubjects{c.Prefix}.wakeAll()},
+		Subjects:          []string{dispatchSubjects{c.Prefix}.wakeAll(), dispatchSubjects{c.Prefix}.approveIngress()},
 		Retention:         jetstream.LimitsPolicy,
 		Storage:           jetstream.FileStorage,
 		Replicas:          c.Replicas,
@@ -261,6 +261,35 @@ func (s dispatchSubjects) wakeTimer(task string, gen uint64) string {
 }
 func (s dispatchSubjects) wakeAll() string     { return s.prefix + ".wake.>" }
 func (s dispatchSubjects) wakeIngress() string { return s.prefix + ".wake.*.*" }
+func (s dispatchSubjects) approve(approver, task string) string {
+	return s.prefix + ".approve." + approver + "." + strconv.Itoa(Partition(task)) + "." + task
+}
+func (s dispatchSubjects) approveIngress() string { return s.prefix + ".approve.*.*.*" }
+
+// ingressSource says where an ingress message came from: its task, and for
+// an approval subject the approver the subject names ("" on the plain wake
+// subject).
+type ingressSource struct {
+	task     string
+	approver string
+}
+
+// parseIngress returns the source of an ingress subject: a plain wake
+// (<prefix>.wake.<p>.<task>) or an approval (<prefix>.approve.<approver>.<p>.<task>).
+func (s dispatchSubjects) parseIngress(subject string) (ingressSource, bool) {
+	if task, ok := s.taskOfWake(subject); ok {
+		return ingressSource{task: task}, true
+	}
+	rest, ok := strings.CutPrefix(subject, s.prefix+".approve.")
+	if !ok {
+		return ingressSource{}, false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || noeta.ValidateToken("approver", parts[0], 64) != nil || noeta.ValidateTaskID(parts[2]) != nil {
+		return ingressSource{}, false
+	}
+	return ingressSource{task: parts[2], approver: parts[0]}, true
+}
 
 // taskOfReady returns the task of a ready subject.
 func (s dispatchSubjects) taskOfReady(subject string) (string, bool) {
@@ -530,13 +559,13 @@ func (d *Dispatcher) openIngress(ctx context.Context) (jetstream.MessagesContext
 	ctx, cancel := d.withTimeout(ctx)
 	defer cancel()
 	cons, err := d.js.CreateOrUpdateConsumer(ctx, d.cfg.wakeStream(), jetstream.ConsumerConfig{
-		Durable:       ingressConsumer,
-		Description:   "noeta dispatchers: apply each wake once",
-		FilterSubject: d.subj.wakeIngress(),
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       ingressAckWait,
-		MaxDeliver:    -1,
+		Durable:        ingressConsumer,
+		Description:    "noeta dispatchers: apply each wake once",
+		FilterSubjects: []string{d.subj.wakeIngress(), d.subj.approveIngress()},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        ingressAckWait,
+		MaxDeliver:     -1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: consumer %s on %s: %w", ingressConsumer, d.cfg.wakeStream(), err)

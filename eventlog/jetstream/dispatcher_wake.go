@@ -139,15 +139,21 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 		return
 	}
 	seq := md.Sequence.Stream
-	task, ok := d.subj.taskOfWake(m.Subject())
+	src, ok := d.subj.parseIngress(m.Subject())
+	task := src.task
 	var ev noeta.Wake
 	if ok {
 		err = json.Unmarshal(m.Data(), &ev)
 		if err == nil {
-			err = ev.Validate()
+			ev = fromOutside(ev, src.approver)
+			if src.approver != "" {
+				err = validApproval(ev)
+			} else {
+				err = ev.Validate()
+			}
 		}
 	} else {
-		err = fmt.Errorf("subject is not %s", d.subj.wakeIngress())
+		err = fmt.Errorf("subject is neither %s nor %s", d.subj.wakeIngress(), d.subj.approveIngress())
 	}
 	if err != nil {
 		d.stats.invalidWakes.Add(1)

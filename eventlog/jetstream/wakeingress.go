@@ -55,3 +55,109 @@ func (w *WakePublisher) Wake(ctx context.Context, task string, event noeta.Wake)
 	}
 	return false, nil
 }
+
+// ApproveSubject is the approval subject approver answers task's approvals
+// on: <prefix>.approve.<approver>.<p>.<task>. The dispatcher that applies a
+// message from it records approver as the one who answered, authenticated
+// by the broker (noeta.AuthNATS): deploy/nats lets each approver's NATS user
+// publish only under its own name, so the subject, not the body, says who
+// answered.
+func ApproveSubject(prefix, approver, task string) (string, error) {
+	if prefix == "" {
+		prefix = "noeta"
+	}
+	if err := noeta.ValidateToken("prefix", prefix, 32); err != nil {
+		return "", fmt.Errorf("%w: %w", eventlog.ErrInvalidArgument, err)
+	}
+	if err := noeta.ValidateToken("approver", approver, 64); err != nil {
+		return "", fmt.Errorf("%w: %w", eventlog.ErrInvalidArgument, err)
+	}
+	if err := validTaskID("task", task); err != nil {
+		return "", err
+	}
+	return dispatchSubjects{prefix}.approve(approver, task), nil
+}
+
+// ApprovalPublisher answers approvals on one approver's approval subject
+// (ApproveSubject): what an approver's NATS user, allowed to publish only
+// there, uses instead of a plain wake.
+type ApprovalPublisher struct {
+	js       jetstream.JetStream
+	prefix   string
+	approver string
+}
+
+// NewApprovalPublisher returns the publisher of approver's answers under
+// prefix ("noeta" if empty) on nc.
+func NewApprovalPublisher(nc *nats.Conn, prefix, approver string) (*ApprovalPublisher, error) {
+	if prefix == "" {
+		prefix = "noeta"
+	}
+	if _, err := ApproveSubject(prefix, approver, noeta.NewTaskID()); err != nil {
+		return nil, fmt.Errorf("jetstream: approval publisher: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &ApprovalPublisher{js: js, prefix: prefix, approver: approver}, nil
+}
+
+// Answer publishes the approver's decision on task's request handle, with
+// reason, and returns once the wake stream holds it. Whether it answers
+// anything is decided later, by the Dispatcher that applies it (a task not
+// waiting on handle refuses it, logged and counted there) and by the engine
+// (the approval rules).
+func (p *ApprovalPublisher) Answer(ctx context.Context, task, handle string, decision noeta.ApprovalDecision, reason string) error {
+	subj, err := ApproveSubject(p.prefix, p.approver, task)
+	if err != nil {
+		return err
+	}
+	ev := noeta.Wake{Kind: noeta.WakeHumanResponse, Handle: handle, Decision: string(decision), Text: reason, Approver: p.approver}
+	if err := validApproval(ev); err != nil {
+		return fmt.Errorf("%w: answer for task %q: %w", eventlog.ErrInvalidArgument, task, err)
+	}
+	body, err := noeta.Canonical(ev)
+	if err != nil {
+		return fmt.Errorf("%w: answer for task %q: %v", eventlog.ErrInvalidArgument, task, err)
+	}
+	if _, err := p.js.Publish(ctx, subj, body); err != nil {
+		return fmt.Errorf("jetstream: publish the answer of %s for %s: %w", p.approver, task, err)
+	}
+	return nil
+}
+
+// validApproval reports a body an approval subject may not carry: anything
+// but a human_response deciding approve or deny.
+func validApproval(ev noeta.Wake) error {
+	if err := ev.Validate(); err != nil {
+		return err
+	}
+	if ev.Kind != noeta.WakeHumanResponse {
+		return fmt.Errorf("an approval subject carries human_response answers, not %s", ev.Kind)
+	}
+	if d := noeta.ApprovalDecision(ev.Decision); d != noeta.ApprovalApprove && d != noeta.ApprovalDeny {
+		return fmt.Errorf("decision is %q, want %q or %q", ev.Decision, noeta.ApprovalApprove, noeta.ApprovalDeny)
+	}
+	return nil
+}
+
+// fromOutside is ev as the ingress applies it: ExpireAt is the engine's to
+// set on a condition and means nothing on an event, and Auth and Approver
+// come from the subject it arrived on, never from the sender's body.
+// approver is "" for the plain wake subject, where a human_response proves
+// nothing about who gave it (noeta.AuthNone; the approver it asserts is
+// kept for the record).
+func fromOutside(ev noeta.Wake, approver string) noeta.Wake {
+	ev = ev.WithoutExpiry()
+	if ev.Kind != noeta.WakeHumanResponse {
+		return ev
+	}
+	if approver != "" {
+		ev.Approver = approver
+		ev.Auth = noeta.AuthNATS
+	} else {
+		ev.Auth = noeta.AuthNone
+	}
+	return ev
+}
