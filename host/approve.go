@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
 )
 
 // approveOnSubject answers on the approver's own approval subject
@@ -40,7 +38,7 @@ func (h *Host) approveOnSubject(ctx context.Context, task, handle string, a Answ
 	if err := eventlog.CheckAnswer(task, ds.Status, ds.WakeOn, ds.MatchedWake, w); err != nil {
 		return err
 	}
-	p, err := newApprovalPublisher(h.nc, h.opts.Prefix, a.Approver)
+	p, err := jetstream.NewApprovalPublisher(h.nc, h.opts.Prefix, a.Approver)
 	if err != nil {
 		return err
 	}
@@ -126,35 +124,6 @@ func ValidateApprover(approver string) error {
 	if err := noeta.ValidateToken("approver", approver, 64); err != nil {
 		return fmt.Errorf("%w: %v: on a remote NATS the approver is the token of its approval subject (%s.approve.<approver>.…), the name its NATS user may publish under",
 			eventlog.ErrInvalidArgument, err, DefaultPrefix)
-	}
-	return nil
-}
-
-// approvalPublisher publishes answers under one approver's name, as
-// jetstream.ApprovalPublisher does.
-type approvalPublisher struct {
-	js       jetstream.JetStream
-	prefix   string
-	approver string
-}
-
-func newApprovalPublisher(nc *nats.Conn, prefix, approver string) (*approvalPublisher, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	return &approvalPublisher{js: js, prefix: prefix, approver: approver}, nil
-}
-
-func (p *approvalPublisher) Answer(ctx context.Context, task, handle string, decision noeta.ApprovalDecision, reason string) error {
-	subj := fmt.Sprintf("%s.approve.%s.%d.%s", p.prefix, p.approver, noeta.Partition(task), task)
-	ev := noeta.Wake{Kind: noeta.WakeHumanResponse, Handle: handle, Decision: string(decision), Text: reason, Approver: p.approver}
-	body, err := noeta.Canonical(ev)
-	if err != nil {
-		return err
-	}
-	if _, err := p.js.Publish(ctx, subj, body); err != nil {
-		return fmt.Errorf("publish the answer of %s for %s: %w", p.approver, task, err)
 	}
 	return nil
 }
