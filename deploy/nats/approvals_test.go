@@ -69,13 +69,13 @@ func (a approvalsRun) answers(t testing.TB, task, handle string) (resolved []noe
 			continue
 		}
 		switch r := p.(type) {
-		case noeta.ApprovalResolved:
+		case *noeta.ApprovalResolved:
 			if r.Handle == handle {
-				resolved = append(resolved, r)
+				resolved = append(resolved, *r)
 			}
-		case noeta.ApprovalRefused:
+		case *noeta.ApprovalRefused:
 			if r.Handle == handle {
-				refused = append(refused, r)
+				refused = append(refused, *r)
 			}
 		}
 	}
@@ -202,7 +202,9 @@ func (a approvalsRun) operatorCannotWake(t *testing.T) {
 // ApprovalRefused with auth none, and the request stays pending.
 func (a approvalsRun) plainWakeRefused(t *testing.T) {
 	onc, _ := connect(t, a.urls, "observer")
-	id, handle := a.askApproval(t, onc)
+	// The rows are read as an approver: an observer reads no bucket.
+	anc, _ := connect(t, a.urls, "alice")
+	id, handle := a.askApproval(t, anc)
 	wp, err := jetstream.NewWakePublisher(onc, "")
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +224,7 @@ func (a approvalsRun) plainWakeRefused(t *testing.T) {
 	if r := refused[0]; r.Approver != "alice" || r.Auth != noeta.AuthNone {
 		t.Errorf("ApprovalRefused %+v; want the asserted approver alice with auth none", r)
 	}
-	a.stillPending(t, onc, id, handle)
+	a.stillPending(t, anc, id, handle)
 	a.approve(t, id, handle)
 }
 
