@@ -1,6 +1,9 @@
 package noeta
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // RecentToolCallsWindow is how many executed tool calls the governance slice
 // remembers for repetition checks.
@@ -74,6 +77,18 @@ type PendingApproval struct {
 	Agent   string          `json:"agent,omitempty"`
 	Guard   string          `json:"guard"`
 	Reason  string          `json:"reason"`
+	// Seq and RequestedAt are the ApprovalRequested record's.
+	Seq         uint64    `json:"seq,omitempty"`
+	RequestedAt time.Time `json:"requested_at,omitzero"`
+	// Quorum, Rules and ExpiresAt are the request's (ApprovalRequested).
+	Quorum    int       `json:"quorum,omitempty"`
+	Rules     []string  `json:"rules,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Approvers lists the distinct approvers counted toward the quorum so
+	// far (ApprovalCounted), in order; Refused counts the ApprovalRefused
+	// records of the request.
+	Approvers []string `json:"approvers,omitempty"`
+	Refused   int      `json:"refused,omitempty"`
 }
 
 // ApprovalRecord is a resolved approval.
@@ -112,6 +127,8 @@ func (g GovernanceState) Clone() GovernanceState {
 		for k, v := range g.PendingApprovals {
 			v.Args = cloneRaw(v.Args)
 			v.ArgsRef = cloneRef(v.ArgsRef)
+			v.Rules = append([]string(nil), v.Rules...)
+			v.Approvers = append([]string(nil), v.Approvers...)
 			c.PendingApprovals[k] = v
 		}
 	}

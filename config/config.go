@@ -48,6 +48,9 @@
 //	  metrics: {listen: "127.0.0.1:9464"}
 //	  trace: {otlp_endpoint: "localhost:4317", protocol: grpc, insecure: true}
 //	  fanout: {listen: "127.0.0.1:8081"}   # or {} for the host's HTTP listener
+//	approvals:                             # who may answer approvals; see package approvals
+//	  self_approval: deny
+//	  rules: [{name: sre-shell, when: 'tool == "shell"', approvers: 'approver == "sre"', quorum: 2, timeout: 30m}]
 //	mcp_servers:                           # tools mcp__<server>__<tool>; see MCPServer
 //	  files:  {command: ["npx", "-y", "@modelcontextprotocol/server-filesystem", "."], env: {}, cwd: "."}
 //	  issues: {url: "http://127.0.0.1:9000/mcp", headers: {Authorization: "Bearer ${ISSUES_TOKEN}"}}
@@ -70,6 +73,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/internal/boundedio"
 	"github.com/noeta-go/noeta/internal/glob"
@@ -96,6 +100,9 @@ type File struct {
 	AgentModels map[string]AgentModel
 	// MCPServers is the mcp_servers: section, by name, defaults filled in.
 	MCPServers map[string]MCPServer
+	// Approvals is the approvals: section and the agents'
+	// approval_timeout, compiled: who may answer which approval request.
+	Approvals *approvals.Policy
 
 	pos positions
 }
@@ -137,11 +144,12 @@ func Parse(name string, data []byte) (*File, error) {
 	errs.addChecked(err)
 	validateHooks(s.hooks, errs)
 	checkAgentModels(s.agentModels, s.models, errs)
+	appr := compileApprovals(s.approvals, errs)
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
 	return &File{Path: name, Governance: gov, Hooks: withHookDefaults(s.hooks), Observers: s.observers,
-		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, pos: errs.pos}, nil
+		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, Approvals: appr, pos: errs.pos}, nil
 }
 
 // ErrorAt is a mistake found after decoding (an audit file that cannot be

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/guards"
 	"go.yaml.in/yaml/v3"
 )
@@ -291,6 +293,9 @@ type sections struct {
 	// max_context_chars), for the agents that give a model.
 	agentModels map[string]AgentModel
 	mcpServers  map[string]MCPServer
+	// approvals is the approvals: section, with the agents'
+	// approval_timeout.
+	approvals approvals.Config
 }
 
 func (d *decoder) top(root *yaml.Node) sections {
@@ -305,7 +310,7 @@ func (d *decoder) top(root *yaml.Node) sections {
 	if isNull(doc) {
 		return out
 	}
-	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models", "mcp_servers")
+	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models", "mcp_servers", "approvals")
 	if n, ok := f["observers"]; ok && !isNull(n) {
 		out.observers = d.observers(n, "observers")
 	}
@@ -315,9 +320,13 @@ func (d *decoder) top(root *yaml.Node) sections {
 	if n, ok := f["models"]; ok {
 		out.models = d.models(n, "models")
 	}
+	if n, ok := f["approvals"]; ok {
+		out.approvals = d.approvals(n, "approvals")
+	}
 	if n, ok := f["agents"]; ok {
 		out.agentModels = map[string]AgentModel{}
-		out.agents = d.agents(n, "agents", out.agentModels)
+		out.approvals.AgentTimeouts = map[string]time.Duration{}
+		out.agents = d.agents(n, "agents", out.agentModels, out.approvals.AgentTimeouts)
 	}
 	if n, ok := f["rules"]; ok {
 		out.rules = d.rules(n, "rules")
@@ -344,7 +353,7 @@ func (d *decoder) top(root *yaml.Node) sections {
 	return out
 }
 
-func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel) map[string]guards.AgentConfig {
+func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel, timeouts map[string]time.Duration) map[string]guards.AgentConfig {
 	if n = d.enter(n, path); n == nil {
 		return nil
 	}
@@ -355,9 +364,12 @@ func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel
 	for _, p := range ps {
 		ap := join(path, p.key)
 		d.mark(ap, p.keyN)
-		f, ok := d.fields(p.value, ap, "tools", "permission_mode", "budget", "permissions", "repetition", "model", "system_prompt", "max_context_chars")
+		f, ok := d.fields(p.value, ap, "tools", "permission_mode", "budget", "permissions", "repetition", "model", "system_prompt", "max_context_chars", "approval_timeout")
 		if !ok && f == nil {
 			continue
+		}
+		if t := d.duration(f["approval_timeout"], join(ap, "approval_timeout")); t > 0 {
+			timeouts[p.key] = t
 		}
 		if am, ok := d.agentModel(f, ap); ok {
 			models[p.key] = am

@@ -56,7 +56,7 @@ func TestApproveBeforeRequestRefused(t *testing.T) {
 			h.waitReleased(id, eventlog.DispatchSuspended)
 
 			for _, handle := range []string{"approval-call-2-0", "approval-call-2-0-0000000000", "approval-call-1-0"} {
-				err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "mallory", "early")
+				err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "mallory", "early", noeta.AuthLocal)
 				if !errors.Is(err, eventlog.ErrNotWaiting) {
 					t.Fatalf("Approve %s before the request: got %v, want %v", handle, err, eventlog.ErrNotWaiting)
 				}
@@ -89,12 +89,12 @@ func TestApproveBeforeRequestRefused(t *testing.T) {
 				if wrong == handle {
 					continue
 				}
-				err := h.eng.Approve(ctx, id, wrong, noeta.ApprovalApprove, "mallory", "guessed")
+				err := h.eng.Approve(ctx, id, wrong, noeta.ApprovalApprove, "mallory", "guessed", noeta.AuthLocal)
 				if !errors.Is(err, eventlog.ErrNotWaiting) || !strings.Contains(err.Error(), "open now: "+handle) {
 					t.Fatalf("Approve %s: got %v, want %v naming %s", wrong, err, eventlog.ErrNotWaiting, handle)
 				}
 			}
-			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "alice", "seen"); err != nil {
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "alice", "seen", noeta.AuthLocal); err != nil {
 				t.Fatalf("Approve %s: %v", handle, err)
 			}
 			st = h.waitStatus(id, noeta.StatusTerminal)
@@ -130,7 +130,7 @@ func TestApproveRace(t *testing.T) {
 			for i := range decisions {
 				wg.Go(func() {
 					<-start
-					errs[i] = h.eng.Approve(ctx, id, handle, decisions[i], approvers[i], "race")
+					errs[i] = h.eng.Approve(ctx, id, handle, decisions[i], approvers[i], "race", noeta.AuthLocal)
 				})
 			}
 			close(start)
@@ -149,7 +149,7 @@ func TestApproveRace(t *testing.T) {
 			if len(st.Governance.Approvals) != 1 || st.Governance.Approvals[0].Approver != approvers[winner] || st.Governance.Approvals[0].Decision != decisions[winner] {
 				t.Fatalf("approvals %+v, want the winner's alone", st.Governance.Approvals)
 			}
-			err := h.eng.Approve(ctx, id, handle, noeta.ApprovalDeny, "carol", "late")
+			err := h.eng.Approve(ctx, id, handle, noeta.ApprovalDeny, "carol", "late", noeta.AuthLocal)
 			if !errors.Is(err, eventlog.ErrAlreadyAnswered) || !strings.Contains(err.Error(), approvers[winner]) {
 				t.Errorf("an answer after the task ended: got %v, want %v naming %s", err, eventlog.ErrAlreadyAnswered, approvers[winner])
 			}
@@ -231,7 +231,7 @@ func TestResumeRefusesForeignAnswer(t *testing.T) {
 			t.Errorf("the forged answer wrote %s\n%s", env.Type, h.dump(id))
 		}
 	}
-	if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "alice", "seen"); err != nil {
+	if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "alice", "seen", noeta.AuthLocal); err != nil {
 		t.Fatal(err)
 	}
 	if st := h.waitStatus(id, noeta.StatusTerminal); st.Governance.ToolCalls != 1 {
@@ -282,7 +282,7 @@ script:
 		t.Fatal(err)
 	}
 	h.start(1)
-	if err := h.eng.Approve(ctx, id, old, noeta.ApprovalApprove, "alice", "seen"); err != nil {
+	if err := h.eng.Approve(ctx, id, old, noeta.ApprovalApprove, "alice", "seen", noeta.AuthLocal); err != nil {
 		t.Fatalf("Approve %s: %v", old, err)
 	}
 	st := h.waitStatus(id, noeta.StatusTerminal)

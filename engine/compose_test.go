@@ -186,7 +186,7 @@ func TestComposeExamples(t *testing.T) {
 			if d, ok := answers[name]; ok {
 				st := h.waitStatus(id, noeta.StatusSuspended)
 				reason := "the demo's table says " + string(d)
-				if err := h.eng.Approve(context.Background(), id, st.WakeOn.Handle, d, demoApprover, reason); err != nil {
+				if err := h.eng.Approve(context.Background(), id, st.WakeOn.Handle, d, demoApprover, reason, noeta.AuthLocal); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -183,7 +183,7 @@ func approve(t *testing.T, h *harness, task, prefix string, d noeta.ApprovalDeci
 	if st.WakeOn == nil || !approvalHandle(prefix).MatchString(st.WakeOn.Handle) || st.Reason != engine.ReasonWaitingApproval {
 		t.Fatalf("task %s suspended %q on %+v, want an approval on %s-<nonce>", task, st.Reason, st.WakeOn, prefix)
 	}
-	if err := h.eng.Approve(context.Background(), task, st.WakeOn.Handle, d, "alice@example.com", reason); err != nil {
+	if err := h.eng.Approve(context.Background(), task, st.WakeOn.Handle, d, "alice@example.com", reason, noeta.AuthLocal); err != nil {
 		t.Fatal(err)
 	}
 	return st.WakeOn.Handle

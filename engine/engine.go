@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/tools"
@@ -99,6 +100,10 @@ type Config struct {
 	// answer to an approval whose Auth is noeta.AuthNone or empty: on a
 	// remote NATS any publisher of wakes could send it.
 	RequireAuthenticatedApprovals bool
+	// Approvals is the approvals rules (config's File.Approvals): who may
+	// answer which request, the quorum, the expiry. nil: anyone may answer
+	// any request, once, and requests never expire.
+	Approvals *approvals.Policy
 }
 
 // Engine runs tasks to their next suspend or terminal record under
@@ -118,7 +123,15 @@ type Engine struct {
 	// refusedAnswers counts leases whose human_response answered nothing
 	// the task waited on.
 	refusedAnswers atomic.Uint64
+	// refusedApprovals counts answers to approvals refused (recorded as
+	// ApprovalRefused, or only counted past the per-request cap).
+	refusedApprovals atomic.Uint64
 }
+
+// RefusedApprovals returns how many answers to approvals this engine
+// refused: an approver the rules do not allow, self-approval, a second
+// approval by one approver, an unauthenticated answer.
+func (e *Engine) RefusedApprovals() uint64 { return e.refusedApprovals.Load() }
 
 // RefusedAnswers returns how many human answers this engine refused when a
 // lease delivered one that answers no request the task waits on.
@@ -209,6 +222,10 @@ type Submission struct {
 	Script json.RawMessage
 	// Queue is the ready queue (eventlog.DefaultQueue if empty).
 	Queue string
+	// SubmittedBy says who submits the task (the HTTP principal,
+	// cli:$USER); it is recorded in TaskCreated, inherited by the task's
+	// subtasks, and read by the approvals rules (self_approval).
+	SubmittedBy string
 }
 
 // Submit creates a root task and makes it ready. The agent must be in the
@@ -227,7 +244,7 @@ func (e *Engine) Submit(ctx context.Context, sub Submission) (string, error) {
 	if err := noeta.ValidateTaskID(id); err != nil {
 		return "", fmt.Errorf("%w: %v", eventlog.ErrInvalidArgument, err)
 	}
-	tc := noeta.TaskCreated{TaskID: id, Agent: sub.Agent, RootTaskID: id}
+	tc := noeta.TaskCreated{TaskID: id, Agent: sub.Agent, RootTaskID: id, SubmittedBy: sub.SubmittedBy}
 	if err := e.fillCreated(ctx, &tc, sub.Goal, sub.Script); err != nil {
 		return "", err
 	}
@@ -304,28 +321,44 @@ func (e *Engine) create(ctx context.Context, tc noeta.TaskCreated, origin eventl
 // lease's expiry hands the task to another.
 const answerSettle = 30 * time.Second
 
+// ErrApproverNotAllowed is wrapped by Approve when the approvals rules (or
+// self-approval, or a quorum's one-vote-per-approver, or the need for an
+// authenticated answer) refuse the answer: it is known before the task is
+// woken, and nothing is sent.
+var ErrApproverNotAllowed = errors.New("engine: approver not allowed")
+
 // Approve answers the request behind handle: a human_response wake with the
-// decision, who made it and why. The task records the resolution when it
-// resumes.
+// decision, who made it (approver, authenticated as auth: one of the
+// noeta.Auth* constants, set by the trusted caller, never by the sender)
+// and why. The task records the resolution when it resumes, and the task,
+// woken, is the authority: it judges the answer against the rules again.
 //
 // It answers only a request that is open now: an approval whose
 // ApprovalRequested is in the task's log and unresolved, or the handle the
 // task is suspended on (a park, a question). Anything else is refused with
 // eventlog.ErrNotWaiting, naming what is open, if anything; a request
 // already answered (the loser of a race between two answers) with
-// eventlog.ErrAlreadyAnswered, naming the answer that won. Nothing refused
-// is kept for later. Between the request and the suspend that waits on it
-// (the segment that asked has not yet handed the task back) Approve waits for
-// the suspend, up to answerSettle.
-func (e *Engine) Approve(ctx context.Context, task, handle string, decision noeta.ApprovalDecision, approver, reason string) error {
+// eventlog.ErrAlreadyAnswered, naming the answer that won. An answer the
+// approvals rules refuse, judged from the folded log, is refused with
+// ErrApproverNotAllowed. Nothing refused is kept for later. Between the
+// request and the suspend that waits on it (the segment that asked has not
+// yet handed the task back) Approve waits for the suspend, up to
+// answerSettle.
+func (e *Engine) Approve(ctx context.Context, task, handle string, decision noeta.ApprovalDecision, approver, reason, auth string) error {
 	if decision != noeta.ApprovalApprove && decision != noeta.ApprovalDeny {
 		return fmt.Errorf("%w: decision %q (want approve or deny)", eventlog.ErrInvalidArgument, decision)
 	}
 	if approver == "" {
 		return fmt.Errorf("%w: approver is empty: an approval must say who gave it", eventlog.ErrInvalidArgument)
 	}
+	switch {
+	case auth == noeta.AuthTimer || approver == noeta.ApproverTimeout:
+		return fmt.Errorf("%w: the approver %q and auth %q are the expiry's own; no one answers as them", eventlog.ErrInvalidArgument, noeta.ApproverTimeout, noeta.AuthTimer)
+	case !validAuth(auth):
+		return fmt.Errorf("%w: auth %q (want nats, token, proxy, local or none)", eventlog.ErrInvalidArgument, auth)
+	}
 	w := noeta.HumanResponseWake(handle)
-	w.Decision, w.Approver, w.Text = string(decision), approver, reason
+	w.Decision, w.Approver, w.Text, w.Auth = string(decision), approver, reason, auth
 	deadline := time.Now().Add(answerSettle)
 	pause := 5 * time.Millisecond
 	for {
@@ -335,6 +368,15 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 		}
 		if err := OpenRequest(st, handle); err != nil {
 			return err
+		}
+		if pa, ok := st.Governance.PendingApprovals[handle]; ok {
+			j, err := e.judge(ctx, st, pa, w)
+			if err != nil {
+				return err
+			}
+			if j.refused != nil {
+				return fmt.Errorf("%w: task %s, %s: %s", ErrApproverNotAllowed, task, handle, j.refused.Reason)
+			}
 		}
 		_, err = e.cfg.Dispatcher.Wake(ctx, task, w)
 		if !errors.Is(err, eventlog.ErrNotWaiting) {

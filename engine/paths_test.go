@@ -343,7 +343,7 @@ script:
 	if st.WakeOn.Handle != engine.ParkHandle(1) || !strings.HasPrefix(st.Reason, engine.ReasonParked+":") {
 		t.Fatalf("parked %q on %+v", st.Reason, st.WakeOn)
 	}
-	if err := h.eng.Approve(ctx, id, engine.ParkHandle(1), noeta.ApprovalApprove, "oncall", "go on"); err != nil {
+	if err := h.eng.Approve(ctx, id, engine.ParkHandle(1), noeta.ApprovalApprove, "oncall", "go on", noeta.AuthLocal); err != nil {
 		t.Fatal(err)
 	}
 	h.start(1)
@@ -378,10 +378,10 @@ func TestSubmitRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
 	}
-	if err := h.eng.Approve(ctx, "same", "h", "maybe", "me", ""); !errors.Is(err, eventlog.ErrInvalidArgument) {
+	if err := h.eng.Approve(ctx, "same", "h", "maybe", "me", "", noeta.AuthLocal); !errors.Is(err, eventlog.ErrInvalidArgument) {
 		t.Errorf("Approve with decision maybe: %v", err)
 	}
-	if err := h.eng.Approve(ctx, "same", "h", noeta.ApprovalApprove, "", ""); !errors.Is(err, eventlog.ErrInvalidArgument) {
+	if err := h.eng.Approve(ctx, "same", "h", noeta.ApprovalApprove, "", "", noeta.AuthLocal); !errors.Is(err, eventlog.ErrInvalidArgument) {
 		t.Errorf("Approve without approver: %v", err)
 	}
 }

@@ -322,7 +322,7 @@ func TestDecidedTurnIsReplayedAfterApproval(t *testing.T) {
 	for hd := range st.Governance.PendingApprovals {
 		handle = hd
 	}
-	if err := h.eng.Approve(context.Background(), id, handle, noeta.ApprovalApprove, "alice", "fine"); err != nil {
+	if err := h.eng.Approve(context.Background(), id, handle, noeta.ApprovalApprove, "alice", "fine", noeta.AuthLocal); err != nil {
 		t.Fatal(err)
 	}
 	st = h.waitStatus(id, noeta.StatusTerminal)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
@@ -28,6 +29,9 @@ type State struct {
 	Root      string            `json:"root_task_id"`
 	Depth     int               `json:"subtask_depth"`
 	GroupID   string            `json:"group_id,omitempty"`
+	// SubmittedBy is who submitted the task (TaskCreated; a child's is its
+	// root's): the approvals rules' submitter.
+	SubmittedBy string `json:"submitted_by,omitempty"`
 
 	Status noeta.TaskStatus `json:"status"`
 	// Reason is the last suspend reason while suspended; for a terminal task,
@@ -39,6 +43,14 @@ type State struct {
 	// LastWake is the wake event of the latest TaskWoken: how a redelivered
 	// wake is recognised as consumed.
 	LastWake *noeta.Wake `json:"last_wake,omitempty"`
+	// Answered is set once the answer the latest TaskWoken delivered is
+	// recorded (ApprovalResolved, ApprovalCounted or ApprovalRefused), so a
+	// segment resumed after a crash does not judge it a second time.
+	Answered bool `json:"answered,omitempty"`
+	// SuspendedSeq and SuspendedAt are the latest TaskSuspended's: when a
+	// question was asked.
+	SuspendedSeq uint64    `json:"suspended_seq,omitempty"`
+	SuspendedAt  time.Time `json:"suspended_at,omitzero"`
 
 	LastSeq  uint64 `json:"last_seq"`
 	LeaseGen uint64 `json:"lease_gen"`
@@ -157,6 +169,7 @@ func (s *State) Apply(env eventlog.Envelope) error {
 	case *noeta.TaskCreated:
 		s.Task, s.Agent, s.Goal, s.GoalRef, s.ScriptRef = p.TaskID, p.Agent, p.Goal, p.GoalRef, p.ScriptRef
 		s.Parent, s.Root, s.Depth, s.GroupID = p.ParentTaskID, p.RootTaskID, p.SubtaskDepth, p.GroupID
+		s.SubmittedBy = p.SubmittedBy
 		s.Status = noeta.StatusPending
 	case *noeta.LeaseGranted:
 		if s.Status == noeta.StatusPending {
@@ -203,6 +216,8 @@ func (s *State) Apply(env eventlog.Envelope) error {
 		g.PendingApprovals[p.Handle] = noeta.PendingApproval{
 			Action: p.Action, CallID: p.CallID, Tool: p.Tool, Args: p.Args, ArgsRef: p.ArgsRef,
 			Agent: p.Agent, Guard: p.Guard, Reason: p.Reason,
+			Quorum: p.Quorum, Rules: slices.Clone(p.Rules), ExpiresAt: p.ExpiresAt,
+			Seq: env.Seq, RequestedAt: foldTime(env.Time),
 		}
 		if p.Action == noeta.ApprovalToolCall {
 			s.setCall(p.CallID, CallAwaiting)
@@ -216,6 +231,7 @@ func (s *State) Apply(env eventlog.Envelope) error {
 			return nil
 		}
 		delete(g.PendingApprovals, p.Handle)
+		s.Answered = true
 		g.Approvals = append(g.Approvals, noeta.ApprovalRecord{
 			Handle: p.Handle, Action: pa.Action, CallID: pa.CallID, Tool: pa.Tool,
 			Decision: p.Decision, Approver: p.Approver, Reason: p.Reason,
@@ -239,6 +255,22 @@ func (s *State) Apply(env eventlog.Envelope) error {
 		} else {
 			s.Turn.Approval = st
 		}
+	case *noeta.ApprovalCounted:
+		// Counts toward the quorum; the request stays open and no status
+		// changes.
+		if pa, ok := g.PendingApprovals[p.Handle]; ok {
+			if !slices.Contains(pa.Approvers, p.Approver) {
+				pa.Approvers = append(slices.Clone(pa.Approvers), p.Approver)
+			}
+			g.PendingApprovals[p.Handle] = pa
+			s.Answered = true
+		}
+	case *noeta.ApprovalRefused:
+		if pa, ok := g.PendingApprovals[p.Handle]; ok {
+			pa.Refused++
+			g.PendingApprovals[p.Handle] = pa
+			s.Answered = true
+		}
 	case *noeta.SubtaskResultRecorded:
 		g.SubtaskResults = append(g.SubtaskResults, noeta.SubtaskResult{
 			SubtaskID: p.SubtaskID, Status: p.Status, Result: p.Result, ResultRef: p.ResultRef, Error: p.Error, GroupID: p.GroupID,
@@ -252,6 +284,7 @@ func (s *State) Apply(env eventlog.Envelope) error {
 		s.Turn.Patched = true
 	case *noeta.TaskSuspended:
 		s.Status, s.Reason = noeta.StatusSuspended, p.Reason
+		s.SuspendedSeq, s.SuspendedAt = env.Seq, foldTime(env.Time)
 		w := p.WakeOn.Clone()
 		s.WakeOn = &w
 		if p.Reason != ReasonWaitingApproval && !isParkReason(p.Reason) {
@@ -260,6 +293,7 @@ func (s *State) Apply(env eventlog.Envelope) error {
 	case *noeta.TaskWoken:
 		w := p.WakeEvent.Clone()
 		s.Status, s.WakeOn, s.LastWake, s.Reason = noeta.StatusRunning, nil, &w, ""
+		s.Answered = false
 		s.Turn.Seals = 0
 	case *noeta.TaskSnapshot:
 		s.SnapTurn = s.Turn.N
@@ -467,4 +501,15 @@ func decodeNumbers(b []byte, v *any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	return dec.Decode(v)
+}
+
+// foldTime is a record's append time as the state keeps it: UTC, whole
+// seconds, so that a fold of the records a segment wrote and a fold of the
+// same records read back (a backend may keep the time at a coarser
+// precision, or in another zone) agree byte for byte.
+func foldTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC().Truncate(time.Second)
 }

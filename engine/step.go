@@ -47,6 +47,9 @@ type segment struct {
 	meta map[string]string
 	// offered is what the agent's model is offered, computed once.
 	offered *offer
+	// indexed holds the handles the segment found or put in the waiting
+	// index: those not open at its end are deleted before the release.
+	indexed map[string]bool
 }
 
 func (e *Engine) newSegment(ctx context.Context, lease eventlog.Lease) (*segment, error) {
@@ -57,7 +60,7 @@ func (e *Engine) newSegment(ctx context.Context, lease eventlog.Lease) (*segment
 	if err != nil {
 		return nil, err
 	}
-	return &segment{e: e, ctx: ctx, lease: lease, st: st}, nil
+	return &segment{e: e, ctx: ctx, lease: lease, st: st, indexed: e.reconcile(ctx, st)}, nil
 }
 
 // emit appends one record under the segment's lease, conditional on the last
@@ -182,18 +185,15 @@ func (g *segment) afterWake(w noeta.Wake) error {
 		}
 		return g.recordResults(ids)
 	case noeta.WakeHumanResponse:
-		if _, ok := st.Governance.PendingApprovals[w.Handle]; !ok {
+		pa, ok := st.Governance.PendingApprovals[w.Handle]
+		if !ok || st.Answered {
+			// Not an approval (a question, a park), or its answer is
+			// recorded already (by a segment that died after it).
 			return nil
 		}
-		approver := w.Approver
-		if approver == "" {
-			approver = "unknown"
-		}
-		res := noeta.ApprovalResolved{Handle: w.Handle, Decision: noeta.ApprovalDecision(w.Decision), Approver: approver, Reason: w.Text}
-		if res.Decision != noeta.ApprovalApprove && res.Decision != noeta.ApprovalDeny {
-			res.Decision, res.Reason = noeta.ApprovalDeny, fmt.Sprintf("unrecognised decision %q: taken as deny", w.Decision)
-		}
-		return g.engineEmit(res)
+		// Refused or counted, the request stays open and the turn, resumed,
+		// suspends on it again.
+		return g.recordAnswer(pa, w)
 	}
 	return nil
 }
@@ -614,7 +614,7 @@ func (g *segment) awaitToolApproval(handle string, later []noeta.ToolCall) error
 			return err
 		}
 	}
-	return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(handle))
+	return g.suspend(ReasonWaitingApproval, g.approvalWake(handle))
 }
 
 // recordedCall rebuilds the call an approval request recorded.
@@ -687,6 +687,7 @@ func (g *segment) requestApproval(req noeta.ApprovalRequested, args json.RawMess
 		return err
 	}
 	req.Guard, req.Reason = d.Guard, d.Reason
+	g.requirement(&req, args)
 	return g.engineEmit(req)
 }
 
@@ -714,7 +715,7 @@ func (g *segment) awaitTurnApproval(action noeta.ApprovalAction) error {
 	if !ok {
 		return fmt.Errorf("engine: task %s: the %s of turn %d awaits approval but its request is not in the state", g.st.Task, action, g.st.Turn.N)
 	}
-	return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(handle))
+	return g.suspend(ReasonWaitingApproval, g.approvalWake(handle))
 }
 
 func (g *segment) spawn(specs []noeta.SpawnSpec) error {
@@ -758,7 +759,7 @@ func (g *segment) spawn(specs []noeta.SpawnSpec) error {
 			}, raw, d); err != nil {
 				return err
 			}
-			return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(handle))
+			return g.suspend(ReasonWaitingApproval, g.approvalWake(handle))
 		default:
 			return g.denySpawn(sp.Agent, "", d)
 		}
@@ -813,7 +814,7 @@ func (g *segment) startChildren(specs []noeta.SpawnSpec) error {
 	for i, sp := range specs {
 		tc := noeta.TaskCreated{
 			TaskID: ids[i], Agent: sp.Agent, ParentTaskID: st.Task, RootTaskID: st.Root,
-			SubtaskDepth: st.Depth + 1, GroupID: group,
+			SubtaskDepth: st.Depth + 1, GroupID: group, SubmittedBy: st.SubmittedBy,
 		}
 		if err := g.e.fillCreated(g.ctx, &tc, sp.Goal, sp.Script); err != nil {
 			return err
@@ -882,7 +883,7 @@ func (g *segment) finish(answer json.RawMessage) error {
 		if err := g.requestApproval(noeta.ApprovalRequested{Handle: handle, Action: noeta.ApprovalFinish}, raw, d); err != nil {
 			return err
 		}
-		return g.suspend(ReasonWaitingApproval, noeta.HumanResponseWake(handle))
+		return g.suspend(ReasonWaitingApproval, g.approvalWake(handle))
 	default:
 		if err := g.engineEmit(noeta.FinishDenied{Guard: d.Guard, Reason: d.Reason}); err != nil {
 			return err

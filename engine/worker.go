@@ -163,6 +163,7 @@ func (e *Engine) heartbeat(ctx context.Context, lease eventlog.Lease, stop conte
 // release ends the segment in the dispatcher as the log says it ended.
 func (e *Engine) release(ctx context.Context, seg *segment) error {
 	st := seg.st
+	e.settleIndex(ctx, st, seg.indexed)
 	rel := eventlog.Release{ConsumedWake: seg.lease.Wake, Reason: st.Reason}
 	switch st.Status {
 	case noeta.StatusSuspended:

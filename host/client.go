@@ -62,7 +62,13 @@ func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error
 	}
 	// No default decision: an answer that does not say approve is never
 	// taken for one.
-	return h.client.Approve(ctx, task, handle, a.Decision, a.Approver, a.Reason)
+	auth := a.Auth
+	if auth == "" {
+		// The embedded default: the local user, who can read the data
+		// directory and so could write the store anyway.
+		auth = noeta.AuthLocal
+	}
+	return h.client.Approve(ctx, task, handle, a.Decision, a.Approver, a.Reason, auth)
 }
 
 // Deny is Approve with a refusal.

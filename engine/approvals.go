@@ -1,0 +1,177 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/approvals"
+)
+
+// MaxRefusedPerRequest bounds the ApprovalRefused records of one request:
+// past it a refused answer is logged and counted (RefusedApprovals) only,
+// so a flood of answers from someone not allowed cannot grow the log
+// without end.
+const MaxRefusedPerRequest = 16
+
+// msgUnauthenticated is the reason an answer that proves nothing about who
+// gave it is refused.
+const msgUnauthenticated = "an approval on a plain wake proves nothing about who gave it; answer on your approval subject or through the HTTP API"
+
+func validAuth(a string) bool {
+	switch a {
+	case "", noeta.AuthNATS, noeta.AuthToken, noeta.AuthProxy, noeta.AuthLocal, noeta.AuthNone:
+		return true
+	}
+	return false
+}
+
+// judgement is what one answer to an open approval comes to: exactly one of
+// a refusal, a count toward the quorum, or a resolution.
+type judgement struct {
+	refused  *noeta.ApprovalRefused
+	counted  *noeta.ApprovalCounted
+	resolved *noeta.ApprovalResolved
+}
+
+// approvalRequest is what the approvals rules read of an open request.
+func (e *Engine) approvalRequest(ctx context.Context, st *State, pa noeta.PendingApproval) (approvals.Request, error) {
+	args := pa.Args
+	if pa.ArgsRef != nil {
+		b, err := e.cfg.Content.Get(ctx, *pa.ArgsRef)
+		if err != nil {
+			return approvals.Request{}, fmt.Errorf("engine: task %s: the arguments of an approval request: %w", st.Task, err)
+		}
+		args = b
+	}
+	return approvals.Request{
+		Task: st.Task, Agent: st.Agent, Action: string(pa.Action), Tool: pa.Tool, Args: args,
+		Guard: pa.Guard, Reason: pa.Reason, Submitter: st.SubmittedBy, ChildAgent: pa.Agent,
+	}, nil
+}
+
+// judge decides what answer w to the open request pa comes to. It reads
+// only the folded state, the rules and w, so a caller in process can judge
+// an answer before it wakes the task (Approve) and the woken task judges it
+// again the same way (afterWake), which is the authority.
+func (e *Engine) judge(ctx context.Context, st *State, pa noeta.PendingApproval, w noeta.Wake) (judgement, error) {
+	decision := noeta.ApprovalDecision(w.Decision)
+	text := w.Text
+	if decision != noeta.ApprovalApprove && decision != noeta.ApprovalDeny {
+		decision, text = noeta.ApprovalDeny, fmt.Sprintf("unrecognised decision %q: taken as deny", w.Decision)
+	}
+	approver := w.Approver
+	if approver == "" {
+		approver = "unknown"
+	}
+	auth := w.Auth
+	if auth == "" || auth != noeta.AuthTimer && !validAuth(auth) {
+		// Whoever delivered it did not say, or said something unknown:
+		// it proves nothing.
+		auth = noeta.AuthNone
+	}
+	refuse := func(reason string) judgement {
+		return judgement{refused: &noeta.ApprovalRefused{Handle: w.Handle, Decision: decision, Approver: approver, Auth: auth, Reason: truncate(reason, maxErrorLen), Text: truncate(w.Text, maxErrorLen)}}
+	}
+	if w.Auth == noeta.AuthTimer {
+		if pa.ExpiresAt.IsZero() {
+			return refuse("a timer answered a request that does not expire"), nil
+		}
+		reason := w.Text
+		if reason == "" {
+			reason = "no answer before " + pa.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		return judgement{resolved: &noeta.ApprovalResolved{Handle: w.Handle, Decision: noeta.ApprovalDeny, Approver: noeta.ApproverTimeout, Auth: noeta.AuthTimer, Reason: reason}}, nil
+	}
+	if approver == noeta.ApproverTimeout {
+		return refuse(fmt.Sprintf("the approver %q is the expiry's own; only the request's timer answers as it", noeta.ApproverTimeout)), nil
+	}
+	if auth == noeta.AuthNone && e.cfg.RequireAuthenticatedApprovals {
+		return refuse(msgUnauthenticated), nil
+	}
+	req, err := e.approvalRequest(ctx, st, pa)
+	if err != nil {
+		return judgement{}, err
+	}
+	if err := e.cfg.Approvals.Check(req, pa.Rules, approver, auth); err != nil {
+		return refuse(err.Error()), nil
+	}
+	res := &noeta.ApprovalResolved{Handle: w.Handle, Decision: decision, Approver: approver, Reason: text, Auth: auth}
+	if decision == noeta.ApprovalDeny {
+		return judgement{resolved: res}, nil
+	}
+	quorum := max(pa.Quorum, 1)
+	if slices.Contains(pa.Approvers, approver) {
+		return refuse(fmt.Sprintf("%s has approved this request already; it needs %d distinct approvers (%d so far)", approver, quorum, len(pa.Approvers))), nil
+	}
+	if n := len(pa.Approvers) + 1; n < quorum {
+		return judgement{counted: &noeta.ApprovalCounted{Handle: w.Handle, Approver: approver, Auth: auth, Reason: text, Approvals: n, Quorum: quorum}}, nil
+	}
+	if quorum > 1 {
+		res.Approvers = append(slices.Clone(pa.Approvers), approver)
+	}
+	return judgement{resolved: res}, nil
+}
+
+// recordAnswer records what the answer w to the open request pa comes to.
+func (g *segment) recordAnswer(pa noeta.PendingApproval, w noeta.Wake) error {
+	j, err := g.e.judge(g.ctx, g.st, pa, w)
+	if err != nil {
+		return err
+	}
+	switch {
+	case j.resolved != nil:
+		if err := g.engineEmit(*j.resolved); err != nil {
+			return err
+		}
+		g.e.unindex(g.ctx, g.st.Task, w.Handle)
+		return nil
+	case j.counted != nil:
+		if err := g.engineEmit(*j.counted); err != nil {
+			return err
+		}
+	default:
+		g.e.refusedApprovals.Add(1)
+		if pa.Refused >= MaxRefusedPerRequest {
+			g.e.log.Warn("refused an answer to an approval; not recorded: the request has had its share of refused answers",
+				"task", g.st.Task, "handle", w.Handle, "approver", j.refused.Approver, "auth", j.refused.Auth, "reason", j.refused.Reason)
+			return nil
+		}
+		if err := g.engineEmit(*j.refused); err != nil {
+			return err
+		}
+	}
+	g.e.index(g.ctx, g.st, w.Handle)
+	return nil
+}
+
+// requirement fixes what the approvals rules ask of req: the rules that
+// matched, the quorum and the expiry (engine time).
+func (g *segment) requirement(req *noeta.ApprovalRequested, args []byte) {
+	r := g.e.cfg.Approvals.Require(approvals.Request{
+		Task: g.st.Task, Agent: g.st.Agent, Action: string(req.Action), Tool: req.Tool, Args: args,
+		Guard: req.Guard, Reason: req.Reason, Submitter: g.st.SubmittedBy, ChildAgent: req.Agent,
+	})
+	for _, p := range r.Problems {
+		g.e.log.Warn("an approvals rule's when failed to evaluate; the rule applies", "task", g.st.Task, "problem", p)
+	}
+	req.Rules = r.Rules
+	if r.Quorum > 1 {
+		req.Quorum = r.Quorum
+	}
+	if r.Timeout > 0 {
+		req.ExpiresAt = g.e.cfg.Now().Add(r.Timeout).UTC().Truncate(time.Millisecond)
+	}
+}
+
+// approvalWake is the condition a task waiting on the approval handle
+// suspends on: its expiry goes with it, for the dispatcher to arm.
+func (g *segment) approvalWake(handle string) noeta.Wake {
+	w := noeta.HumanResponseWake(handle)
+	if pa, ok := g.st.Governance.PendingApprovals[handle]; ok {
+		w.ExpireAt = pa.ExpiresAt
+	}
+	return w
+}

@@ -1,0 +1,369 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// rulesConfig: boss's echo calls need approval (the gate guard); the
+// approvals rules say who may answer them.
+const rulesConfig = pathsConfig + `
+approvals:
+  rules:
+    - name: sre-approves-echo
+      when: 'tool == "echo"'
+      approvers: 'approver in ["sre", "alice", "bob"]'
+`
+
+const quorumConfig = pathsConfig + `
+approvals:
+  rules:
+    - name: two-for-echo
+      when: 'tool == "echo" && args.text == "ran"'
+      quorum: 2
+`
+
+const selfConfig = pathsConfig + `
+approvals:
+  self_approval: deny
+`
+
+const expiryConfig = `
+agents:
+  boss:
+    tools: [echo]
+    approval_timeout: 1h
+approvals:
+  rules:
+    - name: echo-expires
+      when: 'tool == "echo"'
+      timeout: 30m
+      quorum: 2
+`
+
+// withApprovals gives the engine the approvals rules of doc.
+func withApprovals(t testing.TB, doc string) func(*engine.Config) {
+	t.Helper()
+	cf, err := config.Parse("noeta.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(c *engine.Config) { c.Approvals = cf.Approvals }
+}
+
+// records collects the types of every committed record, as an observer
+// sees them.
+type records struct {
+	mu  sync.Mutex
+	got []eventlog.Envelope
+}
+
+func (r *records) handle(_ context.Context, env eventlog.Envelope) error {
+	r.mu.Lock()
+	r.got = append(r.got, env)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *records) of(typ string) []eventlog.Envelope {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []eventlog.Envelope
+	for _, e := range r.got {
+		if e.Type == typ {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// waitOpen waits until the task is suspended on an approval (again) and
+// the dispatcher has it suspended, and returns its state.
+func waitOpen(t testing.TB, h *harness, id string, cond func(*engine.State) bool) *engine.State {
+	t.Helper()
+	st := h.waitFor(id, "the approval to be open", func(s *engine.State) bool {
+		return s.Status == noeta.StatusSuspended && s.Reason == engine.ReasonWaitingApproval && (cond == nil || cond(s))
+	})
+	h.waitReleased(id, eventlog.DispatchSuspended)
+	return st
+}
+
+// answer delivers an answer as a dispatcher does (the NATS approval
+// subject, the timer): straight to Dispatcher.Wake, with no pre-check.
+func answer(t testing.TB, h *harness, id, handle, approver, auth string, d noeta.ApprovalDecision, text string) {
+	t.Helper()
+	w := noeta.HumanResponseWake(handle)
+	w.Decision, w.Approver, w.Auth, w.Text = string(d), approver, auth, text
+	if _, err := h.b.disp.Wake(context.Background(), id, w); err != nil {
+		t.Fatalf("wake %s by %s: %v", handle, approver, err)
+	}
+}
+
+func pendingOf(st *engine.State) noeta.PendingApproval {
+	for _, pa := range st.Governance.PendingApprovals {
+		return pa
+	}
+	return noeta.PendingApproval{}
+}
+
+// TestApproverNotAllowed: an answer from an approver the rules do not
+// allow is refused before anything is sent when it comes in process
+// (ErrApproverNotAllowed), and recorded as ApprovalRefused (an observer
+// sees it) when it arrives as a wake; either way the request stays open,
+// the task waits on it again, and an allowed approver then resolves it.
+//
+// Before: any approver string resolved any approval.
+func TestApproverNotAllowed(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			h := newHarness(t, b, rulesConfig, withGuards(gate("tool_call")), withApprovals(t, rulesConfig))
+			seen := &records{}
+			sub := b.log.Subscribe(seen.handle)
+			t.Cleanup(sub.Cancel)
+			h.start(1)
+			ctx := context.Background()
+			id := h.submit(nowApproval)
+			st := waitOpen(t, h, id, nil)
+			handle := st.WakeOn.Handle
+			if pa := pendingOf(st); !slices.Equal(pa.Rules, []string{"sre-approves-echo"}) {
+				t.Fatalf("the request's rules %v; want [sre-approves-echo]", pa.Rules)
+			}
+
+			err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "mallory", "let me", noeta.AuthLocal)
+			if !errors.Is(err, engine.ErrApproverNotAllowed) || !strings.Contains(err.Error(), "rule sre-approves-echo") {
+				t.Fatalf("Approve by mallory = %v; want ErrApproverNotAllowed naming the rule", err)
+			}
+			// The same answer on the broker's path: the woken task refuses it.
+			answer(t, h, id, handle, "mallory", noeta.AuthNATS, noeta.ApprovalApprove, "let me")
+			st = waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == 1 })
+			if st.WakeOn.Handle != handle || st.Governance.ToolCalls != 0 || len(st.Governance.Approvals) != 0 {
+				t.Fatalf("after the refusal: waits on %v, %d calls, approvals %v; want the same request open and nothing run", st.WakeOn, st.Governance.ToolCalls, st.Governance.Approvals)
+			}
+			refused := payload[noeta.ApprovalRefused](t, h.log(id), noeta.TypeApprovalRefused)
+			if refused.Approver != "mallory" || refused.Auth != noeta.AuthNATS || !strings.Contains(refused.Reason, "rule sre-approves-echo allows only") || refused.Text != "let me" {
+				t.Fatalf("ApprovalRefused = %+v", refused)
+			}
+			if n := len(seen.of(noeta.TypeApprovalRefused)); n != 1 {
+				t.Fatalf("the observer saw %d ApprovalRefused; want 1", n)
+			}
+			// A deny from someone not allowed is refused too.
+			answer(t, h, id, handle, "mallory", noeta.AuthNATS, noeta.ApprovalDeny, "no")
+			waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == 2 })
+
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "sre", "fine", noeta.AuthLocal); err != nil {
+				t.Fatal(err)
+			}
+			st = h.waitStatus(id, noeta.StatusTerminal)
+			res := payload[noeta.ApprovalResolved](t, h.log(id), noeta.TypeApprovalResolved)
+			if st.Governance.ToolCalls != 1 || res.Approver != "sre" || res.Auth != noeta.AuthLocal || res.Decision != noeta.ApprovalApprove {
+				t.Fatalf("resolved %+v, %d calls; want approved by sre (local) and the call run", res, st.Governance.ToolCalls)
+			}
+			if got := h.eng.RefusedApprovals(); got != 2 {
+				t.Errorf("RefusedApprovals = %d; want 2", got)
+			}
+		})
+	}
+}
+
+// TestQuorum: a two-person rule runs the call only after the second
+// distinct approver; the same approver twice counts once (the second is
+// refused); the resolution names both.
+func TestQuorum(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			h := newHarness(t, b, quorumConfig, withGuards(gate("tool_call")), withApprovals(t, quorumConfig))
+			h.start(1)
+			ctx := context.Background()
+			id := h.submit(nowApproval)
+			st := waitOpen(t, h, id, nil)
+			handle := st.WakeOn.Handle
+			if q := pendingOf(st).Quorum; q != 2 {
+				t.Fatalf("quorum %d; want 2", q)
+			}
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "alice", "one", noeta.AuthLocal); err != nil {
+				t.Fatal(err)
+			}
+			st = waitOpen(t, h, id, func(s *engine.State) bool { return len(pendingOf(s).Approvers) == 1 })
+			if st.Governance.ToolCalls != 0 {
+				t.Fatalf("the call ran after one approval of two")
+			}
+			c := payload[noeta.ApprovalCounted](t, h.log(id), noeta.TypeApprovalCounted)
+			if c.Approver != "alice" || c.Approvals != 1 || c.Quorum != 2 || c.Auth != noeta.AuthLocal {
+				t.Fatalf("ApprovalCounted = %+v", c)
+			}
+			// alice again: refused up front, and by the task on a wake.
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "alice", "two", noeta.AuthLocal); !errors.Is(err, engine.ErrApproverNotAllowed) {
+				t.Fatalf("alice's second approval = %v; want ErrApproverNotAllowed", err)
+			}
+			answer(t, h, id, handle, "alice", noeta.AuthNATS, noeta.ApprovalApprove, "two")
+			st = waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == 1 })
+			if pa := pendingOf(st); len(pa.Approvers) != 1 || st.Governance.ToolCalls != 0 {
+				t.Fatalf("after alice twice: approvers %v, %d calls; want alice counted once and nothing run", pa.Approvers, st.Governance.ToolCalls)
+			}
+			if r := payload[noeta.ApprovalRefused](t, h.log(id), noeta.TypeApprovalRefused); !strings.Contains(r.Reason, "approved this request already") {
+				t.Fatalf("refusal reason %q", r.Reason)
+			}
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "bob", "three", noeta.AuthLocal); err != nil {
+				t.Fatal(err)
+			}
+			st = h.waitStatus(id, noeta.StatusTerminal)
+			res := payload[noeta.ApprovalResolved](t, h.log(id), noeta.TypeApprovalResolved)
+			if st.Governance.ToolCalls != 1 || res.Approver != "bob" || !slices.Equal(res.Approvers, []string{"alice", "bob"}) {
+				t.Fatalf("resolved %+v with %d calls; want approved by alice and bob, the call run once", res, st.Governance.ToolCalls)
+			}
+		})
+	}
+}
+
+// TestSelfApprovalRefused: with self_approval: deny the submitter of a task
+// may not answer its approvals; anyone else may.
+func TestSelfApprovalRefused(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), selfConfig, withGuards(gate("tool_call")), withApprovals(t, selfConfig))
+	h.start(1)
+	ctx := context.Background()
+	id, err := h.eng.Submit(ctx, engine.Submission{Agent: "boss", Goal: "ask now", SubmittedBy: "cli:bob",
+		Script: json.RawMessage(`[{"tool_calls":[{"tool":"echo","args":{"text":"ran"}}]},{"finish":{"answer":"done"}}]`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := waitOpen(t, h, id, nil)
+	if st.SubmittedBy != "cli:bob" {
+		t.Fatalf("SubmittedBy %q", st.SubmittedBy)
+	}
+	handle := st.WakeOn.Handle
+	if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "cli:bob", "mine", noeta.AuthLocal); !errors.Is(err, engine.ErrApproverNotAllowed) || !strings.Contains(err.Error(), "submitted this task") {
+		t.Fatalf("self-approval = %v; want ErrApproverNotAllowed", err)
+	}
+	answer(t, h, id, handle, "cli:bob", noeta.AuthLocal, noeta.ApprovalApprove, "mine")
+	waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == 1 })
+	if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "cli:alice", "ok", noeta.AuthLocal); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.waitStatus(id, noeta.StatusTerminal); st.Governance.ToolCalls != 1 {
+		t.Fatalf("%d calls; want the call run after alice's approval", st.Governance.ToolCalls)
+	}
+}
+
+// TestUnauthenticatedRefused: with RequireAuthenticatedApprovals, an answer
+// whose auth is none (a plain wake) or missing is refused and recorded; the
+// request stays open.
+func TestUnauthenticatedRefused(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			h := newHarness(t, b, pathsConfig, withGuards(gate("tool_call")), func(c *engine.Config) { c.RequireAuthenticatedApprovals = true })
+			h.start(1)
+			ctx := context.Background()
+			id := h.submit(nowApproval)
+			handle := waitOpen(t, h, id, nil).WakeOn.Handle
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "ops", "trust me", noeta.AuthNone); !errors.Is(err, engine.ErrApproverNotAllowed) {
+				t.Fatalf("Approve with auth none = %v; want ErrApproverNotAllowed", err)
+			}
+			for i, auth := range []string{noeta.AuthNone, ""} {
+				answer(t, h, id, handle, "ops", auth, noeta.ApprovalApprove, "trust me")
+				waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == i+1 })
+			}
+			r := payload[noeta.ApprovalRefused](t, h.log(id), noeta.TypeApprovalRefused)
+			if !strings.Contains(r.Reason, "proves nothing about who gave it") || r.Auth != noeta.AuthNone {
+				t.Fatalf("ApprovalRefused = %+v", r)
+			}
+			answer(t, h, id, handle, "alice", noeta.AuthNATS, noeta.ApprovalApprove, "signed")
+			if st := h.waitStatus(id, noeta.StatusTerminal); st.Governance.ToolCalls != 1 {
+				t.Fatalf("%d calls after an authenticated approval; want 1", st.Governance.ToolCalls)
+			}
+		})
+	}
+}
+
+// TestExpiry: the request's expiry is the smallest of the matching rules'
+// timeouts and the agent's, in engine time; the task suspends on it with
+// ExpireAt (and again, unchanged, after a counted approval); the timer's
+// answer resolves it denied by timeout once, and the policy decides again
+// (here: the script's next turn finishes). The timeout is delivered as the
+// dispatcher's timer delivers it.
+func TestExpiry(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+			h := newHarness(t, b, expiryConfig, withGuards(gate("tool_call")), withApprovals(t, expiryConfig),
+				func(c *engine.Config) { c.Now = func() time.Time { return now } })
+			h.start(1)
+			ctx := context.Background()
+			id := h.submit(strings.Replace(nowApproval, "boss", "boss", 1))
+			st := waitOpen(t, h, id, nil)
+			handle := st.WakeOn.Handle
+			want := now.Add(30 * time.Minute)
+			if pa := pendingOf(st); !pa.ExpiresAt.Equal(want) || !st.WakeOn.ExpireAt.Equal(want) {
+				t.Fatalf("expires %v, suspended with ExpireAt %v; want both %v", pa.ExpiresAt, st.WakeOn.ExpireAt, want)
+			}
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "alice", "one of two", noeta.AuthLocal); err != nil {
+				t.Fatal(err)
+			}
+			st = waitOpen(t, h, id, func(s *engine.State) bool { return len(pendingOf(s).Approvers) == 1 })
+			if !st.WakeOn.ExpireAt.Equal(want) {
+				t.Fatalf("after a counted approval the task waits with ExpireAt %v; want the same %v", st.WakeOn.ExpireAt, want)
+			}
+			answer(t, h, id, handle, noeta.ApproverTimeout, noeta.AuthTimer, noeta.ApprovalDeny, "no answer before "+want.Format(time.RFC3339))
+			st = h.waitStatus(id, noeta.StatusTerminal)
+			if st.Status != noeta.StatusTerminal || string(st.Answer) != `"done"` || st.Governance.ToolCalls != 0 {
+				t.Fatalf("after the expiry: %s answer %s calls %d; want the call never run and the next turn finishing", st.Status, st.Answer, st.Governance.ToolCalls)
+			}
+			// The timer fires once more (a redelivery): nothing is open.
+			w := noeta.HumanResponseWake(handle)
+			w.Decision, w.Approver, w.Auth = "deny", noeta.ApproverTimeout, noeta.AuthTimer
+			if _, err := h.b.disp.Wake(ctx, id, w); err == nil {
+				t.Fatalf("a second timer answer was taken")
+			}
+			envs := h.log(id)
+			var resolved []noeta.ApprovalResolved
+			for _, e := range envs {
+				if e.Type == noeta.TypeApprovalResolved {
+					var r noeta.ApprovalResolved
+					_ = json.Unmarshal(e.Payload, &r)
+					resolved = append(resolved, r)
+				}
+			}
+			if len(resolved) != 1 || resolved[0].Approver != noeta.ApproverTimeout || resolved[0].Auth != noeta.AuthTimer || resolved[0].Decision != noeta.ApprovalDeny {
+				t.Fatalf("resolutions %+v; want one, denied by timeout (timer)", resolved)
+			}
+		})
+	}
+}
+
+// TestTimerAnswerNeedsExpiry: an answer that claims to be the timer's for a
+// request that does not expire is refused, not taken as a denial; an answer
+// that names the expiry's approver without its auth is refused too. In
+// process, neither can be sent at all.
+func TestTimerAnswerNeedsExpiry(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), pathsConfig, withGuards(gate("tool_call")))
+	h.start(1)
+	ctx := context.Background()
+	id := h.submit(nowApproval)
+	handle := waitOpen(t, h, id, nil).WakeOn.Handle
+	for _, a := range [][2]string{{noeta.ApproverTimeout, noeta.AuthLocal}, {"alice", noeta.AuthTimer}} {
+		if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalDeny, a[0], "", a[1]); !errors.Is(err, eventlog.ErrInvalidArgument) {
+			t.Fatalf("Approve as %v = %v; want ErrInvalidArgument", a, err)
+		}
+	}
+	answer(t, h, id, handle, noeta.ApproverTimeout, noeta.AuthTimer, noeta.ApprovalDeny, "forged")
+	waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == 1 })
+	answer(t, h, id, handle, noeta.ApproverTimeout, noeta.AuthLocal, noeta.ApprovalDeny, "forged")
+	st := waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == 2 })
+	if len(st.Governance.Approvals) != 0 {
+		t.Fatalf("a forged timer answer resolved the request: %+v", st.Governance.Approvals)
+	}
+}
