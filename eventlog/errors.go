@@ -57,6 +57,13 @@ var (
 	// answer has already matched. Nothing was changed: the first answer wins.
 	ErrAlreadyAnswered = errors.New("eventlog: already answered")
 
+	// ErrTooManyWakes: Wake with an event that would be buffered on a row
+	// whose buffer of pending wakes is full (the dispatcher's
+	// MaxPendingWakes). Nothing was changed: the buffer is bounded so that a
+	// flood of wakes to one task cannot grow its row without end; the sender
+	// is told, and may retry once the task has consumed some.
+	ErrTooManyWakes = errors.New("eventlog: too many pending wakes")
+
 	// ErrInvalidArgument: malformed input (task id, origin, actor, payload, key,
 	// release state). The message names the field.
 	ErrInvalidArgument = errors.New("eventlog: invalid argument")
@@ -77,6 +84,18 @@ var (
 	// where in the store it is.
 	ErrCorrupt = errors.New("eventlog: corrupt record")
 )
+
+// DefaultMaxPendingWakes is how many wakes a dispatcher row buffers (wakes
+// that matched no suspend yet) before Wake refuses more with
+// ErrTooManyWakes.
+const DefaultMaxPendingWakes = 64
+
+// TooManyWakes is the error of a Wake refused because task's buffer holds
+// limit wakes already.
+func TooManyWakes(task string, kind string, limit int) error {
+	return fmt.Errorf("%w: task %q already buffers %d wakes that matched nothing (the cap); this %s wake is refused, not kept: retry once the task has consumed some",
+		ErrTooManyWakes, task, limit, kind)
+}
 
 // IsDamage reports whether err says the store lost or mangled a task's
 // records (ErrGap, ErrCorrupt), as opposed to an ordinary failure to read.

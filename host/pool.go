@@ -373,6 +373,8 @@ func newCounters(h *Host) *counters {
 		}),
 		counter("noeta_engine_dispatcher_answers_refused_total", "Human answers on the wake ingress that matched no request the task waits on now: dropped, not kept.",
 			func() uint64 { return h.disp.Stats().RefusedWakes }),
+		counter("noeta_engine_dispatcher_wakes_held_total", "Wake ingress messages held back because their task already buffers MaxPendingWakes wakes; past the cap the broker refuses the sender.",
+			func() uint64 { return h.disp.Stats().HeldWakes }),
 		counter("noeta_engine_dispatcher_requeued_total", "Expired leases this process's dispatcher requeued or ended.",
 			func() uint64 {
 				n := h.disp.Stats().Requeued

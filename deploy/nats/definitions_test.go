@@ -54,6 +54,7 @@ func definitions() []definition {
 		{file: "streams/NOETA_TASKS.json", stream: "NOETA_TASKS", declared: jetstream.StreamConfig(jetstream.Config{Replicas: clusterReplicas})},
 		{file: "streams/NOETA_READY.json", stream: "NOETA_READY", declared: jetstream.ReadyStreamConfig(dc)},
 		{file: "streams/NOETA_WAKE.json", stream: "NOETA_WAKE", declared: jetstream.WakeStreamConfig(dc)},
+		{file: "streams/NOETA_TIMERS.json", stream: "NOETA_TIMERS", declared: jetstream.TimerStreamConfig(dc)},
 		{file: "streams/NOETA_DLQ.json", stream: "NOETA_DLQ", declared: jetstream.DeadLetterStreamConfig("", clusterReplicas)},
 		{file: "streams/KV_noeta_tasks.json", stream: "KV_noeta_tasks"},
 		{file: "streams/KV_noeta_leases.json", stream: "KV_noeta_leases"},
@@ -62,6 +63,7 @@ func definitions() []definition {
 		{file: "consumers/obs-audit-p00.json", stream: "NOETA_TASKS", consumer: feedGroup + "-p00",
 			declared: jetstream.FeedConsumerConfig("", feedGroup, 0, eventlog.FeedConfig{})},
 		{file: "consumers/dispatcher-ingress.json", stream: "NOETA_WAKE", consumer: "dispatcher-ingress"},
+		{file: "consumers/dispatcher-timers.json", stream: "NOETA_TIMERS", consumer: "dispatcher-timers"},
 		{file: "consumers/ready-default.json", stream: "NOETA_READY", consumer: "ready-" + eventlog.DefaultQueue},
 	}
 }

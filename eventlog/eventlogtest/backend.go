@@ -41,6 +41,14 @@ type Backend struct {
 	HeartbeatMax    int
 	ReclaimMax      int
 	MaxFailAttempts int
+	// Restart, when the backend keeps its state across a restart, closes
+	// this instance and returns a new one on the same store (the dispatcher
+	// and log opened again, as a process restarting would); nil otherwise.
+	Restart func(t *testing.T) Backend
+
+	// MaxPendingWakes is the row's buffer cap; 0 means
+	// eventlog.DefaultMaxPendingWakes.
+	MaxPendingWakes int
 }
 
 // Factory returns a fresh backend for one subtest and registers its cleanup

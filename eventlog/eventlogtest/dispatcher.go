@@ -52,6 +52,7 @@ var dispatcherCases = []suiteCase{
 	{"WakeTerminal", testWakeTerminal},
 	{"WakeUnknownTask", testWakeUnknownTask},
 	{"WakeInvalid", testWakeInvalid},
+	{"WakeBufferCap", testWakeBufferCap},
 	// human answers: never buffered (answers.go)
 	{"AnswerMatchesSuspend", testAnswerMatchesSuspend},
 	{"AnswerBeforeAskRefused", testAnswerBeforeAskRefused},
@@ -78,6 +79,11 @@ var dispatcherCases = []suiteCase{
 	{"TimerInclusive", testTimerInclusive},
 	{"TimerAlreadyDue", testTimerAlreadyDue},
 	{"TimerFiresOnce", testTimerFiresOnce},
+	// expiring approvals (expiry.go)
+	{"ExpiryFiresOnce", testExpiryFiresOnce},
+	{"ExpiryNotAfterAnswer", testExpiryNotAfterAnswer},
+	{"ExpiryRearmedAfterResuspend", testExpiryRearmedAfterResuspend},
+	{"ExpiryAcrossRestart", testExpiryAcrossRestart},
 	// registry and inspection
 	{"Valid", testValid},
 	{"ValidStrictBoundary", testValidStrictBoundary},

@@ -24,10 +24,11 @@ const (
 	DefaultHeartbeatMax    = 360
 	DefaultReclaimMax      = 3
 	DefaultMaxFailAttempts = 3
-	// DefaultWakeMaxAge is how long the wake stream keeps an ingress message.
-	// Messages are applied within moments of arriving; the age only bounds
-	// how long a wake survives while no Dispatcher runs at all, and how long
-	// applied ones linger for inspection. Timer schedules are exempt (they
+	// DefaultWakeMaxAge is how long the wake stream keeps an ingress message
+	// (and the timers stream a fired copy). Messages are applied within
+	// moments of arriving and then leave the wake stream (a work queue); the
+	// age only bounds how long a wake survives while no Dispatcher runs at
+	// all, or while held for a full buffer. Timer schedules are exempt (they
 	// carry Nats-TTL: never), so a timer may lie further ahead than this.
 	DefaultWakeMaxAge = 7 * 24 * time.Hour
 	// DefaultSweepInterval is how often every Dispatcher reconciles on its
@@ -40,11 +41,12 @@ const (
 
 // DispatcherConfig configures a Dispatcher. Zero values take the defaults.
 // Every process dispatching one prefix must use the same Prefix, Replicas,
-// LeaseTTL and WakeMaxAge: they define the shared streams and buckets, and
+// LeaseTTL, WakeMaxAge and MaxPendingWakes: they define the shared streams and buckets, and
 // an existing one with other settings is refused with ErrConfigMismatch.
 type DispatcherConfig struct {
 	// Prefix is the first subject token and names the streams and buckets
-	// (<PREFIX>_READY, <PREFIX>_WAKE, <prefix>_tasks, <prefix>_leases).
+	// (<PREFIX>_READY, <PREFIX>_WAKE, <PREFIX>_TIMERS, <prefix>_tasks,
+	// <prefix>_leases).
 	// Default "noeta", the Log's default, so one prefix names one deployment.
 	Prefix string
 	// Replicas of the streams and buckets: 1 on a single node, 3 on a cluster.
@@ -67,8 +69,15 @@ type DispatcherConfig struct {
 	// RequestTimeout bounds each request to the server when ctx has no
 	// deadline. Default 5s.
 	RequestTimeout time.Duration
-	// WakeMaxAge is the wake stream's MaxAge. Default DefaultWakeMaxAge.
+	// WakeMaxAge is the MaxAge of the wake and timers streams. Default
+	// DefaultWakeMaxAge.
 	WakeMaxAge time.Duration
+	// MaxPendingWakes bounds a row's buffer of wakes that matched nothing
+	// yet: Wake past it returns eventlog.ErrTooManyWakes, and the ingress
+	// holds such a message in the wake stream, which takes as many per
+	// subject before it refuses the sender (see WakeStreamConfig). Default
+	// eventlog.DefaultMaxPendingWakes.
+	MaxPendingWakes int
 	// SweepInterval is how often this Dispatcher reconciles by itself
 	// (jittered by ±25%), besides once when it opens, after every reconnect
 	// of its connection and whenever its ingress consumer had to be created
@@ -137,6 +146,7 @@ func (c DispatcherConfig) withDefaults() (DispatcherConfig, error) {
 		{"HeartbeatMax", &c.HeartbeatMax, DefaultHeartbeatMax},
 		{"ReclaimMax", &c.ReclaimMax, DefaultReclaimMax},
 		{"MaxFailAttempts", &c.MaxFailAttempts, DefaultMaxFailAttempts},
+		{"MaxPendingWakes", &c.MaxPendingWakes, eventlog.DefaultMaxPendingWakes},
 	} {
 		if *f.v < 0 {
 			return bad("%s is negative (%d)", f.name, *f.v)
@@ -174,6 +184,7 @@ func (c DispatcherConfig) upperPrefix() string {
 }
 func (c DispatcherConfig) readyStream() string { return c.upperPrefix() + "_READY" }
 func (c DispatcherConfig) wakeStream() string  { return c.upperPrefix() + "_WAKE" }
+func (c DispatcherConfig) timerStream() string { return c.upperPrefix() + "_TIMERS" }
 
 // checkRowsNotLost refuses to create the rows bucket afresh beside a task
 // stream that holds records: the rows were there and are gone, and an empty
@@ -219,15 +230,50 @@ func ReadyStreamConfig(c DispatcherConfig) jetstream.StreamConfig {
 	}
 }
 
-// WakeStreamConfig is the wake ingress's definition. Message schedules put
-// timers in it; they need roll-ups (a re-armed timer replaces its schedule)
-// and per-message TTLs (a schedule is exempt from MaxAge).
+// WakeStreamConfig is the wake ingress's definition: what any publisher of
+// wakes and every approver writes to, so nothing in it can remove what
+// another wrote. No roll-ups (a Nats-Rollup header is refused, where it
+// used to purge the stream), no purge or delete, no schedules (timers are on
+// TimerStreamConfig's stream, which only the engine writes). Work-queue
+// retention: a message leaves once a Dispatcher has applied it, so what a
+// subject holds is what waits for its task; MaxMsgsPerSubject with
+// DiscardNewPerSubject caps that per task (per approver on an approval
+// subject) and refuses the sender past it. The ingress holds, unacknowledged,
+// a wake whose row's buffer is full (MaxPendingWakes), so a flood to one task
+// fills its subject and is refused by the broker, with an error to the
+// sender, instead of growing the row.
 func WakeStreamConfig(c DispatcherConfig) jetstream.StreamConfig {
 	c, _ = c.withDefaults()
+	s := dispatchSubjects{c.Prefix}
 	return jetstream.StreamConfig{
-		Name:              c.wakeStream(),
-		Description:       "noeta wake ingress: wakes for tasks, and timer schedules the broker fires into it",
-		Subjects:          []string{dispatchSubjects{c.Prefix}.wakeAll(), dispatchSubjects{c.Prefix}.approveIngress()},
+		Name:                 c.wakeStream(),
+		Description:          "noeta wake ingress: wakes and approvals for tasks, each held until a dispatcher applies it",
+		Subjects:             []string{s.wakeIngress(), s.approveIngress()},
+		Retention:            jetstream.WorkQueuePolicy,
+		Storage:              jetstream.FileStorage,
+		Replicas:             c.Replicas,
+		MaxAge:               c.WakeMaxAge,
+		MaxMsgsPerSubject:    int64(c.MaxPendingWakes),
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		DenyDelete:           true,
+		DenyPurge:            true,
+		MaxMsgs:              -1,
+		MaxBytes:             -1,
+	}
+}
+
+// TimerStreamConfig is the timers' definition: the dispatcher's message
+// schedules and the copies the broker fires from them, on subjects only the
+// engine's NATS user may write. Schedules need roll-ups (a re-armed timer
+// replaces its schedule) and per-message TTLs (a schedule is exempt from
+// MaxAge), which is why they cannot share the ingress.
+func TimerStreamConfig(c DispatcherConfig) jetstream.StreamConfig {
+	c, _ = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:              c.timerStream(),
+		Description:       "noeta timers: the dispatcher's schedules, and the wakes the broker fires from them",
+		Subjects:          []string{dispatchSubjects{c.Prefix}.timerAll()},
 		Retention:         jetstream.LimitsPolicy,
 		Storage:           jetstream.FileStorage,
 		Replicas:          c.Replicas,
@@ -245,7 +291,9 @@ func WakeStreamConfig(c DispatcherConfig) jetstream.StreamConfig {
 //
 //	<prefix>.ready.<queue>.<p>.<task>          ready signal (READY stream)
 //	<prefix>.wake.<p>.<task>                   wake ingress (WAKE stream)
-//	<prefix>.wake.<p>.<task>.timer.<gen>       timer schedule targeting the ingress
+//	<prefix>.approve.<approver>.<p>.<task>     an approver's answers (WAKE stream)
+//	<prefix>.timer.<p>.<task>.<gen>            timer schedule (TIMERS stream)
+//	<prefix>.timer.<p>.<task>                  where the broker fires it (TIMERS stream)
 type dispatchSubjects struct{ prefix string }
 
 func (s dispatchSubjects) ready(queue, task string) string {
@@ -256,15 +304,33 @@ func (s dispatchSubjects) readyAll() string               { return s.prefix + ".
 func (s dispatchSubjects) wake(task string) string {
 	return s.prefix + ".wake." + strconv.Itoa(Partition(task)) + "." + task
 }
-func (s dispatchSubjects) wakeTimer(task string, gen uint64) string {
-	return s.wake(task) + ".timer." + strconv.FormatUint(gen, 10)
-}
-func (s dispatchSubjects) wakeAll() string     { return s.prefix + ".wake.>" }
 func (s dispatchSubjects) wakeIngress() string { return s.prefix + ".wake.*.*" }
 func (s dispatchSubjects) approve(approver, task string) string {
 	return s.prefix + ".approve." + approver + "." + strconv.Itoa(Partition(task)) + "." + task
 }
 func (s dispatchSubjects) approveIngress() string { return s.prefix + ".approve.*.*.*" }
+func (s dispatchSubjects) timerTarget(task string) string {
+	return s.prefix + ".timer." + strconv.Itoa(Partition(task)) + "." + task
+}
+func (s dispatchSubjects) timer(task string, gen uint64) string {
+	return s.timerTarget(task) + "." + strconv.FormatUint(gen, 10)
+}
+func (s dispatchSubjects) timerAll() string       { return s.prefix + ".timer.>" }
+func (s dispatchSubjects) timersFired() string    { return s.prefix + ".timer.*.*" }
+func (s dispatchSubjects) timerSchedules() string { return s.prefix + ".timer.*.*.*" }
+
+// taskOfTimer returns the task of a fired timer's subject.
+func (s dispatchSubjects) taskOfTimer(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, s.prefix+".timer.")
+	if !ok {
+		return "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 2 || noeta.ValidateTaskID(parts[1]) != nil {
+		return "", false
+	}
+	return parts[1], true
+}
 
 // ingressSource says where an ingress message came from: its task, and for
 // an approval subject the approver the subject names ("" on the plain wake
@@ -347,8 +413,10 @@ const (
 	// appliedKeep is how many ingress stream sequences a row remembers, to
 	// recognise a redelivery.
 	appliedKeep = 64
-	// ingressConsumer is the durable every Dispatcher of a prefix shares.
+	// ingressConsumer and timersConsumer are the durables every Dispatcher
+	// of a prefix shares, on the wake stream and on the timers stream.
 	ingressConsumer = "dispatcher-ingress"
+	timersConsumer  = "dispatcher-timers"
 	// ingressBatch bounds the ingress messages one Dispatcher holds
 	// unacknowledged, so a process that dies strands few of them.
 	ingressBatch = 16
@@ -359,6 +427,9 @@ const (
 	// after two missed heartbeats and pulls again from the new leader. With
 	// the client's defaults (30s, 15s) that took 30s, and every wake and
 	// fired timer waited for it.
+	// heldWakeDelay: how long a wake held for a full buffer waits in the
+	// stream before it is tried again.
+	heldWakeDelay     = 2 * time.Second
 	ingressPullExpiry = 4 * time.Second
 	ingressHeartbeat  = time.Second
 )
@@ -376,8 +447,10 @@ const (
 //   - A ready, unreserved task has one signal in the work-queue stream
 //     <PREFIX>_READY; idle workers block on a pull from their queue.
 //   - Wakes for tasks may also arrive as messages on <prefix>.wake.<p>.<task>
-//     (the <PREFIX>_WAKE stream); a shared durable consumer applies each once.
-//     Timers are message schedules the broker fires into that ingress.
+//     and answers on <prefix>.approve.<approver>.<p>.<task> (the <PREFIX>_WAKE
+//     stream); a shared durable consumer applies each once. Timers (and
+//     approval expiries) are message schedules the broker fires in the
+//     <PREFIX>_TIMERS stream, applied by a second shared durable.
 //
 // It is safe for concurrent use.
 type Dispatcher struct {
@@ -390,6 +463,7 @@ type Dispatcher struct {
 	leases jetstream.KeyValue
 	ready  jetstream.Stream
 	wake   jetstream.Stream
+	timers jetstream.Stream
 
 	closed atomic.Bool
 	done   chan struct{}
@@ -406,14 +480,14 @@ type Dispatcher struct {
 	status chan nats.Status
 	kick   chan struct{}
 
-	// mu guards queues, closing and ingress. closing is set under mu by
+	// mu guards queues, closing and inputs. closing is set under mu by
 	// Close before it waits, so no goroutine is added to wg after the wait
-	// began, and no ingress iterator is installed after Close drained the
+	// began, and no input iterator is installed after Close drained the
 	// last one.
 	mu      sync.Mutex
 	closing bool
 	queues  map[string]jetstream.Consumer
-	ingress jetstream.MessagesContext
+	inputs  map[string]jetstream.MessagesContext // by lane consumer
 	// backstops are the local timers behind the broker's schedules, by
 	// task/generation (see backstopTimer).
 	backstops map[string]*time.Timer
@@ -426,22 +500,27 @@ var _ eventlog.Dispatcher = (*Dispatcher)(nil)
 
 // DispatcherStats counts what this Dispatcher instance did on its own.
 type DispatcherStats struct {
-	WakesApplied      uint64 // ingress messages applied to a row (fired timers included)
+	WakesApplied      uint64 // ingress messages applied to a row (fired timers and approvals included)
 	TimersFired       uint64 // fired timers that matched the suspend that armed them
 	StaleTimers       uint64 // fired timers whose suspend had ended: dropped
 	DuplicateWakes    uint64 // ingress redeliveries recognised by stream sequence
 	UnknownTaskWakes  uint64 // ingress wakes for a task without a row: acked and dropped
-	InvalidWakes      uint64 // ingress messages that are not a valid wake: dropped
+	InvalidWakes      uint64 // ingress messages that are not a valid wake (or approval, or fired timer): dropped
 	RefusedWakes      uint64 // ingress human_responses that matched no suspend of now: dropped
 	Requeued          uint64 // expired leases this instance requeued or ended
 	Reconciles        uint64 // reconcile passes that completed
 	Resignalled       uint64 // ready signals a reconcile pass found missing and published again
 	TimersBackstopped uint64 // timers this instance fired itself, the broker's schedule not having fired in time
+	// HeldWakes counts the times an ingress wake was handed back to the
+	// wake stream because its task's buffer was full (MaxPendingWakes); once
+	// a task's held wakes fill its subject's cap, the broker refuses the
+	// sender.
+	HeldWakes uint64
 }
 
 type dispatcherCounters struct {
 	wakesApplied, timersFired, staleTimers, duplicateWakes, unknownTaskWakes, invalidWakes, refusedWakes, requeued atomic.Uint64
-	reconciles, resignalled, timersBackstopped                                                                     atomic.Uint64
+	reconciles, resignalled, timersBackstopped, heldWakes                                                          atomic.Uint64
 }
 
 // Stats returns this instance's counters.
@@ -459,6 +538,7 @@ func (d *Dispatcher) Stats() DispatcherStats {
 		Reconciles:        s.reconciles.Load(),
 		Resignalled:       s.resignalled.Load(),
 		TimersBackstopped: s.timersBackstopped.Load(),
+		HeldWakes:         s.heldWakes.Load(),
 	}
 }
 
@@ -486,6 +566,7 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 		done:   make(chan struct{}),
 		kick:   make(chan struct{}, 1),
 		queues: map[string]jetstream.Consumer{},
+		inputs: map[string]jetstream.MessagesContext{},
 
 		backstops: map[string]*time.Timer{},
 	}
@@ -523,12 +604,24 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 	if d.ready, err = ensureStream(ctx, js, ReadyStreamConfig(c)); err != nil {
 		return nil, err
 	}
-	if d.wake, err = ensureStream(ctx, js, WakeStreamConfig(c)); err != nil {
-		return nil, err
-	}
-	ingress, err := d.openIngress(ctx)
+	migrated, err := d.openInputStreams(ctx)
 	if err != nil {
 		return nil, err
+	}
+	lanes := d.lanes()
+	its := make([]jetstream.MessagesContext, 0, len(lanes))
+	stopAll := func() {
+		for _, it := range its {
+			it.Stop()
+		}
+	}
+	for _, l := range lanes {
+		it, err := d.openLane(ctx, l)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		its = append(its, it)
 	}
 
 	bg, stop := context.WithCancel(context.Background())
@@ -536,14 +629,23 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 	// UpdatesOnly: history is not replayed; leases that expired while no
 	// Dispatcher watched are the reconciler's.
 	if d.watcher, err = d.leases.WatchAll(bg, jetstream.UpdatesOnly(), jetstream.MetaOnly()); err != nil {
-		ingress.Stop()
+		stopAll()
 		stop()
 		return nil, fmt.Errorf("jetstream: watch %s: %w", c.leasesBucket(), err)
 	}
-	d.ingress = ingress
-	d.wg.Add(2)
+	d.wg.Add(1 + len(lanes))
 	go d.watchLeases(d.watcher)
-	go d.consumeIngress(ingress)
+	for i, l := range lanes {
+		d.inputs[l.consumer] = its[i]
+		go d.consumeLane(l, its[i])
+	}
+	if migrated {
+		// The old stream's schedules went with it: every timed suspend
+		// is armed again (or fired, if due) from its row.
+		if _, err := d.sweep(ctx); err != nil {
+			d.log.Warn("re-arm the timers after the migration; the reconciler will", "err", err)
+		}
+	}
 	if c.SweepInterval > 0 {
 		d.status = nc.StatusChanged(nats.CONNECTED)
 		d.wg.Add(1)
@@ -552,28 +654,45 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 	return d, nil
 }
 
-// openIngress creates (or updates: every Dispatcher may race to, and an
-// older one's settings are brought up to date) the shared ingress consumer
+// lane is one of a Dispatcher's two inputs: a durable consumer every
+// Dispatcher of the prefix shares, on the wake stream (wakes and approvals
+// from outside) or on the timers stream (what the broker fires).
+type lane struct {
+	consumer string
+	stream   string
+	filters  []string
+	what     string // for logs
+}
+
+func (d *Dispatcher) lanes() []lane {
+	return []lane{
+		{ingressConsumer, d.cfg.wakeStream(), []string{d.subj.wakeIngress(), d.subj.approveIngress()}, "wake ingress"},
+		{timersConsumer, d.cfg.timerStream(), []string{d.subj.timersFired()}, "fired timers"},
+	}
+}
+
+// openLane creates (or updates: every Dispatcher may race to, and an
+// older one's settings are brought up to date) the shared consumer of l
 // and starts pulling from it.
-func (d *Dispatcher) openIngress(ctx context.Context) (jetstream.MessagesContext, error) {
+func (d *Dispatcher) openLane(ctx context.Context, l lane) (jetstream.MessagesContext, error) {
 	ctx, cancel := d.withTimeout(ctx)
 	defer cancel()
-	cons, err := d.js.CreateOrUpdateConsumer(ctx, d.cfg.wakeStream(), jetstream.ConsumerConfig{
-		Durable:        ingressConsumer,
-		Description:    "noeta dispatchers: apply each wake once",
-		FilterSubjects: []string{d.subj.wakeIngress(), d.subj.approveIngress()},
+	cons, err := d.js.CreateOrUpdateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
+		Durable:        l.consumer,
+		Description:    "noeta dispatchers: apply each " + l.what + " message once",
+		FilterSubjects: l.filters,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        ingressAckWait,
 		MaxDeliver:     -1,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: consumer %s on %s: %w", ingressConsumer, d.cfg.wakeStream(), err)
+		return nil, fmt.Errorf("jetstream: consumer %s on %s: %w", l.consumer, l.stream, err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(ingressBatch),
 		jetstream.PullExpiry(ingressPullExpiry), jetstream.PullHeartbeat(ingressHeartbeat))
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: consume %s: %w", ingressConsumer, err)
+		return nil, fmt.Errorf("jetstream: consume %s: %w", l.consumer, err)
 	}
 	return it, nil
 }
@@ -590,11 +709,13 @@ func (d *Dispatcher) Close() error {
 	close(d.done)
 	d.mu.Lock()
 	d.closing = true
-	ingress, watcher := d.ingress, d.watcher
+	inputs, watcher := d.inputs, d.watcher
 	d.stopBackstops()
 	d.mu.Unlock()
 	_ = watcher.Stop()
-	ingress.Drain()
+	for _, it := range inputs {
+		it.Drain()
+	}
 	d.stopBG()
 	if d.status != nil {
 		d.nc.RemoveStatusListener(d.status)

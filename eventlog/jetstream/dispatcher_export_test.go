@@ -3,15 +3,18 @@ package jetstream
 import (
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 
 	"github.com/noeta-go/noeta"
 )
 
-// ApplyIngressForTest applies one wake-ingress message as the ingress
-// consumer would, so a test can hand a Dispatcher a real message a second
-// time (a redelivery) without waiting for the server's ack timeout.
-func ApplyIngressForTest(d *Dispatcher, m jetstream.Msg) { d.applyIngress(m) }
+// ApplyWakeForTest applies a wake-stream message (subject, body, stream
+// sequence) as the ingress consumer would, so a test can hand a Dispatcher
+// a message a second time (a redelivery) without waiting for the server's
+// ack timeout; the wake stream, a work queue, no longer holds one applied.
+func ApplyWakeForTest(d *Dispatcher, subject string, data []byte, seq uint64) {
+	d.applyWakeMsg(subject, nats.Header{}, data, seq, false)
+}
 
 // BufferWakeForTest appends ev to the buffer of task's row as it is stored,
 // the way a Dispatcher of an earlier version buffered every early wake.

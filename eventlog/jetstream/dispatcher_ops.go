@@ -413,7 +413,7 @@ func (d *Dispatcher) Wake(ctx context.Context, task string, event noeta.Wake) (b
 			return nil, fmt.Errorf("%w: wake for task %q: the dispatcher does not know the task (it was never enqueued)", eventlog.ErrNotFound, task)
 		}
 		var err error
-		if matched, err = r.applyWake(task, event.Clone()); err != nil {
+		if matched, err = r.applyWake(task, event.Clone(), d.cfg.MaxPendingWakes); err != nil {
 			return nil, err
 		}
 		return r, nil

@@ -48,6 +48,9 @@ type taskRow struct {
 	// Applied holds the stream sequences of the last ingress messages applied
 	// to the row, so a redelivery is recognised and not applied again.
 	Applied []uint64 `json:"applied_ingress,omitempty"`
+	// AppliedTimers holds the same for the timers stream, whose sequences
+	// are its own.
+	AppliedTimers []uint64 `json:"applied_timers,omitempty"`
 
 	Created time.Time `json:"created"` // RequeueStale reports in creation order
 	// Op identifies the write that produced this value: after an ambiguous
@@ -137,15 +140,20 @@ func (r *taskRow) suspend(wakeOn *noeta.Wake, reason string, now time.Time) {
 			return
 		}
 	}
-	if wakeOn.Kind == noeta.WakeTimerFired && !now.Before(wakeOn.FireAt) {
+	if deadline, ok := deadlineOf(wakeOn); ok && !now.Before(deadline) {
 		r.fireTimer()
 	}
 }
 
-// fireTimer matches the timer_fired condition with the condition itself: the
-// recorded deadline, not the firing time, so a redelivery is byte-identical.
+// deadlineOf is eventlog.Deadline: when a timed condition times out.
+func deadlineOf(w *noeta.Wake) (time.Time, bool) { return eventlog.Deadline(w) }
+
+// fireTimer matches the timed condition with what its timer delivers
+// (eventlog.TimerAnswer): a timer_fired condition itself, the recorded
+// deadline, not the firing time, so a redelivery is byte-identical; an
+// expiring human_response a denial by the timer.
 func (r *taskRow) fireTimer() {
-	r.match(r.WakeOn.Clone())
+	r.match(eventlog.TimerAnswer(*r.WakeOn))
 }
 
 // requeue reclaims an expired lease: ready again, or terminal once the row
@@ -165,10 +173,10 @@ func (r *taskRow) requeue(reclaimMax int) bool {
 
 // applyWake delivers ev: the matched wake if the row is suspended on a
 // condition it matches, else buffered (also on a terminal row: a buffer is
-// only cleared by a transition to terminal, never drained after it). A
-// human_response that does not match is refused (CheckAnswer's error), not
-// buffered.
-func (r *taskRow) applyWake(task string, ev noeta.Wake) (bool, error) {
+// only cleared by a transition to terminal, never drained after it) unless
+// the buffer holds maxPending already (ErrTooManyWakes). A human_response
+// that does not match is refused (CheckAnswer's error), not buffered.
+func (r *taskRow) applyWake(task string, ev noeta.Wake, maxPending int) (bool, error) {
 	if ev.Kind == noeta.WakeHumanResponse {
 		if err := eventlog.CheckAnswer(task, r.Status, r.WakeOn, r.Matched, ev); err != nil {
 			return false, err
@@ -180,22 +188,29 @@ func (r *taskRow) applyWake(task string, ev noeta.Wake) (bool, error) {
 		r.match(ev)
 		return true, nil
 	}
+	if len(r.Pending) >= maxPending {
+		return false, eventlog.TooManyWakes(task, string(ev.Kind), maxPending)
+	}
 	r.Pending = append(r.Pending, ev)
 	return false, nil
 }
 
-// noteApplied records an applied ingress sequence.
-func (r *taskRow) noteApplied(seq uint64) {
-	r.Applied = append(r.Applied, seq)
-	if n := len(r.Applied); n > appliedKeep {
-		r.Applied = slices.Delete(r.Applied, 0, n-appliedKeep)
+// noteApplied records an applied input sequence in list (Applied or
+// AppliedTimers).
+func noteApplied(list *[]uint64, seq uint64) {
+	*list = append(*list, seq)
+	if n := len(*list); n > appliedKeep {
+		*list = slices.Delete(*list, 0, n-appliedKeep)
 	}
 }
 
 // armsTimer reports whether writing nu over old starts a timer: nu waits on
-// a timer_fired condition it did not already wait on in the same suspend.
+// a timed condition (deadlineOf) it did not already wait on in the same
+// suspend. A suspend of a new generation on the same condition arms it
+// again, with the same deadline: an approval that stays open across a
+// refused answer still expires when it was to.
 func armsTimer(old, nu *taskRow) bool {
-	if nu.Status != eventlog.DispatchSuspended || nu.WakeOn == nil || nu.WakeOn.Kind != noeta.WakeTimerFired {
+	if _, timed := deadlineOf(nu.WakeOn); nu.Status != eventlog.DispatchSuspended || !timed {
 		return false
 	}
 	return old == nil || old.Status != eventlog.DispatchSuspended || old.Generation != nu.Generation ||
@@ -416,6 +431,7 @@ func (r *taskRow) deepCopy() *taskRow {
 		}
 	}
 	c.Applied = slices.Clone(r.Applied)
+	c.AppliedTimers = slices.Clone(r.AppliedTimers)
 	return &c
 }
 

@@ -91,7 +91,7 @@ func uniquePrefix(t *testing.T, url string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		up := strings.ToUpper(prefix)
-		for _, s := range []string{up + "_READY", up + "_WAKE", "KV_" + prefix + "_tasks", "KV_" + prefix + "_leases"} {
+		for _, s := range []string{up + "_READY", up + "_WAKE", up + "_TIMERS", "KV_" + prefix + "_tasks", "KV_" + prefix + "_leases"} {
 			_ = js.DeleteStream(ctx, s)
 		}
 	})
@@ -702,21 +702,7 @@ func TestDispatcherThreeHosts(t *testing.T) {
 		}
 
 		// The same message (same stream sequence), handed over again.
-		cons, err := js.CreateConsumer(ctx, strings.ToUpper(prefix)+"_WAKE", natsjs.ConsumerConfig{
-			FilterSubject: jetstream.WakeSubject(prefix, task),
-			AckPolicy:     natsjs.AckNonePolicy,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := cons.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if md, _ := m.Metadata(); md == nil || md.Sequence.Stream != ack.Sequence {
-			t.Fatalf("re-read message: got %+v, want stream sequence %d", md, ack.Sequence)
-		}
-		jetstream.ApplyIngressForTest(hosts[2], m)
+		jetstream.ApplyWakeForTest(hosts[2], jetstream.WakeSubject(prefix, task), wakeJSON(t, ev), ack.Sequence)
 		st = mustInspect(t, hosts[0], task)
 		if st.Status != eventlog.DispatchReady || st.PendingWakes != 0 {
 			t.Errorf("after the redelivery: got %s with %d pending, want ready with none", st.Status, st.PendingWakes)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -16,21 +17,23 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 )
 
-// Timers. A suspend on timer_fired{fire_at} that is not yet due publishes a
-// message schedule on <prefix>.wake.<p>.<task>.timer.<generation>:
+// Timers. A suspend on a timed condition (timer_fired{fire_at}, or a
+// human_response with expire_at: see deadlineOf) that is not yet due
+// publishes a message schedule on <prefix>.timer.<p>.<task>.<generation>,
+// in the timers stream, which only the engine writes:
 //
-//	Nats-Schedule:        @at <fire_at rounded up to the whole second>
-//	Nats-Schedule-Target: <prefix>.wake.<p>.<task>
+//	Nats-Schedule:        @at <deadline rounded up to the whole second>
+//	Nats-Schedule-Target: <prefix>.timer.<p>.<task>
 //	Nats-TTL:             never (a schedule outlives the stream's MaxAge)
 //	Noeta-Timer-Generation: <generation of the lease that suspended>
 //	body:                 the condition's canonical JSON
 //
 // At the deadline the broker (the stream leader, on its own clock) stores a
 // copy of the message on the target subject, keeping the custom header and
-// the body, and purges the schedule; nothing polls for due timers. The copy
-// is an ordinary ingress message: the ingress consumer applies it, once.
-// @at has second precision and the server parses it as given, so the
-// deadline is rounded up: a timer may fire up to a second late, never early.
+// the body, and purges the schedule; nothing polls for due timers. The
+// timers consumer applies the copy, once. @at has second precision and the
+// server parses it as given, so the deadline is rounded up: a timer may fire
+// up to a second late, never early.
 //
 // A fired timer wakes only the suspend that armed it (same generation, same
 // condition), as memlog's timer does; a timer whose suspend has ended (the
@@ -45,15 +48,19 @@ func (d *Dispatcher) armTimer(ctx context.Context, task string, gen uint64, cond
 	if err != nil {
 		return fmt.Errorf("jetstream: timer of %s: %w", task, err)
 	}
-	m := nats.NewMsg(d.subj.wakeTimer(task, gen))
+	deadline, ok := deadlineOf(&cond)
+	if !ok {
+		return fmt.Errorf("jetstream: timer of %s: %s has no deadline", task, cond.Kind)
+	}
+	m := nats.NewMsg(d.subj.timer(task, gen))
 	m.Header.Set(hdrTimerGen, strconv.FormatUint(gen, 10))
 	m.Header.Set(jetstream.MsgTTLHeader, "never")
 	m.Data = body
 	ctx, cancel := d.withTimeout(ctx)
 	defer cancel()
 	if _, err := d.js.PublishMsg(ctx, m,
-		jetstream.WithScheduleAt(ceilSecond(cond.FireAt)),
-		jetstream.WithScheduleTarget(d.subj.wake(task))); err != nil {
+		jetstream.WithScheduleAt(ceilSecond(deadline)),
+		jetstream.WithScheduleTarget(d.subj.timerTarget(task))); err != nil {
 		return fmt.Errorf("jetstream: timer of %s: %w", task, err)
 	}
 	return nil
@@ -67,35 +74,43 @@ func ceilSecond(t time.Time) time.Time {
 	return s
 }
 
-// fireTimer wakes task with cond if the row is still the suspend at gen on
-// cond and the deadline has passed (by the local clock; the broker's firing
-// is trusted: it is the deadline). seq, when not 0, is the ingress message
-// being applied. errSkip if the suspend has ended.
-func (d *Dispatcher) fireTimer(ctx context.Context, task string, gen uint64, cond noeta.Wake, seq uint64) (*taskRow, error) {
+// fireTimer wakes task's suspend at gen on the timed condition cond if the
+// row is still that suspend and the deadline has passed (by the local
+// clock; the broker's firing is trusted: it is the deadline). seq, when not
+// 0, is the fired copy being applied, from the timers stream (legacy: from
+// the wake stream of the layout before the split, whose sequences the row
+// keeps with the wakes'). errSkip if the suspend has ended.
+func (d *Dispatcher) fireTimer(ctx context.Context, task string, gen uint64, cond noeta.Wake, seq uint64, legacy bool) (*taskRow, error) {
 	return d.mutate(ctx, task, func(r *taskRow) (*taskRow, error) {
-		if r != nil && seq != 0 && slices.Contains(r.Applied, seq) {
+		applied := func(r *taskRow) *[]uint64 {
+			if legacy {
+				return &r.Applied
+			}
+			return &r.AppliedTimers
+		}
+		if r != nil && seq != 0 && slices.Contains(*applied(r), seq) {
 			return nil, errDuplicate
 		}
 		if r == nil || r.Status != eventlog.DispatchSuspended || r.Generation != gen ||
 			r.WakeOn == nil || !r.WakeOn.Equal(cond) {
 			return nil, errSkip
 		}
-		if seq == 0 && d.cfg.Now().Before(cond.FireAt) {
+		if deadline, _ := deadlineOf(&cond); seq == 0 && d.cfg.Now().Before(deadline) {
 			return nil, errSkip
 		}
 		r.fireTimer()
 		if seq != 0 {
-			r.noteApplied(seq)
+			noteApplied(applied(r), seq)
 		}
 		return r, nil
 	})
 }
 
-// consumeIngress applies the wake ingress: every Dispatcher runs it on the
-// shared durable consumer, so each message goes to one of them; the row's
-// record of applied stream sequences makes a redelivery (an ack lost, a
-// process dead before acking) a no-op.
-func (d *Dispatcher) consumeIngress(it jetstream.MessagesContext) {
+// consumeLane applies one of the Dispatcher's two inputs (lane): every
+// Dispatcher runs each on a durable consumer shared by all of them, so each
+// message goes to one of them; the row's record of applied stream sequences
+// makes a redelivery (an ack lost, a process dead before acking) a no-op.
+func (d *Dispatcher) consumeLane(l lane, it jetstream.MessagesContext) {
 	defer d.wg.Done()
 	for {
 		m, err := it.Next()
@@ -106,12 +121,12 @@ func (d *Dispatcher) consumeIngress(it jetstream.MessagesContext) {
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, jetstream.ErrConsumerDeleted) {
 				// Stopped on its own, not by Close: wakes and fired timers
 				// would wait for another process. Create it again.
-				if it = d.reopenIngress(it); it == nil {
+				if it = d.reopenLane(l, it); it == nil {
 					return
 				}
 				continue
 			}
-			d.log.Warn("wake ingress", "err", err)
+			d.log.Warn(l.what, "err", err)
 			d.kickReconcile() // a missed heartbeat: the consumer's leader moved
 			select {
 			case <-d.done:
@@ -128,28 +143,118 @@ func (d *Dispatcher) consumeIngress(it jetstream.MessagesContext) {
 	}
 }
 
-// applyIngress applies one ingress message and acknowledges it once the row
-// says so.
+// verdict is what becomes of an input message once applied.
+type verdict int
+
+const (
+	verdictAck   verdict = iota // applied, or dropped for good (counted and logged)
+	verdictTerm                 // not a wake at all: never to be delivered again
+	verdictRetry                // a transient failure: deliver again shortly
+	verdictHold                 // the task's buffer is full: deliver again later
+)
+
+// applyIngress applies one message of either lane and acknowledges it as
+// the row says.
 func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 	md, err := m.Metadata()
 	if err != nil {
 		d.stats.invalidWakes.Add(1)
-		d.log.Error("wake ingress message without metadata; dropped", "subject", m.Subject(), "err", err)
+		d.log.Error("input message without metadata; dropped", "subject", m.Subject(), "err", err)
 		_ = m.Term()
 		return
 	}
-	seq := md.Sequence.Stream
-	src, ok := d.subj.parseIngress(m.Subject())
+	var v verdict
+	if md.Stream == d.cfg.timerStream() {
+		v = d.applyFiredTimer(m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream)
+	} else {
+		v = d.applyWakeMsg(m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream, false)
+	}
+	switch v {
+	case verdictAck:
+		_ = m.Ack()
+	case verdictTerm:
+		_ = m.Term()
+	case verdictRetry:
+		_ = m.NakWithDelay(time.Second)
+	case verdictHold:
+		_ = m.NakWithDelay(heldWakeDelay)
+	}
+}
+
+// applyFiredTimer applies a copy the broker fired from a timer schedule.
+// The timers stream is the engine's alone, so its header is trusted.
+func (d *Dispatcher) applyFiredTimer(subject string, hdr nats.Header, data []byte, seq uint64) verdict {
+	task, ok := d.subj.taskOfTimer(subject)
+	var ev noeta.Wake
+	err := fmt.Errorf("subject is not %s", d.subj.timersFired())
+	if ok {
+		if err = json.Unmarshal(data, &ev); err == nil {
+			err = ev.Validate()
+		}
+	}
+	gen, gerr := strconv.ParseUint(hdr.Get(hdrTimerGen), 10, 64)
+	if err == nil && gerr != nil {
+		err = fmt.Errorf("generation header %q: %w", hdr.Get(hdrTimerGen), gerr)
+	}
+	if _, timed := deadlineOf(&ev); err == nil && !timed {
+		err = fmt.Errorf("a %s wake has no deadline", ev.Kind)
+	}
+	if err != nil {
+		d.stats.invalidWakes.Add(1)
+		d.log.Warn("invalid fired timer; dropped", "subject", subject, "seq", seq, "err", err)
+		return verdictTerm
+	}
+	ctx, cancel := d.detached()
+	defer cancel()
+	return d.timerOutcome(ctx, task, seq, func() error {
+		_, err := d.fireTimer(ctx, task, gen, ev, seq, false)
+		return err
+	})
+}
+
+// timerOutcome counts and judges the application of a fired timer.
+func (d *Dispatcher) timerOutcome(ctx context.Context, task string, seq uint64, fire func() error) verdict {
+	err := fire()
+	switch {
+	case err == nil:
+		d.stats.wakesApplied.Add(1)
+		d.stats.timersFired.Add(1)
+	case errors.Is(err, errDuplicate):
+		d.stats.duplicateWakes.Add(1)
+		err = d.repairSignal(ctx, task) // the process that applied it may have died before signalling
+	case errors.Is(err, errSkip):
+		d.stats.staleTimers.Add(1)
+		err = nil
+	}
+	if err != nil {
+		d.log.Warn("apply a fired timer; retrying", "task", task, "seq", seq, "err", err)
+		return verdictRetry
+	}
+	return verdictAck
+}
+
+// applyWakeMsg applies one message of the wake stream: a plain wake or an
+// approval. legacy is set for the wake stream of the layout before the
+// split (migrate.go), where fired timers arrived too, marked by their
+// header; on today's wake stream, which any waker writes, that header is a
+// forgery and the message is dropped.
+func (d *Dispatcher) applyWakeMsg(subject string, hdr nats.Header, data []byte, seq uint64, legacy bool) verdict {
+	src, ok := d.subj.parseIngress(subject)
 	task := src.task
 	var ev noeta.Wake
+	var err error
 	if ok {
-		err = json.Unmarshal(m.Data(), &ev)
+		err = json.Unmarshal(data, &ev)
 		if err == nil {
-			ev = fromOutside(ev, src.approver)
-			if src.approver != "" {
-				err = validApproval(ev)
+			if legacy && hdr.Get(hdrTimerGen) != "" {
+				err = ev.Validate() // the broker's own copy: kept as fired
 			} else {
-				err = ev.Validate()
+				ev = fromOutside(ev, src.approver)
+				if src.approver != "" {
+					err = validApproval(ev)
+				} else {
+					err = ev.Validate()
+				}
 			}
 		}
 	} else {
@@ -157,84 +262,82 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 	}
 	if err != nil {
 		d.stats.invalidWakes.Add(1)
-		d.log.Warn("invalid wake on the ingress; dropped", "subject", m.Subject(), "seq", seq, "err", err)
-		_ = m.Term()
-		return
+		d.log.Warn("invalid wake on the ingress; dropped", "subject", subject, "seq", seq, "err", err)
+		return verdictTerm
 	}
 
 	ctx, cancel := d.detached()
 	defer cancel()
-	if g := m.Headers().Get(hdrTimerGen); g != "" {
+	if g := hdr.Get(hdrTimerGen); g != "" {
 		gen, perr := strconv.ParseUint(g, 10, 64)
-		if perr != nil {
+		if !legacy || perr != nil || ev.Kind != noeta.WakeTimerFired {
+			// Only the broker's copy of an armed timer carries the header,
+			// and since the split only on the timers stream: anything else
+			// with it is a forgery (a human's answer dressed as a timer
+			// would skip the answer rules).
 			d.stats.invalidWakes.Add(1)
-			d.log.Warn("fired timer with a bad generation; dropped", "subject", m.Subject(), "seq", seq, "generation", g)
-			_ = m.Term()
-			return
+			d.log.Warn("a timer header on the wake ingress; dropped", "subject", subject, "seq", seq, "kind", ev.Kind, "generation", g)
+			return verdictTerm
 		}
-		if ev.Kind != noeta.WakeTimerFired {
-			// Only the broker's copy of an armed timer carries the header;
-			// anything else with it is a forgery (a human's answer dressed
-			// as a timer would skip the answer rules).
-			d.stats.invalidWakes.Add(1)
-			d.log.Warn("a timer header on a wake that is not timer_fired; dropped", "subject", m.Subject(), "seq", seq, "kind", ev.Kind)
-			_ = m.Term()
-			return
-		}
-		_, err = d.fireTimer(ctx, task, gen, ev, seq)
-		switch {
-		case err == nil:
-			d.stats.wakesApplied.Add(1)
-			d.stats.timersFired.Add(1)
-		case errors.Is(err, errDuplicate):
-			d.stats.duplicateWakes.Add(1)
-			err = d.repairSignal(ctx, task) // the process that applied it may have died before signalling
-		case errors.Is(err, errSkip):
-			d.stats.staleTimers.Add(1)
-			err = nil
-		}
-	} else {
-		_, err = d.mutate(ctx, task, func(r *taskRow) (*taskRow, error) {
-			if r == nil {
-				return nil, errNoRow
-			}
-			if slices.Contains(r.Applied, seq) {
-				return nil, errDuplicate
-			}
-			if _, err := r.applyWake(task, ev); err != nil {
-				return nil, err
-			}
-			r.noteApplied(seq)
-			return r, nil
+		return d.timerOutcome(ctx, task, seq, func() error {
+			_, err := d.fireTimer(ctx, task, gen, ev, seq, true)
+			return err
 		})
-		switch {
-		case err == nil:
-			d.stats.wakesApplied.Add(1)
-		case errors.Is(err, eventlog.ErrNotWaiting), errors.Is(err, eventlog.ErrAlreadyAnswered):
-			// The sender published and left: nobody can be told, so the
-			// refusal is logged and counted, and the message acked (a
-			// redelivery would be refused the same way).
-			d.stats.refusedWakes.Add(1)
-			d.log.Warn("human_response on the wake ingress answers nothing the task waits on; dropped",
-				"task", task, "handle", ev.Handle, "decision", ev.Decision, "approver", ev.Approver, "seq", seq, "err", err)
-			err = nil
-		case errors.Is(err, errDuplicate):
-			d.stats.duplicateWakes.Add(1)
-			err = d.repairSignal(ctx, task) // the process that applied it may have died before signalling
-		case errors.Is(err, errNoRow):
-			d.stats.unknownTaskWakes.Add(1)
-			d.log.Warn("wake for a task the dispatcher does not know (never enqueued); dropped",
-				"task", task, "kind", ev.Kind, "seq", seq)
-			err = nil
+	}
+	maxPending := d.cfg.MaxPendingWakes
+	if legacy {
+		// What the old layout accepted is applied whole: the cap is for
+		// floods from now on, not for what was already promised.
+		maxPending = math.MaxInt
+	}
+	_, err = d.mutate(ctx, task, func(r *taskRow) (*taskRow, error) {
+		if r == nil {
+			return nil, errNoRow
 		}
+		if slices.Contains(r.Applied, seq) {
+			return nil, errDuplicate
+		}
+		if _, err := r.applyWake(task, ev, maxPending); err != nil {
+			return nil, err
+		}
+		noteApplied(&r.Applied, seq)
+		return r, nil
+	})
+	switch {
+	case err == nil:
+		d.stats.wakesApplied.Add(1)
+	case errors.Is(err, eventlog.ErrNotWaiting), errors.Is(err, eventlog.ErrAlreadyAnswered):
+		// The sender published and left: nobody can be told, so the
+		// refusal is logged and counted, and the message acked (a
+		// redelivery would be refused the same way).
+		d.stats.refusedWakes.Add(1)
+		d.log.Warn("human_response on the wake ingress answers nothing the task waits on; dropped",
+			"task", task, "handle", ev.Handle, "decision", ev.Decision, "approver", ev.Approver, "auth", ev.Auth, "seq", seq, "err", err)
+		err = nil
+	case errors.Is(err, eventlog.ErrTooManyWakes):
+		// Held in the stream, not dropped: it is applied once the task
+		// has consumed some of its buffer. Held messages count against
+		// the stream's per-subject cap, so past it the broker refuses the
+		// sender (WakeStreamConfig).
+		d.stats.heldWakes.Add(1)
+		d.log.Warn("wake held on the ingress: the task's buffer of pending wakes is full",
+			"task", task, "kind", ev.Kind, "seq", seq, "cap", d.cfg.MaxPendingWakes)
+		return verdictHold
+	case errors.Is(err, errDuplicate):
+		d.stats.duplicateWakes.Add(1)
+		err = d.repairSignal(ctx, task) // the process that applied it may have died before signalling
+	case errors.Is(err, errNoRow):
+		d.stats.unknownTaskWakes.Add(1)
+		d.log.Warn("wake for a task the dispatcher does not know (never enqueued); dropped",
+			"task", task, "kind", ev.Kind, "seq", seq)
+		err = nil
 	}
 	if err != nil {
 		// Transient (the server, a timeout): try again shortly.
 		d.log.Warn("apply ingress wake; retrying", "task", task, "seq", seq, "err", err)
-		_ = m.NakWithDelay(time.Second)
-		return
+		return verdictRetry
 	}
-	_ = m.Ack()
+	return verdictAck
 }
 
 var (

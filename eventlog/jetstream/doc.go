@@ -21,7 +21,11 @@
 // <prefix>_tasks (every transition a compare-and-set on its revision), a
 // liveness key per lease in KV <prefix>_leases (bucket TTL, watched by every
 // process), a coalesced ready signal per task in the work-queue stream
-// <PREFIX>_READY, and the wake ingress <PREFIX>_WAKE, into which the broker
-// also fires timers (@at message schedules). docs/adr/0010 says where this
-// departs from DESIGN.md's sketch.
+// <PREFIX>_READY, the wake ingress <PREFIX>_WAKE (plain wakes, and
+// approvals on <prefix>.approve.<approver>.<p>.<task>, whose approver the
+// subject vouches for; a work queue with no roll-ups and a per-task cap) and
+// the engine-only <PREFIX>_TIMERS, into which the broker fires timers and
+// approval expiries (@at message schedules). docs/adr/0010 says where this
+// departs from DESIGN.md's sketch, docs/adr/0032 why the wake stream and the
+// timers are apart.
 package jetstream

@@ -143,7 +143,9 @@ func suiteDispatcherConfig(replicas int) jetstream.DispatcherConfig {
 		Replicas:     replicas,
 		LeaseTTL:     time.Second,
 		HeartbeatMax: 5,
-		Logger:       slog.New(slog.DiscardHandler),
+		// Small, so the cap's case fills a buffer in a few writes.
+		MaxPendingWakes: 8,
+		Logger:          slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -159,7 +161,8 @@ func pairingDispatcherConfig(replicas int) jetstream.DispatcherConfig {
 // lease registry: both on the wall clock, on one connection of their own,
 // as one engine process would be.
 func dispatcherFactory(url string, cfg jetstream.DispatcherConfig) eventlogtest.Factory {
-	return func(t *testing.T) eventlogtest.Backend {
+	var f eventlogtest.Factory
+	f = func(t *testing.T) eventlogtest.Backend {
 		t.Helper()
 		nc := connect(t, url)
 		disp, err := jetstream.OpenDispatcher(t.Context(), nc, cfg)
@@ -185,8 +188,17 @@ func dispatcherFactory(url string, cfg jetstream.DispatcherConfig) eventlogtest.
 			HeartbeatMax:    cfg.HeartbeatMax,
 			ReclaimMax:      jetstream.DefaultReclaimMax,
 			MaxFailAttempts: jetstream.DefaultMaxFailAttempts,
+			MaxPendingWakes: cfg.MaxPendingWakes,
+			// A restart is a new connection, Dispatcher and Log on the
+			// same streams and buckets, as a process started again.
+			Restart: func(t *testing.T) eventlogtest.Backend {
+				t.Helper()
+				_ = closeAll()
+				return f(t)
+			},
 		}
 	}
+	return f
 }
 
 // precreateDispatcher creates a prefix's streams, buckets and consumers

@@ -131,22 +131,22 @@ func sleepCtx(ctx context.Context, dur time.Duration) error {
 	}
 }
 
-// reopenIngress creates the ingress consumer again and resumes pulling from
-// it, after the iterator it replaces stopped on its own (the consumer was
-// deleted, or the connection's pull subscription ended). It retries with a
-// growing pause until it succeeds or Close begins (nil). Wakes stored while
-// no iterator ran are still in the stream and are applied once it runs;
-// a pass of the reconciler is asked for, as whatever the stall held up
-// (a fired timer, a signal) may have been lost with it.
-func (d *Dispatcher) reopenIngress(old jetstream.MessagesContext) jetstream.MessagesContext {
+// reopenLane creates l's consumer again and resumes pulling from it, after
+// the iterator it replaces stopped on its own (the consumer was deleted, or
+// the connection's pull subscription ended). It retries with a growing
+// pause until it succeeds or Close begins (nil). Messages stored while no
+// iterator ran are still in the stream and are applied once it runs; a pass
+// of the reconciler is asked for, as whatever the stall held up (a fired
+// timer, a signal) may have been lost with it.
+func (d *Dispatcher) reopenLane(l lane, old jetstream.MessagesContext) jetstream.MessagesContext {
 	old.Stop()
-	it, _ := restartUntilClosed(d, "wake ingress consumer",
+	it, _ := restartUntilClosed(d, l.what+" consumer",
 		func() (jetstream.MessagesContext, error) {
 			ctx, cancel := d.detached()
 			defer cancel()
-			return d.openIngress(ctx)
+			return d.openLane(ctx, l)
 		},
-		func(it jetstream.MessagesContext) { d.ingress = it },
+		func(it jetstream.MessagesContext) { d.inputs[l.consumer] = it },
 		func(it jetstream.MessagesContext) { it.Stop() })
 	return it
 }
@@ -232,7 +232,7 @@ type snapshot struct {
 	rows    map[string]*taskRow
 	keys    map[string]bool // lease keys that exist
 	signals map[string]bool // ready subjects holding a signal
-	timers  map[string]bool // timer schedule subjects in the wake stream
+	timers  map[string]bool // timer schedule subjects in the timers stream
 }
 
 // readSnapshot reads the rows first and the lease keys after: a grant
@@ -294,7 +294,7 @@ func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 	if s.signals, err = streamSubjects(ctx, d.ready, d.subj.readyAll()); err != nil {
 		return nil, err
 	}
-	if s.timers, err = streamSubjects(ctx, d.wake, d.subj.prefix+".wake.*.*.timer.*"); err != nil {
+	if s.timers, err = streamSubjects(ctx, d.timers, d.subj.timerSchedules()); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -364,10 +364,11 @@ func (d *Dispatcher) candidate(s *snapshot, task string, r *taskRow, now time.Ti
 	case eventlog.DispatchReady:
 		return !r.Reserved && !s.signals[d.subj.ready(r.Queue, task)]
 	case eventlog.DispatchSuspended:
-		if r.WakeOn == nil || r.WakeOn.Kind != noeta.WakeTimerFired || r.Matched != nil {
+		deadline, timed := deadlineOf(r.WakeOn)
+		if !timed || r.Matched != nil {
 			return false
 		}
-		return !now.Before(r.WakeOn.FireAt) || !s.timers[d.subj.wakeTimer(task, r.Generation)]
+		return !now.Before(deadline) || !s.timers[d.subj.timer(task, r.Generation)]
 	}
 	return false
 }
@@ -384,7 +385,7 @@ func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
 	for task, r := range s.rows {
 		if d.candidate(s, task, r, now) {
 			tasks = append(tasks, task)
-		} else if r.Status == eventlog.DispatchSuspended && r.WakeOn != nil && r.WakeOn.Kind == noeta.WakeTimerFired && r.Matched == nil {
+		} else if _, timed := deadlineOf(r.WakeOn); r.Status == eventlog.DispatchSuspended && timed && r.Matched == nil {
 			d.backstopTimer(task, r.Generation, r.WakeOn.Clone())
 		}
 	}
@@ -490,21 +491,21 @@ func (d *Dispatcher) sweepRow(ctx context.Context, task string) (bool, *taskRow,
 		d.stats.resignalled.Add(1)
 		d.log.Info("reconcile published a lost ready signal", "task", task, "queue", r.Queue, "epoch", r.ReadyEpoch)
 	case eventlog.DispatchSuspended:
-		if r.WakeOn != nil && r.WakeOn.Kind == noeta.WakeTimerFired && r.Matched == nil {
+		if deadline, timed := deadlineOf(r.WakeOn); timed && r.Matched == nil {
 			cond := r.WakeOn.Clone()
-			if d.cfg.Now().Before(cond.FireAt) {
+			if d.cfg.Now().Before(deadline) {
 				if err := d.armTimer(ctx, task, r.Generation, cond); err != nil {
 					return false, nil, err
 				}
-				d.log.Info("reconcile re-armed a timer without its schedule", "task", task, "fire_at", cond.FireAt)
+				d.log.Info("reconcile re-armed a timer without its schedule", "task", task, "deadline", deadline)
 				break
 			}
-			_, err := d.fireTimer(ctx, task, r.Generation, cond, 0)
+			_, err := d.fireTimer(ctx, task, r.Generation, cond, 0, false)
 			if err != nil && !errors.Is(err, errSkip) {
 				return false, nil, err
 			}
 			if err == nil {
-				d.log.Info("reconcile fired an overdue timer", "task", task, "fire_at", cond.FireAt, "late", d.cfg.Now().Sub(cond.FireAt))
+				d.log.Info("reconcile fired an overdue timer", "task", task, "deadline", deadline, "late", d.cfg.Now().Sub(deadline))
 			}
 		}
 	}
@@ -533,7 +534,11 @@ const (
 // cond fires, timerGrace after its deadline at the latest, while this
 // Dispatcher runs.
 func (d *Dispatcher) backstopTimer(task string, gen uint64, cond noeta.Wake) {
-	wait := cond.FireAt.Sub(d.cfg.Now()) + timerGrace
+	deadline, timed := deadlineOf(&cond)
+	if !timed {
+		return
+	}
+	wait := deadline.Sub(d.cfg.Now()) + timerGrace
 	if wait > backstopHorizon {
 		return
 	}
@@ -550,12 +555,12 @@ func (d *Dispatcher) backstopTimer(task string, gen uint64, cond noeta.Wake) {
 		d.goTracked(func() {
 			ctx, cancel := d.detached()
 			defer cancel()
-			_, err := d.fireTimer(ctx, task, gen, cond, 0)
+			_, err := d.fireTimer(ctx, task, gen, cond, 0, false)
 			switch {
 			case err == nil:
 				d.stats.timersBackstopped.Add(1)
-				d.log.Info("fired a timer the broker had not fired in time", "task", task, "fire_at", cond.FireAt,
-					"late", d.cfg.Now().Sub(cond.FireAt))
+				d.log.Info("fired a timer the broker had not fired in time", "task", task, "deadline", deadline,
+					"late", d.cfg.Now().Sub(deadline))
 			case !errors.Is(err, errSkip):
 				d.log.Warn("fire an overdue timer; the reconciler will", "task", task, "err", err)
 			}

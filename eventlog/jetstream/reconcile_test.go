@@ -238,11 +238,11 @@ func TestReconcileLostTimerSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.Stream(t.Context(), strings.ToUpper(prefix)+"_WAKE")
+	s, err := js.Stream(t.Context(), strings.ToUpper(prefix)+"_TIMERS")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Purge(t.Context(), natsjs.WithPurgeSubject(prefix+".wake.*."+task+".timer.*")); err != nil {
+	if err := s.Purge(t.Context(), natsjs.WithPurgeSubject(prefix+".timer.*."+task+".*")); err != nil {
 		t.Fatal(err)
 	}
 	_ = dead.Close()
@@ -296,25 +296,17 @@ func TestRedeliveredWakeResignals(t *testing.T) {
 	if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(t.Context(), jetstream.WakeSubject(prefix, task), wakeJSON(t, noeta.ExternalWake("go"))); err != nil {
+	ack, err := js.Publish(t.Context(), jetstream.WakeSubject(prefix, task), wakeJSON(t, noeta.ExternalWake("go")))
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, reconcileLimit, "the wake applied", statusOf(t, d, task, eventlog.DispatchReady))
 	dropSignal(t, nc, prefix, q, task)
 	noSignal(t, d, q, task)
 
-	cons, err := js.CreateConsumer(t.Context(), strings.ToUpper(prefix)+"_WAKE", natsjs.ConsumerConfig{
-		FilterSubject: jetstream.WakeSubject(prefix, task),
-		AckPolicy:     natsjs.AckNonePolicy,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := cons.Next()
-	if err != nil {
-		t.Fatal(err)
-	}
-	jetstream.ApplyIngressForTest(d, m)
+	// The wake stream is a work queue: the applied message is gone, so the
+	// redelivery is handed over as the consumer would, same sequence.
+	jetstream.ApplyWakeForTest(d, jetstream.WakeSubject(prefix, task), wakeJSON(t, noeta.ExternalWake("go")), ack.Sequence)
 	if s := d.Stats(); s.DuplicateWakes != 1 {
 		t.Fatalf("duplicates: got %d, want 1", s.DuplicateWakes)
 	}
@@ -537,11 +529,11 @@ func TestTimerBackstop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.Stream(t.Context(), strings.ToUpper(prefix)+"_WAKE")
+	s, err := js.Stream(t.Context(), strings.ToUpper(prefix)+"_TIMERS")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Purge(t.Context(), natsjs.WithPurgeSubject(prefix+".wake.*."+task+".timer.*")); err != nil {
+	if err := s.Purge(t.Context(), natsjs.WithPurgeSubject(prefix+".timer.*."+task+".*")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, reconcileLimit, "the timer fired", statusOf(t, d, task, eventlog.DispatchReady))

@@ -89,7 +89,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 
 // streamDiffs lists the settings in which have differs from want. Limits of 0
 // and -1 both mean none; a zero duplicate window in want means the server's
-// default and is not compared; roll-ups are compared only when wanted.
+// default and is not compared.
 func streamDiffs(have, want jetstream.StreamConfig) []string {
 	var diffs []string
 	check := func(field string, ok bool, h, w any) {
@@ -116,9 +116,10 @@ func streamDiffs(have, want jetstream.StreamConfig) []string {
 	}
 	check("allow_msg_schedules", have.AllowMsgSchedules == want.AllowMsgSchedules, have.AllowMsgSchedules, want.AllowMsgSchedules)
 	check("allow_msg_ttl", have.AllowMsgTTL == want.AllowMsgTTL, have.AllowMsgTTL, want.AllowMsgTTL)
-	if want.AllowRollup {
-		check("allow_rollup_hdrs", have.AllowRollup, have.AllowRollup, true)
-	}
+	// Both ways: a roll-up is a purge by whoever may publish, so a stream
+	// that should refuse them (the wake ingress, the task logs) and allows
+	// them is as wrong as the reverse.
+	check("allow_rollup_hdrs", have.AllowRollup == want.AllowRollup, have.AllowRollup, want.AllowRollup)
 	return diffs
 }
 

@@ -471,6 +471,9 @@ func (s *Store) Wake(ctx context.Context, task string, event noeta.Wake) (bool, 
 		d.match(r, event.Clone())
 		return true, nil
 	}
+	if len(r.pending) >= d.s.opts.MaxPendingWakes {
+		return false, eventlog.TooManyWakes(task, string(event.Kind), d.s.opts.MaxPendingWakes)
+	}
 	// Kept for the next suspend, also on a terminal task: a buffer is only
 	// cleared by a transition to terminal, never drained after it.
 	r.pending = append(r.pending, event.Clone())
@@ -651,20 +654,23 @@ func (d *dispatcher) suspend(r *row, wakeOn *noeta.Wake, reason string, now time
 			return
 		}
 	}
-	if wakeOn.Kind != noeta.WakeTimerFired {
+	deadline, timed := eventlog.Deadline(wakeOn)
+	if !timed {
 		return
 	}
-	if !now.Before(wakeOn.FireAt) {
+	if !now.Before(deadline) {
 		d.fireTimer(r)
 		return
 	}
 	d.scheduleFire(r, now)
 }
 
-// fireTimer matches r's timer_fired condition with the condition itself: the
-// recorded deadline, not the firing time, so a redelivery is byte-identical.
+// fireTimer matches r's timed condition with what its timer delivers
+// (eventlog.TimerAnswer): a timer_fired condition itself, the recorded
+// deadline, not the firing time, so a redelivery is byte-identical; an
+// expiring human_response a denial by the timer.
 func (d *dispatcher) fireTimer(r *row) {
-	d.match(r, r.wakeOn.Clone())
+	d.match(r, eventlog.TimerAnswer(*r.wakeOn))
 }
 
 // requeue reclaims r's expired lease: ready again, or terminal once it has
@@ -727,14 +733,17 @@ func (d *dispatcher) scheduleExpiry(r *row, now time.Time) {
 	})
 }
 
-// scheduleFire arms the timer of r's timer_fired condition.
+// scheduleFire arms the timer of r's timed condition (a timer_fired, or a
+// human_response that expires). A suspend of a new generation on the same
+// condition arms it again, with the same deadline.
 func (d *dispatcher) scheduleFire(r *row, now time.Time) {
 	cond := r.wakeOn.Clone()
-	d.schedule(r, cond.FireAt.Sub(now), func(now time.Time) {
+	deadline, _ := eventlog.Deadline(&cond)
+	d.schedule(r, deadline.Sub(now), func(now time.Time) {
 		if r.status != eventlog.DispatchSuspended || r.wakeOn == nil || !r.wakeOn.Equal(cond) {
 			return
 		}
-		if now.Before(cond.FireAt) {
+		if now.Before(deadline) {
 			d.scheduleFire(r, now)
 			return
 		}

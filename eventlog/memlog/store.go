@@ -33,6 +33,10 @@ type Options struct {
 	HeartbeatMax    int           // heartbeats per lease before the task is released
 	ReclaimMax      int           // stale reclaims in a row before the task ends
 	MaxFailAttempts int           // retryable failures over a task's life before it ends
+	// MaxPendingWakes bounds a task's buffer of wakes that matched nothing
+	// yet; Wake past it returns eventlog.ErrTooManyWakes. Default
+	// eventlog.DefaultMaxPendingWakes.
+	MaxPendingWakes int
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -47,6 +51,7 @@ func (o Options) withDefaults() (Options, error) {
 		{"HeartbeatMax", int64(o.HeartbeatMax)},
 		{"ReclaimMax", int64(o.ReclaimMax)},
 		{"MaxFailAttempts", int64(o.MaxFailAttempts)},
+		{"MaxPendingWakes", int64(o.MaxPendingWakes)},
 	} {
 		if f.v < 0 {
 			return o, fmt.Errorf("memlog: Options.%s is negative (%d)", f.name, f.v)
@@ -63,6 +68,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxFailAttempts == 0 {
 		o.MaxFailAttempts = DefaultMaxFailAttempts
+	}
+	if o.MaxPendingWakes == 0 {
+		o.MaxPendingWakes = eventlog.DefaultMaxPendingWakes
 	}
 	return o, nil
 }
