@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -315,4 +316,92 @@ func consume(t testing.TB, ctx context.Context, feed *jetstream.Feed, group, tas
 	if err := <-errc; err != nil {
 		t.Fatalf("group %s: %v", group, err)
 	}
+}
+
+// rollupPurgesNothing: a wake publisher's Nats-Rollup header is refused by
+// the wake stream, which allows no roll-ups, and it cannot reach the
+// timers' stream at all: a timer armed before fires after.
+//
+// Before: NOETA_WAKE allowed roll-ups (its timer schedules needed them), so
+// a wake publisher's `Nats-Rollup: all` purged every pending wake and
+// armed timer.
+func (a approvalsRun) rollupPurgesNothing(t *testing.T) {
+	onc, oerrs := connect(t, a.urls, "observer")
+	timer := a.e.submit(t, "boss", "a timer across the roll-up", `[{"wait_timer":{"seconds":2}},{"finish":{"answer":"later"}}]`)
+	waitFold(t, foldRead(a.reader), timer, time.Minute, "the timer wait", suspendedOn(noeta.WakeTimerFired))
+	// Armed once the row is suspended (rows are read as an approver).
+	anc, _ := connect(t, a.urls, "alice")
+	waitRowSuspended(t, anc, timer, time.Minute)
+	ojs, err := natsjs.New(onc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wakeSubj := fmt.Sprintf("noeta.wake.%d.%s", noeta.Partition(timer), timer)
+	for _, rollup := range []string{"all", "sub"} {
+		body, err := noeta.Canonical(noeta.ExternalWake("rollup"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg(wakeSubj)
+		m.Data = body
+		m.Header.Set("Nats-Rollup", rollup)
+		pctx, cancel := context.WithTimeout(a.ctx, 5*time.Second)
+		_, err = ojs.PublishMsg(pctx, m, natsjs.WithRetryAttempts(0))
+		cancel()
+		if err == nil {
+			t.Errorf("a wake with Nats-Rollup: %s was accepted", rollup)
+		}
+	}
+	// The timers' stream is the engine's alone.
+	timerSubj := fmt.Sprintf("noeta.timer.%d.%s", noeta.Partition(timer), timer)
+	*a.expected = append(*a.expected, timerSubj)
+	m := nats.NewMsg(timerSubj)
+	m.Header.Set("Nats-Rollup", "all")
+	if err := onc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	_ = onc.Flush()
+	if oerrs.violation(timerSubj, 10*time.Second) == nil {
+		t.Errorf("no permissions violation for the observer's roll-up on %s", timerSubj)
+	}
+	if st := waitFold(t, foldRead(a.reader), timer, time.Minute, "the end", terminal); string(st.Answer) != `"later"` {
+		t.Errorf("the timer task ended with %s (%s)", st.Answer, st.Reason)
+	}
+}
+
+// floodRefused: wakes to one task that match nothing are held up to the
+// cap (eventlog.DefaultMaxPendingWakes in the row, as many again on the
+// stream); past it the broker refuses the publish and the sender gets an
+// error.
+//
+// Before: the row's buffer grew with every wake until the row outgrew the
+// server's maximum message size.
+func (a approvalsRun) floodRefused(t *testing.T) {
+	onc, _ := connect(t, a.urls, "observer")
+	id := a.e.submit(t, "boss", "flooded", scriptExternal)
+	waitFold(t, foldRead(a.reader), id, time.Minute, "the external wait", suspendedOn(noeta.WakeExternalEvent))
+	wp, err := jetstream.NewWakePublisher(onc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := 2*eventlog.DefaultMaxPendingWakes + 1
+	var sent int
+	for sent = 0; sent < 10*limit; sent++ {
+		pctx, cancel := context.WithTimeout(a.ctx, 5*time.Second)
+		_, err = wp.Wake(pctx, id, noeta.ExternalWake(fmt.Sprintf("noise-%d", sent)))
+		cancel()
+		if err != nil {
+			break
+		}
+	}
+	if err == nil {
+		t.Fatalf("%d wakes to one task were all accepted", sent)
+	}
+	if sent > limit {
+		t.Errorf("the first refusal came after %d wakes, want at most %d", sent, limit)
+	}
+	if !strings.Contains(err.Error(), "maximum messages per subject") {
+		t.Errorf("the refusal: %v, want the broker's per-subject limit", err)
+	}
+	t.Logf("the flood was refused after %d wakes: %v", sent, err)
 }

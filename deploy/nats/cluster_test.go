@@ -449,6 +449,8 @@ func TestCluster(t *testing.T) {
 	t.Run("the operator cannot answer through a wake", ar.operatorCannotWake)
 	t.Run("the engine refuses an approval on a plain wake", ar.plainWakeRefused)
 	t.Run("an observer group cannot touch another's consumers", func(t *testing.T) { ar.groupIsolation(t, done) })
+	t.Run("a roll-up by a wake publisher purges nothing", ar.rollupPurgesNothing)
+	t.Run("a flood of wakes to one task is refused past the cap", ar.floodRefused)
 
 	t.Run("the streams are the files'", func(t *testing.T) {
 		// Read as the operator, whose job inspection is.
