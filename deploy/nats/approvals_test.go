@@ -404,4 +404,10 @@ func (a approvalsRun) floodRefused(t *testing.T) {
 		t.Errorf("the refusal: %v, want the broker's per-subject limit", err)
 	}
 	t.Logf("the flood was refused after %d wakes: %v", sent, err)
+	// Ended, the task's held wakes are dropped rather than redelivered
+	// through the subtests that follow.
+	if _, err := a.e.eng.Cancel(a.ctx, id, "the flood is over"); err != nil {
+		t.Fatal(err)
+	}
+	waitFold(t, foldRead(a.reader), id, time.Minute, "the end", terminal)
 }
