@@ -31,6 +31,7 @@
 //	      allowed_subtask_agents: [helper]
 //	      require_approval_tools: []
 //	    repetition: {threshold: 3, action: require_approval, window: 8}
+//	    approval_timeout: 1h               # optional: its approval requests expire, denied by timeout
 //	rules:                                 # process-wide, priority 100
 //	  - match_tool: "shell"
 //	    match_arg: {path: command, regex: "rm\\s+-rf"}   # or equals: / contains:

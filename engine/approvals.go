@@ -99,10 +99,18 @@ func (e *Engine) judge(ctx context.Context, st *State, pa noeta.PendingApproval,
 		return refuse(err.Error()), nil
 	}
 	res := &noeta.ApprovalResolved{Handle: w.Handle, Decision: decision, Approver: approver, Reason: text, Auth: auth}
+	if auth == noeta.AuthNone {
+		// A resolution records how its approver was authenticated, or
+		// nothing: "none" is not a way of being authenticated.
+		res.Auth = ""
+	}
 	if decision == noeta.ApprovalDeny {
 		return judgement{resolved: res}, nil
 	}
 	quorum := max(pa.Quorum, 1)
+	if quorum > 1 && auth == noeta.AuthNone {
+		return refuse(fmt.Sprintf("a quorum of %d distinct approvers counts authenticated approvals only; %s", quorum, msgUnauthenticated)), nil
+	}
 	if slices.Contains(pa.Approvers, approver) {
 		return refuse(fmt.Sprintf("%s has approved this request already; it needs %d distinct approvers (%d so far)", approver, quorum, len(pa.Approvers))), nil
 	}

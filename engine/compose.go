@@ -191,9 +191,18 @@ func (c *Composer) Apply(env eventlog.Envelope, p noeta.Payload) {
 		if p.Decision != noeta.ApprovalApprove {
 			verb = "refused"
 		}
-		text := verb + " by " + p.Approver
+		// Counted and refused answers are not shown: the model sees what
+		// was decided, not who tried.
+		who := p.Approver
+		if len(p.Approvers) > 1 {
+			who = strings.Join(p.Approvers, " and ")
+		}
+		text := verb + " by " + who
 		if p.Reason != "" {
 			text += ": " + p.Reason
+		}
+		if p.Auth == noeta.AuthTimer {
+			text = "refused: no one answered in time (" + p.Reason + ")"
 		}
 		if a.Action == noeta.ApprovalToolCall && verb == "refused" {
 			// The call never runs: its refusal is its result.

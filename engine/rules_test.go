@@ -298,7 +298,9 @@ func TestExpiry(t *testing.T) {
 	for _, mk := range backends(t) {
 		b := mk(t)
 		t.Run(b.name, func(t *testing.T) {
-			now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+			// The engine's clock sets the deadline and the broker's fires it: a
+			// deadline 30 minutes ahead of both never fires in the test.
+			now := time.Now().UTC().Truncate(time.Second)
 			h := newHarness(t, b, expiryConfig, withGuards(gate("tool_call")), withApprovals(t, expiryConfig),
 				func(c *engine.Config) { c.Now = func() time.Time { return now } })
 			h.start(1)
@@ -365,5 +367,63 @@ func TestTimerAnswerNeedsExpiry(t *testing.T) {
 	st := waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == 2 })
 	if len(st.Governance.Approvals) != 0 {
 		t.Fatalf("a forged timer answer resolved the request: %+v", st.Governance.Approvals)
+	}
+}
+
+// TestComposedResolutions: the model reads who decided (both approvers of
+// a quorum) and that an expired request was refused; counted and refused
+// answers are not in its context.
+func TestComposedResolutions(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), quorumConfig, withGuards(gate("tool_call")), withApprovals(t, quorumConfig))
+	h.start(1)
+	id := h.submit(nowApproval)
+	handle := waitOpen(t, h, id, nil).WakeOn.Handle
+	answer(t, h, id, handle, "alice", noeta.AuthNATS, noeta.ApprovalApprove, "")
+	waitOpen(t, h, id, func(s *engine.State) bool { return len(pendingOf(s).Approvers) == 1 })
+	answer(t, h, id, handle, "alice", noeta.AuthNATS, noeta.ApprovalApprove, "again")
+	waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == 1 })
+	answer(t, h, id, handle, "bob", noeta.AuthNATS, noeta.ApprovalApprove, "")
+	st := h.waitStatus(id, noeta.StatusTerminal)
+	var all strings.Builder
+	for _, m := range st.Context.Transcript().Messages {
+		all.WriteString(m.Text + "\n")
+	}
+	if !strings.Contains(all.String(), "approved by alice and bob") || strings.Contains(all.String(), "again") || strings.Contains(all.String(), "already") {
+		t.Fatalf("context:\n%s", all.String())
+	}
+}
+
+// TestUnauthenticatedWhereAllowed: without RequireAuthenticatedApprovals
+// an answer with auth none resolves a request of quorum 1, its resolution
+// recording no auth (none is not a way of being authenticated, and the
+// schema has no such value), but never counts toward a quorum.
+//
+// A resolution carrying auth "none" is refused by the JetStream log's
+// schema check, and the task's segment would fail on every retry (seen
+// first in cmd/engine's TestServeRunsConfiguredObserversOnACluster, whose
+// approval arrives without auth).
+func TestUnauthenticatedWhereAllowed(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			h := newHarness(t, b, quorumConfig, withGuards(gate("tool_call")), withApprovals(t, quorumConfig))
+			h.start(1)
+			// echo "other" matches no rule: quorum 1.
+			id := h.submit(strings.Replace(nowApproval, `text: "ran"`, `text: "other"`, 1))
+			handle := waitOpen(t, h, id, nil).WakeOn.Handle
+			answer(t, h, id, handle, "ops", noeta.AuthNone, noeta.ApprovalApprove, "plain")
+			h.waitStatus(id, noeta.StatusTerminal)
+			if res := payload[noeta.ApprovalResolved](t, h.log(id), noeta.TypeApprovalResolved); res.Auth != "" || res.Approver != "ops" {
+				t.Fatalf("resolved %+v; want approved by ops, no auth recorded", res)
+			}
+
+			id = h.submit(nowApproval)
+			handle = waitOpen(t, h, id, nil).WakeOn.Handle
+			answer(t, h, id, handle, "ops", noeta.AuthNone, noeta.ApprovalApprove, "plain")
+			st := waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == 1 })
+			if len(pendingOf(st).Approvers) != 0 {
+				t.Fatalf("an unauthenticated approval was counted toward a quorum")
+			}
+		})
 	}
 }

@@ -70,7 +70,7 @@ func (x *mapIndex) of(task string) []eventlog.Waiting {
 // cancelled while it waits leaves none.
 func TestWaitingIndex(t *testing.T) {
 	idx := newMapIndex()
-	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	now := time.Now().UTC().Truncate(time.Second) // the broker fires deadlines by its own clock
 	doc := expiryConfig
 	h := newHarness(t, memBackend(t, 2*time.Second), doc, withGuards(gate("tool_call")), withApprovals(t, doc),
 		func(c *engine.Config) { c.Waiting, c.Now = idx, func() time.Time { return now } })

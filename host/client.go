@@ -63,9 +63,9 @@ func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error
 	// No default decision: an answer that does not say approve is never
 	// taken for one.
 	auth := a.Auth
-	if auth == "" {
-		// The embedded default: the local user, who can read the data
-		// directory and so could write the store anyway.
+	if auth == "" && h.Embedded() {
+		// The local user, who can read the data directory and so could
+		// write the store anyway.
 		auth = noeta.AuthLocal
 	}
 	return h.client.Approve(ctx, task, handle, a.Decision, a.Approver, a.Reason, auth)

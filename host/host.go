@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
@@ -295,7 +296,12 @@ func (h *Host) dispatcherConfig() jetstream.DispatcherConfig {
 // newEngine is an engine of the host's governance, tools and policies that
 // works queue and runs its tools in workspace.
 func (h *Host) newEngine(queue, workspace string) (*engine.Engine, error) {
+	var appr *approvals.Policy
+	if h.opts.Config != nil {
+		appr = h.opts.Config.Approvals
+	}
 	eng, err := engine.New(engine.Config{
+		Approvals:  appr,
 		Actor:      h.opts.Actor,
 		Log:        h.log,
 		Dispatcher: h.disp,

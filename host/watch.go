@@ -609,6 +609,12 @@ func WakeString(w *noeta.Wake) string {
 		if w.Approver != "" {
 			s += " by " + w.Approver
 		}
+		if w.Auth != "" && w.Auth != noeta.AuthLocal {
+			s += " (" + w.Auth + ")"
+		}
+		if !w.ExpireAt.IsZero() {
+			s += " until " + w.ExpireAt.UTC().Format(time.RFC3339)
+		}
 		return s
 	case noeta.WakeTimerFired:
 		return "timer_fired at " + w.FireAt.Format(time.RFC3339)

@@ -63,6 +63,10 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 	if err != nil {
 		return err
 	}
+	if g.conn.embedded() {
+		// The local user: who can read the data directory.
+		sub.SubmittedBy = approver()
+	}
 	// Nothing runs here: a client, of the data directory's holder if it
 	// has one.
 	h, err := g.open(ctx, "submit", host.Options{Config: cfg, Queue: queue})
@@ -295,6 +299,8 @@ func answerErr(err error, task, handle, where string) error {
 		return failErr(fmt.Errorf("not applied: another answer to %s of task %s came first; yours was not applied: %w", handle, task, err))
 	case errors.Is(err, eventlog.ErrNotWaiting):
 		return failErr(fmt.Errorf("refused: task %s has no open request %s; nothing was answered or kept: %w", task, handle, err))
+	case errors.Is(err, engine.ErrApproverNotAllowed):
+		return failErr(fmt.Errorf("refused by the approvals rules; nothing was sent: %w", err))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return failErr(fmt.Errorf("answer %s of task %s: stopped before it was applied: %w", handle, task, err))
 	}

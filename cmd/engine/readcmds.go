@@ -285,6 +285,10 @@ func printState(w io.Writer, s *engine.State, ds eventlog.DispatchState, known b
 	for _, h := range handles {
 		pa := g.PendingApprovals[h]
 		fmt.Fprintf(w, "  PENDING  %-22s %s (guard %s: %s)\n", h, approvalWhat(pa), pa.Guard, pa.Reason)
+		if pa.Quorum > 1 || len(pa.Rules) > 0 || !pa.ExpiresAt.IsZero() || pa.Refused > 0 {
+			fmt.Fprintf(w, "           rules %v, approved by %v (%d of %d), %d refused answers, expires %s\n",
+				pa.Rules, pa.Approvers, len(pa.Approvers), max(pa.Quorum, 1), pa.Refused, expiresString(pa.ExpiresAt))
+		}
 	}
 	for _, r := range g.SubtaskResults {
 		fmt.Fprintf(w, "  subtask  %s %s\n", r.SubtaskID, r.Status)
@@ -371,4 +375,11 @@ func noTask(ctx context.Context, st *host.Host, task string) error {
 			eventlog.ErrGap, task, ds.Status, ds.Generation)))
 	}
 	return failErr(fmt.Errorf("no task %s in this deployment", task))
+}
+
+func expiresString(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format(time.RFC3339)
 }

@@ -101,6 +101,10 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if err != nil {
 		return err
 	}
+	if g.conn.embedded() {
+		// The local user: who can read the data directory.
+		sub.SubmittedBy = approver()
+	}
 	workspace, err := absDir("--workspace", o.workspace)
 	if err != nil {
 		return err

@@ -226,13 +226,29 @@ func describe(env eventlog.Envelope, p noeta.Payload) string {
 		return fmt.Sprintf("guard=%s: %s", p.Guard, p.Reason)
 	case *noeta.ApprovalRequested:
 		pa := noeta.PendingApproval{Action: p.Action, CallID: p.CallID, Tool: p.Tool, Args: p.Args, ArgsRef: p.ArgsRef, Agent: p.Agent}
-		return fmt.Sprintf("guard=%s  %s %s: %s", p.Guard, p.Handle, approvalWhat(pa), p.Reason)
+		s := fmt.Sprintf("guard=%s  %s %s: %s", p.Guard, p.Handle, approvalWhat(pa), p.Reason)
+		return s + requestTerms(p)
 	case *noeta.ApprovalResolved:
-		s := fmt.Sprintf("%s %s by %s", p.Handle, p.Decision, p.Approver)
+		if p.Auth == noeta.AuthTimer {
+			return fmt.Sprintf("%s %s: expired: %s", p.Handle, p.Decision, p.Reason)
+		}
+		who := p.Approver
+		if len(p.Approvers) > 1 {
+			who = strings.Join(p.Approvers, ", ")
+		}
+		s := fmt.Sprintf("%s %s by %s%s", p.Handle, p.Decision, who, authString(p.Auth))
 		if p.Reason != "" {
 			s += ": " + p.Reason
 		}
 		return s
+	case *noeta.ApprovalCounted:
+		s := fmt.Sprintf("%s approved by %s%s: %d of %d approvals", p.Handle, p.Approver, authString(p.Auth), p.Approvals, p.Quorum)
+		if p.Reason != "" {
+			s += ": " + p.Reason
+		}
+		return s
+	case *noeta.ApprovalRefused:
+		return fmt.Sprintf("%s %s by %s%s REFUSED: %s", p.Handle, p.Decision, p.Approver, authString(p.Auth), p.Reason)
 	case *noeta.SubtaskSpawned:
 		s := fmt.Sprintf("subtask %s agent=%s goal=%s", short(p.SubtaskID), p.Agent, goalString(p.Goal, p.GoalRef))
 		if p.GroupID != "" {
@@ -282,6 +298,34 @@ func subtaskResult(id string, status noeta.SubtaskStatus, result json.RawMessage
 		s += " → " + cut(string(result), 80)
 	}
 	return s
+}
+
+// authString says how an approver was authenticated, when it says more
+// than the local user of the embedded default.
+func authString(auth string) string {
+	if auth == "" || auth == noeta.AuthLocal {
+		return ""
+	}
+	return " (" + auth + ")"
+}
+
+// requestTerms says what the approvals rules asked of a request, if
+// anything: its rules, quorum and expiry.
+func requestTerms(p *noeta.ApprovalRequested) string {
+	var terms []string
+	if len(p.Rules) > 0 {
+		terms = append(terms, "rules "+strings.Join(p.Rules, ","))
+	}
+	if p.Quorum > 1 {
+		terms = append(terms, fmt.Sprintf("quorum %d", p.Quorum))
+	}
+	if !p.ExpiresAt.IsZero() {
+		terms = append(terms, "expires "+p.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	if len(terms) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(terms, "; ") + "]"
 }
 
 // approvalWhat names what an approval is asked for.

@@ -168,3 +168,53 @@ func TestWakeFloodRefusedPastCap(t *testing.T) {
 		return nil
 	})
 }
+
+// TestForgedTimerOnIngressDropped: a publisher of wakes that sends a
+// timer's condition with the timer header on the wake ingress fires
+// nothing. Before the split, fired timers arrived on the ingress, and a
+// message there with the header and the condition of a task's suspend
+// (generation and deadline are in its dispatcher row, readable with
+// Inspect) was applied as the broker's firing: any waker could fire a
+// timer early, or, had approvals expired that way, expire an approval.
+func TestForgedTimerOnIngressDropped(t *testing.T) {
+	t.Parallel()
+	prefix := uniquePrefix(t, singleURL)
+	nc := connect(t, singleURL)
+	d, err := jetstream.OpenDispatcher(t.Context(), nc, testDispatcherConfig(1, prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiring := noeta.HumanResponseWake("approval-" + noeta.NewID())
+	expiring.ExpireAt = time.Now().Add(time.Hour).UTC().Round(0)
+	for _, cond := range []noeta.Wake{noeta.TimerWake(time.Now().Add(time.Hour)), expiring} {
+		t.Run(string(cond.Kind), func(t *testing.T) {
+			task := noeta.NewTaskID()
+			mustEnqueue(t, d, task, eventlog.EnqueueOptions{Queue: testQueue()})
+			l := mustLease(t, d, eventlog.LeaseRequest{Worker: "w", Task: task})
+			if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond}); err != nil {
+				t.Fatal(err)
+			}
+			before := d.Stats().InvalidWakes
+			m := nats.NewMsg(jetstream.WakeSubject(prefix, task))
+			m.Header.Set("Noeta-Timer-Generation", strconv.FormatUint(l.Generation, 10))
+			m.Data = wakeJSON(t, cond)
+			if _, err := js.PublishMsg(t.Context(), m); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 20*time.Second, "the forgery dropped", func() error {
+				if n := d.Stats().InvalidWakes - before; n != 1 {
+					return fmt.Errorf("invalid wakes: %d", n)
+				}
+				return nil
+			})
+			if st := mustInspect(t, d, task); st.Status != eventlog.DispatchSuspended || st.MatchedWake != nil {
+				t.Errorf("after the forged timer: task is %s matched %v, want still suspended", st.Status, st.MatchedWake)
+			}
+		})
+	}
+}
