@@ -1,7 +1,11 @@
 package config
 
 import (
+	"fmt"
 	"math"
+	"net/url"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +21,11 @@ import (
 //	    - {match_tool: "*", command: ["./notify.sh"], timeout_seconds: 10}
 //	  notification:
 //	    - {on: approval, command: ["./page-oncall.sh"]}
+//	    - on: [question, parked, failed]
+//	      url: https://hooks.example.com/noeta
+//	      headers: {Authorization: "env:NOETA_HOOK_TOKEN"}
+//	      timeout_seconds: 5
+//	      retries: 3
 type Hooks struct {
 	// PostToolUse runs after every ToolCallFinished of a matching tool.
 	PostToolUse []ToolHook
@@ -38,19 +47,107 @@ type ToolHook struct {
 	Timeout time.Duration
 }
 
-// NotificationHook is one entry of hooks.notification.
+// NotificationHook is one entry of hooks.notification: a command (given the
+// record as JSON on stdin) or a webhook (POSTed a JSON body), run when a
+// task reaches one of the events in On.
 type NotificationHook struct {
-	// On names what the hook is run on; only HookOnApproval (an
-	// ApprovalRequested record) for now.
-	On string
-	// Command and Timeout are as in ToolHook.
+	// On names the events the hook runs on: HookOnApproval, HookOnQuestion,
+	// HookOnParked, HookOnFailed (one or several; a scalar in YAML is a list
+	// of one).
+	On []string
+	// Command is the argv of a command hook, as in ToolHook. Exactly one of
+	// Command and URL is set.
 	Command []string
+	// URL is the http or https address a webhook POSTs to. Redirects are not
+	// followed; credentials go in Headers, never in the URL.
+	URL string
+	// Headers are sent with every POST of a webhook. A value "env:NAME" is
+	// the environment variable NAME, read once when the hooks start
+	// ([NotificationHook.ResolveHeaders]); a missing one is an error then.
+	Headers map[string]string
+	// Timeout bounds one run of a command, or one attempt of a webhook
+	// (DefaultHookTimeout if 0).
 	Timeout time.Duration
+	// Retries is how many times a webhook is tried again after a
+	// connection error, a timeout, a 408, a 429 or a 5xx, with backoff. The
+	// decoder sets DefaultHookRetries when retries: is absent; in Go, 0 is
+	// none.
+	Retries int
 }
 
-// HookOnApproval is the one value of NotificationHook.On so far: the hook
-// runs when a task asks a human for approval.
-const HookOnApproval = "approval"
+// The events a notification hook runs on.
+const (
+	// HookOnApproval: a task asks a person to approve an action
+	// (ApprovalRequested).
+	HookOnApproval = "approval"
+	// HookOnQuestion: a task asks a person a question and waits for the
+	// answer (its yield_for_human suspend).
+	HookOnQuestion = "question"
+	// HookOnParked: a task is parked for a person after its turn was left
+	// unfinished too often (the park suspend).
+	HookOnParked = "parked"
+	// HookOnFailed: a task failed (TaskFailed).
+	HookOnFailed = "failed"
+)
+
+// HookEvents are the values of NotificationHook.On.
+var HookEvents = []string{HookOnApproval, HookOnQuestion, HookOnParked, HookOnFailed}
+
+// Limits of a webhook.
+const (
+	DefaultHookRetries = 3
+	MaxHookRetries     = 10
+	MaxHookURLLen      = 2048
+	MaxHookHeaders     = 32
+)
+
+var (
+	hookHeaderName = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
+	hookEnvName    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+)
+
+// ResolveHeaders returns Headers with each "env:NAME" value replaced by
+// lookup(NAME); a variable that is not set, or whose value is not a valid
+// header value, is an error naming the header and the variable (never the
+// value).
+func (n NotificationHook) ResolveHeaders(lookup func(string) (string, bool)) (map[string]string, error) {
+	if len(n.Headers) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(n.Headers))
+	var errs []string
+	for _, k := range sortedKeys(n.Headers) {
+		v := n.Headers[k]
+		if name, ok := strings.CutPrefix(v, "env:"); ok {
+			got, set := lookup(name)
+			switch {
+			case !set:
+				errs = append(errs, fmt.Sprintf("header %s: environment variable %s is not set", k, name))
+				continue
+			case !validHeaderValue(got):
+				errs = append(errs, fmt.Sprintf("header %s: environment variable %s holds a control character", k, name))
+				continue
+			}
+			v = got
+		}
+		out[k] = v
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return out, nil
+}
+
+// validHeaderValue refuses control characters (a CR or LF would start
+// another header), tab excepted.
+func validHeaderValue(v string) bool {
+	for _, c := range []byte(v) {
+		if c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
 
 // Limits of a hook entry. The command limits are the reference's.
 const (
@@ -86,15 +183,83 @@ func validateHooks(h Hooks, errs *errorList) {
 	}
 	for i, n := range h.Notification {
 		p := index(join("hooks", "notification"), i)
-		switch n.On {
-		case HookOnApproval:
-		case "":
-			errs.add(join(p, "on"), "required: what the hook runs on (approval)")
-		default:
-			errs.addf(join(p, "on"), "must be approval, not %q", n.On)
+		if len(n.On) == 0 {
+			errs.add(join(p, "on"), "required: what the hook runs on (approval, question, parked, failed; one or a list)")
 		}
-		validateHookCommand(n.Command, join(p, "command"), errs)
+		for j, on := range n.On {
+			switch {
+			case !slices.Contains(HookEvents, on):
+				errs.addf(index(join(p, "on"), j), "must be one of approval, question, parked, failed, not %q", on)
+			case slices.Index(n.On, on) != j:
+				errs.addf(index(join(p, "on"), j), "%s is listed twice", on)
+			}
+		}
+		switch {
+		case n.URL != "" && n.Command != nil:
+			errs.add(p, "a hook is a command or a url, not both")
+		case n.URL != "":
+			validateHookURL(n.URL, join(p, "url"), errs)
+		default:
+			validateHookCommand(n.Command, join(p, "command"), errs)
+		}
+		if n.URL == "" && len(n.Headers) > 0 {
+			errs.add(join(p, "headers"), "headers are for a url hook")
+		}
+		if n.URL == "" && n.Retries != 0 {
+			errs.add(join(p, "retries"), "retries are for a url hook")
+		}
+		validateHookHeaders(n.Headers, join(p, "headers"), errs)
+		if n.Retries < 0 || n.Retries > MaxHookRetries {
+			errs.addf(join(p, "retries"), "must be from 0 to %d", MaxHookRetries)
+		}
 		validateHookTimeout(n.Timeout, join(p, "timeout_seconds"), errs)
+	}
+}
+
+// validateHookURL accepts an absolute http or https URL with a host and
+// without credentials (they would be logged with it; a header keeps them).
+func validateHookURL(raw, path string, errs *errorList) {
+	if len(raw) > MaxHookURLLen {
+		errs.addf(path, "is %d bytes; at most %d", len(raw), MaxHookURLLen)
+		return
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		errs.addf(path, "is not a URL: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		errs.addf(path, "must be an http:// or https:// URL, not %q", u.Scheme+":")
+	case u.Host == "":
+		errs.add(path, "has no host")
+	case u.User != nil:
+		errs.add(path, "must not carry credentials; put them in headers (a value env:NAME reads them from the environment)")
+	case u.Fragment != "":
+		errs.add(path, "must not have a #fragment")
+	}
+}
+
+func validateHookHeaders(h map[string]string, path string, errs *errorList) {
+	if len(h) > MaxHookHeaders {
+		errs.addf(path, "has %d headers; at most %d", len(h), MaxHookHeaders)
+	}
+	for _, k := range sortedKeys(h) {
+		v := h[k]
+		kp := join(path, k)
+		switch {
+		case !hookHeaderName.MatchString(k):
+			errs.add(kp, "is not a valid header name")
+		case strings.EqualFold(k, "Content-Type") || strings.EqualFold(k, "Content-Length") || strings.EqualFold(k, "Host"):
+			errs.addf(kp, "is set by the hook itself")
+		}
+		if name, ok := strings.CutPrefix(v, "env:"); ok {
+			if !hookEnvName.MatchString(name) {
+				errs.add(kp, "env: must name an environment variable (letters, digits and _)")
+			}
+			continue
+		}
+		if !validHeaderValue(v) || len(v) > MaxHookArgLen {
+			errs.add(kp, "must be a header value: no control characters, at most 4096 bytes")
+		}
 	}
 }
 
@@ -186,15 +351,28 @@ func (d *decoder) hooks(n *yaml.Node, path string) Hooks {
 		h.Notification = make([]NotificationHook, 0, len(items))
 		for i, it := range items {
 			p := index(np, i)
-			hf, ok := d.fields(it, p, "on", "command", "timeout_seconds")
+			hf, ok := d.fields(it, p, "on", "command", "url", "headers", "timeout_seconds", "retries")
 			if !ok && hf == nil {
 				continue
 			}
-			nh := NotificationHook{On: HookOnApproval}
-			if s, ok := d.str(hf["on"], join(p, "on")); ok || isNull(hf["on"]) {
-				nh.On = s
+			nh := NotificationHook{On: []string{HookOnApproval}, Retries: DefaultHookRetries}
+			before := len(d.errs.list)
+			if on := d.strOrList(hf["on"], join(p, "on")); len(d.errs.list) == before {
+				nh.On = on
 			}
-			nh.Command = d.hookCommand(hf["command"], join(p, "command"))
+			if u, ok := d.str(hf["url"], join(p, "url")); ok {
+				nh.URL = u
+			}
+			if nh.URL == "" || hf["command"] != nil {
+				nh.Command = d.hookCommand(hf["command"], join(p, "command"))
+			}
+			if nh.URL == "" {
+				nh.Retries = 0
+			}
+			nh.Headers = d.hookHeaders(hf["headers"], join(p, "headers"))
+			if r, ok := d.integer(hf["retries"], join(p, "retries")); ok && r != nil {
+				nh.Retries = *r
+			}
 			nh.Timeout = d.hookTimeout(hf["timeout_seconds"], join(p, "timeout_seconds"))
 			h.Notification = append(h.Notification, nh)
 		}
@@ -224,4 +402,27 @@ func (d *decoder) hookTimeout(n *yaml.Node, path string) time.Duration {
 		return 0
 	}
 	return hookTimeout(*s, path, d.errs)
+}
+
+// hookHeaders reads headers: a map of strings; a value is checked by
+// validateHooks.
+func (d *decoder) hookHeaders(n *yaml.Node, path string) map[string]string {
+	if n = d.enter(n, path); isNull(n) {
+		return nil
+	}
+	d.depth++
+	defer func() { d.depth-- }()
+	ps, _ := d.pairs(n, path)
+	out := make(map[string]string, len(ps))
+	for _, p := range ps {
+		kp := join(path, p.key)
+		d.mark(kp, p.keyN)
+		v := d.enter(p.value, kp)
+		if v == nil || v.Kind != yaml.ScalarNode || isNull(v) {
+			d.errs.add(kp, "must be a string")
+			continue
+		}
+		out[p.key] = v.Value
+	}
+	return out
 }

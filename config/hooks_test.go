@@ -16,7 +16,7 @@ func TestParseHooks(t *testing.T) {
 	}{
 		{"design example", designConfig, Hooks{
 			PostToolUse:  []ToolHook{{MatchTool: "*", Command: []string{"./notify.sh"}, Timeout: DefaultHookTimeout}},
-			Notification: []NotificationHook{{On: "approval", Command: []string{"./page-oncall.sh"}, Timeout: DefaultHookTimeout}},
+			Notification: []NotificationHook{{On: []string{"approval"}, Command: []string{"./page-oncall.sh"}, Timeout: DefaultHookTimeout}},
 		}},
 		{"no hooks key", "agents: {a: {}}\n", Hooks{}},
 		{"hooks null", "hooks:\n", Hooks{}},
@@ -35,8 +35,23 @@ hooks:
 				{MatchTool: "read_*", Command: []string{"/usr/bin/env", "sh", "-c", `echo "$NOETA_TOOL" >> tools.log`, ""}, Timeout: 2500 * time.Millisecond},
 				{MatchTool: "?cho", Command: []string{"./a"}, Timeout: time.Hour},
 			},
-			Notification: []NotificationHook{{On: "approval", Command: []string{"./page"}, Timeout: time.Second}},
+			Notification: []NotificationHook{{On: []string{"approval"}, Command: []string{"./page"}, Timeout: time.Second}},
 		}},
+		{"webhooks and lists of events", `
+hooks:
+  notification:
+    - on: [question, parked, failed]
+      url: https://hooks.example.com/noeta?team=sre
+      headers: {Authorization: "env:NOETA_HOOK_TOKEN", X-Team: sre}
+      timeout_seconds: 5
+    - {on: approval, url: "http://127.0.0.1:9000/hook", retries: 0}
+    - {on: [failed], command: [./page]}
+`, Hooks{Notification: []NotificationHook{
+			{On: []string{"question", "parked", "failed"}, URL: "https://hooks.example.com/noeta?team=sre",
+				Headers: map[string]string{"Authorization": "env:NOETA_HOOK_TOKEN", "X-Team": "sre"}, Timeout: 5 * time.Second, Retries: DefaultHookRetries},
+			{On: []string{"approval"}, URL: "http://127.0.0.1:9000/hook", Timeout: DefaultHookTimeout},
+			{On: []string{"failed"}, Command: []string{"./page"}, Timeout: DefaultHookTimeout},
+		}}},
 		// Read as rules' match_tool is: a class is a class (internal/glob).
 		{"a character class", "hooks:\n  post_tool_use:\n    - {match_tool: \"[rw]*_file\", command: [a]}\n", Hooks{
 			PostToolUse: []ToolHook{{MatchTool: "[rw]*_file", Command: []string{"a"}, Timeout: DefaultHookTimeout}},
@@ -84,7 +99,7 @@ func TestParseHooksErrors(t *testing.T) {
 		{"section not a list", "hooks:\n  post_tool_use: {match_tool: x}\n", []string{"hooks.post_tool_use: must be a list, not a mapping (line 2)"}},
 		{"entry not a mapping", "hooks:\n  notification: [approval]\n", []string{"hooks.notification[0]: must be a mapping, not a string"}},
 		{"unknown post_tool_use key", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: [a], notify: {log: true}}\n", []string{"hooks.post_tool_use[0].notify: unknown key (known: match_tool, command, timeout_seconds) (line 3)"}},
-		{"unknown notification key", "hooks:\n  notification:\n    - {on: approval, command: [a], match_tool: x}\n", []string{"hooks.notification[0].match_tool: unknown key (known: on, command, timeout_seconds)"}},
+		{"unknown notification key", "hooks:\n  notification:\n    - {on: approval, command: [a], match_tool: x}\n", []string{"hooks.notification[0].match_tool: unknown key (known: on, command, url, headers, timeout_seconds, retries)"}},
 		{"command missing", "hooks:\n  post_tool_use:\n    - {match_tool: x}\n", []string{"hooks.post_tool_use[0].command: required: a non-empty list, the program and its arguments (line 3)"}},
 		{"command empty", "hooks:\n  notification:\n    - {on: approval, command: []}\n", []string{"hooks.notification[0].command: required"}},
 		{"command null", "hooks:\n  notification:\n    - {on: approval, command: ~}\n", []string{"hooks.notification[0].command: required"}},
@@ -97,9 +112,27 @@ func TestParseHooksErrors(t *testing.T) {
 		{"match_tool missing", "hooks:\n  post_tool_use:\n    - {command: [a]}\n", []string{`hooks.post_tool_use[0].match_tool: required: a glob over tool names ("*" for every tool)`}},
 		{"match_tool empty", "hooks:\n  post_tool_use:\n    - {match_tool: \"\", command: [a]}\n", []string{"hooks.post_tool_use[0].match_tool: required"}},
 		{"match_tool not a string", "hooks:\n  post_tool_use:\n    - {match_tool: 5, command: [a]}\n", []string{"hooks.post_tool_use[0].match_tool: must be a string, not an integer"}},
-		{"on missing", "hooks:\n  notification:\n    - {command: [a]}\n", []string{"hooks.notification[0].on: required: what the hook runs on (approval)"}},
-		{"on unknown", "hooks:\n  notification:\n    - {on: suspend, command: [a]}\n", []string{`hooks.notification[0].on: must be approval, not "suspend" (line 3)`}},
-		{"on not a string", "hooks:\n  notification:\n    - {on: [approval], command: [a]}\n", []string{"hooks.notification[0].on: must be a string, not a sequence"}},
+		{"on missing", "hooks:\n  notification:\n    - {command: [a]}\n", []string{"hooks.notification[0].on: required: what the hook runs on (approval, question, parked, failed; one or a list)"}},
+		{"on unknown", "hooks:\n  notification:\n    - {on: suspend, command: [a]}\n", []string{`hooks.notification[0].on[0]: must be one of approval, question, parked, failed, not "suspend" (line 3)`}},
+		{"on not a string", "hooks:\n  notification:\n    - {on: {a: b}, command: [a]}\n", []string{"hooks.notification[0].on: must be a string, not a mapping"}},
+		{"on twice", "hooks:\n  notification:\n    - {on: [failed, failed], command: [a]}\n", []string{"hooks.notification[0].on[1]: failed is listed twice"}},
+		{"on empty list", "hooks:\n  notification:\n    - {on: [], command: [a]}\n", []string{"hooks.notification[0].on: required"}},
+		{"command and url", "hooks:\n  notification:\n    - {on: failed, command: [a], url: \"https://x\"}\n", []string{"hooks.notification[0]: a hook is a command or a url, not both"}},
+		{"url not http", "hooks:\n  notification:\n    - {on: failed, url: \"ftp://x/y\"}\n", []string{`hooks.notification[0].url: must be an http:// or https:// URL, not "ftp:"`}},
+		{"url relative", "hooks:\n  notification:\n    - {on: failed, url: /hook}\n", []string{`hooks.notification[0].url: must be an http:// or https:// URL, not ":"`}},
+		{"url no host", "hooks:\n  notification:\n    - {on: failed, url: \"https:///x\"}\n", []string{"hooks.notification[0].url: has no host"}},
+		{"url with credentials", "hooks:\n  notification:\n    - {on: failed, url: \"https://u:p@x/\"}\n", []string{"hooks.notification[0].url: must not carry credentials"}},
+		{"url not a string", "hooks:\n  notification:\n    - {on: failed, url: [a]}\n", []string{"hooks.notification[0].url: must be a string, not a sequence"}},
+		{"headers on a command", "hooks:\n  notification:\n    - {on: failed, command: [a], headers: {X-A: b}}\n", []string{"hooks.notification[0].headers: headers are for a url hook"}},
+		{"retries on a command", "hooks:\n  notification:\n    - {on: failed, command: [a], retries: 2}\n", []string{"hooks.notification[0].retries: retries are for a url hook"}},
+		{"header name", "hooks:\n  notification:\n    - {on: failed, url: \"https://x\", headers: {\"X A\": b}}\n", []string{`hooks.notification[0].headers."X A": is not a valid header name`}},
+		{"header set by the hook", "hooks:\n  notification:\n    - {on: failed, url: \"https://x\", headers: {content-type: text/plain}}\n", []string{"hooks.notification[0].headers.content-type: is set by the hook itself"}},
+		{"header value newline", "hooks:\n  notification:\n    - {on: failed, url: \"https://x\", headers: {X-A: \"a\\r\\nX-B: c\"}}\n", []string{"hooks.notification[0].headers.X-A: must be a header value"}},
+		{"header env name", "hooks:\n  notification:\n    - {on: failed, url: \"https://x\", headers: {X-A: \"env:A-B\"}}\n", []string{"hooks.notification[0].headers.X-A: env: must name an environment variable"}},
+		{"header value not a string", "hooks:\n  notification:\n    - {on: failed, url: \"https://x\", headers: {X-A: [b]}}\n", []string{"hooks.notification[0].headers.X-A: must be a string"}},
+		{"retries negative", "hooks:\n  notification:\n    - {on: failed, url: \"https://x\", retries: -1}\n", []string{"hooks.notification[0].retries: must be from 0 to 10"}},
+		{"retries too many", "hooks:\n  notification:\n    - {on: failed, url: \"https://x\", retries: 11}\n", []string{"hooks.notification[0].retries: must be from 0 to 10"}},
+		{"retries not an integer", "hooks:\n  notification:\n    - {on: failed, url: \"https://x\", retries: 1.5}\n", []string{"hooks.notification[0].retries: must be an integer"}},
 		{"timeout zero", "hooks:\n  post_tool_use:\n    - {match_tool: x, command: [a], timeout_seconds: 0}\n", []string{"hooks.post_tool_use[0].timeout_seconds: must be > 0"}},
 		{"timeout negative", "hooks:\n  notification:\n    - {on: approval, command: [a], timeout_seconds: -1}\n", []string{"hooks.notification[0].timeout_seconds: must be > 0"}},
 		{"timeout NaN", "hooks:\n  notification:\n    - {on: approval, command: [a], timeout_seconds: .nan}\n", []string{"hooks.notification[0].timeout_seconds: must be > 0"}},
@@ -164,7 +197,7 @@ agents:
 func TestHooksValidate(t *testing.T) {
 	ok := Hooks{
 		PostToolUse:  []ToolHook{{MatchTool: "*", Command: []string{"./n"}}},
-		Notification: []NotificationHook{{On: HookOnApproval, Command: []string{"./p"}, Timeout: time.Minute}},
+		Notification: []NotificationHook{{On: []string{HookOnApproval}, Command: []string{"./p"}, Timeout: time.Minute}},
 	}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("valid config: %v", err)
@@ -177,7 +210,7 @@ func TestHooksValidate(t *testing.T) {
 	}
 	bad := Hooks{
 		PostToolUse:  []ToolHook{{Command: []string{"./n"}, Timeout: -time.Second}},
-		Notification: []NotificationHook{{On: "approve", Timeout: 2 * time.Hour}},
+		Notification: []NotificationHook{{On: []string{"approve"}, Timeout: 2 * time.Hour}},
 	}
 	err := bad.Validate()
 	if ce, ok := errors.AsType[*Error](err); !ok || ce.Line != 0 || ce.File != "" {
@@ -186,12 +219,34 @@ func TestHooksValidate(t *testing.T) {
 	for _, want := range []string{
 		"hooks.post_tool_use[0].match_tool: required",
 		"hooks.post_tool_use[0].timeout_seconds: must be > 0",
-		`hooks.notification[0].on: must be approval, not "approve"`,
+		`hooks.notification[0].on[0]: must be one of approval, question, parked, failed, not "approve"`,
 		"hooks.notification[0].command: required",
 		"hooks.notification[0].timeout_seconds: must be at most 3600",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("got %v, want it to contain %q", err, want)
+		}
+	}
+}
+
+// TestResolveHeaders: env:NAME values are read from the environment once;
+// a missing variable, or one holding a line break (a header injection), is
+// an error naming the header and the variable and never the value.
+func TestResolveHeaders(t *testing.T) {
+	env := map[string]string{"TOKEN": "Bearer s3cret", "BAD": "x\r\nX-Evil: 1"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	n := NotificationHook{Headers: map[string]string{"Authorization": "env:TOKEN", "X-Team": "sre"}}
+	got, err := n.ResolveHeaders(lookup)
+	if err != nil || !reflect.DeepEqual(got, map[string]string{"Authorization": "Bearer s3cret", "X-Team": "sre"}) {
+		t.Fatalf("ResolveHeaders: %v, %v", got, err)
+	}
+	for _, c := range []struct{ header, want string }{
+		{"env:MISSING", "header X-A: environment variable MISSING is not set"},
+		{"env:BAD", "header X-A: environment variable BAD holds a control character"},
+	} {
+		_, err := NotificationHook{Headers: map[string]string{"X-A": c.header}}.ResolveHeaders(lookup)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("ResolveHeaders(%s): %v, want %q", c.header, err, c.want)
 		}
 	}
 }

@@ -74,6 +74,11 @@ type Host struct {
 	bgWG    sync.WaitGroup
 
 	closeOnce sync.Once
+
+	// waiting is the fleet's waiting index (waiting.go); waitingErr says
+	// why a read-only host has none.
+	waiting    *jetstream.WaitingIndex
+	waitingErr error
 }
 
 // Open connects and starts what opts ask for; on error everything started
@@ -148,6 +153,9 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 	h.log, err = jetstream.Open(ctx, h.nc, jetstream.Config{Prefix: o.Prefix, Replicas: o.Replicas, Registry: h.disp})
 	if err != nil {
 		return nil, fmt.Errorf("open the event log: %w", settingsHint(err))
+	}
+	if err := h.openWaiting(ctx, false); err != nil {
+		return nil, err
 	}
 	if !o.embedded() && !o.ReadOnly {
 		// Observer workers write dead letters but may not create their
@@ -283,8 +291,10 @@ func (h *Host) openReadOnly(ctx context.Context) error {
 	if h.reader, err = jetstream.OpenReader(ctx, h.nc, jetstream.Config{Prefix: h.opts.Prefix}); err != nil {
 		return err
 	}
-	h.rows, err = jetstream.OpenRowReader(ctx, h.nc, h.opts.Prefix)
-	return err
+	if h.rows, err = jetstream.OpenRowReader(ctx, h.nc, h.opts.Prefix); err != nil {
+		return err
+	}
+	return h.openWaiting(ctx, true)
 }
 
 // dispatcherConfig is the dispatcher of the host's prefix: every process of
@@ -313,6 +323,7 @@ func (h *Host) newEngine(queue, workspace string) (*engine.Engine, error) {
 		Workspace:  workspace,
 		Queue:      queue,
 		Logger:     h.logger,
+		Waiting:    h.waitingSeam(),
 		// On a remote NATS any publisher of wakes could send a plain
 		// answer: only the approval subjects and the in-process HTTP
 		// layer say who answered.

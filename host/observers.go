@@ -72,10 +72,11 @@ func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 		obs = append(obs, a)
 	}
 	if hc := cfg.Hooks; !o.Skip.Hooks && !hc.Empty() {
-		hk, err := observers.NewHooksFromConfig(hc, observers.HooksObserverConfig{Workspace: o.Workspace, Logger: h.logger})
+		hk, err := observers.NewHooksFromConfig(hc, h.hooksConfig())
 		if err != nil {
 			return nil, h.configErr("hooks", err.Error())
 		}
+		registerHookMetrics(h.reg, hk)
 		s.hooks = hk
 		obs = append(obs, hk)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,13 @@ const (
 	// HookOutputMax bounds what is kept of a hook's output (stdout and
 	// stderr together) for the log; the rest is read and dropped.
 	HookOutputMax = 4 << 10
+	// WebhookResponseMax bounds what is read of a webhook's response body.
+	WebhookResponseMax = 64 << 10
+	// DefaultWebhookBackoff is the wait before a webhook's first retry; it
+	// doubles (with jitter) up to webhookBackoffMax.
+	DefaultWebhookBackoff = time.Second
+	// NotificationArgsMax bounds the arguments in a notification's body.
+	NotificationArgsMax = 4 << 10
 )
 
 const (
@@ -46,7 +54,9 @@ const (
 // (the hooks: section of noeta.yaml, or built in Go), checked by
 // config.Hooks.Validate. A PostToolUse hook runs after every ToolCallFinished
 // whose tool matches its MatchTool, a glob read exactly as rules' match_tool
-// is; a Notification hook runs on an ApprovalRequested.
+// is; a Notification hook runs on the events its On names: approval (an
+// ApprovalRequested), question (a yield_for_human suspend), parked (the park
+// suspend), failed (a TaskFailed).
 type HooksObserverConfig struct {
 	PostToolUse  []config.ToolHook
 	Notification []config.NotificationHook
@@ -60,8 +70,17 @@ type HooksObserverConfig struct {
 	Workspace string
 	// Env is added to every hook's environment (KEY=VALUE), after the
 	// allowlisted variables of the process and before the NOETA_ ones.
-	Env    []string
-	Logger *slog.Logger
+	Env []string
+	// LookupEnv reads the variables a webhook's headers name (env:NAME),
+	// once, in NewHooks (os.LookupEnv if nil).
+	LookupEnv func(string) (string, bool)
+	// Log, when set, is read for the agent of a task whose TaskCreated this
+	// observer did not see, for a notification's body.
+	Log eventlog.Reader
+	// WebhookBackoff is the wait before a webhook's first retry
+	// (DefaultWebhookBackoff).
+	WebhookBackoff time.Duration
+	Logger         *slog.Logger
 }
 
 // HooksStats counts the runs of a Hooks. Queued = Ran + Failed + TimedOut +
@@ -69,18 +88,19 @@ type HooksObserverConfig struct {
 // in Dropped with those that found the queue full or came after Close).
 type HooksStats struct {
 	Queued   uint64 // runs accepted into the queue
-	Ran      uint64 // runs that exited with status 0
-	Failed   uint64 // runs that could not start, exited non-zero, died of a signal, or were cancelled by Close
-	TimedOut uint64 // runs killed at their timeout
+	Ran      uint64 // runs that exited with status 0, or webhooks answered 2xx
+	Failed   uint64 // runs that could not start, exited non-zero, died of a signal, or were cancelled by Close; webhooks that failed every attempt
+	TimedOut uint64 // runs killed at their timeout; webhooks whose last attempt timed out
+	Retried  uint64 // webhook attempts made again after a retryable failure
 	Dropped  uint64 // runs not accepted (queue full, or after Close), or discarded at Close
 	Pending  int    // runs waiting now
 	Running  int    // runs running now
 }
 
-// Hooks runs the user's PostToolUse and Notification commands. It is never
-// on the emit path: Observe only decides which commands a record calls for
-// and hands them, without waiting, to a bounded queue; background workers run
-// them as subprocesses.
+// Hooks runs the user's PostToolUse and Notification hooks. It is never on
+// the emit path: Observe only decides which hooks a record calls for and
+// hands them, without waiting, to a bounded queue; background workers run
+// the commands as subprocesses and POST the webhooks (deliverWebhook).
 //
 // A hook run is at least once: a record delivered again (a durable feed
 // redelivers after a crash, and nothing here remembers what ran) runs its
@@ -95,8 +115,9 @@ type HooksStats struct {
 //   - an environment of PATH, HOME, LANG, LC_ALL, TERM and TMPDIR from the
 //     process (nothing else of it: the engine's credentials stay its own),
 //     then HooksObserverConfig.Env, then NOETA_TASK_ID, NOETA_EVENT_TYPE,
-//     NOETA_EVENT_ID, NOETA_SEQ, NOETA_TOOL, NOETA_CALL_ID and NOETA_HANDLE
-//     (empty when the record has none);
+//     NOETA_EVENT_ID, NOETA_SEQ, NOETA_TOOL, NOETA_CALL_ID, NOETA_HANDLE and
+//     NOETA_NOTIFICATION (the event of a Notification hook; empty when the
+//     record has none);
 //   - a process group of its own, killed whole at the timeout, and killed
 //     when the command exits, so a hook leaves no process behind;
 //   - at most HookOutputMax bytes of its output kept, for the log.
@@ -105,8 +126,10 @@ type Hooks struct {
 	log    *slog.Logger
 	dir    string
 	post   []postHook
-	notify []config.NotificationHook
+	notify []notifyHook
 	base   []string // the environment before the NOETA_ variables
+	client *http.Client
+	agents agentCache
 
 	mu     sync.RWMutex // guards closed against sends on queue
 	closed bool
@@ -117,8 +140,14 @@ type Hooks struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 
-	queued, ran, failed, timedOut, dropped atomic.Uint64
-	running                                atomic.Int64
+	queued, ran, failed, timedOut, dropped, retried atomic.Uint64
+	running                                         atomic.Int64
+}
+
+// notifyHook is a Notification hook with its headers resolved.
+type notifyHook struct {
+	config.NotificationHook
+	headers map[string]string
 }
 
 // postHook is a PostToolUse hook with its pattern compiled.
@@ -135,6 +164,11 @@ type hookRun struct {
 	tool    string
 	callID  string
 	handle  string
+	// A notification: what it is about, and the webhook it goes to, if
+	// it is one.
+	event   string
+	notice  *Notification
+	webhook *notifyHook
 }
 
 var _ Observer = (*Hooks)(nil)
@@ -162,13 +196,24 @@ func NewHooks(cfg HooksObserverConfig) (*Hooks, error) {
 		}
 		post[i] = postHook{ToolHook: s, match: glob.Compile(s.MatchTool)}
 	}
-	notify := make([]config.NotificationHook, len(cfg.Notification))
+	if cfg.LookupEnv == nil {
+		cfg.LookupEnv = os.LookupEnv
+	}
+	if cfg.WebhookBackoff <= 0 {
+		cfg.WebhookBackoff = DefaultWebhookBackoff
+	}
+	notify := make([]notifyHook, len(cfg.Notification))
 	for i, s := range cfg.Notification {
 		s.Command = slices.Clone(s.Command)
+		s.On = slices.Clone(s.On)
 		if s.Timeout == 0 {
 			s.Timeout = config.DefaultHookTimeout
 		}
-		notify[i] = s
+		headers, err := s.ResolveHeaders(cfg.LookupEnv)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("hooks.notification[%d].headers: %w", i, err))
+		}
+		notify[i] = notifyHook{NotificationHook: s, headers: headers}
 	}
 	for i, kv := range cfg.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
@@ -185,7 +230,7 @@ func NewHooks(cfg HooksObserverConfig) (*Hooks, error) {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	h := &Hooks{
-		cfg: cfg, log: cfg.Logger, dir: dir, post: post, notify: notify, base: hookBaseEnv(cfg.Env),
+		cfg: cfg, log: cfg.Logger, dir: dir, post: post, notify: notify, base: hookBaseEnv(cfg.Env), client: webhookClient(),
 		queue: make(chan hookRun, cfg.QueueSize), runCtx: runCtx, cancelRun: cancel,
 	}
 	for range cfg.Workers {
@@ -230,8 +275,8 @@ func hookBaseEnv(extra []string) []string {
 func (h *Hooks) Name() string { return "hooks" }
 
 // Observe queues the hooks env calls for: each matching PostToolUse hook for
-// a ToolCallFinished, each Notification hook on approval for an
-// ApprovalRequested. It never waits: a run that finds the queue full is
+// a ToolCallFinished, each Notification hook whose On names the event env
+// is (notificationOf). It never waits: a run that finds the queue full is
 // dropped and counted. A payload that cannot be decoded is an error.
 func (h *Hooks) Observe(_ context.Context, env eventlog.Envelope) error {
 	switch env.Type {
@@ -248,21 +293,125 @@ func (h *Hooks) Observe(_ context.Context, env eventlog.Envelope) error {
 				h.enqueue(hookRun{label: "post_tool_use " + p.Tool, command: s.Command, timeout: s.Timeout, env: env, tool: p.Tool, callID: p.CallID})
 			}
 		}
-	case noeta.TypeApprovalRequested:
+	case noeta.TypeTaskCreated:
 		if len(h.notify) == 0 {
 			return nil
 		}
-		var p noeta.ApprovalRequested
+		var p noeta.TaskCreated
 		if err := json.Unmarshal(env.Payload, &p); err != nil {
 			return fmt.Errorf("observers: hooks: decode %s seq %d of task %s: %w", env.Type, env.Seq, env.Task, err)
 		}
-		for _, s := range h.notify {
-			if s.On == config.HookOnApproval {
-				h.enqueue(hookRun{label: "notification approval", command: s.Command, timeout: s.Timeout, env: env, tool: p.Tool, callID: p.CallID, handle: p.Handle})
+		h.agents.put(env.Task, p.Agent)
+	case noeta.TypeApprovalRequested, noeta.TypeTaskSuspended, noeta.TypeTaskFailed:
+		if len(h.notify) == 0 {
+			return nil
+		}
+		event, n, err := notificationOf(env)
+		if err != nil {
+			return err
+		}
+		if event == "" {
+			return nil
+		}
+		for i := range h.notify {
+			s := &h.notify[i]
+			if !slices.Contains(s.On, event) {
+				continue
 			}
+			r := hookRun{label: "notification " + event, command: s.Command, timeout: s.Timeout, env: env,
+				tool: n.Tool, callID: n.CallID, handle: n.Handle, event: event, notice: n}
+			if s.URL != "" {
+				r.webhook = s
+				r.label = "webhook " + event
+			}
+			h.enqueue(r)
 		}
 	}
 	return nil
+}
+
+// The reasons of the engine's suspends a notification is about (package
+// engine: a yield_for_human question, a park).
+const (
+	questionReason = "waiting_human"
+	parkedReason   = "parked"
+)
+
+// notificationOf says which notification event env is, if any, and what a
+// person is told of it.
+func notificationOf(env eventlog.Envelope) (string, *Notification, error) {
+	bad := func(err error) (string, *Notification, error) {
+		return "", nil, fmt.Errorf("observers: hooks: decode %s seq %d of task %s: %w", env.Type, env.Seq, env.Task, err)
+	}
+	n := &Notification{Task: env.Task, Time: env.Time, Seq: env.Seq}
+	switch env.Type {
+	case noeta.TypeApprovalRequested:
+		var p noeta.ApprovalRequested
+		if err := json.Unmarshal(env.Payload, &p); err != nil {
+			return bad(err)
+		}
+		n.Event, n.Handle, n.Tool, n.CallID, n.Guard, n.Reason = config.HookOnApproval, p.Handle, p.Tool, p.CallID, p.Guard, p.Reason
+		n.Action, n.ChildAgent = string(p.Action), p.Agent
+		n.Args, n.ArgsCut = cutNoticeArgs(p.Args)
+		n.ArgsCut = n.ArgsCut || p.ArgsRef != nil
+	case noeta.TypeTaskSuspended:
+		var p noeta.TaskSuspended
+		if err := json.Unmarshal(env.Payload, &p); err != nil {
+			return bad(err)
+		}
+		head, rest, _ := strings.Cut(p.Reason, ":")
+		switch head {
+		case questionReason:
+			n.Event, n.Question = config.HookOnQuestion, strings.TrimSpace(rest)
+		case parkedReason:
+			n.Event, n.Reason = config.HookOnParked, strings.TrimSpace(rest)
+		default:
+			return "", nil, nil
+		}
+		n.Handle = p.WakeOn.Handle
+	case noeta.TypeTaskFailed:
+		var p noeta.TaskFailed
+		if err := json.Unmarshal(env.Payload, &p); err != nil {
+			return bad(err)
+		}
+		n.Event, n.Error, n.Guard = config.HookOnFailed, p.Error, p.Guard
+	default:
+		return "", nil, nil
+	}
+	return n.Event, n, nil
+}
+
+// Notification is the JSON body a webhook is sent: what happened to which
+// task, and what a person needs to act on it. Args are cut to
+// NotificationArgsMax (ArgsCut then says so; the log has them whole).
+type Notification struct {
+	Event      string          `json:"event"` // approval, question, parked, failed
+	Task       string          `json:"task"`
+	Agent      string          `json:"agent,omitempty"`
+	Handle     string          `json:"handle,omitempty"`
+	Action     string          `json:"action,omitempty"`
+	Tool       string          `json:"tool,omitempty"`
+	CallID     string          `json:"call_id,omitempty"`
+	ChildAgent string          `json:"child_agent,omitempty"`
+	Args       json.RawMessage `json:"args,omitempty"`
+	ArgsCut    bool            `json:"args_cut,omitempty"`
+	Guard      string          `json:"guard,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	Question   string          `json:"question,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	Time       time.Time       `json:"time"`
+	Seq        uint64          `json:"seq"`
+}
+
+// cutNoticeArgs keeps args up to NotificationArgsMax; longer ones become a
+// JSON string of their first bytes.
+func cutNoticeArgs(args json.RawMessage) (json.RawMessage, bool) {
+	if len(args) <= NotificationArgsMax {
+		return args, false
+	}
+	s := strings.ToValidUTF8(string(args[:NotificationArgsMax/2]), "")
+	b, _ := json.Marshal(s + "…")
+	return b, true
 }
 
 func (h *Hooks) enqueue(r hookRun) {
@@ -296,6 +445,10 @@ func (h *Hooks) work() {
 
 // run runs one hook and counts and logs its outcome.
 func (h *Hooks) run(r hookRun) {
+	if r.webhook != nil {
+		h.deliverWebhook(r)
+		return
+	}
 	start := time.Now()
 	log := h.log.With("hook", r.label, "command", r.command, "task", r.env.Task, "seq", r.env.Seq, "type", r.env.Type)
 	stdin, err := json.Marshal(NewRecordJSON(r.env))
@@ -318,6 +471,7 @@ func (h *Hooks) run(r hookRun) {
 		"NOETA_TOOL="+r.tool,
 		"NOETA_CALL_ID="+r.callID,
 		"NOETA_HANDLE="+r.handle,
+		"NOETA_NOTIFICATION="+r.event,
 	)
 	cmd.Stdin = bytes.NewReader(stdin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -413,7 +567,7 @@ func (w *hookOutput) text() string {
 func (h *Hooks) Stats() HooksStats {
 	return HooksStats{
 		Queued: h.queued.Load(), Ran: h.ran.Load(), Failed: h.failed.Load(), TimedOut: h.timedOut.Load(),
-		Dropped: h.dropped.Load(), Pending: len(h.queue), Running: int(h.running.Load()),
+		Dropped: h.dropped.Load(), Retried: h.retried.Load(), Pending: len(h.queue), Running: int(h.running.Load()),
 	}
 }
 

@@ -275,7 +275,7 @@ func TestHooksNotificationOnApproval(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "env.sh", envScript)
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		Notification: []config.NotificationHook{{On: config.HookOnApproval, Command: append(cmd, "page"), Timeout: 5 * time.Second}},
+		Notification: []config.NotificationHook{{On: []string{config.HookOnApproval}, Command: append(cmd, "page"), Timeout: 5 * time.Second}},
 		Workspace:    ws,
 	})
 	hx := newHarness(t)
@@ -478,7 +478,7 @@ func TestHooksCloseGivesUp(t *testing.T) {
 func TestHooksIgnoresOtherRecords(t *testing.T) {
 	h, _ := newTestHooks(t, HooksObserverConfig{
 		PostToolUse:  []config.ToolHook{{MatchTool: "*", Command: []string{"/bin/true"}}},
-		Notification: []config.NotificationHook{{On: config.HookOnApproval, Command: []string{"/bin/true"}}},
+		Notification: []config.NotificationHook{{On: []string{config.HookOnApproval}, Command: []string{"/bin/true"}}},
 	})
 	for _, p := range []noeta.Payload{
 		noeta.TurnStarted{Turn: 1},
@@ -515,11 +515,11 @@ func TestNewHooksConfig(t *testing.T) {
 		want string
 	}{
 		{"empty command", HooksObserverConfig{PostToolUse: []config.ToolHook{{MatchTool: "*"}}}, "hooks.post_tool_use[0].command: required"},
-		{"empty program", HooksObserverConfig{Notification: []config.NotificationHook{{On: "approval", Command: []string{""}}}}, "hooks.notification[0].command[0]: the program must not be empty"},
+		{"empty program", HooksObserverConfig{Notification: []config.NotificationHook{{On: []string{"approval"}, Command: []string{""}}}}, "hooks.notification[0].command[0]: the program must not be empty"},
 		{"no pattern", HooksObserverConfig{PostToolUse: []config.ToolHook{{Command: []string{"x"}}}}, `hooks.post_tool_use[0].match_tool: required: a glob over tool names ("*" for every tool)`},
 		{"negative timeout", HooksObserverConfig{PostToolUse: []config.ToolHook{{MatchTool: "*", Command: []string{"x"}, Timeout: -1}}}, "hooks.post_tool_use[0].timeout_seconds: must be > 0"},
 		{"over an hour", HooksObserverConfig{PostToolUse: []config.ToolHook{{MatchTool: "*", Command: []string{"x"}, Timeout: 2 * time.Hour}}}, "hooks.post_tool_use[0].timeout_seconds: must be at most 3600"},
-		{"unknown on", HooksObserverConfig{Notification: []config.NotificationHook{{On: "suspend", Command: []string{"x"}}}}, `hooks.notification[0].on: must be approval, not "suspend"`},
+		{"unknown on", HooksObserverConfig{Notification: []config.NotificationHook{{On: []string{"suspend"}, Command: []string{"x"}}}}, `hooks.notification[0].on[0]: must be one of approval, question, parked, failed, not "suspend"`},
 		{"bad env", HooksObserverConfig{Env: []string{"NOVALUE"}}, `Env[0] "NOVALUE" is not KEY=VALUE`},
 		{"workspace missing", HooksObserverConfig{Workspace: filepath.Join(file, "nope")}, "Workspace:"},
 		{"workspace a file", HooksObserverConfig{Workspace: file}, "is not a directory"},

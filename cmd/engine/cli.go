@@ -202,7 +202,8 @@ config or task file, 3 it waits for an approval.`,
 	pf.IntVar(&g.conn.replicas, "replicas", 1, "replicas of the streams and buckets: 1 on a single node, 3 on a cluster")
 	pf.DurationVar(&g.conn.leaseTTL, "lease-ttl", 0, "lease length, whole seconds (default 30s); the same for every process of the prefix")
 	root.AddCommand(newServeCmd(g), newRunCmd(g), newSubmitCmd(g), newApproveCmd(g), newAuditCmd(g),
-		newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newDoctorCmd(g), newDemoCmd(g), newToolsCmd(g))
+		newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newDoctorCmd(g), newDemoCmd(g), newToolsCmd(g),
+		newApprovalsCmd(g))
 	return root, g
 }
 

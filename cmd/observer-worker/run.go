@@ -37,6 +37,8 @@ type usageError struct{ error }
 
 // opts are the flags.
 type opts struct {
+	// lookupEnv reads the environment (webhook headers' env:NAME).
+	lookupEnv   func(string) (string, bool)
 	conn        natsconn.Options
 	prefix      string
 	replicas    int
@@ -89,7 +91,7 @@ func connFromEnv(cmd *cobra.Command, lookupEnv func(string) (string, bool)) erro
 
 // runEnv is run with the environment read through lookupEnv.
 func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
-	var o opts
+	o := opts{lookupEnv: lookupEnv}
 	cmd := &cobra.Command{
 		Use:   "observer-worker --nats URL [--observers audit,metrics,...]",
 		Short: "Run observers from JetStream durable consumers",
@@ -440,11 +442,22 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		if err != nil {
 			return nil, err
 		}
-		h, err := observers.NewHooksFromConfig(gov.Hooks, observers.HooksObserverConfig{Workspace: o.workspace, Logger: w.log})
+		// Webhooks read their env:NAME headers here, once; a notification
+		// names the task's agent, read from the log when the worker did not
+		// see the task created.
+		hc := observers.HooksObserverConfig{Workspace: o.workspace, Logger: w.log, LookupEnv: o.lookupEnv}
+		if w.reader != nil {
+			hc.Log = w.reader
+		}
+		h, err := observers.NewHooksFromConfig(gov.Hooks, hc)
 		if err != nil {
 			return nil, usageError{err}
 		}
-		w.closers = append(w.closers, h.Close)
+		w.closers = append(w.closers, func(ctx context.Context) error {
+			err := h.Close(ctx)
+			w.log.Info("hooks stopped", "stats", fmt.Sprintf("%+v", h.Stats()))
+			return err
+		})
 		return h, nil
 	}
 	return nil, usageError{fmt.Errorf("unknown observer %q", name)}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
+)
+
+func newApprovalsCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "approvals",
+		Short: "List every request waiting for a person across the deployment: approvals and questions",
+		Long: `approvals lists every open approval and question of the deployment, oldest
+first, from the waiting index the engines keep current (no task's log is
+read): the task and its agent, what it asks to do (the action, tool and
+arguments, cut), the guard and its reason, how long it has waited, when it
+expires, and who may answer (with the quorum's progress). Answer with
+'engine approve TASK HANDLE'.
+
+--json prints one JSON array of the index's entries.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rv, err := openReadView(cmd.Context(), g, "approvals")
+			if err != nil {
+				return err
+			}
+			defer rv.Close()
+			ws, err := rv.Waiting(cmd.Context())
+			if errors.Is(err, jetstream.ErrWaitingCut) {
+				fmt.Fprintf(g.stderr, "engine: note: %v; the oldest are shown\n", err)
+			} else if err != nil {
+				return failErr(err)
+			}
+			if asJSON {
+				if ws == nil {
+					ws = []eventlog.Waiting{}
+				}
+				b, err := json.MarshalIndent(ws, "", "  ")
+				if err != nil {
+					return failErr(err)
+				}
+				_, err = fmt.Fprintf(g.stdout, "%s\n", b)
+				return err
+			}
+			printWaiting(g.stdout, ws, time.Now())
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the entries as one JSON array")
+	return cmd
+}
+
+// printWaiting prints one line per request and an indented line of its
+// handle, guard and who may answer. Every text is made terminal-safe: a
+// question, a reason or arguments come from a model or a tool, and an
+// escape sequence or a bidi override in them could redraw what the person
+// deciding reads.
+func printWaiting(w io.Writer, ws []eventlog.Waiting, now time.Time) {
+	w = terminalSafe{w}
+	if len(ws) == 0 {
+		fmt.Fprintln(w, "nothing waits for a person")
+		return
+	}
+	fmt.Fprintf(w, "%-26s  %-12s  %-8s  %6s  %-9s  %s\n", "TASK", "AGENT", "KIND", "AGE", "EXPIRES", "WHAT")
+	for _, e := range ws {
+		expires := "-"
+		if !e.ExpiresAt.IsZero() {
+			if d := e.ExpiresAt.Sub(now); d > 0 {
+				expires = "in " + shortDuration(d)
+			} else {
+				expires = "due"
+			}
+		}
+		fmt.Fprintf(w, "%-26s  %-12s  %-8s  %6s  %-9s  %s\n", e.Task, cut(e.Agent, 12), e.Kind,
+			shortDuration(now.Sub(e.RequestedAt)), expires, waitingWhat(e))
+		var detail []string
+		detail = append(detail, "handle "+e.Handle)
+		if e.Guard != "" || e.Reason != "" {
+			detail = append(detail, fmt.Sprintf("guard %s: %s", orDash(e.Guard), cut(e.Reason, 120)))
+		}
+		if who := waitingWho(e); who != "" {
+			detail = append(detail, who)
+		}
+		fmt.Fprintf(w, "    %s\n", strings.Join(detail, " · "))
+	}
+}
+
+// waitingWhat is what a request asks: the action, tool and arguments (cut)
+// of an approval, the question of a question.
+func waitingWhat(e eventlog.Waiting) string {
+	if e.Kind == eventlog.WaitingQuestion {
+		return "asks: " + cut(e.Question, 100)
+	}
+	var b strings.Builder
+	b.WriteString(orDash(e.Action))
+	switch {
+	case e.Tool != "":
+		b.WriteString(" " + e.Tool)
+	case e.Child != "":
+		b.WriteString(" agent " + e.Child)
+	}
+	if len(e.Args) > 0 {
+		b.WriteString(" " + cut(string(e.Args), 80))
+	}
+	return b.String()
+}
+
+// waitingWho says who may answer and how far a quorum has come.
+func waitingWho(e eventlog.Waiting) string {
+	var parts []string
+	if e.MayAnswer != "" {
+		parts = append(parts, "may answer: "+cut(e.MayAnswer, 80))
+	} else if len(e.Rules) > 0 {
+		parts = append(parts, "rules: "+strings.Join(e.Rules, ", "))
+	}
+	if e.Quorum > 1 {
+		q := fmt.Sprintf("%d of %d approvals", len(e.Approvals), e.Quorum)
+		if len(e.Approvals) > 0 {
+			q += " (" + strings.Join(e.Approvals, ", ") + ")"
+		}
+		parts = append(parts, q)
+	}
+	return strings.Join(parts, " · ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// shortDuration is d in its largest unit: 45s, 12m, 3h, 2d.
+func shortDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// terminalSafe writes through to w with every control character (but the
+// newline) and every bidi formatting character shown as \u{XXXX}.
+type terminalSafe struct{ w io.Writer }
+
+func (t terminalSafe) Write(p []byte) (int, error) {
+	s := string(p)
+	if !strings.ContainsFunc(s, unsafeRune) {
+		return t.w.Write(p)
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unsafeRune(r) {
+			fmt.Fprintf(&b, "\\u{%04X}", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	if _, err := io.WriteString(t.w, b.String()); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func unsafeRune(r rune) bool {
+	switch {
+	case r == '\n':
+		return false
+	case unicode.IsControl(r), r == utf8.RuneError:
+		return true
+	case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069, r == 0x200E, r == 0x200F, r == 0x061C:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,288 @@
+package jetstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	neturl "net/url"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/eventlogtest"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
+)
+
+var waitingPrefixes atomic.Int64
+
+// waitingPrefix is a prefix of its own for one test: the listing is of the
+// whole bucket, so cases may not share one.
+func waitingPrefix() string { return fmt.Sprintf("widx%d", waitingPrefixes.Add(1)) }
+
+func openWaiting(t *testing.T, url string, cfg jetstream.WaitingConfig) *jetstream.WaitingIndex {
+	t.Helper()
+	if cfg.Prefix == "" {
+		cfg.Prefix = waitingPrefix()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	x, err := jetstream.OpenWaitingIndex(t.Context(), connect(t, url), cfg)
+	if err != nil {
+		t.Fatalf("OpenWaitingIndex: %v", err)
+	}
+	return x
+}
+
+func waitingFactory(url string, replicas int) eventlogtest.WaitingFactory {
+	return func(t *testing.T) eventlog.WaitingIndex {
+		return openWaiting(t, url, jetstream.WaitingConfig{Replicas: replicas})
+	}
+}
+
+func TestWaitingSuiteSingleNode(t *testing.T) {
+	eventlogtest.RunWaitingSuite(t, waitingFactory(singleURL, 1))
+}
+
+func TestWaitingSuiteCluster(t *testing.T) {
+	eventlogtest.RunWaitingSuite(t, waitingFactory(clusterURL, 3))
+}
+
+func testWaiting(task, handle string) eventlog.Waiting {
+	return eventlog.Waiting{Task: task, Handle: handle, Kind: eventlog.WaitingApproval, Agent: "ops", RequestedAt: time.Now()}
+}
+
+// TestWaitingMalformedSkipped: values someone else wrote into the bucket —
+// not JSON, under a key that is not <task>.<handle>, or the entry of another
+// key — are skipped and counted by a listing and a watch; neither fails.
+func TestWaitingMalformedSkipped(t *testing.T) {
+	prefix := waitingPrefix()
+	x := openWaiting(t, singleURL, jetstream.WaitingConfig{Prefix: prefix})
+	if err := x.PutWaiting(t.Context(), testWaiting("wm-good", "approval-1")); err != nil {
+		t.Fatal(err)
+	}
+	js, err := natsjs.New(connect(t, singleURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), jetstream.WaitingBucket(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"wm-bad.approval-1":   `{not json`,
+		"nodot":               `{"task":"nodot","handle":"x","kind":"approval"}`,
+		"wm-other.approval-1": `{"task":"wm-good","handle":"approval-1","kind":"approval"}`,
+		"wm-kind.approval-1":  `{"task":"wm-kind","handle":"approval-1","kind":"payment"}`,
+	} {
+		if _, err := kv.PutString(t.Context(), k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws, err := x.ListWaiting(t.Context())
+	if err != nil {
+		t.Fatalf("ListWaiting over malformed entries: %v", err)
+	}
+	if len(ws) != 1 || ws[0].Task != "wm-good" {
+		t.Fatalf("listing: %+v, want wm-good only", ws)
+	}
+	if n := x.Malformed(); n != 4 {
+		t.Fatalf("Malformed after a listing: %d, want 4", n)
+	}
+	got := make(chan eventlog.WaitingChange, 16)
+	stop, err := x.WatchWaiting(t.Context(), func(c eventlog.WaitingChange) { got <- c })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if c := <-got; c.Entry.Task != "wm-good" {
+		t.Fatalf("watch: first change %+v, want wm-good", c)
+	}
+	if c := <-got; c.Entry.Task != "" || c.Deleted {
+		t.Fatalf("watch: second change %+v, want the marker", c)
+	}
+	if n := x.Malformed(); n != 8 {
+		t.Fatalf("Malformed after a watch: %d, want 8", n)
+	}
+}
+
+// TestWaitingListCut: a listing past ListMax returns what it read and
+// ErrWaitingCut, never an error alone (the inbox shows the oldest it has).
+func TestWaitingListCut(t *testing.T) {
+	x := openWaiting(t, singleURL, jetstream.WaitingConfig{ListMax: 3})
+	for i := range 5 {
+		if err := x.PutWaiting(t.Context(), testWaiting(fmt.Sprintf("wc-%d", i), "approval-1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws, err := x.ListWaiting(t.Context())
+	if !errors.Is(err, jetstream.ErrWaitingCut) || len(ws) != 3 {
+		t.Fatalf("ListWaiting over 5 with ListMax 3: %d entries, %v; want 3 and %v", len(ws), err, jetstream.ErrWaitingCut)
+	}
+}
+
+// TestWaitingBindReadOnly: a read-only process binds to the bucket without
+// creating it (a missing one is ErrStreamMissing), reads it, and cannot
+// write through it.
+func TestWaitingBindReadOnly(t *testing.T) {
+	nc := connect(t, singleURL)
+	missing := waitingPrefix()
+	if _, err := jetstream.BindWaitingIndex(t.Context(), nc, jetstream.WaitingConfig{Prefix: missing}); !errors.Is(err, jetstream.ErrStreamMissing) {
+		t.Fatalf("BindWaitingIndex of a missing bucket: %v, want %v", err, jetstream.ErrStreamMissing)
+	}
+	js, _ := natsjs.New(nc)
+	if _, err := js.KeyValue(t.Context(), jetstream.WaitingBucket(missing)); !errors.Is(err, natsjs.ErrBucketNotFound) {
+		t.Fatalf("binding created the bucket: %v", err)
+	}
+	prefix := waitingPrefix()
+	x := openWaiting(t, singleURL, jetstream.WaitingConfig{Prefix: prefix})
+	if err := x.PutWaiting(t.Context(), testWaiting("wr-1", "question-1")); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := jetstream.BindWaitingIndex(t.Context(), nc, jetstream.WaitingConfig{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := ro.ListWaiting(t.Context()); err != nil || len(ws) != 1 {
+		t.Fatalf("read-only listing: %v, %v", ws, err)
+	}
+	if err := ro.PutWaiting(t.Context(), testWaiting("wr-2", "question-1")); err == nil {
+		t.Fatal("a read-only index put an entry")
+	}
+	if err := ro.DeleteWaiting(t.Context(), "wr-1", "question-1"); err == nil {
+		t.Fatal("a read-only index deleted an entry")
+	}
+}
+
+// TestWaitingConfigMismatch: a bucket made with other settings is refused,
+// not silently used.
+func TestWaitingConfigMismatch(t *testing.T) {
+	prefix := waitingPrefix()
+	openWaiting(t, singleURL, jetstream.WaitingConfig{Prefix: prefix})
+	_, err := jetstream.OpenWaitingIndex(t.Context(), connect(t, singleURL), jetstream.WaitingConfig{Prefix: prefix, MarkerTTL: time.Hour})
+	if !errors.Is(err, jetstream.ErrConfigMismatch) {
+		t.Fatalf("OpenWaitingIndex with another marker TTL: %v, want %v", err, jetstream.ErrConfigMismatch)
+	}
+	for _, bad := range []jetstream.WaitingConfig{
+		{Prefix: "a.b"}, {Replicas: 7}, {ListMax: -1}, {MarkerTTL: time.Millisecond},
+	} {
+		if _, err := jetstream.OpenWaitingIndex(t.Context(), connect(t, singleURL), bad); err == nil {
+			t.Errorf("OpenWaitingIndex(%+v): no error", bad)
+		}
+	}
+}
+
+// TestWaitingDeleteMarkersExpire: a delete leaves a marker that watchers
+// see and that the server removes after MarkerTTL, so the bucket does not
+// keep one message for every request ever answered.
+func TestWaitingDeleteMarkersExpire(t *testing.T) {
+	prefix := waitingPrefix()
+	x := openWaiting(t, singleURL, jetstream.WaitingConfig{Prefix: prefix, MarkerTTL: time.Second})
+	for i := range 3 {
+		task := fmt.Sprintf("wx-%d", i)
+		if err := x.PutWaiting(t.Context(), testWaiting(task, "approval-1")); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.DeleteWaiting(t.Context(), task, "approval-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js, _ := natsjs.New(connect(t, singleURL))
+	s, err := js.Stream(t.Context(), "KV_"+jetstream.WaitingBucket(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := s.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bucket still holds %d messages long after the markers' TTL", info.State.Msgs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestWaitingWatchSurvivesRestart: a watch outlives a restart of the
+// server: the key-value watcher's ordered consumer resumes after the last
+// change it delivered, so a put made after the restart arrives, and
+// nothing already delivered comes again.
+func TestWaitingWatchSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Shutdown() }()
+	url := srv.ClientURL()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	x, err := jetstream.OpenWaitingIndex(t.Context(), nc, jetstream.WaitingConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.PutWaiting(t.Context(), testWaiting("wrs-1", "approval-1")); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan eventlog.WaitingChange, 16)
+	stop, err := x.WatchWaiting(t.Context(), func(c eventlog.WaitingChange) { got <- c })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	next := func() eventlog.WaitingChange {
+		t.Helper()
+		select {
+		case c := <-got:
+			return c
+		case <-time.After(90 * time.Second):
+			t.Fatal("the watch delivered nothing within 90s")
+		}
+		return eventlog.WaitingChange{}
+	}
+	if c := next(); c.Entry.Task != "wrs-1" {
+		t.Fatalf("first change %+v", c)
+	}
+	if c := next(); c.Entry.Task != "" {
+		t.Fatalf("second change %+v, want the marker", c)
+	}
+	srv.Shutdown()
+	if srv, err = embedded.Start(t.Context(), embedded.Config{Dir: dir, Port: port}); err != nil {
+		t.Fatal(err)
+	}
+	// Puts until one is through: the client reconnects on its own time.
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		err := x.PutWaiting(ctx, testWaiting("wrs-2", "approval-1"))
+		cancel()
+		if err == nil {
+			break
+		}
+		if t.Context().Err() != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := next(); c.Entry.Task != "wrs-2" || c.Deleted {
+		t.Fatalf("after the restart: %+v, want the put of wrs-2 (and not wrs-1 again)", c)
+	}
+}

@@ -1,0 +1,60 @@
+package host
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/observers"
+)
+
+// TestNotificationInProcess: a runner host runs the config's notification
+// webhooks itself, off the emit path: a task that asks for an approval is
+// POSTed to a real local server with the task's agent and the tool, and
+// the header the host's environment gives.
+func TestNotificationInProcess(t *testing.T) {
+	t.Parallel()
+	got := make(chan observers.Notification, 4)
+	auth := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var n observers.Notification
+		_ = json.Unmarshal(b, &n)
+		auth <- r.Header.Get("Authorization")
+		got <- n
+	}))
+	defer srv.Close()
+	cfg := exampleConfig(t)
+	cfg.Hooks.Notification = []config.NotificationHook{{On: []string{config.HookOnApproval}, URL: srv.URL,
+		Headers: map[string]string{"Authorization": "env:HOOK_TOKEN"}, Timeout: 5 * time.Second, Retries: 1}}
+	h, err := Open(t.Context(), Options{DataDir: t.TempDir(), Config: cfg, Workers: 1, Workspace: t.TempDir(), Name: "test",
+		LookupEnv: func(k string) (string, bool) {
+			if k == "HOOK_TOKEN" {
+				return "Bearer h0st", true
+			}
+			return "", false
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	id, err := h.Submit(t.Context(), task(t, "agent: researcher\ngoal: g\nscript:\n  - tool_calls: [{tool: shell, args: {command: 'echo hi'}}]\n  - finish: {answer: done}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-got:
+		if n.Event != "approval" || n.Task != id || n.Agent != "researcher" || n.Tool != "shell" || n.Handle == "" {
+			t.Fatalf("notification %+v", n)
+		}
+		if a := <-auth; a != "Bearer h0st" {
+			t.Fatalf("Authorization %q", a)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no notification within a minute")
+	}
+}
