@@ -161,6 +161,14 @@ func twoServesShare(t *testing.T, urls string, e *engineSide) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The approver and the operator list what waits, from the waiting
+	// index the serve processes keep, with read-only rights on it.
+	for _, user := range []string{"alice", "operator"} {
+		out, err := exec.Command(engineBin, "approvals", "--json", "--nats", urls, "--user", user, "--password", passwords[user]).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), waiting) {
+			t.Errorf("engine approvals as %s: %v\n%s", user, err, out)
+		}
+	}
 	out, err := exec.Command(engineBin, "approve", waiting, "question-1", "--nats", urls).CombinedOutput()
 	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "pass --as") {
 		t.Errorf("engine approve --nats with no user and no --as: %v\n%s", err, out)
