@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,17 @@ func (a approvalsRun) approverAnswers(t *testing.T) {
 	anc, _ := connect(t, a.urls, "alice")
 	id, handle := a.askApproval(t, anc)
 	h := openApprover(t, a.ctx, a.urls, "alice")
+	// The approver finds it in the waiting index, which it may only read.
+	listed := func() bool {
+		ws, err := h.Waiting(a.ctx)
+		if err != nil {
+			t.Fatalf("alice lists what waits: %v", err)
+		}
+		return slices.ContainsFunc(ws, func(w eventlog.Waiting) bool { return w.Task == id && w.Handle == handle })
+	}
+	if !listed() {
+		t.Errorf("%s of %s is not in the waiting index", handle, id)
+	}
 	if err := h.Approve(a.ctx, id, handle, host.Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Reason: "looks right"}); err != nil {
 		t.Fatalf("alice approves: %v", err)
 	}
@@ -126,6 +138,9 @@ func (a approvalsRun) approverAnswers(t *testing.T) {
 	}
 	if r := resolved[0]; r.Approver != "alice" || r.Auth != noeta.AuthNATS || r.Decision != noeta.ApprovalApprove || r.Reason != "looks right" {
 		t.Errorf("ApprovalResolved %+v; want approve by alice, auth nats, reason \"looks right\"", r)
+	}
+	if listed() {
+		t.Errorf("%s of %s is still in the waiting index after it was resolved", handle, id)
 	}
 }
 

@@ -76,6 +76,10 @@ func startEngineWith(t testing.TB, urls string, dc jetstream.DispatcherConfig, w
 	if err := jetstream.EnsureDeadLetterStream(ctx, nc, "", replicas); err != nil {
 		t.Fatalf("EnsureDeadLetterStream as engine: %v", err)
 	}
+	waiting, err := jetstream.OpenWaitingIndex(ctx, nc, jetstream.WaitingConfig{Replicas: replicas})
+	if err != nil {
+		t.Fatalf("OpenWaitingIndex as engine: %v", err)
+	}
 	cf, err := config.Parse("", []byte(governance))
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +99,7 @@ func startEngineWith(t testing.TB, urls string, dc jetstream.DispatcherConfig, w
 		// As every engine a host builds on a remote NATS: an approval
 		// answered on a plain wake proves nothing.
 		RequireAuthenticatedApprovals: true,
+		Waiting:                       waiting,
 	})
 	if err != nil {
 		t.Fatal(err)
