@@ -138,7 +138,7 @@ name for the same path.
 An invalid task id or handle exits 2; a task that does not exist or has
 ended, a handle that is not open, and a lost race exit 1.`,
 		Example: `  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0-7kq3m9x2vd --data .noeta
-  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0-7kq3m9x2vd --deny --reason "not on Fridays" --nats nats://127.0.0.1:4222 --user engine`,
+  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0-7kq3m9x2vd --deny --reason "not on Fridays" --nats nats://127.0.0.1:4222 --user alice`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return approveTask(cmd.Context(), g, o, args[0], args[1])
