@@ -15,8 +15,9 @@ import (
 // TestRemoteApprovals: on a remote NATS the host's engines refuse an
 // approval answered on a plain wake (ApprovalRefused, auth none; the request
 // stays open), Approve refuses an approver that cannot be a subject token,
-// and an answer through Approve goes on the approver's approval subject:
-// ApprovalResolved records the approver with auth nats.
+// and so does an answer in process claiming auth nats or local; an answer
+// through Approve goes on the approver's approval subject: ApprovalResolved
+// records the approver with auth nats.
 //
 // Before: the host built its engines without RequireAuthenticatedApprovals,
 // so any publisher of wakes could approve as anyone, and Approve handed a
@@ -102,6 +103,13 @@ func TestRemoteApprovals(t *testing.T) {
 	err = h.Approve(ctx, id, handle, Answer{Decision: noeta.ApprovalApprove, Approver: "cli:alice"})
 	if !errors.Is(err, eventlog.ErrInvalidArgument) || !strings.Contains(err.Error(), "approval subject") {
 		t.Errorf("Approve as cli:alice: %v, want ErrInvalidArgument naming the approval subject", err)
+	}
+	// Nor may a caller claim the broker's or the local user's vouching.
+	for _, auth := range []string{noeta.AuthNATS, noeta.AuthLocal, noeta.AuthNone, "root"} {
+		err := h.Approve(ctx, id, handle, Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Auth: auth})
+		if !errors.Is(err, eventlog.ErrInvalidArgument) || !strings.Contains(err.Error(), "auth \""+auth+"\"") {
+			t.Errorf("Approve with auth %s: %v, want ErrInvalidArgument naming it", auth, err)
+		}
 	}
 	// Through the approval subject.
 	if err := h.Approve(ctx, id, handle, Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Reason: "looks safe"}); err != nil {

@@ -48,14 +48,25 @@ func (h *Host) Submit(ctx context.Context, sub Submission) (string, error) {
 // NATS user one allowed to publish under that name (deploy/nats's approver
 // role); the broker vouches for it, and a read-only host may answer so. It is
 // refused first, as the dispatcher would drop it, unless the task's row
-// waits on handle now. An answer with Auth set (an HTTP layer that
-// authenticated its approver) is handed to the dispatcher in process.
+// waits on handle now. An answer with Auth noeta.AuthToken or
+// noeta.AuthProxy (an HTTP layer that authenticated its approver) is handed
+// to the dispatcher in process; any other Auth is refused there.
 func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error {
 	if err := taskCheck(task); err != nil {
 		return err
 	}
-	if !h.opts.embedded() && a.Auth == "" {
-		return h.approveOnSubject(ctx, task, handle, a)
+	if !h.opts.embedded() {
+		switch a.Auth {
+		case "":
+			return h.approveOnSubject(ctx, task, handle, a)
+		case noeta.AuthToken, noeta.AuthProxy:
+		default:
+			// Only the broker says nats, only the embedded default local:
+			// a caller claiming either here would vouch for what nothing
+			// checked.
+			return fmt.Errorf("%w: auth %q: on a remote NATS an answer in process carries %q or %q (an HTTP layer's principal); leave it empty to answer on the approver's approval subject",
+				eventlog.ErrInvalidArgument, a.Auth, noeta.AuthToken, noeta.AuthProxy)
+		}
 	}
 	if h.client == nil || h.opts.ReadOnly {
 		return ErrReadOnly
