@@ -26,19 +26,28 @@ func (l *Log) directScan(ctx context.Context, subject string, start, end uint64,
 	pause := 5 * time.Millisecond
 	for start <= end {
 		next, err := l.directBatch(ctx, subject, start, end, fn)
-		if err != nil {
+		if err != nil && !transient(err) {
 			return err
 		}
-		if next > start {
-			start, stalled, pause = next, time.Time{}, 5*time.Millisecond
-			continue
+		progressed := next > start
+		start = next
+		if progressed {
+			stalled, pause = time.Time{}, 5*time.Millisecond
+			if err == nil {
+				continue
+			}
 		}
 		// Nothing at or after start on the replica that answered, though
-		// the leader had records up to end: it lags.
+		// the leader had records up to end (it lags), or no answer while
+		// the stream moves (no responders, a timeout): ask again, from
+		// where the last batch stopped.
 		if stalled.IsZero() {
 			stalled = time.Now()
 		} else if time.Since(stalled) > l.cfg.RequestTimeout {
-			return fmt.Errorf("jetstream: read %s: %w: no replica served stream sequences %d to %d within %v", subject, nats.ErrTimeout, start, end, l.cfg.RequestTimeout)
+			if err == nil {
+				err = nats.ErrTimeout
+			}
+			return fmt.Errorf("jetstream: read %s: no replica served stream sequences %d to %d within %v: %w", subject, start, end, l.cfg.RequestTimeout, err)
 		}
 		t := time.NewTimer(pause)
 		select {
