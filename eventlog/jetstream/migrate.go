@@ -26,7 +26,8 @@ import (
 //     have (a fired timer's copy as a fired timer); a row's record of
 //     applied sequences makes one applied before a no-op.
 //  3. The stream is deleted and today's ingress created in its place,
-//     continuing its sequence numbers (rows remember applied sequences).
+//     continuing its sequence numbers (rows remember applied sequences; the
+//     first is noted on the timers stream before the delete).
 //  4. Its schedules went with it: the Dispatcher's first reconcile pass
 //     arms every timed suspend again from its row, or fires it if due.
 //
@@ -39,27 +40,44 @@ import (
 // not known to be applied.
 const migrateFromKey = "noeta_migrate_from"
 
+// wakeFirstSeqKey, in the timers stream's metadata, is the first sequence
+// of a wake ingress created after a migration.
+const wakeFirstSeqKey = "noeta_wake_first_seq"
+
 // openInputStreams opens (or creates) the timers stream and the wake
 // ingress, migrating a wake stream of the layout before the split; it
 // reports whether it migrated one.
 func (d *Dispatcher) openInputStreams(ctx context.Context) (bool, error) {
+	var err error
+	if d.timers, err = ensureStream(ctx, d.js, TimerStreamConfig(d.cfg)); err != nil {
+		return false, err
+	}
 	migrated, err := d.migrateLegacyWake(ctx)
 	if err != nil {
 		return false, err
 	}
-	if d.timers, err = ensureStream(ctx, d.js, TimerStreamConfig(d.cfg)); err != nil {
-		return false, err
-	}
-	if d.wake == nil {
-		if d.wake, err = ensureStream(ctx, d.js, WakeStreamConfig(d.cfg)); err != nil {
-			return false, err
+	want := WakeStreamConfig(d.cfg)
+	if _, err := d.js.Stream(ctx, want.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
+		// Created now: after a migration (this one, or one cut short
+		// between the old stream's delete and this create), its sequence
+		// continues the old stream's, which the rows remember.
+		info, err := d.timers.Info(ctx)
+		if err != nil {
+			return false, fmt.Errorf("jetstream: stream %s: %w", d.cfg.timerStream(), err)
 		}
+		if first, err := strconv.ParseUint(info.Config.Metadata[wakeFirstSeqKey], 10, 64); err == nil {
+			want.FirstSeq = first
+		}
+	}
+	if d.wake, err = ensureStream(ctx, d.js, want); err != nil {
+		return false, err
 	}
 	return migrated, nil
 }
 
 // migrateLegacyWake migrates a wake stream of the layout before the split,
-// if there is one (see above), and leaves d.wake set to today's ingress.
+// if there is one (see above), up to its delete; openInputStreams creates
+// today's ingress.
 func (d *Dispatcher) migrateLegacyWake(ctx context.Context) (bool, error) {
 	name := d.cfg.wakeStream()
 	old, err := d.js.Stream(ctx, name)
@@ -123,13 +141,19 @@ func (d *Dispatcher) migrateLegacyWake(ctx context.Context) (bool, error) {
 		last = info.State.LastSeq
 	}
 
+	// Where the new ingress's sequence begins is kept first, on the timers
+	// stream, so a crash right after the delete cannot lose it.
+	tc := d.timers.CachedInfo().Config
+	tc.Metadata = maps.Clone(tc.Metadata)
+	if tc.Metadata == nil {
+		tc.Metadata = map[string]string{}
+	}
+	tc.Metadata[wakeFirstSeqKey] = strconv.FormatUint(last+1, 10)
+	if d.timers, err = d.js.UpdateStream(ctx, tc); err != nil {
+		return false, fmt.Errorf("jetstream: migrate %s: note the sequence on %s: %w", name, tc.Name, err)
+	}
 	if err := d.js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return false, fmt.Errorf("jetstream: migrate %s: delete it: %w", name, err)
-	}
-	want := WakeStreamConfig(d.cfg)
-	want.FirstSeq = last + 1
-	if d.wake, err = ensureStream(ctx, d.js, want); err != nil {
-		return false, err
 	}
 	d.log.Warn("migrated the wake stream", "stream", name, "applied_from", from, "last", last)
 	return true, nil

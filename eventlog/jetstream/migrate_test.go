@@ -179,3 +179,37 @@ func TestMigrateLegacyWakeStream(t *testing.T) {
 	pub(jetstream.WakeSubject(prefix, taskW), again)
 	waitFor(t, 20*time.Second, "a wake on the new ingress", statusOf(t, d2, taskW, eventlog.DispatchReady))
 }
+
+// TestMigrationCutShortAfterDelete: a migration that deleted the old wake
+// stream and died before creating the new one is finished by the next
+// Dispatcher, whose new ingress still continues the old sequence (noted on
+// the timers stream before the delete). Had it started at 1, a new wake
+// could carry a sequence its row remembers as applied, and be dropped as a
+// redelivery.
+func TestMigrationCutShortAfterDelete(t *testing.T) {
+	t.Parallel()
+	prefix := uniquePrefix(t, singleURL)
+	nc := connect(t, singleURL)
+	cfg := testDispatcherConfig(1, prefix)
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timers := jetstream.TimerStreamConfig(cfg)
+	timers.Metadata = map[string]string{"noeta_wake_first_seq": "1000"}
+	if _, err := js.CreateStream(t.Context(), timers); err != nil {
+		t.Fatal(err)
+	}
+	d, err := jetstream.OpenDispatcher(t.Context(), nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	s, err := js.Stream(t.Context(), strings.ToUpper(prefix)+"_WAKE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().State.FirstSeq; got != 1000 {
+		t.Errorf("the wake stream created after the cut-short migration starts at %d, want 1000", got)
+	}
+}

@@ -2,7 +2,9 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -51,9 +53,21 @@ func (w *WakePublisher) Wake(ctx context.Context, task string, event noeta.Wake)
 		return false, fmt.Errorf("%w: wake event for task %q: %v", eventlog.ErrInvalidArgument, task, err)
 	}
 	if _, err := w.js.Publish(ctx, WakeSubject(w.prefix, task), body); err != nil {
-		return false, fmt.Errorf("jetstream: publish wake for %s: %w", task, err)
+		return false, fmt.Errorf("jetstream: publish wake for %s: %w", task, overCap(err, task))
 	}
 	return false, nil
+}
+
+// overCap returns err wrapping eventlog.ErrTooManyWakes as well when the
+// broker refused a publish because the subject holds its cap of wakes not
+// yet applied (WakeStreamConfig): the sender is flooding one task, and
+// errors.Is tells it so.
+func overCap(err error, task string) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "maximum messages per subject") {
+		return fmt.Errorf("%w: task %q has as many wakes waiting to be applied as the wake stream takes per subject: %w", eventlog.ErrTooManyWakes, task, err)
+	}
+	return err
 }
 
 // ApproveSubject is the approval subject approver answers task's approvals
@@ -122,7 +136,7 @@ func (p *ApprovalPublisher) Answer(ctx context.Context, task, handle string, dec
 		return fmt.Errorf("%w: answer for task %q: %v", eventlog.ErrInvalidArgument, task, err)
 	}
 	if _, err := p.js.Publish(ctx, subj, body); err != nil {
-		return fmt.Errorf("jetstream: publish the answer of %s for %s: %w", p.approver, task, err)
+		return fmt.Errorf("jetstream: publish the answer of %s for %s: %w", p.approver, task, overCap(err, task))
 	}
 	return nil
 }

@@ -151,6 +151,13 @@ func TestWakeFloodRefusedPastCap(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "maximum messages per subject") {
 		t.Fatalf("publish past the cap: got %v, want the broker's refusal (maximum messages per subject)", err)
 	}
+	wp, err := jetstream.NewWakePublisher(nc, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = wp.Wake(t.Context(), task, noeta.ExternalWake("through the publisher")); !errors.Is(err, eventlog.ErrTooManyWakes) {
+		t.Fatalf("WakePublisher past the cap: got %v, want ErrTooManyWakes", err)
+	}
 	if st := mustInspect(t, d, task); st.PendingWakes != limit {
 		t.Errorf("PendingWakes: got %d, want %d", st.PendingWakes, limit)
 	}
