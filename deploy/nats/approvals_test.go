@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -415,8 +416,8 @@ func (a approvalsRun) floodRefused(t *testing.T) {
 	if sent > limit {
 		t.Errorf("the first refusal came after %d wakes, want at most %d", sent, limit)
 	}
-	if !strings.Contains(err.Error(), "maximum messages per subject") {
-		t.Errorf("the refusal: %v, want the broker's per-subject limit", err)
+	if !errors.Is(err, eventlog.ErrTooManyWakes) || !strings.Contains(err.Error(), "maximum messages per subject") {
+		t.Errorf("the refusal: %v, want eventlog.ErrTooManyWakes from the broker's per-subject limit", err)
 	}
 	t.Logf("the flood was refused after %d wakes: %v", sent, err)
 	// Ended, the task's held wakes are dropped rather than redelivered
