@@ -123,6 +123,10 @@ type Engine struct {
 	// refusedAnswers counts leases whose human_response answered nothing
 	// the task waited on.
 	refusedAnswers atomic.Uint64
+	// indexDirty holds the tasks an index write failed for (under mu):
+	// their next segment reconciles with a listing.
+	indexDirty map[string]bool
+
 	// refusedApprovals counts answers to approvals refused (recorded as
 	// ApprovalRefused, or only counted past the per-request cap).
 	refusedApprovals atomic.Uint64

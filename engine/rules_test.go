@@ -427,3 +427,63 @@ func TestUnauthenticatedWhereAllowed(t *testing.T) {
 		})
 	}
 }
+
+// TestSelfApprovalInherited: a subtask's submitter is its root's, so the
+// person who submitted a tree may not approve what its subtasks ask either.
+func TestSelfApprovalInherited(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), selfConfig, withGuards(gate("tool_call")), withApprovals(t, selfConfig))
+	h.start(2)
+	ctx := context.Background()
+	root, err := h.eng.Submit(ctx, engine.Submission{Agent: "boss", Goal: "delegate", SubmittedBy: "cli:bob",
+		Script: json.RawMessage(`[{"spawn":[{"agent":"helper","goal":"echo","script":[{"tool_calls":[{"tool":"echo","args":{"text":"x"}}]},{"finish":{"answer":"hi"}}]}]},{"finish":{"answer":"done"}}]`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := h.waitFor(root, "the spawn", func(s *engine.State) bool { return len(s.Turn.Spawned) == 1 })
+	child := st.Turn.Spawned[0]
+	cst := waitOpen(t, h, child, nil)
+	if cst.SubmittedBy != "cli:bob" {
+		t.Fatalf("the child's submitter is %q; want the root's, cli:bob", cst.SubmittedBy)
+	}
+	if err := h.eng.Approve(ctx, child, cst.WakeOn.Handle, noeta.ApprovalApprove, "cli:bob", "", noeta.AuthLocal); !errors.Is(err, engine.ErrApproverNotAllowed) {
+		t.Fatalf("the root's submitter approving the child's request: %v; want ErrApproverNotAllowed", err)
+	}
+	if err := h.eng.Approve(ctx, child, cst.WakeOn.Handle, noeta.ApprovalApprove, "cli:alice", "", noeta.AuthLocal); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.waitStatus(root, noeta.StatusTerminal); string(st.Answer) != `"done"` {
+		t.Fatalf("root answer %s", st.Answer)
+	}
+}
+
+// TestRefusedRecordsCapped: past MaxRefusedPerRequest refused answers to
+// one request, a refusal is counted but not recorded, so a flood of
+// answers from someone not allowed cannot grow the log without end; the
+// request stays open and an allowed answer still resolves it.
+func TestRefusedRecordsCapped(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), rulesConfig, withGuards(gate("tool_call")), withApprovals(t, rulesConfig))
+	h.start(1)
+	id := h.submit(nowApproval)
+	handle := waitOpen(t, h, id, nil).WakeOn.Handle
+	n := engine.MaxRefusedPerRequest + 3
+	for i := range n {
+		answer(t, h, id, handle, "mallory", noeta.AuthNATS, noeta.ApprovalApprove, "")
+		h.waitFor(id, "the refusal", func(s *engine.State) bool { return s.LastWake != nil && s.Status == noeta.StatusSuspended })
+		h.waitReleased(id, eventlog.DispatchSuspended)
+		if got := h.eng.RefusedApprovals(); got != uint64(i+1) {
+			// The engine counts each one once it has judged it.
+			h.waitFor(id, "the count", func(*engine.State) bool { return h.eng.RefusedApprovals() == uint64(i+1) })
+		}
+	}
+	st, _ := h.eng.Inspect(context.Background(), id)
+	if r := pendingOf(st).Refused; r != engine.MaxRefusedPerRequest {
+		t.Fatalf("%d ApprovalRefused recorded; want the cap, %d", r, engine.MaxRefusedPerRequest)
+	}
+	if got := h.eng.RefusedApprovals(); got != uint64(n) {
+		t.Fatalf("RefusedApprovals = %d; want %d", got, n)
+	}
+	answer(t, h, id, handle, "sre", noeta.AuthNATS, noeta.ApprovalApprove, "")
+	if st := h.waitStatus(id, noeta.StatusTerminal); st.Governance.ToolCalls != 1 {
+		t.Fatalf("%d calls", st.Governance.ToolCalls)
+	}
+}

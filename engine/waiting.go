@@ -18,6 +18,12 @@ import (
 // heals when the task next runs. The log stays the truth: an index write
 // that fails is logged and left to the next reconcile, never a reason to
 // fail the task.
+//
+// Putting every open entry is cheap (one write per open request) and done
+// at every start. Finding stale entries needs a listing, which is done only
+// when one can exist: the task's last lease ended without a release (a
+// worker died between a record and its index write: the dispatcher counts
+// the reclaim), or an index write of the task failed in this process.
 
 // Cuts of an index entry.
 const (
@@ -100,8 +106,32 @@ func (e *Engine) index(ctx context.Context, st *State, handle string) {
 
 func (e *Engine) put(ctx context.Context, w eventlog.Waiting) {
 	if err := e.cfg.Waiting.PutWaiting(ctx, w); err != nil {
+		e.indexFailed(w.Task)
 		e.log.Warn("waiting index: put failed; the task's next segment puts it again", "task", w.Task, "handle", w.Handle, "err", err)
 	}
+}
+
+// indexFailed notes that an index write of task failed: its next segment
+// lists the index to reconcile.
+func (e *Engine) indexFailed(task string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.indexDirty == nil {
+		e.indexDirty = map[string]bool{}
+	}
+	e.indexDirty[task] = true
+}
+
+// fullReconcile reports whether the index may hold stale entries of task.
+func (e *Engine) fullReconcile(ctx context.Context, task string) bool {
+	e.mu.Lock()
+	dirty := e.indexDirty[task]
+	e.mu.Unlock()
+	if dirty {
+		return true
+	}
+	ds, err := e.cfg.Dispatcher.Inspect(ctx, task)
+	return err != nil || ds.ReclaimCount > 0
 }
 
 // unindex deletes the entry of handle.
@@ -110,13 +140,14 @@ func (e *Engine) unindex(ctx context.Context, task, handle string) {
 		return
 	}
 	if err := e.cfg.Waiting.DeleteWaiting(ctx, task, handle); err != nil {
+		e.indexFailed(task)
 		e.log.Warn("waiting index: delete failed; the task's next segment deletes it again", "task", task, "handle", handle, "err", err)
 	}
 }
 
-// reconcile makes the index hold exactly the open requests of st: it puts
-// every one and deletes every other entry of the task. It returns the
-// handles it put.
+// reconcile makes the index hold the open requests of st: it puts every
+// one and, when stale entries can exist (fullReconcile), deletes every
+// other entry of the task. It returns the handles it put.
 func (e *Engine) reconcile(ctx context.Context, st *State) map[string]bool {
 	if e.cfg.Waiting == nil {
 		return nil
@@ -127,6 +158,12 @@ func (e *Engine) reconcile(ctx context.Context, st *State) map[string]bool {
 		e.put(ctx, w)
 		put[h] = true
 	}
+	if !e.fullReconcile(ctx, st.Task) {
+		return put
+	}
+	e.mu.Lock()
+	delete(e.indexDirty, st.Task)
+	e.mu.Unlock()
 	var have []eventlog.Waiting
 	var err error
 	if l, ok := e.cfg.Waiting.(taskWaitingLister); ok {
@@ -135,6 +172,7 @@ func (e *Engine) reconcile(ctx context.Context, st *State) map[string]bool {
 		have, err = e.cfg.Waiting.ListWaiting(ctx)
 	}
 	if err != nil {
+		e.indexFailed(st.Task)
 		e.log.Warn("waiting index: list failed; stale entries of the task stay until its next segment", "task", st.Task, "err", err)
 		return put
 	}

@@ -65,9 +65,8 @@ func (x *mapIndex) of(task string) []eventlog.Waiting {
 // TestWaitingIndex: the engine puts an entry for an open approval once it
 // is committed and before the task is released (with who may answer and
 // the approvals so far), updates it when an approval is counted, deletes it
-// on resolution; a question gets a question entry; a segment reconciles the
-// task's entries (a lost put comes back, a stale entry goes); a task
-// cancelled while it waits leaves none.
+// on resolution; a question gets a question entry; a segment puts a lost
+// entry back; a task cancelled while it waits leaves none.
 func TestWaitingIndex(t *testing.T) {
 	idx := newMapIndex()
 	now := time.Now().UTC().Truncate(time.Second) // the broker fires deadlines by its own clock
@@ -90,9 +89,7 @@ func TestWaitingIndex(t *testing.T) {
 		t.Fatalf("entry %+v", w)
 	}
 
-	// A stale entry of the task, and the real one lost: the next segment
-	// reconciles both.
-	_ = idx.PutWaiting(ctx, eventlog.Waiting{Task: id, Handle: "ghost", Kind: eventlog.WaitingApproval})
+	// The entry lost: the next segment puts it again.
 	_ = idx.DeleteWaiting(ctx, id, handle)
 	if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "alice", "one", noeta.AuthLocal); err != nil {
 		t.Fatal(err)
@@ -153,5 +150,59 @@ func TestWaitingEntryCuts(t *testing.T) {
 	}
 	if !w.ArgsCut || len(w.Args) > 2048 || w.Args[0] != '"' {
 		t.Fatalf("args %d bytes, cut %v; want a cut string: %.200s", len(w.Args), w.ArgsCut, w.Args)
+	}
+}
+
+// TestWaitingIndexAfterCrash: a worker that dies between a resolution and
+// its index delete leaves a stale entry; the task's next segment (its lease
+// reclaimed) lists the index and deletes it, as it puts back one a worker
+// died before putting.
+func TestWaitingIndexAfterCrash(t *testing.T) {
+	for _, point := range []string{noeta.TypeApprovalResolved, noeta.TypeTaskSuspended} {
+		t.Run(point, func(t *testing.T) {
+			idx := newMapIndex()
+			var cfg engine.Config
+			h := newHarness(t, memBackend(t, 300*time.Millisecond), pathsConfig, withGuards(gate("tool_call")),
+				func(c *engine.Config) { c.Waiting = idx; cfg = *c })
+			cl := &crashLog{Log: cfg.Log, typ: point}
+			cfg.Log = cl
+			crashing, err := engine.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cl.cancel.Store(&cancel)
+			id := h.submit(nowApproval)
+			if point == noeta.TypeTaskSuspended {
+				// Dies right after the suspend, before the index put.
+				cl.armed.Store(true)
+				runOne(t, h, crashing, ctx)
+				if got := idx.of(id); len(got) != 0 {
+					t.Fatalf("entries %+v before any put", got)
+				}
+				runOne(t, h, h.eng, context.Background())
+				if got := idx.of(id); len(got) != 1 {
+					t.Fatalf("after the next segment: %+v; want the request's entry", got)
+				}
+				return
+			}
+			runOne(t, h, h.eng, context.Background())
+			handle := waitOpen(t, h, id, nil).WakeOn.Handle
+			answer(t, h, id, handle, "alice", noeta.AuthNATS, noeta.ApprovalApprove, "ok")
+			cl.armed.Store(true)
+			runOne(t, h, crashing, ctx)
+			if cl.crashes.Load() != 1 {
+				t.Fatal("no crash")
+			}
+			if got := idx.of(id); len(got) != 1 {
+				t.Fatalf("after the crash: %+v; want the stale entry still there", got)
+			}
+			runOne(t, h, h.eng, context.Background())
+			h.waitStatus(id, noeta.StatusTerminal)
+			if got := idx.of(id); len(got) != 0 {
+				t.Fatalf("after the next segment: %+v; want none", got)
+			}
+		})
 	}
 }

@@ -413,8 +413,9 @@ func (w *Watch) answer(ctx context.Context, task, handle string) {
 		return
 	}
 	if err := w.h.Approve(ctx, task, handle, a); err != nil {
-		if errors.Is(err, eventlog.ErrAlreadyAnswered) || errors.Is(err, eventlog.ErrNotWaiting) {
-			// Final: another answer came first, or the request is gone.
+		if errors.Is(err, eventlog.ErrAlreadyAnswered) || errors.Is(err, eventlog.ErrNotWaiting) || errors.Is(err, engine.ErrApproverNotAllowed) {
+			// Final: another answer came first, the request is gone, or
+			// the approvals rules refuse this approver (they would again).
 			w.note("the answer to %s of task %s was not applied: %v", handle, task, err)
 			return
 		}
