@@ -15,7 +15,7 @@ import (
 // TestNotificationInProcess: a runner host runs the config's notification
 // webhooks itself, off the emit path: a task that asks for an approval is
 // POSTed to a real local server with the task's agent and the tool, and
-// the header the host's environment gives.
+// the header the host's environment gives, and counted on its metrics.
 func TestNotificationInProcess(t *testing.T) {
 	t.Parallel()
 	got := make(chan observers.Notification, 4)
@@ -56,5 +56,30 @@ func TestNotificationInProcess(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("no notification within a minute")
+	}
+	// Counted on the host's registry (/metrics) once answered.
+	ran := func() float64 {
+		mfs, err := h.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "noeta_engine_hook_runs_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && l.GetValue() == "ran" {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return -1
+	}
+	for deadline := time.Now().Add(30 * time.Second); ran() != 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("noeta_engine_hook_runs_total{outcome=ran} is %v, want 1", ran())
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +23,7 @@ import (
 // notification for a task that asks a question and for one that fails, to
 // a real local server, with the header its config reads from the
 // environment and the task's agent; the worker's environment is read
-// through its lookup, once.
+// through its lookup, once, and the runs are counted on its /metrics.
 func TestNotificationWebhooks(t *testing.T) {
 	var (
 		mu  sync.Mutex
@@ -53,7 +54,7 @@ func TestNotificationWebhooks(t *testing.T) {
 	done := make(chan int, 1)
 	env := map[string]string{"HOOK_TOKEN": "Bearer w0rker"}
 	go func() {
-		done <- runEnv(ctx, []string{"--nats", natsURL, "--prefix", "notify", "--observers", "hooks", "--config", cfg, "--workspace", dir, "--http", ""},
+		done <- runEnv(ctx, []string{"--nats", natsURL, "--prefix", "notify", "--observers", "hooks,metrics", "--config", cfg, "--workspace", dir, "--http", "127.0.0.1:0"},
 			&out, &errb, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	}()
 	var ids []string
@@ -72,6 +73,26 @@ func TestNotificationWebhooks(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatalf("no notification within a minute:\n%s", errb.String())
 		}
+	}
+	// The hooks' counters are on the worker's /metrics.
+	m := regexp.MustCompile(`http listening.* addr=(\S+)`).FindStringSubmatch(errb.String())
+	if m == nil {
+		t.Fatalf("no listening address in the log:\n%s", errb.String())
+	}
+	var metrics string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + m[1] + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if metrics = string(b); strings.Contains(metrics, `noeta_observer_hook_runs_total{outcome="ran"} 2`) {
+			break
+		}
+	}
+	if !strings.Contains(metrics, `noeta_observer_hook_runs_total{outcome="ran"} 2`) || !strings.Contains(metrics, `noeta_observer_hook_runs_total{outcome="failed"} 0`) {
+		t.Errorf("/metrics has no hook counters:\n%s", metrics)
 	}
 	cancel()
 	if code := <-done; code != exitOK {

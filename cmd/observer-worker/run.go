@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
@@ -215,6 +216,9 @@ type worker struct {
 	durables []*observers.Durable
 	closers  []func(context.Context) error
 	mux      *http.ServeMux
+	// reg is what the metrics observer's /metrics serves; the hooks'
+	// counters join it.
+	reg *prometheus.Registry
 }
 
 func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
@@ -256,7 +260,7 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 
-	w := &worker{log: log, mux: http.NewServeMux()}
+	w := &worker{log: log, mux: http.NewServeMux(), reg: prometheus.NewRegistry()}
 	defer w.close()
 	w.nc, err = o.conn.Connect("noeta-observer-worker "+o.instance, log)
 	if err != nil {
@@ -393,7 +397,7 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		w.closers = append(w.closers, func(context.Context) error { return a.Close() })
 		return a, nil
 	case "metrics":
-		m, err := telemetry.NewMetrics(telemetry.MetricsConfig{Logger: w.log})
+		m, err := telemetry.NewMetrics(telemetry.MetricsConfig{Logger: w.log, Registry: w.reg})
 		if err != nil {
 			return nil, err
 		}
@@ -453,6 +457,8 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		if err != nil {
 			return nil, usageError{err}
 		}
+		// Served when the metrics observer runs too.
+		w.reg.MustRegister(telemetry.HookRuns("noeta_observer_hook_runs_total", h.Stats)...)
 		w.closers = append(w.closers, func(ctx context.Context) error {
 			err := h.Close(ctx)
 			w.log.Info("hooks stopped", "stats", fmt.Sprintf("%+v", h.Stats()))

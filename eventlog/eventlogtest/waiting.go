@@ -37,6 +37,7 @@ var waitingCases = []struct {
 }{
 	{"PutListDelete", waitingPutListDelete},
 	{"RoundTrip", waitingRoundTrip},
+	{"ListTask", waitingListTask},
 	{"Cuts", waitingCuts},
 	{"BadInput", waitingBadInput},
 	{"Watch", waitingWatch},
@@ -119,6 +120,38 @@ func waitingPutListDelete(t *testing.T, x eventlog.WaitingIndex) {
 	mustPutWaiting(t, x, waitingEntry("wt-a", "approval-1", 0))
 	if got := waitingKeys(mustListWaiting(t, x)); len(got) != 4 || got[0] != "wt-a.approval-1" {
 		t.Fatalf("after a put of a deleted key: %v", got)
+	}
+}
+
+// TaskWaitingLister lists one task's entries without reading the others':
+// the engine reconciles a task's entries on every segment, which must not
+// cost with the fleet. Both backends have it.
+type TaskWaitingLister interface {
+	ListTaskWaiting(ctx context.Context, task string) ([]eventlog.Waiting, error)
+}
+
+func waitingListTask(t *testing.T, x eventlog.WaitingIndex) {
+	l, ok := x.(TaskWaitingLister)
+	if !ok {
+		t.Fatalf("%T has no ListTaskWaiting: the engine would list the whole index on every segment", x)
+	}
+	mustPutWaiting(t, x, waitingEntry("wt-l", "approval-2", 2*time.Second))
+	mustPutWaiting(t, x, waitingEntry("wt-l", "approval-1", time.Second))
+	mustPutWaiting(t, x, waitingEntry("wt-l2", "approval-1", 0))
+	mustPutWaiting(t, x, waitingEntry("wt-", "approval-1", 0))
+	if err := x.DeleteWaiting(t.Context(), "wt-l", "approval-2"); err != nil {
+		t.Fatal(err)
+	}
+	mustPutWaiting(t, x, waitingEntry("wt-l", "question-3", 3*time.Second))
+	ws, err := l.ListTaskWaiting(t.Context(), "wt-l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := waitingKeys(ws), []string{"wt-l.approval-1", "wt-l.question-3"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ListTaskWaiting(wt-l): %v, want %v (not wt-l2's, not a deleted one)", got, want)
+	}
+	if ws, err := l.ListTaskWaiting(t.Context(), "wt-none"); err != nil || len(ws) != 0 {
+		t.Fatalf("ListTaskWaiting of a task without entries: %v, %v", ws, err)
 	}
 }
 

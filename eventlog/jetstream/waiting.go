@@ -216,12 +216,26 @@ func (x *WaitingIndex) DeleteWaiting(ctx context.Context, task, handle string) e
 // consumer, no read per key. Malformed entries are skipped and counted.
 // Past ListMax entries it returns those read with ErrWaitingCut.
 func (x *WaitingIndex) ListWaiting(ctx context.Context) ([]eventlog.Waiting, error) {
+	return x.list(ctx, ">")
+}
+
+// ListTaskWaiting returns the entries of task, oldest first, from a watch
+// of its keys alone: the engine reconciles a task's entries on every
+// segment, which must not cost with the fleet.
+func (x *WaitingIndex) ListTaskWaiting(ctx context.Context, task string) ([]eventlog.Waiting, error) {
+	if err := noeta.ValidateTaskID(task); err != nil {
+		return nil, fmt.Errorf("jetstream: waiting entries: %w", err)
+	}
+	return x.list(ctx, task+".*")
+}
+
+func (x *WaitingIndex) list(ctx context.Context, keys string) ([]eventlog.Waiting, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, waitingListTimeout)
 		defer cancel()
 	}
-	w, err := x.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := x.kv.Watch(ctx, keys, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: list the waiting index: %w", err)
 	}

@@ -73,6 +73,21 @@ func (x *WaitingIndex) ListWaiting(ctx context.Context) ([]eventlog.Waiting, err
 	return out, nil
 }
 
+// ListTaskWaiting returns the entries of task, oldest request first.
+func (x *WaitingIndex) ListTaskWaiting(ctx context.Context, task string) ([]eventlog.Waiting, error) {
+	all, err := x.ListWaiting(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, w := range all {
+		if w.Task == task {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
 // snapshot decodes every entry; x.mu is held.
 func (x *WaitingIndex) snapshot() []eventlog.Waiting {
 	out := make([]eventlog.Waiting, 0, len(x.entries))
