@@ -37,15 +37,39 @@ func (h *Host) Submit(ctx context.Context, sub Submission) (string, error) {
 
 // Approve answers the approval request (or question) handle of task with
 // a, whose Decision must be noeta.ApprovalApprove or noeta.ApprovalDeny and
-// whose Approver must say who answered. It is refused, and nothing kept, unless the request is open now:
+// whose Approver must say who answered. It is refused, and nothing kept,
+// unless the request is open now:
 // eventlog.ErrNotWaiting when nothing is asked under handle,
 // eventlog.ErrAlreadyAnswered when another answer came first.
+//
+// On a remote NATS an answer whose Auth is empty goes through the
+// approver's own approval subject (<prefix>.approve.<approver>.<p>.<task>),
+// so a.Approver must be a subject token (ValidateApprover) and the host's
+// NATS user one allowed to publish under that name (deploy/nats's approver
+// role); the broker vouches for it, and a read-only host may answer so. It is
+// refused first, as the dispatcher would drop it, unless the task's row
+// waits on handle now. An answer with Auth noeta.AuthToken or
+// noeta.AuthProxy (an HTTP layer that authenticated its approver) is handed
+// to the dispatcher in process; any other Auth is refused there.
 func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error {
-	if h.client == nil || h.opts.ReadOnly {
-		return ErrReadOnly
-	}
 	if err := taskCheck(task); err != nil {
 		return err
+	}
+	if !h.opts.embedded() {
+		switch a.Auth {
+		case "":
+			return h.approveOnSubject(ctx, task, handle, a)
+		case noeta.AuthToken, noeta.AuthProxy:
+		default:
+			// Only the broker says nats, only the embedded default local:
+			// a caller claiming either here would vouch for what nothing
+			// checked.
+			return fmt.Errorf("%w: auth %q: on a remote NATS an answer in process carries %q or %q (an HTTP layer's principal); leave it empty to answer on the approver's approval subject",
+				eventlog.ErrInvalidArgument, a.Auth, noeta.AuthToken, noeta.AuthProxy)
+		}
+	}
+	if h.client == nil || h.opts.ReadOnly {
+		return ErrReadOnly
 	}
 	// No default decision: an answer that does not say approve is never
 	// taken for one.

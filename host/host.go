@@ -324,6 +324,10 @@ func (h *Host) newEngine(queue, workspace string) (*engine.Engine, error) {
 		Queue:      queue,
 		Logger:     h.logger,
 		Waiting:    h.waitingSeam(),
+		// On a remote NATS any publisher of wakes could send a plain
+		// answer: only the approval subjects and the in-process HTTP
+		// layer say who answered.
+		RequireAuthenticatedApprovals: !h.opts.embedded(),
 	})
 	if err != nil {
 		return nil, badOption("%v", err)

@@ -12,7 +12,6 @@ import (
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
-	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
 )
 
@@ -105,7 +104,7 @@ func newApproveCmd(g *globals) *cobra.Command {
 		Short: "Answer a task's approval request: approve it, or refuse it with --deny",
 		Long: `approve answers the approval request HANDLE of TASK (the handle a waiting
 run prints, such as approval-call-1-0-7kq3m9x2vd): approve, or with --deny
-refuse, the exact action that was asked for, as --as (default cli:$USER),
+refuse, the exact action that was asked for, as --as (default cli:$USER; with --nats the NATS user),
 with --reason.
 
 It answers only a request that is open now: its ApprovalRequested is in the
@@ -125,18 +124,21 @@ governance config (--config, default noeta.yaml in the working directory).
 --timeout bounds the whole command (0, the default: no limit); SIGINT or
 SIGTERM stops it at any point, leaving the task as it is.
 
-With --nats and --via-ingress it needs no more than deploy/nats's operator
-role: it reads the task's row, refuses a handle the task is not suspended on
-now, and publishes the answer on the wake ingress, where the dispatcher of
-whichever serve process consumes it applies it. An answer that has stopped
-matching by the time it is applied (another answer won the race) is dropped
-there and counted (noeta_engine_dispatcher_answers_refused_total, and a
-warning in that process's log); approve cannot report it, as it has exited.
+With --nats it answers on the approver's own approval subject,
+<prefix>.approve.<approver>.<p>.<task>, where the approver is --as, by
+default the NATS user (--user): deploy/nats's approver role lets each
+approver's user publish only under its own name, so the broker vouches for
+who answered (a plain wake carrying an answer is refused by the engine on a
+remote NATS). It needs no more than that role's permissions: it reads the
+task's row, refuses a handle the task is not suspended on now, publishes,
+and watches the row until a serve process's dispatcher has applied an
+answer, saying so if another answer came first. --via-ingress is kept as a
+name for the same path.
 
 An invalid task id or handle exits 2; a task that does not exist or has
 ended, a handle that is not open, and a lost race exit 1.`,
 		Example: `  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0-7kq3m9x2vd --data .noeta
-  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0-7kq3m9x2vd --deny --reason "not on Fridays" --nats nats://127.0.0.1:4222 --user engine`,
+  engine approve 01J9Z3K7Q4M8X2V6B5N0C1D2E3 approval-call-1-0-7kq3m9x2vd --deny --reason "not on Fridays" --nats nats://127.0.0.1:4222 --user alice`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return approveTask(cmd.Context(), g, o, args[0], args[1])
@@ -145,10 +147,10 @@ ended, a handle that is not open, and a lost race exit 1.`,
 	f := cmd.Flags()
 	f.BoolVar(&o.deny, "deny", false, "refuse the request instead of approving it")
 	f.StringVar(&o.reason, "reason", "", "why, recorded with the answer")
-	f.StringVar(&o.as, "as", "", "who answers, recorded as the approver (default cli:$USER)")
+	f.StringVar(&o.as, "as", "", "who answers, recorded as the approver (default cli:$USER; with --nats your NATS user, --user)")
 	f.StringVar(&o.config, "config", "", "governance config (default "+defaultConfig+"; needed without --nats, where approve runs the task)")
 	f.StringVar(&o.workspace, "workspace", ".", "without --nats: the directory the file and shell tools work in")
-	f.BoolVar(&o.viaIngress, "via-ingress", false, "with --nats: publish the answer on the wake ingress (the operator role's permissions suffice)")
+	f.BoolVar(&o.viaIngress, "via-ingress", false, "with --nats: the same as without it (kept for scripts: an answer goes on the approver's approval subject)")
 	f.DurationVar(&o.timeout, "timeout", 0, "stop after this long, leaving the task as it is (0: no limit; SIGINT stops it too)")
 	return cmd
 }
@@ -172,32 +174,32 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	if o.deny {
 		decision, verb = noeta.ApprovalDeny, "refused"
 	}
-	who := o.as
-	if who == "" {
-		who = approver()
-	}
 	reason := o.reason
 	if reason == "" {
 		reason = verb + " with engine approve"
 	}
-	embedded := g.conn.embedded()
-	if o.viaIngress {
-		if embedded {
-			return usageErr("--via-ingress needs --nats: on the embedded default approve answers and runs the task itself")
-		}
-		return approveViaIngress(ctx, g, task, handle, decision, verb, who, reason)
-	}
-	// On the embedded default, approve runs the tree itself unless another
-	// process holds the data directory: then it is that process's client
-	// and only answers, as on a remote NATS.
-	runs := embedded
-	if embedded {
-		data, err := g.dataDir()
+	if !g.conn.embedded() {
+		who, err := natsApprover(o.as, g.conn.nc.User)
 		if err != nil {
 			return err
 		}
-		runs = !host.DataDirHeld(data)
+		return approveOnNATS(ctx, g, task, handle, decision, verb, who, reason)
 	}
+	if o.viaIngress {
+		return usageErr("--via-ingress needs --nats: on the embedded default approve answers and runs the task itself")
+	}
+	who := o.as
+	if who == "" {
+		who = approver()
+	}
+	// On the embedded default, approve runs the tree itself unless another
+	// process holds the data directory: then it is that process's client
+	// and only answers.
+	data, err := g.dataDir()
+	if err != nil {
+		return err
+	}
+	runs := !host.DataDirHeld(data)
 	var h *host.Host
 	if runs {
 		cfg, err := governance(ctx, o.config)
@@ -317,44 +319,36 @@ func withTimeout(ctx context.Context, d time.Duration) (context.Context, context
 	return ctx, cancel, nil
 }
 
-// approveViaIngress answers with read-only permissions and a publish on the
-// wake ingress: what deploy/nats's operator role allows.
-func approveViaIngress(ctx context.Context, g *globals, task, handle string, decision noeta.ApprovalDecision, verb, who, reason string) error {
-	if err := g.conn.check(); err != nil {
+// natsApprover is who answers on a remote NATS: --as, else the NATS user
+// name (--user), as the approval subject's token. The broker lets an
+// approver's user publish only under its own name (deploy/nats), so the
+// default is the name the answer can go out under.
+func natsApprover(as, user string) (string, error) {
+	who := as
+	if who == "" {
+		who = user
+	}
+	if who == "" {
+		return "", usageErr("with --nats the approver is the name your NATS user may answer under: pass --as NAME (or --user NAME, its default)")
+	}
+	if err := host.ValidateApprover(who); err != nil {
+		return "", usageErr("--as %q: %v", who, errors.Unwrap(err))
+	}
+	return who, nil
+}
+
+// approveOnNATS answers on the approver's approval subject
+// (<prefix>.approve.<approver>.<p>.<task>) with read-only permissions and
+// that one publish: what deploy/nats's approver role allows.
+func approveOnNATS(ctx context.Context, g *globals, task, handle string, decision noeta.ApprovalDecision, verb, who, reason string) error {
+	h, err := g.open(ctx, "approve", host.Options{ReadOnly: true})
+	if err != nil {
 		return err
 	}
-	nc, err := g.conn.nc.Connect("noeta-engine approve", g.logger())
-	if err != nil {
-		return failErr(err)
+	defer h.Close()
+	if err := h.Approve(ctx, task, handle, host.Answer{Decision: decision, Approver: who, Reason: reason}); err != nil {
+		return answerErr(err, task, handle, g.where(h))
 	}
-	defer nc.Close()
-	rows, err := jetstream.OpenRowReader(ctx, nc, g.conn.prefix)
-	if err != nil {
-		return failErr(err)
-	}
-	ds, err := rows.Inspect(ctx, task)
-	switch {
-	case errors.Is(err, eventlog.ErrNotFound):
-		return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, g.conn.nc.Describe()))
-	case err != nil:
-		return failErr(err)
-	case ds.Status == eventlog.DispatchTerminal:
-		return failErr(fmt.Errorf("task %s has ended (%s); there is nothing to answer", task, ds.Reason))
-	}
-	// The row is what the dispatcher will judge the answer by; refusing
-	// here what it would drop is the only report the sender can get.
-	w := noeta.HumanResponseWake(handle)
-	w.Decision, w.Approver, w.Text = string(decision), who, reason
-	if err := eventlog.CheckAnswer(task, ds.Status, ds.WakeOn, ds.MatchedWake, w); err != nil {
-		return answerErr(err, task, handle, g.conn.nc.Describe())
-	}
-	wp, err := jetstream.NewWakePublisher(nc, g.conn.prefix)
-	if err != nil {
-		return failErr(err)
-	}
-	if _, err := wp.Wake(ctx, task, w); err != nil {
-		return failErr(fmt.Errorf("answer %s of task %s: %w", handle, task, err))
-	}
-	fmt.Fprintf(g.stdout, "%s: the answer to %s of task %s is on the wake ingress (the task was waiting on it; answer by %s); a serve process applies it unless another answer came first\n", verb, handle, task, who)
+	fmt.Fprintf(g.stdout, "%s: the answer to %s of task %s is on %s's approval subject (the task was waiting on it); a serve process applies it unless another answer came first\n", verb, handle, task, who)
 	return nil
 }

@@ -329,3 +329,31 @@ script:
 		t.Fatalf("run --timeout 1s: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
+
+// TestApproveRemoteApprover: with --nats the approver is the approval
+// subject's token, --as or else the NATS user; without either, or with one
+// that cannot be a token, approve is a usage error saying what to pass,
+// before it connects.
+//
+// Before: --as defaulted to cli:$USER and was sent in the body of a plain
+// wake, where it proved nothing.
+func TestApproveRemoteApprover(t *testing.T) {
+	t.Parallel()
+	id := noeta.NewTaskID()
+	conn := []string{"--nats", "nats://127.0.0.1:1"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "pass --as NAME"},
+		{[]string{"--via-ingress"}, "pass --as NAME"},
+		{[]string{"--as", "cli:alice"}, `--as "cli:alice"`},
+		{[]string{"--user", "a.b"}, `--as "a.b"`},
+		{[]string{"--user", "bob", "--as", "x y"}, `--as "x y"`},
+	} {
+		code, out, errOut := runCmd(t, append(append([]string{"approve", id, "approval-call-1-0"}, tc.args...), conn...)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("approve %v: exit %d, stderr %q, stdout %q; want %d and %q", tc.args, code, errOut, out, exitUsage, tc.want)
+		}
+	}
+}

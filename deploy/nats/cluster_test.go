@@ -18,6 +18,7 @@ import (
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/host"
 )
 
 // Scripts of the tasks the tests run.
@@ -38,12 +39,13 @@ func logSubject(task string) string {
 }
 
 // TestSingleNode runs single.conf as a real nats-server process with the
-// three roles doing their real work through the code: an engine runs tasks
+// roles doing their real work through the code: an engine runs tasks
 // that touch every stream and bucket (content, spawns, timers, approvals); an
 // observer worker's child, audit and counting observers consume every
 // partition, hand children's results to their parents and wake them, and
-// dead-letter a record; an operator inspects, reads a dispatcher row,
-// approves and deletes the dead letter. Not one permission violation may
+// dead-letter a record; an approver answers a question and an approval on
+// its approval subject; an operator inspects, reads a dispatcher row and
+// deletes the dead letter. Not one permission violation may
 // appear in the server's log: the roles are wide enough.
 func TestSingleNode(t *testing.T) {
 	n := materializeSingle(t, t.TempDir())
@@ -57,27 +59,28 @@ func TestSingleNode(t *testing.T) {
 	big := e.submit(t, "boss", strings.Repeat("a goal over the payload cap ", 200), scriptEcho)
 	spawn := e.submit(t, "boss", "spawn", scriptSpawn)
 	timer := e.submit(t, "boss", "timer", scriptTimer)
-	human := e.submit(t, "boss", "approval", scriptHuman)
+	human := e.submit(t, "boss", "question", scriptHuman)
+	gated := e.submit(t, "gated", "approval", scriptGated)
 
-	// The operator answers the question, as engine approve does, and
-	// inspects.
+	// An approver answers the question and an approval on its approval
+	// subject, as engine approve --nats does; the operator inspects.
 	onc, _ := connect(t, n.url(), "operator")
 	op, err := jetstream.OpenReader(ctx, onc, jetstream.Config{})
 	if err != nil {
 		t.Fatalf("OpenReader as operator: %v", err)
 	}
-	st := waitFold(t, foldTask(op), human, time.Minute, "the question", suspendedOn(noeta.WakeHumanResponse))
-	waitRowSuspended(t, onc, human, time.Minute)
-	opWaker, err := jetstream.NewWakePublisher(onc, "")
-	if err != nil {
-		t.Fatal(err)
+	alice := openApprover(t, ctx, n.url(), "alice")
+	for _, id := range []string{human, gated} {
+		st := waitFold(t, foldTask(op), id, time.Minute, "the request", suspendedOn(noeta.WakeHumanResponse))
+		waitRowSuspended(t, onc, id, time.Minute)
+		if err := alice.Approve(ctx, id, st.WakeOn.Handle, host.Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Reason: "yes"}); err != nil {
+			t.Fatalf("alice answers %s: %v", id, err)
+		}
 	}
-	answer := noeta.HumanResponseWake(st.WakeOn.Handle)
-	answer.Text, answer.Approver = "yes", "operator"
-	if _, err := opWaker.Wake(ctx, human, answer); err != nil {
-		t.Fatalf("operator wake: %v", err)
+	if pending, err := alice.Tasks(ctx); err != nil || len(pending) < 5 {
+		t.Errorf("alice lists the tasks: %d, %v", len(pending), err)
 	}
-	for _, id := range []string{big, spawn, timer, human} {
+	for _, id := range []string{big, spawn, timer, human, gated} {
 		st := waitFold(t, foldTask(op), id, time.Minute, "the end", terminal)
 		if len(st.Answer) == 0 {
 			t.Errorf("task %s ended without an answer: %+v", id, st)
@@ -112,7 +115,7 @@ func TestSingleNode(t *testing.T) {
 	}
 
 	// Every log record reaches the observers.
-	for _, id := range []string{big, spawn, timer, human} {
+	for _, id := range []string{big, spawn, timer, human, gated} {
 		st := waitFold(t, foldTask(e.log), id, time.Second, "the end", terminal)
 		deadline := time.Now().Add(time.Minute)
 		for o.auditedOf(id) < int(st.LastSeq) && time.Now().Before(deadline) {
@@ -128,7 +131,7 @@ func TestSingleNode(t *testing.T) {
 	fctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- o.feed.Consume(fctx, eventlog.FeedConfig{Group: "obs-failing", Partitions: []int{noeta.Partition(big)},
+		done <- o.feed.Consume(fctx, eventlog.FeedConfig{Group: "obs-hooks", Partitions: []int{noeta.Partition(big)},
 			MaxDeliver: 2, Backoff: []time.Duration{10 * time.Millisecond}},
 			func(_ context.Context, d eventlog.Delivery) error {
 				if d.Env.Task == big && d.Env.Seq == 1 {
@@ -151,7 +154,7 @@ func TestSingleNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("operator binds the dead letters: %v", err)
 	}
-	m, err := dlq.GetLastMsgForSubject(ctx, jetstream.DeadLetterSubject("noeta", "obs-failing"))
+	m, err := dlq.GetLastMsgForSubject(ctx, jetstream.DeadLetterSubject("noeta", "obs-hooks"))
 	if err != nil || m.Header.Get(jetstream.HeaderOriginalSubject) != logSubject(big) {
 		t.Fatalf("operator reads the dead letter: %v", err)
 	}
@@ -326,7 +329,7 @@ func TestCluster(t *testing.T) {
 		fctx, stop := context.WithCancel(ctx)
 		consumed := make(chan error, 1)
 		go func() {
-			consumed <- feed.Consume(fctx, eventlog.FeedConfig{Group: "obs-cluster", Partitions: []int{noeta.Partition(done)}},
+			consumed <- feed.Consume(fctx, eventlog.FeedConfig{Group: "obs-trace", Partitions: []int{noeta.Partition(done)}},
 				func(_ context.Context, d eventlog.Delivery) error {
 					if d.Env.Task == done && d.Env.Seq > 0 {
 						mu.Lock()
@@ -401,7 +404,7 @@ func TestCluster(t *testing.T) {
 		expected = append(expected, timerSubj)
 	})
 
-	t.Run("operator approves and inspects", func(t *testing.T) {
+	t.Run("an approver answers a question, the operator inspects", func(t *testing.T) {
 		pnc, perrs := connect(t, all, "operator")
 		op, err := jetstream.OpenReader(ctx, pnc, jetstream.Config{RequestTimeout: 10 * time.Second})
 		if err != nil {
@@ -410,14 +413,9 @@ func TestCluster(t *testing.T) {
 		id := e.submit(t, "boss", "ask", scriptHuman)
 		st := waitFold(t, foldTask(op), id, time.Minute, "the question", suspendedOn(noeta.WakeHumanResponse))
 		waitRowSuspended(t, pnc, id, time.Minute)
-		waker, err := jetstream.NewWakePublisher(pnc, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		answer := noeta.HumanResponseWake(st.WakeOn.Handle)
-		answer.Text, answer.Approver = "yes", "operator"
-		if _, err := waker.Wake(ctx, id, answer); err != nil {
-			t.Fatalf("operator wake: %v", err)
+		alice := openApprover(t, ctx, all, "alice")
+		if err := alice.Approve(ctx, id, st.WakeOn.Handle, host.Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Reason: "yes"}); err != nil {
+			t.Fatalf("alice answers: %v", err)
 		}
 		if st := waitFold(t, foldTask(op), id, time.Minute, "the end", terminal); string(st.Answer) != `"shipped"` {
 			t.Errorf("approved task ended with %s", st.Answer)
@@ -444,6 +442,15 @@ func TestCluster(t *testing.T) {
 			expected = append(expected, subj)
 		}
 	})
+
+	ar := approvalsRun{ctx: ctx, urls: all, e: e, reader: reader, expected: &expected}
+	t.Run("an approver answers on its own subject", ar.approverAnswers)
+	t.Run("an approver cannot answer under another name", ar.approverUnderAnotherName)
+	t.Run("the operator cannot answer through a wake", ar.operatorCannotWake)
+	t.Run("the engine refuses an approval on a plain wake", ar.plainWakeRefused)
+	t.Run("an observer group cannot touch another's consumers", func(t *testing.T) { ar.groupIsolation(t, done) })
+	t.Run("a roll-up by a wake publisher purges nothing", ar.rollupPurgesNothing)
+	t.Run("a flood of wakes to one task is refused past the cap", ar.floodRefused)
 
 	t.Run("the streams are the files'", func(t *testing.T) {
 		// Read as the operator, whose job inspection is.

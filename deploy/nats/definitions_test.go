@@ -1,6 +1,7 @@
 package nats_test
 
 //go:generate go test -run TestDefinitions -update .
+//go:generate go run ./permgen -o users.conf users
 
 import (
 	"bytes"
@@ -58,6 +59,7 @@ func definitions() []definition {
 		{file: "streams/KV_noeta_tasks.json", stream: "KV_noeta_tasks"},
 		{file: "streams/KV_noeta_leases.json", stream: "KV_noeta_leases"},
 		{file: "streams/KV_noeta_idempotency.json", stream: "KV_noeta_idempotency"},
+		{file: "streams/KV_noeta_waiting.json", stream: "KV_noeta_waiting"},
 		{file: "streams/OBJ_noeta_content.json", stream: "OBJ_noeta_content"},
 		{file: "consumers/obs-audit-p00.json", stream: "NOETA_TASKS", consumer: feedGroup + "-p00",
 			declared: jetstream.FeedConsumerConfig("", feedGroup, 0, eventlog.FeedConfig{})},
@@ -123,8 +125,9 @@ func TestDefinitions(t *testing.T) {
 
 // createEverything runs the code that creates the streams, buckets and
 // consumers, as an engine and an observer worker do: OpenDispatcher (and a
-// Lease, which creates the default queue's consumer), Open, OpenFeed and a
-// Consume of the example group on partition 0.
+// Lease, which creates the default queue's consumer), Open,
+// OpenWaitingIndex, OpenFeed and a Consume of the example group on
+// partition 0.
 func createEverything(ctx context.Context, t testing.TB, nc *nats.Conn) {
 	t.Helper()
 	disp, err := jetstream.OpenDispatcher(ctx, nc, jetstream.DispatcherConfig{})
@@ -140,6 +143,9 @@ func createEverything(ctx context.Context, t testing.TB, nc *nats.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = log.Close() })
+	if _, err := jetstream.OpenWaitingIndex(ctx, nc, jetstream.WaitingConfig{}); err != nil {
+		t.Fatal(err)
+	}
 	feed, err := jetstream.OpenFeed(ctx, nc, jetstream.FeedOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -26,17 +26,21 @@ import (
 // files' own.
 const (
 	accountsFile = "accounts.conf"
+	usersFile    = "users.conf"
 	routesFile   = "routes.conf"
 	singleFile   = "single.conf"
 )
 
 func clusterFile(i int) string { return fmt.Sprintf("cluster-%d.conf", i+1) }
 
-// Placeholder credentials of the three roles, as accounts.conf has them.
+// Placeholder credentials of the users, as accounts.conf has them.
 var passwords = map[string]string{
-	"engine":   "CHANGE-ME-engine",
-	"observer": "CHANGE-ME-observer",
-	"operator": "CHANGE-ME-operator",
+	"engine":     "CHANGE-ME-engine",
+	"observer":   "CHANGE-ME-observer",
+	"compliance": "CHANGE-ME-compliance",
+	"operator":   "CHANGE-ME-operator",
+	"alice":      "CHANGE-ME-alice",
+	"sre":        "CHANGE-ME-sre",
 }
 
 // natsServerBin is the nats-server binary TestMain builds from the pinned
@@ -137,6 +141,7 @@ func materializeSingle(t testing.TB, dir string) *node {
 	n := &node{name: "noeta-single", conf: filepath.Join(dir, singleFile), store: filepath.Join(dir, "store-single"),
 		client: ports[0], monitor: ports[1], logs: &syncBuffer{}}
 	rewrite(t, accountsFile, filepath.Join(dir, accountsFile), nil)
+	rewrite(t, usersFile, filepath.Join(dir, usersFile), nil)
 	rewrite(t, singleFile, n.conf, [][2]string{
 		{"listen: 127.0.0.1:4222", "listen: 127.0.0.1:" + strconv.Itoa(n.client)},
 		{"http: 127.0.0.1:8222", "http: 127.0.0.1:" + strconv.Itoa(n.monitor)},
@@ -151,6 +156,7 @@ func materializeCluster(t testing.TB, dir string) []*node {
 	t.Helper()
 	ports := freePorts(t, 9)
 	rewrite(t, accountsFile, filepath.Join(dir, accountsFile), nil)
+	rewrite(t, usersFile, filepath.Join(dir, usersFile), nil)
 	var routeEdits [][2]string
 	nodes := make([]*node, 3)
 	for i := range nodes {

@@ -20,7 +20,8 @@ import (
 	"github.com/noeta-go/noeta/tools"
 )
 
-// governance of the tasks the tests run: a boss that may spawn helpers.
+// governance of the tasks the tests run: a boss that may spawn helpers, and
+// a gated agent whose echo calls need an approval.
 const governance = `
 agents:
   boss:
@@ -31,6 +32,9 @@ agents:
   helper:
     tools: [echo]
     permission_mode: bypassPermissions
+  gated:
+    tools: [echo]
+    permissions: {require_approval_tools: [echo]}
 `
 
 // engineSide is an engine process's NATS side, connected as the engine user:
@@ -72,6 +76,10 @@ func startEngineWith(t testing.TB, urls string, dc jetstream.DispatcherConfig, w
 	if err := jetstream.EnsureDeadLetterStream(ctx, nc, "", replicas); err != nil {
 		t.Fatalf("EnsureDeadLetterStream as engine: %v", err)
 	}
+	waiting, err := jetstream.OpenWaitingIndex(ctx, nc, jetstream.WaitingConfig{Replicas: replicas})
+	if err != nil {
+		t.Fatalf("OpenWaitingIndex as engine: %v", err)
+	}
 	cf, err := config.Parse("", []byte(governance))
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +96,10 @@ func startEngineWith(t testing.TB, urls string, dc jetstream.DispatcherConfig, w
 	eng, err := engine.New(engine.Config{
 		Log: log, Dispatcher: disp, Content: log, Governance: gov, Tools: reg, Actor: "deploy-test",
 		Policies: engine.ScriptedPolicies(log, policy.ParseScripted),
+		// As every engine a host builds on a remote NATS: an approval
+		// answered on a plain wake proves nothing.
+		RequireAuthenticatedApprovals: true,
+		Waiting:                       waiting,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -174,10 +186,11 @@ func startObserver(t testing.TB, urls string, replicas int, partitions []int) *o
 }
 
 // countObserver counts the log records it sees per task (once each, by seq:
-// a redelivery does not count twice).
+// a redelivery does not count twice). It runs in the metrics observer's
+// group, obs-metrics, one the observer user's permissions name.
 type countObserver struct{ o *observerSide }
 
-func (countObserver) Name() string { return "count" }
+func (countObserver) Name() string { return "metrics" }
 
 func (c countObserver) Observe(_ context.Context, env eventlog.Envelope) error {
 	if env.Seq == 0 {

@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,7 +144,9 @@ func twoServesShare(t *testing.T, urls string, e *engineSide) {
 		}
 	}
 
-	// And answers a waiting task through the wake ingress; B runs it on.
+	// An approver answers a waiting task with the engine command, on its
+	// approval subject (--as defaults to its user); B runs it on. Without
+	// an approver name the command says to pass --as.
 	waiting, err := e.eng.Submit(ctx, engine.Submission{Agent: "boss", Goal: "ask", Script: json.RawMessage(scriptHuman), Queue: "serve"})
 	if err != nil {
 		t.Fatal(err)
@@ -158,15 +161,27 @@ func twoServesShare(t *testing.T, urls string, e *engineSide) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	out, err := exec.Command(engineBin, "approve", waiting, "question-1", "--via-ingress", "--as", "oncall",
-		"--nats", urls, "--user", "operator", "--password", passwords["operator"]).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "wake ingress") {
-		t.Fatalf("engine approve --via-ingress as operator: %v\n%s", err, out)
+	// The approver and the operator list what waits, from the waiting
+	// index the serve processes keep, with read-only rights on it.
+	for _, user := range []string{"alice", "operator"} {
+		out, err := exec.Command(engineBin, "approvals", "--json", "--nats", urls, "--user", user, "--password", passwords[user]).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), waiting) {
+			t.Errorf("engine approvals as %s: %v\n%s", user, err, out)
+		}
+	}
+	out, err := exec.Command(engineBin, "approve", waiting, "question-1", "--nats", urls).CombinedOutput()
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "pass --as") {
+		t.Errorf("engine approve --nats with no user and no --as: %v\n%s", err, out)
+	}
+	out, err = exec.Command(engineBin, "approve", waiting, "question-1",
+		"--nats", urls, "--user", "alice", "--password", passwords["alice"]).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "alice's approval subject") {
+		t.Fatalf("engine approve as alice: %v\n%s", err, out)
 	}
 	for {
 		st, _, err := engine.FoldTask(ctx, e.log, e.log, waiting)
 		if err == nil && st.Status == noeta.StatusTerminal {
-			if st.LastWake == nil || st.LastWake.Approver != "oncall" {
+			if st.LastWake == nil || st.LastWake.Approver != "alice" || st.LastWake.Auth != noeta.AuthNATS {
 				t.Errorf("woken by %+v", st.LastWake)
 			}
 			break

@@ -34,6 +34,8 @@ type Log struct {
 	content    jetstream.ObjectStore
 	subs       eventlog.Subscribers
 	closed     atomic.Bool
+	// direct reads by direct gets, never a consumer (a Reader).
+	direct bool
 
 	mu    sync.Mutex
 	tasks map[string]*taskState

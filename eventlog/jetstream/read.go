@@ -137,6 +137,9 @@ func (l *Log) Read(ctx context.Context, task string, afterSeq uint64) ([]eventlo
 // transient failure (no responders while a consumer is placed, a timeout)
 // restarts the scan after the last record delivered.
 func (l *Log) scan(ctx context.Context, subject string, start, end uint64, fn func(record)) error {
+	if l.direct {
+		return l.directScan(ctx, subject, start, end, fn)
+	}
 	var err error
 	for attempt := range 5 {
 		if attempt > 0 {

@@ -23,7 +23,11 @@ import (
 //
 // OpenReader only looks things up. The task stream must exist (an engine's
 // Open creates it); the content store is looked up on the first Get, so a
-// process that never fetches content needs no permission on it.
+// process that never fetches content needs no permission on it. It reads
+// records with batched direct gets, never a consumer: a user that only reads
+// needs no right to create, pull or delete consumers on the task stream
+// (deploy/nats gives each observer group's user its own feed consumers
+// alone).
 type Reader struct {
 	l *Log
 
@@ -54,7 +58,7 @@ func OpenReader(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	l := &Log{cfg: c, nc: nc, js: js, streamName: c.streamName(), subj: subjects{c.Prefix}, tasks: map[string]*taskState{}}
+	l := &Log{cfg: c, nc: nc, js: js, streamName: c.streamName(), subj: subjects{c.Prefix}, tasks: map[string]*taskState{}, direct: true}
 	s, err := js.Stream(ctx, l.streamName)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if lerr := checkNotLost(ctx, js, c); lerr != nil {

@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -114,5 +115,73 @@ func TestEnsureDeadLetterStream(t *testing.T) {
 	}
 	if err := jetstream.EnsureDeadLetterStream(ctx, nc, "ensure-other", 1); !errors.Is(err, jetstream.ErrConfigMismatch) {
 		t.Errorf("EnsureDeadLetterStream over other settings: %v, want ErrConfigMismatch", err)
+	}
+}
+
+// TestReaderReadsWithoutAConsumer: a Reader reads a task's records with
+// direct gets, in batches, and creates no consumer on the task stream, so a
+// user allowed only its own feed consumers there (deploy/nats's observer
+// groups) can read.
+//
+// Before: every Read and Inbox created an ordered consumer under a random
+// name, so an observer's user needed the right to create, pull and delete
+// any consumer on the task stream, another group's durable included.
+func TestReaderReadsWithoutAConsumer(t *testing.T) {
+	ctx := t.Context()
+	nc := connect(t, singleURL)
+	l := openLog(t, singleURL, 1, jetstream.Config{Prefix: "reader-direct"})
+	task := create(t, l)
+	// More than one batch of records (500 a batch).
+	const n = 1203
+	for i := range n {
+		env, err := eventlog.NewEnvelope(task, eventlog.OriginObserver, "reader-test", noeta.SubtaskCompleted{SubtaskID: "c", Status: "completed"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.SystemEmit(ctx, task, fmt.Sprintf("k%04d", i), env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := jetstream.OpenReader(ctx, nc, jetstream.Config{Prefix: "reader-direct"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	created, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.CREATED.READER_DIRECT_TASKS.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	in, err := r.Inbox(ctx, task)
+	if err != nil || len(in) != n {
+		t.Fatalf("Inbox: %d records, %v; want %d", len(in), err, n)
+	}
+	for i, env := range in {
+		if want := fmt.Sprintf("k%04d", i); env.Key != want {
+			t.Fatalf("inbox record %d has key %s, want %s", i, env.Key, want)
+		}
+	}
+	if recs, err := r.Read(ctx, task, 0); err != nil || len(recs) != 1 {
+		t.Fatalf("Read: %v %v", recs, err)
+	}
+
+	// The first consumer created on the stream after the reads is the
+	// marker: the reads created none.
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateConsumer(ctx, "READER_DIRECT_TASKS", natsjs.ConsumerConfig{Name: "marker"}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := created.NextMsgWithContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(m.Subject, ".marker") {
+		t.Errorf("the reads created consumer %s", m.Subject)
 	}
 }

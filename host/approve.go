@@ -1,0 +1,129 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
+)
+
+// approveOnSubject answers on the approver's own approval subject
+// (<prefix>.approve.<approver>.<p>.<task>): on a remote NATS the broker, not
+// this process, vouches for who answered, since the approver's NATS user may
+// publish only under its own name (deploy/nats's approver role). It refuses
+// first what the dispatcher would drop: an answer the task's row does not
+// wait on now, so the sender hears of it.
+func (h *Host) approveOnSubject(ctx context.Context, task, handle string, a Answer) error {
+	if a.Decision != noeta.ApprovalApprove && a.Decision != noeta.ApprovalDeny {
+		return fmt.Errorf("%w: decision %q (want approve or deny)", eventlog.ErrInvalidArgument, a.Decision)
+	}
+	if err := ValidateApprover(a.Approver); err != nil {
+		return err
+	}
+	if err := noeta.ValidateToken("handle", handle, 128); err != nil {
+		return fmt.Errorf("%w: %v", eventlog.ErrInvalidArgument, err)
+	}
+	ds, err := h.Dispatch(ctx, task)
+	if err != nil {
+		return err
+	}
+	if ds.Status == eventlog.DispatchTerminal {
+		return fmt.Errorf("%w: task %s has ended (%s); there is nothing to answer", eventlog.ErrNotWaiting, task, ds.Reason)
+	}
+	w := noeta.HumanResponseWake(handle)
+	w.Decision, w.Approver, w.Text = string(a.Decision), a.Approver, a.Reason
+	if err := eventlog.CheckAnswer(task, ds.Status, ds.WakeOn, ds.MatchedWake, w); err != nil {
+		return err
+	}
+	p, err := jetstream.NewApprovalPublisher(h.nc, h.opts.Prefix, a.Approver)
+	if err != nil {
+		return err
+	}
+	if err := p.Answer(ctx, task, handle, a.Decision, a.Reason); err != nil {
+		return err
+	}
+	return h.awaitAnswer(ctx, task, w)
+}
+
+// answerWait bounds how long Approve watches the row for the dispatcher to
+// apply an answer sent on an approval subject.
+const answerWait = 10 * time.Second
+
+// awaitAnswer watches task's row until the dispatcher has applied an answer
+// to w.Handle, and reports whether it was w: the loser of two answers sent
+// together is told it lost (eventlog.ErrAlreadyAnswered, naming the
+// winner), as an answer handed to the dispatcher in process is. If no
+// dispatcher applies anything within answerWait (no serve process runs),
+// the answer stays on the wake stream for one to apply, and Approve
+// returns nil.
+func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake) error {
+	deadline := time.Now().Add(answerWait)
+	pause := 5 * time.Millisecond
+	for {
+		ds, err := h.Dispatch(ctx, task)
+		if err != nil {
+			return err
+		}
+		if m := ds.MatchedWake; m != nil && m.Kind == noeta.WakeHumanResponse && m.Handle == w.Handle {
+			return sameAnswer(task, *m, w)
+		}
+		if !(ds.Status == eventlog.DispatchSuspended && noeta.Matches(ds.WakeOn, &w)) {
+			// Applied, and the task has moved on: the log says by whom.
+			return h.answeredBy(ctx, task, w)
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		pause = min(2*pause, 200*time.Millisecond)
+	}
+}
+
+// sameAnswer is nil if won, the answer the dispatcher applied to w.Handle,
+// is w; otherwise w lost to it.
+func sameAnswer(task string, won, w noeta.Wake) error {
+	if won.Approver == w.Approver && won.Decision == w.Decision && won.Text == w.Text {
+		return nil
+	}
+	return fmt.Errorf("%w: task %s: %s was answered already (%s by %s)", eventlog.ErrAlreadyAnswered, task, w.Handle, won.Decision, won.Approver)
+}
+
+// answeredBy reads from task's log who resolved the approval w.Handle, once
+// the row has moved past it; nil when the log cannot tell (a question's
+// answer, or an approval not resolved yet).
+func (h *Host) answeredBy(ctx context.Context, task string, w noeta.Wake) error {
+	st, err := h.Inspect(ctx, task)
+	if err != nil {
+		return nil // the answer went out; only the report is lost
+	}
+	for i := len(st.Governance.Approvals) - 1; i >= 0; i-- {
+		if r := st.Governance.Approvals[i]; r.Handle == w.Handle {
+			if r.Approver == w.Approver && string(r.Decision) == w.Decision {
+				return nil
+			}
+			return fmt.Errorf("%w: task %s: %s was answered already (%s by %s)", eventlog.ErrAlreadyAnswered, task, w.Handle, r.Decision, r.Approver)
+		}
+	}
+	return nil
+}
+
+// ValidateApprover checks that approver can be the approver token of an
+// approval subject: 1 to 64 of A-Z, a-z, 0-9, _ and -. On a remote NATS it
+// is the approver's NATS user name (deploy/nats's approver role); an
+// identity such as "cli:alice" is not one.
+func ValidateApprover(approver string) error {
+	if err := noeta.ValidateToken("approver", approver, 64); err != nil {
+		return fmt.Errorf("%w: %v: on a remote NATS the approver is the token of its approval subject (%s.approve.<approver>.…), the name its NATS user may publish under",
+			eventlog.ErrInvalidArgument, err, DefaultPrefix)
+	}
+	return nil
+}
