@@ -383,12 +383,13 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 			}
 		}
 		_, err = e.cfg.Dispatcher.Wake(ctx, task, w)
-		if !errors.Is(err, eventlog.ErrNotWaiting) {
+		if !errors.Is(err, eventlog.ErrNotWaiting) && !errors.Is(err, eventlog.ErrAlreadyAnswered) {
 			return err
 		}
-		// The log has the request and the dispatcher does not wait on it:
-		// the task has not been handed back since it asked, or an answer
-		// landed between the read and the wake.
+		// The log has the request open and the dispatcher does not wait on
+		// it: the task has not been handed back since it asked, or another
+		// answer is being judged (the first approval of a quorum, a refused
+		// one): the log, read again, says whether that answer closed it.
 		ds, derr := e.cfg.Dispatcher.Inspect(ctx, task)
 		transit := derr == nil && (ds.Status == eventlog.DispatchLeased || ds.Status == eventlog.DispatchReady)
 		if !transit || time.Now().After(deadline) {

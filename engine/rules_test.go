@@ -487,3 +487,32 @@ func TestRefusedRecordsCapped(t *testing.T) {
 		t.Fatalf("%d calls", st.Governance.ToolCalls)
 	}
 }
+
+// TestQuorumBackToBack: the second approver of a quorum answers while the
+// first approval is still being judged (the task not yet suspended again).
+// Before, the dispatcher's "answered first" refusal reached that approver as
+// ErrAlreadyAnswered although the request was still open; now Approve waits
+// for the task to wait again and the second approval resolves it.
+func TestQuorumBackToBack(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			h := newHarness(t, b, quorumConfig, withGuards(gate("tool_call")), withApprovals(t, quorumConfig))
+			h.start(1)
+			ctx := context.Background()
+			id := h.submit(nowApproval)
+			handle := waitOpen(t, h, id, nil).WakeOn.Handle
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "alice", "one", noeta.AuthLocal); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "bob", "two", noeta.AuthLocal); err != nil {
+				t.Fatalf("bob's approval right after alice's = %v; want taken", err)
+			}
+			st := h.waitStatus(id, noeta.StatusTerminal)
+			res := payload[noeta.ApprovalResolved](t, h.log(id), noeta.TypeApprovalResolved)
+			if st.Governance.ToolCalls != 1 || !slices.Equal(res.Approvers, []string{"alice", "bob"}) {
+				t.Fatalf("resolved %+v with %d calls; want approved by alice and bob, the call run once", res, st.Governance.ToolCalls)
+			}
+		})
+	}
+}
