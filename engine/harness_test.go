@@ -64,6 +64,10 @@ type backend struct {
 	disp    eventlog.Dispatcher
 	content eventlog.ContentStore
 	ttl     time.Duration
+	// nc and prefix: the JetStream backend's connection and prefix, for
+	// answers sent over the broker (nil and "" on memlog).
+	nc     *nats.Conn
+	prefix string
 }
 
 func memBackend(t testing.TB, ttl time.Duration) backend {
@@ -98,7 +102,7 @@ func jsBackend(t testing.TB, ttl time.Duration) backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = log.Close() })
-	return backend{name: "jetstream", log: log, disp: disp, content: log, ttl: ttl}
+	return backend{name: "jetstream", log: log, disp: disp, content: log, ttl: ttl, nc: nc, prefix: prefix}
 }
 
 // backends returns the backends an end-to-end test runs on.

@@ -14,6 +14,7 @@ import (
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
 )
 
 // rulesConfig: boss's echo calls need approval (the gate guard); the
@@ -514,5 +515,34 @@ func TestQuorumBackToBack(t *testing.T) {
 				t.Fatalf("resolved %+v with %d calls; want approved by alice and bob, the call run once", res, st.Governance.ToolCalls)
 			}
 		})
+	}
+}
+
+// TestQuorumOverApprovalSubjects: two approvers of a quorum answer on their
+// own approval subjects back to back, the second while the first is being
+// judged. Before, the dispatcher dropped the second as "answered first" (the
+// row had the first answer in hand), so the request stayed open although two
+// people had approved; now it is held on the ingress until the task waits
+// again, and resolves the request.
+func TestQuorumOverApprovalSubjects(t *testing.T) {
+	b := jsBackend(t, 2*time.Second)
+	h := newHarness(t, b, quorumConfig, withGuards(gate("tool_call")), withApprovals(t, quorumConfig))
+	h.start(1)
+	ctx := context.Background()
+	id := h.submit(nowApproval)
+	handle := waitOpen(t, h, id, nil).WakeOn.Handle
+	for _, who := range []string{"alice", "bob"} {
+		p, err := jetstream.NewApprovalPublisher(b.nc, b.prefix, who)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Answer(ctx, id, handle, noeta.ApprovalApprove, "yes"); err != nil {
+			t.Fatalf("%s answers: %v", who, err)
+		}
+	}
+	st := h.waitStatus(id, noeta.StatusTerminal)
+	res := payload[noeta.ApprovalResolved](t, h.log(id), noeta.TypeApprovalResolved)
+	if st.Governance.ToolCalls != 1 || !slices.Equal(res.Approvers, []string{"alice", "bob"}) || res.Auth != noeta.AuthNATS {
+		t.Fatalf("resolved %+v with %d calls; want approved by alice and bob over nats, the call run once", res, st.Governance.ToolCalls)
 	}
 }

@@ -392,16 +392,19 @@ func TestCluster(t *testing.T) {
 		if err := onc.Publish("noeta.audit."+done, []byte("{}")); err != nil {
 			t.Fatal(err)
 		}
-		// But never a timer schedule beside the ingress.
-		timerSubj := "noeta.wake.0.x.timer.1"
-		if err := onc.Publish(timerSubj, []byte("{}")); err != nil {
-			t.Fatal(err)
+		// But never a timer: neither a schedule on the engine-only timer
+		// stream nor a fired timer's subject, nor the old layout's schedule
+		// subject beside the ingress.
+		for _, timerSubj := range []string{"noeta.timer.0.x.1", "noeta.timer.0.x", "noeta.wake.0.x.timer.1"} {
+			if err := onc.Publish(timerSubj, []byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+			_ = onc.Flush()
+			if oerrs.violation(timerSubj, 10*time.Second) == nil {
+				t.Errorf("no permissions violation for the observer's publish to %s", timerSubj)
+			}
+			expected = append(expected, timerSubj)
 		}
-		_ = onc.Flush()
-		if oerrs.violation(timerSubj, 10*time.Second) == nil {
-			t.Errorf("no permissions violation for the observer's publish to %s", timerSubj)
-		}
-		expected = append(expected, timerSubj)
 	})
 
 	t.Run("an approver answers a question, the operator inspects", func(t *testing.T) {

@@ -429,7 +429,13 @@ const (
 	// fired timer waited for it.
 	// heldWakeDelay: how long a wake held for a full buffer waits in the
 	// stream before it is tried again.
-	heldWakeDelay     = 2 * time.Second
+	heldWakeDelay = 2 * time.Second
+	// heldAnswerDelay and heldAnswerTries: an answer that met another on
+	// the same handle is tried again every heldAnswerDelay, up to
+	// heldAnswerTries deliveries (about half a minute), for the task to
+	// wait on the handle again (a quorum's next approval).
+	heldAnswerDelay   = 500 * time.Millisecond
+	heldAnswerTries   = 60
 	ingressPullExpiry = 4 * time.Second
 	ingressHeartbeat  = time.Second
 )

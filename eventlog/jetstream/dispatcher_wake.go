@@ -151,6 +151,11 @@ const (
 	verdictTerm                 // not a wake at all: never to be delivered again
 	verdictRetry                // a transient failure: deliver again shortly
 	verdictHold                 // the task's buffer is full: deliver again later
+	// verdictHoldAnswer: an answer on a handle whose earlier answer is
+	// being judged (the task is leased or ready with it): the first
+	// approval of a quorum, or a refused one, leaves the request open, so
+	// this answer is tried again once the task waits again, for a while.
+	verdictHoldAnswer
 )
 
 // applyIngress applies one message of either lane and acknowledges it as
@@ -178,6 +183,18 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 		_ = m.NakWithDelay(time.Second)
 	case verdictHold:
 		_ = m.NakWithDelay(heldWakeDelay)
+	case verdictHoldAnswer:
+		if md.NumDelivered < heldAnswerTries {
+			_ = m.NakWithDelay(heldAnswerDelay)
+			return
+		}
+		// The task never waited on it again: the earlier answer closed the
+		// request, or the task is busy for long. Refused like any answer to
+		// nothing open.
+		d.stats.refusedWakes.Add(1)
+		d.log.Warn("human_response on the wake ingress met an earlier answer to the same handle and the task did not wait on it again; dropped",
+			"subject", m.Subject(), "seq", md.Sequence.Stream, "tries", md.NumDelivered)
+		_ = m.Ack()
 	}
 }
 
@@ -306,6 +323,9 @@ func (d *Dispatcher) applyWakeMsg(subject string, hdr nats.Header, data []byte, 
 	switch {
 	case err == nil:
 		d.stats.wakesApplied.Add(1)
+	case errors.Is(err, eventlog.ErrAlreadyAnswered) && !legacy:
+		d.stats.heldWakes.Add(1)
+		return verdictHoldAnswer
 	case errors.Is(err, eventlog.ErrNotWaiting), errors.Is(err, eventlog.ErrAlreadyAnswered):
 		// The sender published and left: nobody can be told, so the
 		// refusal is logged and counted, and the message acked (a
