@@ -2,6 +2,7 @@ package noeta
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -100,6 +101,10 @@ type ApprovalRecord struct {
 	Decision ApprovalDecision `json:"decision"`
 	Approver string           `json:"approver"`
 	Reason   string           `json:"reason,omitempty"`
+	// Auth says how Approver was authenticated; Approvers lists every
+	// approver of a quorum approval (see ApprovalResolved).
+	Auth      string   `json:"auth,omitempty"`
+	Approvers []string `json:"approvers,omitempty"`
 }
 
 // NoteToolCall appends k to the recent calls, keeping the window.
@@ -133,6 +138,9 @@ func (g GovernanceState) Clone() GovernanceState {
 		}
 	}
 	c.Approvals = append([]ApprovalRecord(nil), g.Approvals...)
+	for i := range c.Approvals {
+		c.Approvals[i].Approvers = slices.Clone(c.Approvals[i].Approvers)
+	}
 	return c
 }
 

@@ -235,6 +235,7 @@ func (s *State) Apply(env eventlog.Envelope) error {
 		g.Approvals = append(g.Approvals, noeta.ApprovalRecord{
 			Handle: p.Handle, Action: pa.Action, CallID: pa.CallID, Tool: pa.Tool,
 			Decision: p.Decision, Approver: p.Approver, Reason: p.Reason,
+			Auth: p.Auth, Approvers: slices.Clone(p.Approvers),
 		})
 		st := CallApproved
 		if p.Decision == noeta.ApprovalApprove {

@@ -2,10 +2,13 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 )
@@ -26,16 +29,9 @@ func (h *Host) approveOnSubject(ctx context.Context, task, handle string, a Answ
 	if err := noeta.ValidateToken("handle", handle, 128); err != nil {
 		return fmt.Errorf("%w: %v", eventlog.ErrInvalidArgument, err)
 	}
-	ds, err := h.Dispatch(ctx, task)
-	if err != nil {
-		return err
-	}
-	if ds.Status == eventlog.DispatchTerminal {
-		return fmt.Errorf("%w: task %s has ended (%s); there is nothing to answer", eventlog.ErrNotWaiting, task, ds.Reason)
-	}
 	w := noeta.HumanResponseWake(handle)
 	w.Decision, w.Approver, w.Text = string(a.Decision), a.Approver, a.Reason
-	if err := eventlog.CheckAnswer(task, ds.Status, ds.WakeOn, ds.MatchedWake, w); err != nil {
+	if err := h.awaitWaiting(ctx, task, w); err != nil {
 		return err
 	}
 	p, err := jetstream.NewApprovalPublisher(h.nc, h.opts.Prefix, a.Approver)
@@ -46,6 +42,71 @@ func (h *Host) approveOnSubject(ctx context.Context, task, handle string, a Answ
 		return err
 	}
 	return h.awaitAnswer(ctx, task, w)
+}
+
+// answerSettle bounds how long Approve waits for a task whose request is
+// open in its log to wait on it at the dispatcher (as engine.Approve does):
+// the segment that asked hands the task back right after writing the
+// suspend, and another answer being judged (the first approval of a
+// quorum) leaves the request open.
+const answerSettle = 30 * time.Second
+
+// awaitWaiting returns nil once task's row waits on w's handle; an error
+// naming why not when the log says the request is not open (answered
+// already, never asked, the task ended), or when the row has not come to
+// wait on it within answerSettle.
+func (h *Host) awaitWaiting(ctx context.Context, task string, w noeta.Wake) error {
+	deadline := time.Now().Add(answerSettle)
+	pause := 5 * time.Millisecond
+	for {
+		ds, err := h.Dispatch(ctx, task)
+		if err != nil {
+			return err
+		}
+		if ds.Status == eventlog.DispatchTerminal {
+			return fmt.Errorf("%w: task %s has ended (%s); there is nothing to answer", eventlog.ErrNotWaiting, task, ds.Reason)
+		}
+		cerr := eventlog.CheckAnswer(task, ds.Status, ds.WakeOn, ds.MatchedWake, w)
+		if cerr == nil {
+			return nil
+		}
+		if ds.Status != eventlog.DispatchLeased && ds.Status != eventlog.DispatchReady {
+			return cerr
+		}
+		if errors.Is(cerr, eventlog.ErrAlreadyAnswered) && !h.quorumOpen(ctx, task, w.Handle) {
+			// Another answer is in hand and, needing one approver, the
+			// request closes with it.
+			return cerr
+		}
+		// In transit: the log says whether the request is open and the
+		// task is about to wait on it again.
+		st, err := h.Inspect(ctx, task)
+		if err != nil {
+			return cerr
+		}
+		if oerr := engine.OpenRequest(st, w.Handle); oerr != nil {
+			return oerr
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: task %s asked under %s but has not come to wait on it within %s (the dispatcher has it %s); answer again once it waits",
+				eventlog.ErrNotWaiting, task, w.Handle, answerSettle, ds.Status)
+		}
+		if err := sleepCtx(ctx, pause); err != nil {
+			return err
+		}
+		pause = min(2*pause, 200*time.Millisecond)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
 }
 
 // answerWait bounds how long Approve watches the row for the dispatcher to
@@ -68,9 +129,14 @@ func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake) error
 			return err
 		}
 		if m := ds.MatchedWake; m != nil && m.Kind == noeta.WakeHumanResponse && m.Handle == w.Handle {
-			return sameAnswer(task, *m, w)
-		}
-		if !(ds.Status == eventlog.DispatchSuspended && noeta.Matches(ds.WakeOn, &w)) {
+			err := sameAnswer(task, *m, w)
+			if err == nil || !h.quorumOpen(ctx, task, w.Handle) {
+				return err
+			}
+			// Another answer is being judged and the request stays open
+			// after it (it needs more than one approver): the dispatcher
+			// holds this one until the task waits again.
+		} else if !(ds.Status == eventlog.DispatchSuspended && noeta.Matches(ds.WakeOn, &w)) {
 			// Applied, and the task has moved on: the log says by whom.
 			return h.answeredBy(ctx, task, w)
 		}
@@ -86,6 +152,18 @@ func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake) error
 		}
 		pause = min(2*pause, 200*time.Millisecond)
 	}
+}
+
+// quorumOpen reports whether task's log holds handle as an open approval
+// that needs more than one approver, so an answer judged before this one
+// may leave it open.
+func (h *Host) quorumOpen(ctx context.Context, task, handle string) bool {
+	st, err := h.Inspect(ctx, task)
+	if err != nil || engine.OpenRequest(st, handle) != nil {
+		return false
+	}
+	pa, ok := st.Governance.PendingApprovals[handle]
+	return ok && pa.Quorum > 1
 }
 
 // sameAnswer is nil if won, the answer the dispatcher applied to w.Handle,
@@ -107,7 +185,7 @@ func (h *Host) answeredBy(ctx context.Context, task string, w noeta.Wake) error 
 	}
 	for i := len(st.Governance.Approvals) - 1; i >= 0; i-- {
 		if r := st.Governance.Approvals[i]; r.Handle == w.Handle {
-			if r.Approver == w.Approver && string(r.Decision) == w.Decision {
+			if string(r.Decision) == w.Decision && (r.Approver == w.Approver || slices.Contains(r.Approvers, w.Approver)) {
 				return nil
 			}
 			return fmt.Errorf("%w: task %s: %s was answered already (%s by %s)", eventlog.ErrAlreadyAnswered, task, w.Handle, r.Decision, r.Approver)
