@@ -132,7 +132,7 @@ func TestReaderReadsWithoutAConsumer(t *testing.T) {
 	l := openLog(t, singleURL, 1, jetstream.Config{Prefix: "reader-direct"})
 	task := create(t, l)
 	// More than one batch of records (500 a batch).
-	const n = 1203
+	const n = 612
 	for i := range n {
 		env, err := eventlog.NewEnvelope(task, eventlog.OriginObserver, "reader-test", noeta.SubtaskCompleted{SubtaskID: "c", Status: "completed"})
 		if err != nil {
