@@ -232,9 +232,13 @@ func TestShellEscapedProcessDoesNotHang(t *testing.T) {
 	ws := t.TempDir()
 	shell := builtin(t, BuiltinConfig{}, "shell")
 	start := time.Now()
-	cmd := fmt.Sprintf(`NOETA_TOOLS_ESCAPE_GROUP=1 '%s' -test.run='^TestHelperEscapeGroup$' & sleep 0.2`, exe)
+	// The shell returns once the escapee has said its pid (it touches
+	// "escaped" after printing it): a fixed pause lost the race to the
+	// start of a race-built binary on a loaded machine. The escapee then
+	// holds the pipes for 30s; the call must not wait for it.
+	cmd := fmt.Sprintf(`NOETA_TOOLS_ESCAPE_GROUP=1 '%s' -test.run='^TestHelperEscapeGroup$' & i=0; while [ ! -e escaped ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done`, exe)
 	res := mustOK(t, shell, ws, cmdArgs(cmd), nil)
-	if d := time.Since(start); d > 5*time.Second {
+	if d := time.Since(start); d > 25*time.Second {
 		t.Fatalf("a process holding the pipes kept the call for %v", d)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(decodeShell(t, res).Stdout))
@@ -306,6 +310,9 @@ func TestHelperEscapeGroup(t *testing.T) {
 		os.Exit(1)
 	}
 	fmt.Println(os.Getpid())
+	if err := os.WriteFile("escaped", nil, 0o600); err != nil {
+		fmt.Println("escaped:", err)
+	}
 	time.Sleep(30 * time.Second)
 	os.Exit(0)
 }
