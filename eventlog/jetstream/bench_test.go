@@ -48,15 +48,32 @@ const (
 // canonical JSON is about 200 bytes.
 var benchArgs = json.RawMessage(`{"headers":{"accept":"application/json"},"method":"GET","timeout_ms":30000,"url":"https://example.com/api/v1/items?page=2&limit=50"}`)
 
-// benchTarget is a server and the replication the benchmark uses on it.
+// benchTarget is a server, the replication the benchmark uses on it, and how
+// the benchmark connects: over TCP to url, or, when srv is set, in process
+// (embedded.Server.ConnectInProcess, what the engine does with its own
+// embedded server). Both sides of a pair share the connection kind.
 type benchTarget struct {
 	name     string
 	url      string
 	replicas int
+	srv      *embedded.Server
+}
+
+func (tg benchTarget) connect(b *testing.B) *nats.Conn {
+	if tg.srv == nil {
+		return connect(b, tg.url)
+	}
+	nc, err := tg.srv.ConnectInProcess(nats.MaxReconnects(-1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	return nc
 }
 
 // benchSyncTargets returns the single node with sync always and a fresh node
-// with the server's default sync interval, shut down when b ends.
+// with the server's default sync interval, shut down when b ends, each
+// reached in process and over TCP.
 func benchSyncTargets(b *testing.B) []benchTarget {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -67,8 +84,10 @@ func benchSyncTargets(b *testing.B) []benchTarget {
 	}
 	b.Cleanup(srv.Shutdown)
 	return []benchTarget{
-		{"sync=always", singleURL, 1},
-		{"sync=default", srv.ClientURL(), 1},
+		{"sync=always/inproc", singleURL, 1, singleServer},
+		{"sync=always/tcp", singleURL, 1, nil},
+		{"sync=default/inproc", srv.ClientURL(), 1, srv},
+		{"sync=default/tcp", srv.ClientURL(), 1, nil},
 	}
 }
 
@@ -112,7 +131,7 @@ func newBenchRig(b *testing.B, tg benchTarget) *benchRig {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = disp.Close() })
-	nc := connect(b, tg.url)
+	nc := tg.connect(b)
 	var log *jetstream.Log
 	for { // a cluster may refuse a stream create while it settles
 		log, err = jetstream.Open(ctx, nc, jetstream.Config{Prefix: benchPrefix, Replicas: tg.replicas, Registry: disp})
@@ -292,7 +311,7 @@ func BenchmarkAppend(b *testing.B) {
 // BenchmarkAppendCluster is BenchmarkAppend and BenchmarkAppend64 on the
 // 3-node cluster with R3 streams, sync always.
 func BenchmarkAppendCluster(b *testing.B) {
-	tg := benchTarget{"R3", clusterURL, 3}
+	tg := benchTarget{"R3", clusterURL, 3, nil}
 	b.Run("1task", func(b *testing.B) { benchAppendPair(b, tg) })
 	b.Run("64tasks", func(b *testing.B) { benchAppend64Pair(b, tg) })
 }
@@ -433,7 +452,7 @@ var benchReadTask struct {
 
 // BenchmarkRead10k reads a whole 10,000-record log with Log.Read.
 func BenchmarkRead10k(b *testing.B) {
-	r := newBenchRig(b, benchTarget{"sync=always", singleURL, 1})
+	r := newBenchRig(b, benchTarget{"sync=always", singleURL, 1, nil})
 	ctx := context.Background()
 	benchReadTask.mu.Lock()
 	if benchReadTask.id == "" {
