@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,6 +103,7 @@ type benchRig struct {
 	tpl  benchTemplate
 
 	retries atomic.Uint64 // raw publishes refused with 10164 and retried
+	cpu0    time.Duration // cpuTime when the timed loop started
 }
 
 // benchTemplate is a stored fenced record, replayed by the raw publishers so
@@ -280,6 +282,17 @@ func (r *benchRig) publish(ctx context.Context, s *benchRawSubject) error {
 	}
 }
 
+// cpuTime is the process's user plus system CPU time so far. Per append it
+// is the client's and the embedded server's work together, which load from
+// other processes on the machine stretches far less than wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // sent is how many messages the rig's connection has sent: publishes and
 // requests, one per round trip to the server.
 func (r *benchRig) sent() uint64 { return r.nc.Stats().OutMsgs }
@@ -287,6 +300,7 @@ func (r *benchRig) sent() uint64 { return r.nc.Stats().OutMsgs }
 // reportAppends reports the rate, the record size, and the messages sent per
 // append since sent0 (the round trips an append costs; 1 for a raw publish).
 func reportAppends(b *testing.B, r *benchRig, sent0 uint64) {
+	b.ReportMetric(float64(cpuTime()-r.cpu0)/1e3/float64(b.N), "cpu-µs/op")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
 	b.ReportMetric(float64(r.tpl.size()), "B/record")
 	b.ReportMetric(float64(r.sent()-sent0)/float64(b.N), "msgs/op")
@@ -322,6 +336,7 @@ func benchAppendPair(b *testing.B, tg benchTarget) {
 		ctx := context.Background()
 		t := r.newTask(b)
 		sent0 := r.sent()
+		r.cpu0 = cpuTime()
 		for b.Loop() {
 			if err := t.emit(ctx, r.log); err != nil {
 				b.Fatal(err)
@@ -337,6 +352,7 @@ func benchAppendPair(b *testing.B, tg benchTarget) {
 		}
 		r.retries.Store(0)
 		sent0 := r.sent()
+		r.cpu0 = cpuTime()
 		for b.Loop() {
 			if err := r.publish(ctx, s); err != nil {
 				b.Fatal(err)
@@ -372,6 +388,7 @@ func benchAppend64Pair(b *testing.B, tg benchTarget) {
 		}
 		ctx := context.Background()
 		sent0 := r.sent()
+		r.cpu0 = cpuTime()
 		b.ResetTimer()
 		err := benchSpread(b.N, func(i, n int) error {
 			for range n {
@@ -400,6 +417,7 @@ func benchAppend64Pair(b *testing.B, tg benchTarget) {
 		}
 		r.retries.Store(0)
 		sent0 := r.sent()
+		r.cpu0 = cpuTime()
 		b.ResetTimer()
 		err := benchSpread(b.N, func(i, n int) error {
 			for range n {
