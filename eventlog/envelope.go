@@ -3,6 +3,7 @@ package eventlog
 import (
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"time"
 
 	"github.com/noeta-go/noeta"
@@ -63,6 +64,34 @@ type Envelope struct {
 	// envelope after Emit took it, or of one that Read, Emit or a Handler got,
 	// changes nothing stored and nothing another reader sees.
 	Payload json.RawMessage
+
+	// typed vouches that NewEnvelope built Payload from a typed value of
+	// Type; see FromTyped. Backends drop it in PrepareRecord, so no stored,
+	// returned or delivered envelope carries it.
+	typed typedMark
+}
+
+// typedMark is what NewEnvelope saw: the type and a hash of the exact
+// payload bytes it produced. A payload changed afterwards — replaced, or
+// edited in place — no longer matches and is validated like any other.
+type typedMark struct {
+	typ string
+	sum uint64
+}
+
+// typedSeed keys the payload hashes; it is per process, so a hash cannot
+// be computed ahead to match a payload other than the one NewEnvelope made.
+var typedSeed = maphash.MakeSeed()
+
+// FromTyped reports whether env's payload is still exactly what
+// NewEnvelope produced from a typed Go value of env.Type: its schema check
+// may be skipped, because the engine's own structs are what the schemas
+// describe (ADR 0037). Anything built by hand, decoded from outside (task
+// files, tools' outputs, observers' reads), or changed after NewEnvelope is
+// not, and a backend validates it. Call it before PrepareRecord.
+func FromTyped(env Envelope) bool {
+	return env.typed.typ != "" && env.typed.typ == env.Type &&
+		env.typed.sum == maphash.Bytes(typedSeed, env.Payload)
 }
 
 // NewEnvelope builds an envelope for a typed payload: Type from the payload,
@@ -72,7 +101,9 @@ func NewEnvelope(task string, origin Origin, actor string, p noeta.Payload) (Env
 	if err != nil {
 		return Envelope{}, fmt.Errorf("%w: payload of %s: %v", ErrInvalidArgument, p.EventType(), err)
 	}
-	return Envelope{Task: task, Type: p.EventType(), Origin: origin, Actor: actor, Payload: b}, nil
+	t := p.EventType()
+	return Envelope{Task: task, Type: t, Origin: origin, Actor: actor, Payload: b,
+		typed: typedMark{typ: t, sum: maphash.Bytes(typedSeed, b)}}, nil
 }
 
 // Decode unmarshals the payload into the struct of its type. ok is false for a
@@ -118,6 +149,7 @@ func PrepareRecord(task string, env Envelope) (Envelope, error) {
 		return env, fmt.Errorf("%w: envelope task %q differs from target task %q", ErrInvalidArgument, env.Task, task)
 	}
 	env.Task = task
+	env.typed = typedMark{}
 	if err := validateType(env.Type); err != nil {
 		return env, err
 	}

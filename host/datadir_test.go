@@ -24,3 +24,32 @@ func TestClientSendsCredentialsOnlyToLoopback(t *testing.T) {
 		t.Fatalf("attach to a remote URL: %v (%+v)", err, a)
 	}
 }
+
+// TestHolderConnectsInProcess: the process that holds the data directory
+// reaches its own embedded server through memory (no loopback TCP on each
+// append), while a client that attaches to it from outside, and the URL the
+// lock file advertises, stay TCP. Before, the holder dialled its own
+// server's 127.0.0.1 listener.
+func TestHolderConnectsInProcess(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	runner := openRunner(t, data)
+	if got := runner.nc.ConnectedAddr(); got != "pipe" {
+		t.Fatalf("the holder's connection is to %q, want the in-process pipe", got)
+	}
+	h, ok := readHolder(data)
+	if !ok || !loopbackURL(h.URL) {
+		t.Fatalf("the lock file advertises %+v, want a loopback TCP URL for clients", h)
+	}
+	client, err := Open(t.Context(), Options{DataDir: data, Config: exampleConfig(t), Name: "client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if _, ok := client.Attached(); !ok {
+		t.Fatal("the second host did not attach")
+	}
+	if got := client.nc.ConnectedAddr(); !strings.HasPrefix(got, "127.0.0.1:") {
+		t.Fatalf("the attached client's connection is to %q, want the holder's TCP listener", got)
+	}
+}

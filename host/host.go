@@ -278,7 +278,10 @@ func (h *Host) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start the embedded NATS server in %s: %w", o.DataDir, err)
 	}
-	if h.nc, err = nats.Connect(h.srv.ClientURL(), append(h.srv.ClientOptions(), nats.Name(name))...); err != nil {
+	// This process's own connection goes through memory; the TCP listener
+	// stays for the clients that attach, the nats CLI and observer-workers
+	// (docs/adr/0037).
+	if h.nc, err = h.srv.ConnectInProcess(nats.Name(name)); err != nil {
 		return fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
 	return h.lock.serving(h.srv.ClientURL())

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,15 +49,32 @@ const (
 // canonical JSON is about 200 bytes.
 var benchArgs = json.RawMessage(`{"headers":{"accept":"application/json"},"method":"GET","timeout_ms":30000,"url":"https://example.com/api/v1/items?page=2&limit=50"}`)
 
-// benchTarget is a server and the replication the benchmark uses on it.
+// benchTarget is a server, the replication the benchmark uses on it, and how
+// the benchmark connects: over TCP to url, or, when srv is set, in process
+// (embedded.Server.ConnectInProcess, what the engine does with its own
+// embedded server). Both sides of a pair share the connection kind.
 type benchTarget struct {
 	name     string
 	url      string
 	replicas int
+	srv      *embedded.Server
+}
+
+func (tg benchTarget) connect(b *testing.B) *nats.Conn {
+	if tg.srv == nil {
+		return connect(b, tg.url)
+	}
+	nc, err := tg.srv.ConnectInProcess(nats.MaxReconnects(-1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	return nc
 }
 
 // benchSyncTargets returns the single node with sync always and a fresh node
-// with the server's default sync interval, shut down when b ends.
+// with the server's default sync interval, shut down when b ends, each
+// reached in process and over TCP.
 func benchSyncTargets(b *testing.B) []benchTarget {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -67,8 +85,10 @@ func benchSyncTargets(b *testing.B) []benchTarget {
 	}
 	b.Cleanup(srv.Shutdown)
 	return []benchTarget{
-		{"sync=always", singleURL, 1},
-		{"sync=default", srv.ClientURL(), 1},
+		{"sync=always/inproc", singleURL, 1, singleServer},
+		{"sync=always/tcp", singleURL, 1, nil},
+		{"sync=default/inproc", srv.ClientURL(), 1, srv},
+		{"sync=default/tcp", srv.ClientURL(), 1, nil},
 	}
 }
 
@@ -83,6 +103,7 @@ type benchRig struct {
 	tpl  benchTemplate
 
 	retries atomic.Uint64 // raw publishes refused with 10164 and retried
+	cpu0    time.Duration // cpuTime when the timed loop started
 }
 
 // benchTemplate is a stored fenced record, replayed by the raw publishers so
@@ -112,7 +133,7 @@ func newBenchRig(b *testing.B, tg benchTarget) *benchRig {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = disp.Close() })
-	nc := connect(b, tg.url)
+	nc := tg.connect(b)
 	var log *jetstream.Log
 	for { // a cluster may refuse a stream create while it settles
 		log, err = jetstream.Open(ctx, nc, jetstream.Config{Prefix: benchPrefix, Replicas: tg.replicas, Registry: disp})
@@ -261,6 +282,17 @@ func (r *benchRig) publish(ctx context.Context, s *benchRawSubject) error {
 	}
 }
 
+// cpuTime is the process's user plus system CPU time so far. Per append it
+// is the client's and the embedded server's work together, which load from
+// other processes on the machine stretches far less than wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // sent is how many messages the rig's connection has sent: publishes and
 // requests, one per round trip to the server.
 func (r *benchRig) sent() uint64 { return r.nc.Stats().OutMsgs }
@@ -268,6 +300,7 @@ func (r *benchRig) sent() uint64 { return r.nc.Stats().OutMsgs }
 // reportAppends reports the rate, the record size, and the messages sent per
 // append since sent0 (the round trips an append costs; 1 for a raw publish).
 func reportAppends(b *testing.B, r *benchRig, sent0 uint64) {
+	b.ReportMetric(float64(cpuTime()-r.cpu0)/1e3/float64(b.N), "cpu-µs/op")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
 	b.ReportMetric(float64(r.tpl.size()), "B/record")
 	b.ReportMetric(float64(r.sent()-sent0)/float64(b.N), "msgs/op")
@@ -292,7 +325,7 @@ func BenchmarkAppend(b *testing.B) {
 // BenchmarkAppendCluster is BenchmarkAppend and BenchmarkAppend64 on the
 // 3-node cluster with R3 streams, sync always.
 func BenchmarkAppendCluster(b *testing.B) {
-	tg := benchTarget{"R3", clusterURL, 3}
+	tg := benchTarget{"R3", clusterURL, 3, nil}
 	b.Run("1task", func(b *testing.B) { benchAppendPair(b, tg) })
 	b.Run("64tasks", func(b *testing.B) { benchAppend64Pair(b, tg) })
 }
@@ -303,6 +336,7 @@ func benchAppendPair(b *testing.B, tg benchTarget) {
 		ctx := context.Background()
 		t := r.newTask(b)
 		sent0 := r.sent()
+		r.cpu0 = cpuTime()
 		for b.Loop() {
 			if err := t.emit(ctx, r.log); err != nil {
 				b.Fatal(err)
@@ -318,6 +352,7 @@ func benchAppendPair(b *testing.B, tg benchTarget) {
 		}
 		r.retries.Store(0)
 		sent0 := r.sent()
+		r.cpu0 = cpuTime()
 		for b.Loop() {
 			if err := r.publish(ctx, s); err != nil {
 				b.Fatal(err)
@@ -353,6 +388,7 @@ func benchAppend64Pair(b *testing.B, tg benchTarget) {
 		}
 		ctx := context.Background()
 		sent0 := r.sent()
+		r.cpu0 = cpuTime()
 		b.ResetTimer()
 		err := benchSpread(b.N, func(i, n int) error {
 			for range n {
@@ -381,6 +417,7 @@ func benchAppend64Pair(b *testing.B, tg benchTarget) {
 		}
 		r.retries.Store(0)
 		sent0 := r.sent()
+		r.cpu0 = cpuTime()
 		b.ResetTimer()
 		err := benchSpread(b.N, func(i, n int) error {
 			for range n {
@@ -433,7 +470,7 @@ var benchReadTask struct {
 
 // BenchmarkRead10k reads a whole 10,000-record log with Log.Read.
 func BenchmarkRead10k(b *testing.B) {
-	r := newBenchRig(b, benchTarget{"sync=always", singleURL, 1})
+	r := newBenchRig(b, benchTarget{"sync=always", singleURL, 1, nil})
 	ctx := context.Background()
 	benchReadTask.mu.Lock()
 	if benchReadTask.id == "" {

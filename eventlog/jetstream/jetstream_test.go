@@ -19,8 +19,10 @@ import (
 // One single-node server and one 3-node cluster serve every test of the
 // package; each test uses its own task ids, so they share streams.
 var (
-	singleURL  string
-	clusterURL string
+	singleURL string
+	// singleServer is the single node, for benchmarks that connect in process.
+	singleServer *embedded.Server
+	clusterURL   string
 )
 
 func TestMain(m *testing.M) {
@@ -42,7 +44,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer srv.Shutdown()
-	singleURL = srv.ClientURL()
+	singleURL, singleServer = srv.ClientURL(), srv
 	cl, err := embedded.StartCluster(ctx, embedded.ClusterConfig{Dir: dir + "/cluster"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start embedded cluster:", err)

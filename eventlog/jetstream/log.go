@@ -136,9 +136,12 @@ func (l *Log) state(task string) *taskState {
 	return ts
 }
 
-// validatePayload checks a payload of a known type against its schema.
-func validatePayload(env eventlog.Envelope) error {
-	if !noeta.IsKnownEventType(env.Type) {
+// validatePayload checks a payload of a known type against its schema;
+// typed says eventlog.FromTyped held for the caller's envelope (checked
+// before PrepareRecord dropped the mark), and such a payload, which the
+// engine built from its own struct, is not checked again (ADR 0037).
+func validatePayload(env eventlog.Envelope, typed bool) error {
+	if typed || !noeta.IsKnownEventType(env.Type) {
 		return nil
 	}
 	if err := schemas.Validate(env.Type, env.Payload); err != nil {
@@ -228,6 +231,7 @@ func (l *Log) Create(ctx context.Context, env eventlog.Envelope) (eventlog.Envel
 	if err := l.check(ctx); err != nil {
 		return eventlog.Envelope{}, err
 	}
+	typed := eventlog.FromTyped(env)
 	env, err := eventlog.PrepareRecord(env.Task, env)
 	if err != nil {
 		return eventlog.Envelope{}, err
@@ -238,7 +242,7 @@ func (l *Log) Create(ctx context.Context, env eventlog.Envelope) (eventlog.Envel
 	if err := eventlog.CheckCap(env); err != nil {
 		return eventlog.Envelope{}, err
 	}
-	if err := validatePayload(env); err != nil {
+	if err := validatePayload(env, typed); err != nil {
 		return eventlog.Envelope{}, err
 	}
 	var tc noeta.TaskCreated
@@ -297,11 +301,12 @@ func (l *Log) Emit(ctx context.Context, lease eventlog.Lease, env eventlog.Envel
 	if task == "" {
 		task = env.Task
 	}
+	typed := eventlog.FromTyped(env)
 	env, err := eventlog.PrepareRecord(task, env)
 	if err != nil {
 		return eventlog.Envelope{}, err
 	}
-	if err := validatePayload(env); err != nil {
+	if err := validatePayload(env, typed); err != nil {
 		return eventlog.Envelope{}, err
 	}
 	ts := l.state(task)

@@ -1,6 +1,7 @@
 package jetstream_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -231,6 +232,20 @@ func TestRestartKeepsEveryAcknowledgedRecord(t *testing.T) {
 	t.Logf("restart: %d acknowledged records survived; the log continued at seq %d", len(acked)+2, next.Seq)
 }
 
+// suspended is a typed TaskSuspended envelope, valid as NewEnvelope made it.
+func suspended(t *testing.T) eventlog.Envelope {
+	t.Helper()
+	env, err := eventlog.NewEnvelope("", eventlog.OriginEngine, "t", noeta.TaskSuspended{
+		Reason: "waiting_human", WakeOn: noeta.Wake{Kind: noeta.WakeHumanResponse, Handle: "h1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !eventlog.FromTyped(env) {
+		t.Fatal("NewEnvelope's envelope is not vouched for")
+	}
+	return env
+}
+
 func TestBadInput(t *testing.T) {
 	ctx := t.Context()
 	l := openLog(t, singleURL, 1, jetstream.Config{})
@@ -267,6 +282,28 @@ func TestBadInput(t *testing.T) {
 			_, err := l.Emit(ctx, lease, env, eventlog.EmitOptions{})
 			return err
 		}, eventlog.ErrInvalidArgument, "/wake_on"},
+		// A typed envelope skips the schema only while its payload is what
+		// NewEnvelope made (ADR 0037): replacing it, editing it in place, or
+		// relabelling its type puts it back under the schema.
+		{"typed envelope, payload replaced", func() error {
+			env := suspended(t)
+			env.Payload = []byte(`{"reason":"waiting_human","wake_on":{"kind":"human_response"}}`)
+			_, err := l.Emit(ctx, lease, env, eventlog.EmitOptions{})
+			return err
+		}, eventlog.ErrInvalidArgument, "/wake_on"},
+		{"typed envelope, payload edited in place", func() error {
+			env := suspended(t)
+			i := bytes.Index(env.Payload, []byte(`"handle"`))
+			copy(env.Payload[i:], `"xandle"`)
+			_, err := l.Emit(ctx, lease, env, eventlog.EmitOptions{})
+			return err
+		}, eventlog.ErrInvalidArgument, "/wake_on"},
+		{"typed envelope, type relabelled", func() error {
+			env := suspended(t)
+			env.Type = noeta.TypeTurnStarted
+			_, err := l.Emit(ctx, lease, env, eventlog.EmitOptions{})
+			return err
+		}, eventlog.ErrInvalidArgument, "TurnStarted"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

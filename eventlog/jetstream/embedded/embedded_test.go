@@ -590,3 +590,78 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// TestConnectInProcess: the embedding process's connection goes through
+// memory, not the TCP listener, and still authenticates; other clients keep
+// TCP. Before ConnectInProcess existed the engine dialled its own server at
+// 127.0.0.1 like any other client.
+func TestConnectInProcess(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := embedded.Start(ctx, embedded.Config{Dir: t.TempDir(), User: "u", Password: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+
+	nc, err := srv.ConnectInProcess(nats.Name("in-process"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// net.Pipe's address: no socket behind it.
+	if got := nc.ConnectedAddr(); got != "pipe" {
+		t.Fatalf("in-process connection's address = %q, want pipe (not a TCP socket)", got)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "INPROC", Subjects: []string{"inproc.>"}}); err != nil {
+		t.Fatalf("JetStream over the in-process connection: %v", err)
+	}
+	if _, err := js.Publish(ctx, "inproc.a", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+
+	// The TCP listener still serves everyone else, who sees the same store.
+	tcp, err := nats.Connect(srv.ClientURL(), srv.ClientOptions()...)
+	if err != nil {
+		t.Fatalf("TCP client beside the in-process one: %v", err)
+	}
+	defer tcp.Close()
+	if _, _, err := net.SplitHostPort(tcp.ConnectedAddr()); err != nil {
+		t.Fatalf("TCP client's address %q is not host:port: %v", tcp.ConnectedAddr(), err)
+	}
+	tjs, _ := jetstream.New(tcp)
+	st, err := tjs.Stream(ctx, "INPROC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("TCP client sees %v messages (err %v), want 1", info, err)
+	}
+}
+
+// TestConnectInProcessAuthenticates: going through memory is no way around
+// the server's user: wrong credentials are refused as over TCP.
+func TestConnectInProcessAuthenticates(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := embedded.Start(ctx, embedded.Config{Dir: t.TempDir(), User: "u", Password: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.ConnectInProcess(nats.UserInfo("u", "wrong"))
+	if err == nil {
+		nc.Close()
+		t.Fatal("in-process connection with a wrong password was accepted")
+	}
+	// The server drops the pipe after its -ERR, so what nats.go reports
+	// varies (an authorization error or the closed pipe): refused is what
+	// counts.
+	t.Logf("refused: %v", err)
+}

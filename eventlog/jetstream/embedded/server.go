@@ -361,6 +361,26 @@ func (s *Server) ClientOptions() []nats.Option {
 	return []nats.Option{nats.UserInfo(s.spec.cfg.User, s.spec.cfg.Password)}
 }
 
+// ConnectInProcess connects a nats.go client to the server through memory
+// (nats-server's InProcessConn, a net.Pipe) instead of its TCP listener: no
+// socket, no loopback stack, no kernel copies on each round trip. It is the
+// connection of the process that embeds the server; everything else —
+// another process attaching to it, the nats CLI, an observer-worker — keeps
+// connecting to [Server.ClientURL] over TCP, which stays open. The client
+// still authenticates as [Config] says (the options of
+// [Server.ClientOptions] are included), and opts come after them. After
+// Shutdown it can no longer reconnect: a [Server.Restart] returns a new
+// Server to connect to. See docs/adr/0037.
+func (s *Server) ConnectInProcess(opts ...nats.Option) (*nats.Conn, error) {
+	all := append(s.ClientOptions(), nats.InProcessServer(s.ns))
+	// The URL is never dialled; nats.go needs one to name the server.
+	nc, err := nats.Connect(s.clientURL, append(all, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: connect in process to %s: %w", s.spec.cfg.ServerName, err)
+	}
+	return nc, nil
+}
+
 // Config returns the Config the server runs with, defaults filled in and Dir
 // made absolute.
 func (s *Server) Config() Config { return s.spec.cfg }
