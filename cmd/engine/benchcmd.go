@@ -254,6 +254,9 @@ func runBench(ctx context.Context, g *globals, o benchOpts) error {
 	}
 	defer func() { h.Close() }()
 	res := benchResult{Target: g.where(h), Tasks: o.tasks, Calls: o.calls, Workers: g.workers}
+	if len(levels) > 0 {
+		res.Tasks, res.Calls = 0, 0 // the scale mode runs no scripted tasks
+	}
 	probe, err := newAppendProbe(ctx, h)
 	if err != nil {
 		return failErr(fmt.Errorf("start the append probe: %w", err))
@@ -510,10 +513,9 @@ func (p *appendProbe) run(ctx context.Context, every time.Duration, n int) error
 	defer t.Stop()
 	for i := 0; n == 0 || i < n; i++ {
 		if time.Since(p.beat) > 5*time.Second {
-			if _, err := p.h.Dispatcher().Heartbeat(ctx, p.lease); err != nil {
-				return fmt.Errorf("renew the probe's lease: %w", err)
+			if err := p.renew(ctx); err != nil {
+				return err
 			}
-			p.beat = time.Now()
 		}
 		start := time.Now()
 		if _, err := p.h.Log().Emit(ctx, p.lease, p.env, eventlog.EmitOptions{}); err != nil {
@@ -529,6 +531,23 @@ func (p *appendProbe) run(ctx context.Context, every time.Duration, n int) error
 		case <-t.C:
 		}
 	}
+	return nil
+}
+
+// renew extends the probe's lease, or, when it expired while the probe was
+// idle (the scale mode grows its population for minutes between probes),
+// takes a new one: the task is the probe's own, nobody else leases it.
+func (p *appendProbe) renew(ctx context.Context) error {
+	d := p.h.Dispatcher()
+	if _, err := d.Heartbeat(ctx, p.lease); err == nil {
+		p.beat = time.Now()
+		return nil
+	}
+	lease, err := d.Lease(ctx, eventlog.LeaseRequest{Worker: "bench-probe", Task: p.task})
+	if err != nil {
+		return fmt.Errorf("lease the probe task again: %w", err)
+	}
+	p.lease, p.beat = lease, time.Now()
 	return nil
 }
 
