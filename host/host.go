@@ -421,6 +421,11 @@ func (h *Host) Registry() *prometheus.Registry { return h.reg }
 // Dispatcher is the host's dispatcher (nil read-only on a remote NATS).
 func (h *Host) Dispatcher() *jetstream.Dispatcher { return h.disp }
 
+// Log is the host's event log, for tools that append under leases of their
+// own (engine bench's fenced-append probe); nil on a read-only host on a
+// remote NATS.
+func (h *Host) Log() *jetstream.Log { return h.log }
+
 // Close stops everything, in order: the pools (a segment still running
 // stops at its next write and leaves its lease to expire; call Drain first
 // to let them finish), the subscriptions, the observers (which hand on

@@ -203,7 +203,7 @@ config or task file, 3 it waits for an approval.`,
 	pf.DurationVar(&g.conn.leaseTTL, "lease-ttl", 0, "lease length, whole seconds (default 30s); the same for every process of the prefix")
 	root.AddCommand(newServeCmd(g), newRunCmd(g), newSubmitCmd(g), newApproveCmd(g), newAuditCmd(g),
 		newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newDoctorCmd(g), newDemoCmd(g), newToolsCmd(g),
-		newApprovalsCmd(g), newUICmd(g), newTokenCmd(g))
+		newApprovalsCmd(g), newUICmd(g), newTokenCmd(g), newBenchCmd(g))
 	return root, g
 }
 

@@ -11,6 +11,7 @@
 //	engine inspect TASK [--json]
 //	engine tasks
 //	engine demo
+//	engine bench [--tasks N] [--calls M] [--mix deny=F,approve=F,spawn=F,wait=F] [--json] [--idle N1,N2,…]
 //
 // serve runs a worker pool until SIGTERM, then stops gracefully: the
 // segments in hand finish within --grace. run submits the task file's task,
