@@ -36,6 +36,8 @@ type Log struct {
 	closed     atomic.Bool
 	// direct reads by direct gets, never a consumer (a Reader).
 	direct bool
+	// atomic: EmitBatch writes one JetStream atomic batch (ADR 0038).
+	atomic bool
 
 	mu    sync.Mutex
 	tasks map[string]*taskState
@@ -46,6 +48,7 @@ type Log struct {
 var (
 	_ eventlog.EventLog     = (*Log)(nil)
 	_ eventlog.ContentStore = (*Log)(nil)
+	_ eventlog.BatchWriter  = (*Log)(nil)
 )
 
 // taskState is what this Log knows of a task's tail. It is a cache: a write
@@ -84,6 +87,11 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	}
 	if l.stream, err = ensureStream(ctx, js, StreamConfig(c)); err != nil {
 		return nil, err
+	}
+	if l.atomic = c.Batch == BatchAtomic || c.Batch == BatchAuto && c.Replicas > 1; l.atomic {
+		if err := l.enableAtomic(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if l.idem, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      c.idemBucket(),
