@@ -80,6 +80,12 @@ var prefixes atomic.Int64
 
 func jsBackend(t testing.TB, ttl time.Duration) backend {
 	t.Helper()
+	return jsBackendBatch(t, ttl, jetstream.BatchAuto)
+}
+
+// jsBackendBatch is jsBackend with the log's batch mode set (ADR 0038).
+func jsBackendBatch(t testing.TB, ttl time.Duration, mode jetstream.BatchMode) backend {
+	t.Helper()
 	nc, err := nats.Connect(natsURL, nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +99,7 @@ func jsBackend(t testing.TB, ttl time.Duration) backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = disp.Close() })
-	log, err := jetstream.Open(t.Context(), nc, jetstream.Config{Prefix: prefix, Registry: disp})
+	log, err := jetstream.Open(t.Context(), nc, jetstream.Config{Prefix: prefix, Registry: disp, Batch: mode})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -300,6 +300,7 @@ func (l *Log) publishBatch(ctx context.Context, msgs []*nats.Msg, expect uint64)
 			}
 		}
 		pctx, cancel := l.withTimeout(ctx)
+		l.waits.Add(1)
 		reply, err := l.nc.RequestMsgWithContext(pctx, msgs[len(msgs)-1])
 		cancel()
 		if err != nil {

@@ -43,6 +43,7 @@ type Log struct {
 	tasks map[string]*taskState
 
 	corrupt atomic.Uint64
+	waits   atomic.Uint64 // publishes to the task stream whose ack was awaited
 }
 
 var (
@@ -119,6 +120,11 @@ func (l *Log) Close() error {
 	l.closed.Store(true)
 	return nil
 }
+
+// DurableWaits counts the writes to the task stream whose acknowledgement
+// (durability, with sync always) a caller waited for: a publish, an atomic
+// batch's commit. Retries count again.
+func (l *Log) DurableWaits() uint64 { return l.waits.Load() }
 
 // CorruptRecords counts records reads skipped (with OnCorrupt set) or failed on.
 func (l *Log) CorruptRecords() uint64 { return l.corrupt.Load() }
@@ -210,6 +216,7 @@ func (l *Log) publish(ctx context.Context, msg *nats.Msg, expect uint64) (*jetst
 	pause := 200 * time.Microsecond
 	for {
 		pctx, cancel := l.withTimeout(ctx)
+		l.waits.Add(1)
 		ack, err := l.js.PublishMsg(pctx, msg, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithRetryAttempts(2))
 		cancel()
 		if err == nil {
