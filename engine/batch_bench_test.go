@@ -11,6 +11,7 @@ import (
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 	"github.com/noeta-go/noeta/policy"
 )
 
@@ -29,8 +30,24 @@ type unbatched struct {
 // "before": every record its own append; "auto": EmitBatch as the log
 // chooses (sequential on a single node); "atomic": EmitBatch as one
 // JetStream atomic batch. The modes run in the same process on the same
-// server (ADR 0038, docs/benchmarks.md).
+// server (ADR 0038, docs/benchmarks.md). BenchmarkDurableWaitsR3 does the
+// same on a 3-node cluster it starts, with R3 streams.
 func BenchmarkDurableWaits(b *testing.B) {
+	benchDurableWaits(b, natsURL, 1)
+}
+
+func BenchmarkDurableWaitsR3(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := embedded.StartCluster(ctx, embedded.ClusterConfig{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Shutdown()
+	benchDurableWaits(b, cl.ClientURL(), 3)
+}
+
+func benchDurableWaits(b *testing.B, url string, replicas int) {
 	var steps string
 	for i := range 20 {
 		steps += fmt.Sprintf("  - tool_calls: [{tool: echo, args: {i: %d}}]\n", i)
@@ -46,7 +63,7 @@ func BenchmarkDurableWaits(b *testing.B) {
 		hidden bool
 	}{{"before", jetstream.BatchSequential, true}, {"auto", jetstream.BatchAuto, false}, {"atomic", jetstream.BatchAtomic, false}} {
 		b.Run(mode.name, func(b *testing.B) {
-			be := jsBackendBatch(b, 30*time.Second, mode.mode)
+			be := jsBackendAt(b, 30*time.Second, url, replicas, mode.mode)
 			js := be.log.(*jetstream.Log)
 			if mode.hidden {
 				be.log = unbatched{Log: be.log, Subscriber: be.log, TaskIndex: be.log}
