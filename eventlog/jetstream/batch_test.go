@@ -3,7 +3,11 @@ package jetstream_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
@@ -90,5 +94,61 @@ func TestBatchFencedAtServer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBatchModeChosen: BatchAuto is atomic on a replicated stream the Log
+// created and sequential on a single node or on a stream defined without
+// allow_atomic (as deploy/nats's is); a Batch value out of range is refused.
+func TestBatchModeChosen(t *testing.T) {
+	ctx := t.Context()
+	open := func(url string, cfg jetstream.Config) (*jetstream.Log, error) {
+		return jetstream.Open(ctx, connect(t, url), cfg)
+	}
+	cases := []struct {
+		name string
+		url  string
+		cfg  jetstream.Config
+		want bool
+	}{
+		{"single node, auto", singleURL, jetstream.Config{Replicas: 1}, false},
+		{"single node, atomic", singleURL, jetstream.Config{Replicas: 1, Prefix: uniquePrefix(t, singleURL), Batch: jetstream.BatchAtomic}, true},
+		{"cluster, auto", clusterURL, jetstream.Config{Replicas: 3}, true},
+		{"cluster, sequential", clusterURL, jetstream.Config{Replicas: 3, Batch: jetstream.BatchSequential}, false},
+	}
+	for _, c := range cases {
+		l, err := open(c.url, c.cfg)
+		if err != nil {
+			t.Fatalf("%s: Open: %v", c.name, err)
+		}
+		if got := l.BatchAtomic(); got != c.want {
+			t.Errorf("%s: BatchAtomic() = %v, want %v", c.name, got, c.want)
+		}
+	}
+	// A replicated stream created from the definition, without allow_atomic.
+	prefix := uniquePrefix(t, clusterURL)
+	js, err := natsjs.New(connect(t, clusterURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig(jetstream.Config{Prefix: prefix, Replicas: 3}))
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	l, err := open(clusterURL, jetstream.Config{Prefix: prefix, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.BatchAtomic() {
+		t.Errorf("auto on a stream without allow_atomic: BatchAtomic() = true, want false (sequential, no update)")
+	}
+	if _, err := open(singleURL, jetstream.Config{Batch: jetstream.BatchMode(7)}); err == nil || !strings.Contains(err.Error(), "Config.Batch") {
+		t.Errorf("Open with Batch 7: got %v, want an error naming Config.Batch", err)
 	}
 }

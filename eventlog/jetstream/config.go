@@ -34,6 +34,9 @@ type Config struct {
 	OnCorrupt func(error)
 	// Batch chooses how EmitBatch writes; BatchAuto (the default) is atomic
 	// on a replicated stream and sequential on a single node (ADR 0038).
+	// Atomic batches need the task stream's allow_atomic: Open creates a
+	// replicated stream with it; under BatchAuto a stream without it is
+	// written sequentially, under BatchAtomic Open turns it on (or fails).
 	Batch BatchMode
 }
 

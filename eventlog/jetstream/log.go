@@ -86,13 +86,24 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	if err := checkNotLost(ctx, js, c); err != nil {
 		return nil, err
 	}
-	if l.stream, err = ensureStream(ctx, js, StreamConfig(c)); err != nil {
+	want := StreamConfig(c)
+	// A replicated stream this Log creates allows atomic batches (ADR 0038).
+	want.AllowAtomicPublish = c.Replicas > 1 && c.Batch != BatchSequential
+	if l.stream, err = ensureStream(ctx, js, want); err != nil {
 		return nil, err
 	}
-	if l.atomic = c.Batch == BatchAtomic || c.Batch == BatchAuto && c.Replicas > 1; l.atomic {
+	switch c.Batch {
+	case BatchAtomic:
 		if err := l.enableAtomic(ctx); err != nil {
 			return nil, err
 		}
+		l.atomic = true
+	case BatchAuto:
+		// A replicated stream this Log created allows atomic batches; one
+		// created before, or from deploy/nats's definition (without
+		// allow_atomic), is written sequentially rather than updated by a
+		// user who may not be allowed to.
+		l.atomic = c.Replicas > 1 && l.stream.CachedInfo().Config.AllowAtomicPublish
 	}
 	if l.idem, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      c.idemBucket(),
