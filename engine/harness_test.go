@@ -84,20 +84,45 @@ var prefixes atomic.Int64
 
 func jsBackend(t testing.TB, ttl time.Duration) backend {
 	t.Helper()
-	nc, err := nats.Connect(natsURL, nats.MaxReconnects(-1))
+	return jsBackendBatch(t, ttl, jetstream.BatchAuto)
+}
+
+// jsBackendBatch is jsBackend with the log's batch mode set (ADR 0038).
+func jsBackendBatch(t testing.TB, ttl time.Duration, mode jetstream.BatchMode) backend {
+	t.Helper()
+	return jsBackendAt(t, ttl, natsURL, 1, mode)
+}
+
+// jsBackendAt is a JetStream backend on the server at url with streams of
+// the given replicas.
+func jsBackendAt(t testing.TB, ttl time.Duration, url string, replicas int, mode jetstream.BatchMode) backend {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
 	prefix := fmt.Sprintf("e%d", prefixes.Add(1))
+	// A cluster may refuse a stream create while it settles: retry there.
+	settle := time.Now().Add(time.Minute)
 	disp, err := jetstream.OpenDispatcher(t.Context(), nc, jetstream.DispatcherConfig{
-		Prefix: prefix, LeaseTTL: ttl, ReclaimMax: 1000, MaxFailAttempts: 1000,
+		Prefix: prefix, LeaseTTL: ttl, ReclaimMax: 1000, MaxFailAttempts: 1000, Replicas: replicas,
 	})
+	for err != nil && replicas > 1 && time.Now().Before(settle) {
+		time.Sleep(200 * time.Millisecond)
+		disp, err = jetstream.OpenDispatcher(t.Context(), nc, jetstream.DispatcherConfig{
+			Prefix: prefix, LeaseTTL: ttl, ReclaimMax: 1000, MaxFailAttempts: 1000, Replicas: replicas,
+		})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = disp.Close() })
-	log, err := jetstream.Open(t.Context(), nc, jetstream.Config{Prefix: prefix, Registry: disp})
+	log, err := jetstream.Open(t.Context(), nc, jetstream.Config{Prefix: prefix, Registry: disp, Batch: mode, Replicas: replicas})
+	for err != nil && replicas > 1 && time.Now().Before(settle) {
+		time.Sleep(200 * time.Millisecond)
+		log, err = jetstream.Open(t.Context(), nc, jetstream.Config{Prefix: prefix, Registry: disp, Batch: mode, Replicas: replicas})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

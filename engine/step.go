@@ -50,6 +50,8 @@ type segment struct {
 	// indexed holds the handles the segment found or put in the waiting
 	// index: those not open at its end are deleted before the release.
 	indexed map[string]bool
+	// pending are records folded into st and not yet written (emitLater).
+	pending []eventlog.Envelope
 }
 
 func (e *Engine) newSegment(ctx context.Context, lease eventlog.Lease) (*segment, error) {
@@ -63,36 +65,103 @@ func (e *Engine) newSegment(ctx context.Context, lease eventlog.Lease) (*segment
 	return &segment{e: e, ctx: ctx, lease: lease, st: st, indexed: e.reconcile(ctx, st)}, nil
 }
 
-// emit appends one record under the segment's lease, conditional on the last
-// seq the segment knows, and folds it in. A record that lands anywhere else
-// means another writer took the task: that is a lost lease, whatever the
-// backend called it.
+// emit appends one record under the segment's lease, together with the
+// records written later before it, conditional on the last seq the segment
+// knows, and folds it in. It returns once they are durable. A record that
+// lands anywhere else means another writer took the task: that is a lost
+// lease, whatever the backend called it.
 func (g *segment) emit(p noeta.Payload, origin eventlog.Origin, actor string) error {
-	env, err := eventlog.NewEnvelope(g.st.Task, origin, actor, p)
+	env, err := g.envelope(p, origin, actor)
 	if err != nil {
 		return err
 	}
+	return g.flush(&env)
+}
+
+// emitLater folds a record in now and writes it with the next record that
+// must be durable (ADR 0038): for records no effect waits on, so a tool
+// call's ToolCallFinished, the next TurnStarted and PolicyDecided and the
+// ToolCallStarted that must precede the next call's run are one durable
+// write. A crash before that write loses them together, and the next holder
+// resumes from the log as if the worker had stopped before them: the call
+// is recorded as interrupted and not run again, and the policy is asked
+// for a turn it never recorded. The first record of a segment is written
+// at once: its lease's LeaseGranted lands before it, which the fold must see
+// in order.
+func (g *segment) emitLater(p noeta.Payload, origin eventlog.Origin, actor string) error {
+	env, err := g.envelope(p, origin, actor)
+	if err != nil {
+		return err
+	}
+	if g.st.LeaseGen != g.lease.Generation || len(g.pending)+2 > eventlog.MaxBatch || noeta.IsBaselineType(env.Type) {
+		return g.flush(&env)
+	}
+	env.Seq, env.LeaseGen = g.st.LastSeq+1, g.lease.Generation
+	if err := g.st.Apply(env); err != nil {
+		return err
+	}
+	g.pending = append(g.pending, env)
+	return nil
+}
+
+func (g *segment) envelope(p noeta.Payload, origin eventlog.Origin, actor string) (eventlog.Envelope, error) {
+	env, err := eventlog.NewEnvelope(g.st.Task, origin, actor, p)
+	if err != nil {
+		return env, err
+	}
 	env.CorrelationID = g.st.Root
-	stored, err := g.e.cfg.Log.Emit(g.ctx, g.lease, env, eventlog.EmitOptions{ExpectLastSeq: g.st.LastSeq})
+	return env, nil
+}
+
+// flush writes the pending records and then last (if any) in one batch and
+// folds last in. Nothing is pending afterwards, whether it failed or not: a
+// failure ends the segment, and the next holder folds the log as it is.
+func (g *segment) flush(last *eventlog.Envelope) error {
+	envs := g.pending
+	g.pending = nil
+	if last != nil {
+		envs = append(envs, *last)
+	}
+	if len(envs) == 0 {
+		return nil
+	}
+	npend := len(envs)
+	if last != nil {
+		npend--
+	}
+	base := g.st.LastSeq - uint64(npend)
+	stored, err := eventlog.EmitAll(g.ctx, g.e.cfg.Log, g.lease, envs, eventlog.EmitOptions{ExpectLastSeq: base})
 	if err != nil {
 		if errors.Is(err, eventlog.ErrStaleSequence) {
 			return fmt.Errorf("%w: %w", eventlog.ErrLeaseLost, err)
 		}
 		return err
 	}
-	if stored.Seq == g.st.LastSeq+2 {
+	if len(stored) != len(envs) {
+		return fmt.Errorf("engine: task %s: wrote %d records, the log stored %d", g.st.Task, len(envs), len(stored))
+	}
+	for i := range npend {
+		if stored[i].Seq != envs[i].Seq {
+			return fmt.Errorf("%w: task %s: record %s landed at seq %d, folded at %d", eventlog.ErrLeaseLost, g.st.Task, envs[i].Type, stored[i].Seq, envs[i].Seq)
+		}
+	}
+	if last == nil {
+		return nil
+	}
+	out := stored[len(stored)-1]
+	if out.Seq == g.st.LastSeq+2 {
 		// The generation's LeaseGranted landed first; fold it in as it is.
 		lg, err := eventlog.NewEnvelope(g.st.Task, eventlog.OriginEngine, g.lease.Worker,
 			noeta.LeaseGranted{LeaseID: g.lease.ID, Generation: g.lease.Generation, Worker: g.lease.Worker})
 		if err != nil {
 			return err
 		}
-		lg.Seq, lg.LeaseGen = stored.Seq-1, stored.LeaseGen
+		lg.Seq, lg.LeaseGen = out.Seq-1, out.LeaseGen
 		if err := g.st.Apply(lg); err != nil {
 			return err
 		}
 	}
-	return g.st.Apply(stored)
+	return g.st.Apply(out)
 }
 
 func (g *segment) engineEmit(p noeta.Payload) error {
@@ -265,7 +334,7 @@ func (g *segment) loop() error {
 			return err
 		}
 		if !resume {
-			if err := g.engineEmit(noeta.TurnStarted{Turn: st.Turn.N + 1}); err != nil {
+			if err := g.emitLater(noeta.TurnStarted{Turn: st.Turn.N + 1}, eventlog.OriginEngine, g.e.cfg.Actor); err != nil {
 				return err
 			}
 		}
@@ -462,7 +531,7 @@ func (g *segment) decide(n int) (d noeta.Decision, stop bool, err error) {
 	if err != nil {
 		return d, true, err
 	}
-	return d, false, g.engineEmit(rec)
+	return d, false, g.emitLater(rec, eventlog.OriginEngine, g.e.cfg.Actor)
 }
 
 // endTurn closes a turn that continues the loop; every SnapshotEvery such
@@ -661,7 +730,7 @@ func (g *segment) runTool(call noeta.ToolCall) error {
 	if err != nil {
 		return err
 	}
-	return g.emit(noeta.ToolCallFinished{
+	return g.emitLater(noeta.ToolCallFinished{
 		CallID: call.CallID, Tool: call.Tool, OK: res.OK, Output: out, OutputRef: oref,
 		Error: truncate(res.Error, maxErrorLen), DurationMS: took.Milliseconds(),
 	}, eventlog.OriginTool, ActorTool)

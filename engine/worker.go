@@ -62,6 +62,11 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 	if err == nil {
 		err = seg.drive()
 	}
+	if err == nil {
+		// Records written later are durable before the dispatcher hears of
+		// the segment's end.
+		err = seg.flush(nil)
+	}
 	hbStop()
 	<-hbDone
 

@@ -332,3 +332,85 @@ type EventLog interface {
 	Subscriber
 	TaskIndex
 }
+
+// MaxBatch is the most records one EmitBatch takes (JetStream's atomic batch
+// allows 1000; a turn needs a handful).
+const MaxBatch = 100
+
+// BatchWriter appends several records of one task in one call, so a writer
+// that has records needing no effect between them waits for durability once
+// instead of once per record (ADR 0038). It is its own capability: a Writer
+// without it is driven record by record by EmitAll.
+type BatchWriter interface {
+	// EmitBatch appends envs, in order, to the log of lease.Task under lease
+	// and returns them as stored. The records land consecutively: no other
+	// writer's record comes between them. Every record is fenced as an Emit
+	// is (the generation's LeaseGranted, when needed, lands before the first);
+	// ExpectLastSeq applies to the first record; IdempotencyKey covers the
+	// whole batch: a repeat under the same lease returns the records the
+	// first call wrote and writes nothing. The checks and their order are
+	// Emit's; every record is checked (ErrInvalidArgument, ErrPayloadTooLarge)
+	// before anything is written. envs must hold 1 to MaxBatch records, and a
+	// baseline record (noeta.IsBaselineType: a snapshot) may only be the last
+	// (readers locate a baseline by where it was stored, which a record
+	// written in the same batch cannot know).
+	//
+	// What lands when it fails depends on the backend, and it says which
+	// (Atomic): all or nothing, or a prefix in order. Either way the returned
+	// slice holds exactly the records that became durable (none, some or,
+	// with a nil error, all), and subscribers see each of them once, in
+	// order, after they are durable and before EmitBatch returns.
+	EmitBatch(ctx context.Context, lease Lease, envs []Envelope, opts EmitOptions) ([]Envelope, error)
+
+	// BatchAtomic reports whether a failed EmitBatch wrote nothing of envs
+	// (true) or possibly a prefix of them (false).
+	BatchAtomic() bool
+}
+
+// CheckBatch refuses a batch that is empty, too long, names another task
+// than task in any record, or has a baseline record before its last.
+func CheckBatch(task string, envs []Envelope) error {
+	if len(envs) == 0 {
+		return fmt.Errorf("%w: an empty batch for task %s", ErrInvalidArgument, task)
+	}
+	if len(envs) > MaxBatch {
+		return fmt.Errorf("%w: a batch of %d records for task %s; at most %d", ErrInvalidArgument, len(envs), task, MaxBatch)
+	}
+	for i, env := range envs {
+		if env.Task != "" && env.Task != task {
+			return fmt.Errorf("%w: batch record %d (%s) is for task %q, the lease for %q", ErrInvalidArgument, i, env.Type, env.Task, task)
+		}
+		if i < len(envs)-1 && noeta.IsBaselineType(env.Type) {
+			return fmt.Errorf("%w: batch record %d of %d is a %s; a baseline may only end a batch", ErrInvalidArgument, i, len(envs), env.Type)
+		}
+	}
+	return nil
+}
+
+// EmitAll appends envs under lease through w: in one EmitBatch when w is a
+// BatchWriter, else one Emit after another, each conditional on the last
+// (ExpectLastSeq from opts for the first). The fallback gives a prefix on
+// failure and takes no IdempotencyKey (ErrInvalidArgument). It returns the
+// records that became durable, as EmitBatch does.
+func EmitAll(ctx context.Context, w Writer, lease Lease, envs []Envelope, opts EmitOptions) ([]Envelope, error) {
+	if bw, ok := w.(BatchWriter); ok {
+		return bw.EmitBatch(ctx, lease, envs, opts)
+	}
+	if err := CheckBatch(lease.Task, envs); err != nil {
+		return nil, err
+	}
+	if opts.IdempotencyKey != "" {
+		return nil, fmt.Errorf("%w: an idempotency key on a batch needs a BatchWriter", ErrInvalidArgument)
+	}
+	out := make([]Envelope, 0, len(envs))
+	expect := opts.ExpectLastSeq
+	for _, env := range envs {
+		stored, err := w.Emit(ctx, lease, env, EmitOptions{ExpectLastSeq: expect})
+		if err != nil {
+			return out, err
+		}
+		out = append(out, stored)
+		expect = stored.Seq
+	}
+	return out, nil
+}

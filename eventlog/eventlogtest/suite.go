@@ -9,6 +9,7 @@ import "testing"
 func RunSuite(t *testing.T, f Factory) {
 	t.Helper()
 	t.Run("Log", func(t *testing.T) { t.Parallel(); RunLogSuite(t, f) })
+	t.Run("Batch", func(t *testing.T) { t.Parallel(); RunBatchSuite(t, f) })
 	t.Run("Subscriber", func(t *testing.T) { t.Parallel(); RunSubscriberSuite(t, f) })
 	t.Run("Content", func(t *testing.T) { t.Parallel(); RunContentSuite(t, f) })
 	t.Run("Dispatcher", func(t *testing.T) { t.Parallel(); RunDispatcherSuite(t, f) })

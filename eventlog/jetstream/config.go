@@ -32,6 +32,12 @@ type Config struct {
 	// goes on without them. When nil, such a read fails with the
 	// *CorruptRecordError or the *eventlog.GapError.
 	OnCorrupt func(error)
+	// Batch chooses how EmitBatch writes; BatchAuto (the default) is atomic
+	// on a replicated stream and sequential on a single node (ADR 0038).
+	// Atomic batches need the task stream's allow_atomic: Open creates a
+	// replicated stream with it; under BatchAuto a stream without it is
+	// written sequentially, under BatchAtomic Open turns it on (or fails).
+	Batch BatchMode
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -46,6 +52,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		return c, fmt.Errorf("jetstream: Config.Replicas is %d, want 1 to 5", c.Replicas)
+	}
+	if !c.Batch.valid() {
+		return c, fmt.Errorf("jetstream: Config.Batch is %d, want BatchAuto, BatchSequential or BatchAtomic", c.Batch)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

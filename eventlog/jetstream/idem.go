@@ -24,12 +24,16 @@ type idemValue struct {
 	After     uint64 `json:"after"`
 	Seq       uint64 `json:"seq,omitempty"`
 	StreamSeq uint64 `json:"stream_seq,omitempty"`
+	// Count is how many records the key wrote, from the first (a batch); 0
+	// means 1.
+	Count int `json:"count,omitempty"`
 }
 
 type idemEntry struct {
 	key    string
 	rev    uint64
 	exists bool
+	count  int // records under the key: 0 or 1 for an Emit, more for a batch
 }
 
 func idemKey(task, leaseID, key string) string {
@@ -52,7 +56,7 @@ func (l *Log) idemLookup(ctx context.Context, task string, lease eventlog.Lease,
 	if err := json.Unmarshal(e.Value(), &v); err != nil {
 		return nil, nil, fmt.Errorf("jetstream: idempotency entry %s is unreadable: %w", k, err)
 	}
-	entry := &idemEntry{key: k, rev: e.Revision(), exists: true}
+	entry := &idemEntry{key: k, rev: e.Revision(), exists: true, count: v.Count}
 	if v.StreamSeq != 0 {
 		env, err := l.recordAt(ctx, v.StreamSeq)
 		if err != nil {
@@ -81,7 +85,7 @@ func (l *Log) idemLookup(ctx context.Context, task string, lease eventlog.Lease,
 }
 
 func (l *Log) idemReserve(ctx context.Context, e *idemEntry, envID string, after uint64) error {
-	b, _ := json.Marshal(idemValue{EnvID: envID, After: after})
+	b, _ := json.Marshal(idemValue{EnvID: envID, After: after, Count: e.count})
 	var rev uint64
 	var err error
 	if e.exists {
@@ -99,7 +103,7 @@ func (l *Log) idemReserve(ctx context.Context, e *idemEntry, envID string, after
 // idemCommit completes an entry. Failing is harmless: a later lookup finds the
 // record through the reservation.
 func (l *Log) idemCommit(ctx context.Context, e *idemEntry, env eventlog.Envelope, streamSeq uint64) {
-	b, _ := json.Marshal(idemValue{EnvID: env.ID, Seq: env.Seq, StreamSeq: streamSeq})
+	b, _ := json.Marshal(idemValue{EnvID: env.ID, Seq: env.Seq, StreamSeq: streamSeq, Count: e.count})
 	if rev, err := l.idem.Update(context.WithoutCancel(ctx), e.key, b, e.rev); err == nil {
 		e.rev = rev
 	}

@@ -93,6 +93,11 @@ func connect(t testing.TB, url string) *nats.Conn {
 // factory builds backends whose log is JetStream and whose dispatcher (the
 // lease registry) is memlog's, on a manual clock shared by both.
 func factory(url string, replicas int) eventlogtest.Factory {
+	return factoryBatch(url, replicas, jetstream.BatchAuto)
+}
+
+// factoryBatch is factory with the Log's batch mode set.
+func factoryBatch(url string, replicas int, mode jetstream.BatchMode) eventlogtest.Factory {
 	return func(t *testing.T) eventlogtest.Backend {
 		t.Helper()
 		clock := memlog.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
@@ -101,7 +106,7 @@ func factory(url string, replicas int) eventlogtest.Factory {
 			t.Fatal(err)
 		}
 		nc := connect(t, url)
-		log, err := jetstream.Open(t.Context(), nc, jetstream.Config{Replicas: replicas, Registry: disp, Now: clock.Now})
+		log, err := jetstream.Open(t.Context(), nc, jetstream.Config{Replicas: replicas, Registry: disp, Now: clock.Now, Batch: mode})
 		if err != nil {
 			t.Fatal(err)
 		}

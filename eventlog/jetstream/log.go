@@ -36,16 +36,20 @@ type Log struct {
 	closed     atomic.Bool
 	// direct reads by direct gets, never a consumer (a Reader).
 	direct bool
+	// atomic: EmitBatch writes one JetStream atomic batch (ADR 0038).
+	atomic bool
 
 	mu    sync.Mutex
 	tasks map[string]*taskState
 
 	corrupt atomic.Uint64
+	waits   atomic.Uint64 // publishes to the task stream whose ack was awaited
 }
 
 var (
 	_ eventlog.EventLog     = (*Log)(nil)
 	_ eventlog.ContentStore = (*Log)(nil)
+	_ eventlog.BatchWriter  = (*Log)(nil)
 )
 
 // taskState is what this Log knows of a task's tail. It is a cache: a write
@@ -82,8 +86,24 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	if err := checkNotLost(ctx, js, c); err != nil {
 		return nil, err
 	}
-	if l.stream, err = ensureStream(ctx, js, StreamConfig(c)); err != nil {
+	want := StreamConfig(c)
+	// A replicated stream this Log creates allows atomic batches (ADR 0038).
+	want.AllowAtomicPublish = c.Replicas > 1 && c.Batch != BatchSequential
+	if l.stream, err = ensureStream(ctx, js, want); err != nil {
 		return nil, err
+	}
+	switch c.Batch {
+	case BatchAtomic:
+		if err := l.enableAtomic(ctx); err != nil {
+			return nil, err
+		}
+		l.atomic = true
+	case BatchAuto:
+		// A replicated stream this Log created allows atomic batches; one
+		// created before, or from deploy/nats's definition (without
+		// allow_atomic), is written sequentially rather than updated by a
+		// user who may not be allowed to.
+		l.atomic = c.Replicas > 1 && l.stream.CachedInfo().Config.AllowAtomicPublish
 	}
 	if l.idem, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      c.idemBucket(),
@@ -111,6 +131,11 @@ func (l *Log) Close() error {
 	l.closed.Store(true)
 	return nil
 }
+
+// DurableWaits counts the writes to the task stream whose acknowledgement
+// (durability, with sync always) a caller waited for: a publish, an atomic
+// batch's commit. Retries count again.
+func (l *Log) DurableWaits() uint64 { return l.waits.Load() }
 
 // CorruptRecords counts records reads skipped (with OnCorrupt set) or failed on.
 func (l *Log) CorruptRecords() uint64 { return l.corrupt.Load() }
@@ -205,6 +230,7 @@ func (l *Log) publish(ctx context.Context, msg *nats.Msg, expect uint64) (*jetst
 	pause := 200 * time.Microsecond
 	for {
 		pctx, cancel := l.withTimeout(ctx)
+		l.waits.Add(1)
 		ack, err := l.js.PublishMsg(pctx, msg, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithRetryAttempts(2))
 		cancel()
 		if err == nil {

@@ -23,9 +23,9 @@ type taskLog struct {
 	inbox   []eventlog.Envelope
 	keys    map[string]int // inbox key -> index in inbox
 
-	// idem maps (lease id, key) to the Seq it wrote. Entries are never removed:
-	// an idempotent retry must find its record however late it comes.
-	idem map[idemKey]uint64
+	// idem maps (lease id, key) to the records it wrote. Entries are never
+	// removed: an idempotent retry must find its records however late it comes.
+	idem map[idemKey]idemHit
 
 	// The log's fence: the lease whose LeaseGranted is the newest in the log.
 	fenceGen   uint64
@@ -35,6 +35,12 @@ type taskLog struct {
 }
 
 type idemKey struct{ lease, key string }
+
+// idemHit is what a key wrote: n records from Seq seq.
+type idemHit struct {
+	seq uint64
+	n   int
+}
 
 func (tl *taskLog) lastSeq() uint64 { return tl.records.n }
 
@@ -145,7 +151,7 @@ func (s *Store) Create(ctx context.Context, env eventlog.Envelope) (eventlog.Env
 		s.mu.Unlock()
 		return eventlog.Envelope{}, fmt.Errorf("%w: task %s", eventlog.ErrTaskExists, env.Task)
 	}
-	tl := &taskLog{keys: map[string]int{}, idem: map[idemKey]uint64{}}
+	tl := &taskLog{keys: map[string]int{}, idem: map[idemKey]idemHit{}}
 	env.Time = s.clock.Now()
 	stored := tl.append(env.Clone())
 	s.tasks[env.Task] = tl
@@ -176,8 +182,8 @@ func (s *Store) Emit(ctx context.Context, lease eventlog.Lease, env eventlog.Env
 
 	tl.mu.Lock()
 	if opts.IdempotencyKey != "" && lease.ID != "" {
-		if seq, ok := tl.idem[idemKey{lease.ID, opts.IdempotencyKey}]; ok {
-			orig := tl.records.at(seq).Clone()
+		if hit, ok := tl.idem[idemKey{lease.ID, opts.IdempotencyKey}]; ok {
+			orig := tl.records.at(hit.seq).Clone()
 			tl.mu.Unlock()
 			return orig, nil
 		}
@@ -221,13 +227,102 @@ func (s *Store) Emit(ctx context.Context, lease eventlog.Lease, env eventlog.Env
 	env.Seq = out[n].Seq
 	n++
 	if opts.IdempotencyKey != "" {
-		tl.idem[idemKey{lease.ID, opts.IdempotencyKey}] = env.Seq
+		tl.idem[idemKey{lease.ID, opts.IdempotencyKey}] = idemHit{env.Seq, 1}
 	}
 	tl.mu.Unlock()
 
 	s.subs.Notify(ctx, out[:n]...)
 	return env, nil
 }
+
+// EmitBatch implements eventlog.BatchWriter: all or nothing, under the
+// task's writer lock, so no other record lands between the batch's records.
+func (s *Store) EmitBatch(ctx context.Context, lease eventlog.Lease, envs []eventlog.Envelope, opts eventlog.EmitOptions) ([]eventlog.Envelope, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	task := lease.Task
+	if task == "" && len(envs) > 0 {
+		task = envs[0].Task
+	}
+	if err := eventlog.CheckBatch(task, envs); err != nil {
+		return nil, err
+	}
+	prepared := make([]eventlog.Envelope, len(envs))
+	for i, env := range envs {
+		p, err := eventlog.PrepareRecord(task, env)
+		if err != nil {
+			return nil, fmt.Errorf("batch record %d: %w", i, err)
+		}
+		prepared[i] = p
+	}
+	tl, err := s.mustLookup(task)
+	if err != nil {
+		return nil, err
+	}
+
+	tl.mu.Lock()
+	if opts.IdempotencyKey != "" && lease.ID != "" {
+		if hit, ok := tl.idem[idemKey{lease.ID, opts.IdempotencyKey}]; ok {
+			orig := make([]eventlog.Envelope, hit.n)
+			for i := range orig {
+				orig[i] = tl.records.at(hit.seq + uint64(i)).Clone()
+			}
+			tl.mu.Unlock()
+			return orig, nil
+		}
+	}
+	for i, env := range prepared {
+		if err := eventlog.CheckCap(env); err != nil {
+			tl.mu.Unlock()
+			return nil, fmt.Errorf("batch record %d: %w", i, err)
+		}
+	}
+	if opts.ExpectLastSeq != 0 && opts.ExpectLastSeq != tl.lastSeq() {
+		last := tl.lastSeq()
+		tl.mu.Unlock()
+		return nil, fmt.Errorf("%w: task_id=%s, expected last seq %d, actual %d", eventlog.ErrStaleSequence, task, opts.ExpectLastSeq, last)
+	}
+	now := s.clock.Now()
+	if err := s.checkFence(tl, lease, now); err != nil {
+		tl.mu.Unlock()
+		return nil, err
+	}
+	notify := make([]eventlog.Envelope, 0, len(prepared)+1)
+	if tl.fenceLease != lease.ID {
+		lg, err := leaseGranted(lease, prepared[0].CorrelationID)
+		if err != nil {
+			tl.mu.Unlock()
+			return nil, err
+		}
+		lg.ID = noeta.NewIDAt(now)
+		lg.Time = now
+		notify = append(notify, tl.append(lg))
+		tl.fenceGen, tl.fenceLease = lease.Generation, lease.ID
+	}
+	out := make([]eventlog.Envelope, len(prepared))
+	for i, env := range prepared {
+		env.ID = noeta.NewIDAt(now)
+		env.Time = now
+		env.LeaseGen = lease.Generation
+		env.Key = ""
+		stored := tl.append(env.Clone())
+		env.Seq = stored.Seq
+		out[i] = env
+		notify = append(notify, stored)
+	}
+	if opts.IdempotencyKey != "" {
+		tl.idem[idemKey{lease.ID, opts.IdempotencyKey}] = idemHit{out[0].Seq, len(out)}
+	}
+	tl.mu.Unlock()
+
+	s.subs.Notify(ctx, notify...)
+	return out, nil
+}
+
+// BatchAtomic implements eventlog.BatchWriter: a batch lands whole or not at
+// all.
+func (s *Store) BatchAtomic() bool { return true }
 
 // checkFence runs under tl.mu. The log's own fence is checked first: once a
 // newer generation's LeaseGranted is in the log, the older holder is out

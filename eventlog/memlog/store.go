@@ -96,6 +96,7 @@ var (
 	_ eventlog.EventLog     = (*Store)(nil)
 	_ eventlog.Dispatcher   = (*Store)(nil)
 	_ eventlog.ContentStore = (*Store)(nil)
+	_ eventlog.BatchWriter  = (*Store)(nil)
 )
 
 // New returns an empty Store.
