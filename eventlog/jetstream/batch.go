@@ -79,11 +79,12 @@ func (l *Log) EmitBatch(ctx context.Context, lease eventlog.Lease, envs []eventl
 	}
 	prepared := make([]eventlog.Envelope, len(envs))
 	for i, env := range envs {
+		typed := eventlog.FromTyped(env)
 		p, err := eventlog.PrepareRecord(task, env)
 		if err != nil {
 			return nil, fmt.Errorf("batch record %d: %w", i, err)
 		}
-		if err := validatePayload(p); err != nil {
+		if err := validatePayload(p, typed); err != nil {
 			return nil, fmt.Errorf("batch record %d: %w", i, err)
 		}
 		prepared[i] = p

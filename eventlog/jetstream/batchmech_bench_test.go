@@ -30,7 +30,7 @@ import (
 )
 
 func BenchmarkBatchMechanism(b *testing.B) {
-	targets := []benchTarget{{"R1-sync=always", singleURL, 1}, {"R3", clusterURL, 3}}
+	targets := []benchTarget{{name: "R1-sync=always", url: singleURL, replicas: 1}, {name: "R3", url: clusterURL, replicas: 3}}
 	for _, tg := range targets {
 		for _, k := range []int{2, 4} {
 			for _, mech := range []string{"seq", "atomic", "pipelined", "pipelined-inbox"} {
