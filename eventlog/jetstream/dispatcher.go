@@ -503,7 +503,10 @@ type Dispatcher struct {
 	mu      sync.Mutex
 	closing bool
 	queues  map[string]jetstream.Consumer
-	inputs  map[string]jetstream.MessagesContext // by lane consumer
+	// frontCreating holds the queues whose front consumer is being created
+	// in the background (see frontSignal).
+	frontCreating map[string]bool
+	inputs        map[string]jetstream.MessagesContext // by lane consumer
 	// backstops are the local timers behind the broker's schedules, by
 	// task/generation (see backstopTimer).
 	backstops map[string]*time.Timer
@@ -582,7 +585,9 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 		done:   make(chan struct{}),
 		kick:   make(chan struct{}, 1),
 		queues: map[string]jetstream.Consumer{},
-		inputs: map[string]jetstream.MessagesContext{},
+
+		frontCreating: map[string]bool{},
+		inputs:        map[string]jetstream.MessagesContext{},
 
 		backstops: map[string]*time.Timer{},
 	}

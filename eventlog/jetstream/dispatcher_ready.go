@@ -136,14 +136,31 @@ func (d *Dispatcher) forgetConsumer(queue string) {
 // queue: nil if none. It is one short request per untargeted Lease; a
 // failure here is not the caller's (the task's signal at the back is still
 // there), so it only reports nothing.
-func (d *Dispatcher) frontSignal(ctx context.Context, queue string) jetstream.Msg {
-	cons, err := d.queueConsumer(ctx, queue, true)
-	if err != nil {
+//
+// The front consumer is created in the background on first use (and after
+// it went missing), never on the caller's time: a Lease with a short
+// deadline on a loaded cluster spent all of it creating the consumer, every
+// time, and no task was leased at all. Until it exists there is nothing to
+// take ahead of the queue but what its signal at the back also takes.
+func (d *Dispatcher) frontSignal(queue string) jetstream.Msg {
+	d.mu.Lock()
+	cons := d.queues["front:"+queue]
+	start := cons == nil && !d.frontCreating[queue]
+	if start {
+		d.frontCreating[queue] = true
+	}
+	d.mu.Unlock()
+	if cons == nil {
+		if start && !d.goTracked(func() { d.createFront(queue) }) {
+			d.mu.Lock()
+			delete(d.frontCreating, queue)
+			d.mu.Unlock()
+		}
 		return nil
 	}
 	msg, err := d.fetchOnce(cons, 0)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, nats.ErrNoResponders) {
 			d.mu.Lock()
 			delete(d.queues, "front:"+queue)
 			d.mu.Unlock()
@@ -165,7 +182,7 @@ func (d *Dispatcher) leaseFromQueue(ctx context.Context, queue, worker string, w
 		if err != nil {
 			return eventlog.Lease{}, err
 		}
-		msg := d.frontSignal(ctx, queue)
+		msg := d.frontSignal(queue)
 		switch {
 		case msg != nil:
 		case wait:
@@ -264,6 +281,26 @@ func (d *Dispatcher) dropStale(ctx context.Context, msg jetstream.Msg, task stri
 	if err := d.signal(ctx, task, r.Queue, r.ReadyEpoch, false); err != nil {
 		d.log.Warn("re-signal ready task", "task", task, "err", err)
 	}
+}
+
+// createFront creates queue's front consumer, with a pause before the next
+// attempt if that fails.
+func (d *Dispatcher) createFront(queue string) {
+	ctx, cancel := d.detached()
+	_, err := d.queueConsumer(ctx, queue, true)
+	cancel()
+	if err != nil {
+		d.log.Debug("create the consumer ahead of a ready queue; trying again on a later lease", "queue", queue, "err", err)
+		t := time.NewTimer(time.Second)
+		select {
+		case <-d.done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	d.mu.Lock()
+	delete(d.frontCreating, queue)
+	d.mu.Unlock()
 }
 
 // pollSignal fetches the queue's next signal without waiting: nil if none.
