@@ -66,9 +66,6 @@ type Host struct {
 	// main is the host's own pool, once started.
 	main atomic.Pointer[Pool]
 
-	// leaserWG counts the pools' leaser closes still running.
-	leaserWG sync.WaitGroup
-
 	startMu sync.Mutex
 	bgStop  context.CancelFunc
 	bgWG    sync.WaitGroup
@@ -443,16 +440,6 @@ func (h *Host) Close() {
 		h.mu.Unlock()
 		for _, p := range pools {
 			p.Stop()
-		}
-		leasersClosed := make(chan struct{})
-		go func() {
-			h.leaserWG.Wait()
-			close(leasersClosed)
-		}()
-		select {
-		case <-leasersClosed:
-		case <-time.After(stopWait):
-			h.logger.Warn("closing the workers' dispatchers did not finish in time (is NATS reachable?); going on", "waited", stopWait)
 		}
 		if h.closeTools != nil {
 			// After the pools: no call is in flight any more.

@@ -19,7 +19,6 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
-	"github.com/noeta-go/noeta/eventlog/jetstream"
 )
 
 const (
@@ -42,16 +41,19 @@ type PoolOptions struct {
 	Workspace string
 }
 
-// Pool is a running worker pool: workers that lease with a dispatcher of
-// their own (closed to stop leasing, without cutting a lease being granted)
-// and run each segment with a context of their own, ended only when a
-// drain's grace period is over.
+// Pool is a running worker pool: workers that lease with the host's
+// dispatcher under a context of the pool's (ended to stop leasing: a Lease
+// whose context ends mid-grant gives the task back, so no lease is left to
+// expire) and run each segment with a context of their own, ended only when
+// a drain's grace period is over.
 type Pool struct {
-	h      *Host
-	leaser *jetstream.Dispatcher
-	eng    *engine.Engine
-	queue  string
-	n      int
+	h     *Host
+	eng   *engine.Engine
+	queue string
+	n     int
+
+	leaseCtx    context.Context
+	stopLeasing context.CancelFunc
 
 	segCtx     context.Context
 	stopSegs   context.CancelFunc
@@ -88,15 +90,11 @@ func (h *Host) StartPool(ctx context.Context, po PoolOptions) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	lc := h.dispatcherConfig()
-	lc.SweepInterval = -1 // the host's dispatcher reconciles
-	leaser, err := jetstream.OpenDispatcher(ctx, h.nc, lc)
-	if err != nil {
-		return nil, fmt.Errorf("open the dispatcher: %w", settingsHint(err))
-	}
 	segCtx, cancel := context.WithCancel(context.Background())
+	leaseCtx, stopLeasing := context.WithCancel(segCtx)
 	p := &Pool{
-		h: h, leaser: leaser, eng: eng, queue: po.Queue, n: po.Workers,
+		h: h, eng: eng, queue: po.Queue, n: po.Workers,
+		leaseCtx: leaseCtx, stopLeasing: stopLeasing,
 		segCtx: segCtx, stopSegs: cancel, workerDone: make(chan struct{}),
 		inFlight: map[string]string{},
 	}
@@ -125,9 +123,9 @@ func (p *Pool) work(name string) {
 	c := p.h.ctrs
 	failures := 0
 	for p.running.Load() {
-		lease, err := p.leaser.Lease(p.segCtx, eventlog.LeaseRequest{Worker: name, Queue: p.queue, Wait: true})
+		lease, err := p.h.disp.Lease(p.leaseCtx, eventlog.LeaseRequest{Worker: name, Queue: p.queue, Wait: true})
 		if err != nil {
-			if errors.Is(err, eventlog.ErrClosed) || !p.running.Load() || p.segCtx.Err() != nil {
+			if errors.Is(err, eventlog.ErrClosed) || !p.running.Load() || p.leaseCtx.Err() != nil {
 				return
 			}
 			if !errors.Is(err, eventlog.ErrNoReadyTask) {
@@ -138,7 +136,7 @@ func (p *Pool) work(name string) {
 			}
 			pause := min(100*time.Millisecond<<min(failures, 6), 5*time.Second)
 			select {
-			case <-p.segCtx.Done():
+			case <-p.leaseCtx.Done():
 				return
 			case <-time.After(pause):
 			}
@@ -198,12 +196,9 @@ type DrainReport struct {
 func (p *Pool) Drain(ctx context.Context) DrainReport {
 	p.running.Store(false)
 	before := p.segTotal.Load()
-	// Lease requests waiting for a task return as soon as Close begins; the
-	// rest of it may wait on NATS, so it runs on: the host's Close waits for
-	// it, within a bound.
-	p.stopOnce.Do(func() {
-		p.h.leaserWG.Go(func() { _ = p.leaser.Close() })
-	})
+	// Lease requests waiting for a task return at once; one in the middle
+	// of a grant finishes it and gives the task back (ahead of its queue).
+	p.stopOnce.Do(p.stopLeasing)
 	var rep DrainReport
 	select {
 	case <-p.workerDone:
@@ -377,11 +372,7 @@ func newCounters(h *Host) *counters {
 			func() uint64 { return h.disp.Stats().HeldWakes }),
 		counter("noeta_engine_dispatcher_requeued_total", "Expired leases this process's dispatcher requeued or ended.",
 			func() uint64 {
-				n := h.disp.Stats().Requeued
-				if m := h.main.Load(); m != nil {
-					n += m.leaser.Stats().Requeued
-				}
-				return n
+				return h.disp.Stats().Requeued
 			}),
 	)
 	return c

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,6 +72,7 @@ var dispatcherCases = []suiteCase{
 	{"FailNonRetryable", testFailNonRetryable},
 	// expiry and reclaim
 	{"ExpiredRequeuedByBackend", testExpiredRequeuedByBackend},
+	{"ExpiredAheadOfQueue", testExpiredAheadOfQueue},
 	{"RequeueStale", testRequeueStale},
 	{"ReclaimCap", testReclaimCap},
 	{"HeartbeatResetsReclaim", testHeartbeatResetsReclaim},
@@ -91,6 +93,7 @@ var dispatcherCases = []suiteCase{
 	// waiting
 	{"LeaseWait", testLeaseWait},
 	{"LeaseWaitCancel", testLeaseWaitCancel},
+	{"LeaseCancelMidGrant", testLeaseCancelMidGrant},
 	{"ExactlyOnceHandoff", testExactlyOnceHandoff},
 	// cancellation and Close
 	{"CancelledDispatcher", testCancelledDispatcher},
@@ -919,6 +922,64 @@ func testExpiredRequeuedByBackend(t *testing.T, b Backend) {
 	}
 }
 
+// testExpiredAheadOfQueue: a task whose lease expired is taken over after
+// the TTL, not after the TTL plus the whole ready queue. Reproduction (before
+// requeue put it at the front): lease X from queue q, enqueue ten tasks on q,
+// let X's lease expire; the next untargeted Lease on q returned the first of
+// the ten, and X came eleventh.
+//
+// A backend may make the row ready a moment before its queue shows it (the
+// JetStream dispatcher writes the row, then signals it), so on a wall clock
+// a lease of another task is given back and the queue asked again, a few
+// times: far fewer than the ten tasks that were ahead of X when it was
+// requeued at the back.
+func testExpiredAheadOfQueue(t *testing.T, b Backend) {
+	reclaimMax(t, b)
+	q := uniqueQueue()
+	task := newTask(t, b)
+	enqueue(t, b, task, eventlog.EnqueueOptions{Queue: q})
+	l := leaseQueue(t, b, q)
+	if l.Task != task {
+		t.Fatalf("first lease on %s: got %s, want %s", q, l.Task, task)
+	}
+	waiting := map[string]bool{}
+	for range 10 {
+		w := newTask(t, b)
+		waiting[w] = true
+		enqueue(t, b, w, eventlog.EnqueueOptions{Queue: q})
+	}
+	expire(t, b, l)
+	eventually(t, b, "requeue of the expired lease", statusIs(t, b, task, eventlog.DispatchReady))
+	tries := 3
+	if b.Advance != nil {
+		tries = 1
+	}
+	for i := 1; ; i++ {
+		got := leaseQueue(t, b, q)
+		if got.Task == task {
+			// Parked, so that a lease outliving a short TTL does not
+			// bring it back while the rest drain.
+			release(t, b, got, eventlog.Release{Next: eventlog.DispatchSuspended})
+			break
+		}
+		if i == tries {
+			t.Fatalf("lease after the expiry: got %s, want the expired task %s ahead of the %d tasks already waiting", got.Task, task, len(waiting))
+		}
+		yield(t, b, got)
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The rest follow, and the expired task is not handed out twice.
+	for range len(waiting) {
+		got := leaseQueue(t, b, q)
+		if !waiting[got.Task] {
+			t.Fatalf("lease of the queue after the expired task: got %s, want one of the tasks that waited", got.Task)
+		}
+		delete(waiting, got.Task)
+		release(t, b, got, eventlog.Release{Next: eventlog.DispatchSuspended})
+	}
+	wantNoReady(t, b, eventlog.LeaseRequest{Queue: q}, "queue drained")
+}
+
 func testRequeueStale(t *testing.T, b Backend) {
 	ctx := t.Context()
 	reclaimMax(t, b)
@@ -1180,6 +1241,91 @@ func testLeaseWaitCancel(t *testing.T, b Backend) {
 	defer dcancel()
 	r = waitResult(t, b, leaseAsync(dctx, b, eventlog.LeaseRequest{Worker: workerA, Queue: uniqueQueue(), TTL: leaseTTL(t, b), Wait: true}), "deadline")
 	checkErrIs(t, "Lease with Wait past its deadline", r.err, context.DeadlineExceeded)
+}
+
+// countdownCtx is a context that cancels itself at the n-th time anyone
+// looks at it (Done or Err): run against Lease with n = 1, 2, 3 … it
+// cancels the request at every point where the backend consults its ctx,
+// whatever the backend's steps are. Value reaches the embedded cancelCtx,
+// so contexts derived from it register with that directly (no goroutine
+// looking at Done at a time of its own).
+type countdownCtx struct {
+	context.Context
+	left   atomic.Int64
+	cancel context.CancelFunc
+	fired  atomic.Bool
+}
+
+func newCountdownCtx(parent context.Context, n int64) *countdownCtx {
+	ctx, cancel := context.WithCancel(parent)
+	c := &countdownCtx{Context: ctx, cancel: cancel}
+	c.left.Store(n)
+	return c
+}
+
+func (c *countdownCtx) tick() {
+	if c.left.Add(-1) == 0 {
+		c.fired.Store(true)
+		c.cancel()
+	}
+}
+
+func (c *countdownCtx) Done() <-chan struct{} { c.tick(); return c.Context.Done() }
+func (c *countdownCtx) Err() error            { c.tick(); return c.Context.Err() }
+
+// testLeaseCancelMidGrant: a Lease whose ctx ends at any point of a grant
+// returns the ctx's error and leaves no lease behind: the task is ready and
+// leasable at once from its queue, not after a TTL. (A lease returned to a
+// request already cancelled is orphaned: its caller has gone, and a worker
+// pool that stops its lease requests by cancelling them would run it on a
+// cancelled segment and leave it to expire.) Reproduction (before a grant
+// was undone for a gone caller): on the JetStream dispatcher, the ctx ending
+// while the row's write was in flight made the write ambiguous; the read
+// that settled it found the write landed, and Lease returned the lease, with
+// no error, to the cancelled request.
+func testLeaseCancelMidGrant(t *testing.T, b Backend) {
+	q := uniqueQueue()
+	task := newTask(t, b)
+	enqueue(t, b, task, eventlog.EnqueueOptions{Queue: q})
+	for _, req := range []eventlog.LeaseRequest{
+		{Worker: workerA, Queue: q, TTL: leaseTTL(t, b), Wait: true},
+		{Worker: workerA, Queue: q, TTL: leaseTTL(t, b)},
+		{Worker: workerA, Task: task, TTL: leaseTTL(t, b)},
+	} {
+		for n := int64(1); ; n++ {
+			if n > 500 {
+				t.Fatalf("Lease(%+v) still consults its ctx after 500 looks", req)
+			}
+			ctx := newCountdownCtx(t.Context(), n)
+			l, err := b.Dispatcher.Lease(ctx, req)
+			fired := ctx.fired.Load()
+			ctx.cancel()
+			if err == nil {
+				if l.Task != task {
+					t.Fatalf("Lease(%+v) cancelled at look %d: got task %s, want %s", req, n, l.Task, task)
+				}
+				if fired {
+					t.Fatalf("Lease(%+v) cancelled at look %d returned lease %s to a request already cancelled: its caller has gone, so the lease is orphaned until it expires", req, n, l.ID)
+				}
+				yield(t, b, l)
+				break // the grant ran past every look at ctx
+			}
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Lease(%+v) cancelled at look %d: got error %v, want %v or a lease", req, n, err, context.Canceled)
+			}
+			st := inspect(t, b, task)
+			if st.Status != eventlog.DispatchReady || st.LeaseID != "" {
+				t.Fatalf("Lease(%+v) cancelled at look %d returned %v but left the task %s (lease %q), want it ready with no lease", req, n, err, st.Status, st.LeaseID)
+			}
+			// Leasable at once from its queue (no Wait: its signal must be
+			// there now), then given back for the next round.
+			got, err := b.Dispatcher.Lease(t.Context(), eventlog.LeaseRequest{Worker: workerB, Queue: q, TTL: leaseTTL(t, b)})
+			if err != nil || got.Task != task {
+				t.Fatalf("Lease from %s right after a Lease cancelled at look %d: got (task %q, error %v), want %s", q, n, got.Task, err, task)
+			}
+			yield(t, b, got)
+		}
+	}
 }
 
 func testExactlyOnceHandoff(t *testing.T, b Backend) {

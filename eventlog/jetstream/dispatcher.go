@@ -290,6 +290,7 @@ func TimerStreamConfig(c DispatcherConfig) jetstream.StreamConfig {
 // dispatchSubjects builds the dispatcher's subject names of one prefix.
 //
 //	<prefix>.ready.<queue>.<p>.<task>          ready signal (READY stream)
+//	<prefix>.ready.<queue>.<p>.<task>.front    its copy ahead of the queue (READY stream)
 //	<prefix>.wake.<p>.<task>                   wake ingress (WAKE stream)
 //	<prefix>.approve.<approver>.<p>.<task>     an approver's answers (WAKE stream)
 //	<prefix>.timer.<p>.<task>.<gen>            timer schedule (TIMERS stream)
@@ -299,8 +300,20 @@ type dispatchSubjects struct{ prefix string }
 func (s dispatchSubjects) ready(queue, task string) string {
 	return s.prefix + ".ready." + queue + "." + strconv.Itoa(Partition(task)) + "." + task
 }
-func (s dispatchSubjects) readyQueue(queue string) string { return s.prefix + ".ready." + queue + ".>" }
-func (s dispatchSubjects) readyAll() string               { return s.prefix + ".ready.>" }
+
+// readyFront is the subject of a signal that goes ahead of the queue (see
+// taskRow.Front): the ready subject with one more token, so the queue's own
+// consumer (readyQueue, exactly two tokens after the queue) never sees it.
+func (s dispatchSubjects) readyFront(queue, task string) string {
+	return s.ready(queue, task) + ".front"
+}
+func (s dispatchSubjects) readyQueue(queue string) string {
+	return s.prefix + ".ready." + queue + ".*.*"
+}
+func (s dispatchSubjects) readyFrontQueue(queue string) string {
+	return s.prefix + ".ready." + queue + ".*.*.front"
+}
+func (s dispatchSubjects) readyAll() string { return s.prefix + ".ready.>" }
 func (s dispatchSubjects) wake(task string) string {
 	return s.prefix + ".wake." + strconv.Itoa(Partition(task)) + "." + task
 }
@@ -364,6 +377,9 @@ func (s dispatchSubjects) taskOfReady(subject string) (string, bool) {
 		return "", false
 	}
 	parts := strings.Split(rest, ".")
+	if len(parts) == 4 && parts[3] == "front" {
+		parts = parts[:3]
+	}
 	if len(parts) != 3 {
 		return "", false
 	}
@@ -493,7 +509,10 @@ type Dispatcher struct {
 	mu      sync.Mutex
 	closing bool
 	queues  map[string]jetstream.Consumer
-	inputs  map[string]jetstream.MessagesContext // by lane consumer
+	// frontCreating holds the queues whose front consumer is being created
+	// in the background (see frontSignal).
+	frontCreating map[string]bool
+	inputs        map[string]jetstream.MessagesContext // by lane consumer
 	// backstops are the local timers behind the broker's schedules, by
 	// task/generation (see backstopTimer).
 	backstops map[string]*time.Timer
@@ -572,7 +591,9 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 		done:   make(chan struct{}),
 		kick:   make(chan struct{}, 1),
 		queues: map[string]jetstream.Consumer{},
-		inputs: map[string]jetstream.MessagesContext{},
+
+		frontCreating: map[string]bool{},
+		inputs:        map[string]jetstream.MessagesContext{},
 
 		backstops: map[string]*time.Timer{},
 	}

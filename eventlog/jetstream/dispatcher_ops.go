@@ -190,20 +190,32 @@ func (d *Dispatcher) Lease(ctx context.Context, req eventlog.LeaseRequest) (even
 // lease, or a watcher or the reconciler would requeue the fresh lease), and the
 // expiry is read from the clock before the key is written, so the local
 // expiry is never later than the server's.
+//
+// Once begun, a grant is not cut by ctx: ending the caller's ctx between the
+// key and the row, or during the row's write, left a write that might land
+// after its ambiguity was judged, a row naming a lease nobody held, and the
+// task stuck until the lease expired. The grant runs on a detached context
+// (bounded by RequestTimeout) and, if ctx ended meanwhile, is undone before
+// Lease returns ctx's error, so a Lease that returns an error leaves no lease
+// behind and the task is leasable at once, ahead of its queue.
 func (d *Dispatcher) grant(ctx context.Context, task, worker string, may func(r *taskRow) error) (eventlog.Lease, error) {
 	leaseID := noeta.NewID()
 	keyWritten := false
+	reserved := false
 	var lease eventlog.Lease
-	_, err := d.mutate(ctx, task, func(r *taskRow) (*taskRow, error) {
+	gctx, gcancel := d.detached()
+	defer gcancel()
+	_, err := d.mutate(gctx, task, func(r *taskRow) (*taskRow, error) {
 		if err := may(r); err != nil {
 			return nil, err
 		}
 		now := d.cfg.Now()
 		// Written again on a retry: the generation in it may have moved.
-		if err := d.putLeaseKey(ctx, task, leaseID, r.Generation+1, worker); err != nil {
+		if err := d.putLeaseKey(gctx, task, leaseID, r.Generation+1, worker); err != nil {
 			return nil, err
 		}
 		keyWritten = true
+		reserved = r.Reserved
 		r.grant(leaseID, worker, now.Add(d.cfg.LeaseTTL))
 		lease = eventlog.Lease{
 			ID:         leaseID,
@@ -220,13 +232,38 @@ func (d *Dispatcher) grant(ctx context.Context, task, worker string, may func(r 
 			// The row does not name this lease (or, after an unresolved
 			// ambiguous write, might: deleting the key then makes the
 			// watchers requeue it, which is the safe outcome).
-			dctx, cancel := d.detached()
-			_ = d.leases.Delete(dctx, leaseKey(task, leaseID))
-			cancel()
+			_ = d.leases.Delete(gctx, leaseKey(task, leaseID))
 		}
 		return eventlog.Lease{}, err
 	}
+	if cerr := ctx.Err(); cerr != nil {
+		d.ungrant(gctx, lease, reserved)
+		return eventlog.Lease{}, cerr
+	}
 	return lease, nil
+}
+
+// ungrant gives back a lease granted to a caller that had gone: the row is
+// ready again, ahead of its queue, with its reservation if it had one, and
+// the lease's key is deleted after the write (afterWrite). The generation
+// the grant took stays taken; nothing was written under it. If the write
+// fails, the key is deleted anyway, and the watchers requeue the task as an
+// expired lease at once.
+func (d *Dispatcher) ungrant(ctx context.Context, lease eventlog.Lease, reserved bool) {
+	_, err := d.mutate(ctx, lease.Task, func(r *taskRow) (*taskRow, error) {
+		if r == nil || r.Status != eventlog.DispatchLeased || r.LeaseID != lease.ID {
+			return nil, errSkip
+		}
+		r.clearLease()
+		r.Reserved = reserved
+		r.makeReady()
+		r.Front = true
+		return r, nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		d.log.Warn("give back a lease granted to a cancelled request; its key goes, for the watchers to requeue it", "task", lease.Task, "lease", lease.ID, "err", err)
+		_ = d.leases.Delete(ctx, leaseKey(lease.Task, lease.ID))
+	}
 }
 
 // Heartbeat implements eventlog.Dispatcher. The lease key is rewritten

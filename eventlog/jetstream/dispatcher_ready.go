@@ -38,9 +38,18 @@ import (
 // now, as memlog's does. Otherwise (a repair) whatever signal is there is
 // enough: a stale one is re-signalled by whoever fetches and drops it.
 func (d *Dispatcher) signal(ctx context.Context, task, queue string, epoch uint64, fresh bool) error {
+	return d.publishSignal(ctx, d.subj.ready(queue, task), epoch, fresh)
+}
+
+// signalFront publishes task's signal for epoch ahead of the queue (see
+// taskRow.Front), replacing one left there by an earlier spell.
+func (d *Dispatcher) signalFront(ctx context.Context, task, queue string, epoch uint64) error {
+	return d.publishSignal(ctx, d.subj.readyFront(queue, task), epoch, true)
+}
+
+func (d *Dispatcher) publishSignal(ctx context.Context, subj string, epoch uint64, fresh bool) error {
 	ctx, cancel := d.withTimeout(ctx)
 	defer cancel()
-	subj := d.subj.ready(queue, task)
 	body := strconv.AppendUint(nil, epoch, 10)
 	for attempt := 0; ; attempt++ {
 		_, err := d.js.Publish(ctx, subj, body)
@@ -81,9 +90,16 @@ func subjectFull(err error) bool {
 
 // queueConsumer returns the durable consumer of queue, creating it (an
 // idempotent create-or-update: every Dispatcher may race to) on first use.
-func (d *Dispatcher) queueConsumer(ctx context.Context, queue string) (jetstream.Consumer, error) {
+// front selects the consumer of the signals that go ahead of the queue
+// ("readyfront-<queue>": no queue's own consumer name, "ready-<queue>",
+// can be it).
+func (d *Dispatcher) queueConsumer(ctx context.Context, queue string, front bool) (jetstream.Consumer, error) {
+	key, name, filter, what := queue, "ready-"+queue, d.subj.readyQueue(queue), "ready queue "
+	if front {
+		key, name, filter, what = "front:"+queue, "readyfront-"+queue, d.subj.readyFrontQueue(queue), "ahead of ready queue "
+	}
 	d.mu.Lock()
-	c := d.queues[queue]
+	c := d.queues[key]
 	d.mu.Unlock()
 	if c != nil {
 		return c, nil
@@ -91,9 +107,9 @@ func (d *Dispatcher) queueConsumer(ctx context.Context, queue string) (jetstream
 	ctx, cancel := d.withTimeout(ctx)
 	defer cancel()
 	c, err := d.js.CreateOrUpdateConsumer(ctx, d.cfg.readyStream(), jetstream.ConsumerConfig{
-		Durable:           "ready-" + queue,
-		Description:       "noeta ready queue " + queue,
-		FilterSubject:     d.subj.readyQueue(queue),
+		Durable:           name,
+		Description:       "noeta " + what + queue,
+		FilterSubject:     filter,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		AckPolicy:         jetstream.AckExplicitPolicy,
 		AckWait:           readyAckWait,
@@ -104,7 +120,7 @@ func (d *Dispatcher) queueConsumer(ctx context.Context, queue string) (jetstream
 		return nil, fmt.Errorf("jetstream: ready consumer of queue %s: %w", queue, err)
 	}
 	d.mu.Lock()
-	d.queues[queue] = c
+	d.queues[key] = c
 	d.mu.Unlock()
 	return c, nil
 }
@@ -112,7 +128,46 @@ func (d *Dispatcher) queueConsumer(ctx context.Context, queue string) (jetstream
 func (d *Dispatcher) forgetConsumer(queue string) {
 	d.mu.Lock()
 	delete(d.queues, queue)
+	delete(d.queues, "front:"+queue)
 	d.mu.Unlock()
+}
+
+// frontSignal fetches, without waiting, the queue's next signal ahead of the
+// queue: nil if none. It is one short request per untargeted Lease; a
+// failure here is not the caller's (the task's signal at the back is still
+// there), so it only reports nothing.
+//
+// The front consumer is created in the background on first use (and after
+// it went missing), never on the caller's time: a Lease with a short
+// deadline on a loaded cluster spent all of it creating the consumer, every
+// time, and no task was leased at all. Until it exists there is nothing to
+// take ahead of the queue but what its signal at the back also takes.
+func (d *Dispatcher) frontSignal(queue string) jetstream.Msg {
+	d.mu.Lock()
+	cons := d.queues["front:"+queue]
+	start := cons == nil && !d.frontCreating[queue]
+	if start {
+		d.frontCreating[queue] = true
+	}
+	d.mu.Unlock()
+	if cons == nil {
+		if start && !d.goTracked(func() { d.createFront(queue) }) {
+			d.mu.Lock()
+			delete(d.frontCreating, queue)
+			d.mu.Unlock()
+		}
+		return nil
+	}
+	msg, err := d.fetchOnce(cons, 0)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, nats.ErrNoResponders) {
+			d.mu.Lock()
+			delete(d.queues, "front:"+queue)
+			d.mu.Unlock()
+		}
+		return nil
+	}
+	return msg
 }
 
 // leaseFromQueue is the untargeted Lease: fetch the queue's next signal,
@@ -123,14 +178,16 @@ func (d *Dispatcher) leaseFromQueue(ctx context.Context, queue, worker string, w
 		if err := d.check(ctx); err != nil {
 			return eventlog.Lease{}, err
 		}
-		cons, err := d.queueConsumer(ctx, queue)
+		cons, err := d.queueConsumer(ctx, queue, false)
 		if err != nil {
 			return eventlog.Lease{}, err
 		}
-		var msg jetstream.Msg
-		if wait {
+		msg := d.frontSignal(queue)
+		switch {
+		case msg != nil:
+		case wait:
 			msg, err = d.waitSignal(ctx, cons)
-		} else {
+		default:
 			msg, err = d.pollSignal(ctx, queue, cons)
 		}
 		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
@@ -172,7 +229,9 @@ func (d *Dispatcher) leaseFromQueue(ctx context.Context, queue, worker string, w
 			continue
 		}
 		if err != nil {
-			// Back to the queue at once for another worker.
+			// Back to the queue at once for another worker (a grant
+			// undone for a cancelled ctx has signalled afresh, and this one
+			// is stale).
 			_ = msg.Nak()
 			return eventlog.Lease{}, err
 		}
@@ -222,6 +281,26 @@ func (d *Dispatcher) dropStale(ctx context.Context, msg jetstream.Msg, task stri
 	if err := d.signal(ctx, task, r.Queue, r.ReadyEpoch, false); err != nil {
 		d.log.Warn("re-signal ready task", "task", task, "err", err)
 	}
+}
+
+// createFront creates queue's front consumer, with a pause before the next
+// attempt if that fails.
+func (d *Dispatcher) createFront(queue string) {
+	ctx, cancel := d.detached()
+	_, err := d.queueConsumer(ctx, queue, true)
+	cancel()
+	if err != nil {
+		d.log.Debug("create the consumer ahead of a ready queue; trying again on a later lease", "queue", queue, "err", err)
+		t := time.NewTimer(time.Second)
+		select {
+		case <-d.done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	d.mu.Lock()
+	delete(d.frontCreating, queue)
+	d.mu.Unlock()
 }
 
 // pollSignal fetches the queue's next signal without waiting: nil if none.
@@ -328,6 +407,16 @@ func (d *Dispatcher) waitSignal(ctx context.Context, cons jetstream.Consumer) (j
 				return nil, fmt.Errorf("jetstream: fetch ready signal: %w", err)
 			}
 		case <-ctx.Done():
+			// A signal already delivered is taken (grant undoes the lease,
+			// synchronously, for the ended ctx) rather than handed back
+			// with a Nak the server applies a moment later.
+			select {
+			case m, ok := <-batch.Messages():
+				if ok {
+					return m, nil
+				}
+			default:
+			}
 			d.abandon(batch)
 			return nil, ctx.Err()
 		case <-d.done:

@@ -28,6 +28,12 @@ type taskRow struct {
 	// earlier ready spell (the task was then leased by name) is recognised as
 	// stale even when the task is ready again.
 	ReadyEpoch uint64 `json:"ready_epoch,omitempty"`
+	// Front says this ready spell goes ahead of the queue: a task whose
+	// lease expired (or whose grant was cancelled before its holder got it)
+	// is taken over after the TTL, not after the TTL and the whole queue.
+	// Its spell is signalled twice, on the front subject and at the back;
+	// whichever is fetched first leases it and the other goes stale.
+	Front bool `json:"front,omitempty"`
 
 	// The current lease (LeaseID and Expires are zero unless leased);
 	// Generation and Worker describe the current or last lease.
@@ -72,6 +78,7 @@ func (r *taskRow) grant(leaseID, worker string, expires time.Time) {
 	r.Heartbeats = 0
 	r.Reason = ""
 	r.Reserved = false // a reservation is claimed once
+	r.Front = false
 }
 
 // clearLease ends the lease, if any. Generation and Worker stay, as the
@@ -89,6 +96,7 @@ func (r *taskRow) makeReady() {
 	r.WakeOn = nil
 	r.Reason = ""
 	r.ReadyEpoch++
+	r.Front = false
 }
 
 // makeTerminal ends the row. The pending buffer goes (nothing will ever
@@ -168,6 +176,7 @@ func (r *taskRow) requeue(reclaimMax int) bool {
 		return false
 	}
 	r.makeReady()
+	r.Front = true
 	return true
 }
 
@@ -371,6 +380,13 @@ func (d *Dispatcher) afterWrite(task string, old, nu *taskRow) {
 	}
 	if nu.Status == eventlog.DispatchReady && !nu.Reserved &&
 		(old == nil || old.Status != eventlog.DispatchReady || old.ReadyEpoch != nu.ReadyEpoch) {
+		if nu.Front {
+			// Best effort: the signal at the back (below, retried until it
+			// is there) still leases the task if this one is lost.
+			if err := d.signalFront(ctx, task, nu.Queue, nu.ReadyEpoch); err != nil {
+				d.log.Warn("publish ready signal ahead of the queue; it waits its turn at the back", "task", task, "queue", nu.Queue, "err", err)
+			}
+		}
 		if err := d.signal(ctx, task, nu.Queue, nu.ReadyEpoch, true); err != nil {
 			d.log.Warn("publish ready signal; retrying in the background", "task", task, "queue", nu.Queue, "err", err)
 			d.goTracked(func() { d.resignal(task, nu.ReadyEpoch) })

@@ -1054,7 +1054,9 @@ func TestFeedConsumerConfig(t *testing.T) {
 // them; latency is the handler's clock minus the record's time (stamped by
 // the Log just before its publish), so it spans the fenced append, its
 // fsync, delivery and the handler call; append-p50/p99 are the appends alone
-// (the record's time to Emit's return). On the single node with sync always
+// (the record's time to Emit's return); commit-p50/p99 are from the commit,
+// as its writer learns of it (Emit's return), to the handler, 0 when the
+// handler ran first. On the single node with sync always
 // (the package's server) and on one with nats-server's default sync
 // interval; records/s is the rate the writers reached.
 func BenchmarkFeedLatency(b *testing.B) {
@@ -1084,7 +1086,25 @@ func benchFeedLatency(b *testing.B, url string, rate int) {
 		lats    []time.Duration // commit to handler
 		appends []time.Duration // Emit: from the record's time to its return
 		since   time.Time
+		// met holds, by record, the first of its two moments to arrive:
+		// Emit's return or the handler's call; the second computes the
+		// commit-to-handler latency.
+		met     = map[string]time.Time{}
+		commits []time.Duration
 	)
+	meet := func(key string, now time.Time, handler bool) {
+		first, ok := met[key]
+		if !ok {
+			met[key] = now
+			return
+		}
+		delete(met, key)
+		d := now.Sub(first) // handler after commit
+		if !handler {
+			d = 0 // the handler ran before Emit returned
+		}
+		commits = append(commits, d)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -1093,6 +1113,7 @@ func benchFeedLatency(b *testing.B, url string, rate int) {
 			mu.Lock()
 			if !since.IsZero() && d.Env.Time.After(since) {
 				lats = append(lats, now.Sub(d.Env.Time))
+				meet(fmt.Sprint(d.Env.Task, "/", d.Env.Seq), now, true)
 			}
 			mu.Unlock()
 			return nil
@@ -1146,9 +1167,11 @@ func benchFeedLatency(b *testing.B, url string, rate int) {
 						b.Errorf("Emit: %v", err)
 						return
 					}
-					took := time.Since(stored.Time)
+					now := time.Now()
+					took := now.Sub(stored.Time)
 					mu.Lock()
 					appends = append(appends, took)
+					meet(fmt.Sprint(stored.Task, "/", stored.Seq), now, false)
 					mu.Unlock()
 					written.Add(1)
 					next = next.Add(interval)
@@ -1185,5 +1208,10 @@ func benchFeedLatency(b *testing.B, url string, rate int) {
 	slices.Sort(appends)
 	b.ReportMetric(ms(percentile(appends, 0.50)), "append-p50-ms")
 	b.ReportMetric(ms(percentile(appends, 0.99)), "append-p99-ms")
+	slices.Sort(commits)
+	if len(commits) > 0 {
+		b.ReportMetric(ms(percentile(commits, 0.50)), "commit-p50-ms")
+		b.ReportMetric(ms(percentile(commits, 0.99)), "commit-p99-ms")
+	}
 	mu.Unlock()
 }

@@ -673,9 +673,11 @@ func (d *dispatcher) fireTimer(r *row) {
 	d.match(r, eventlog.TimerAnswer(*r.wakeOn))
 }
 
-// requeue reclaims r's expired lease: ready again, or terminal once it has
-// been reclaimed ReclaimMax times in a row (counted after the increment). It
-// reports whether r went ready. The matched wake is kept either way.
+// requeue reclaims r's expired lease: ready again, at the front of its
+// queue (its holder's TTL was its wait; it does not wait for the whole queue
+// again), or terminal once it has been reclaimed ReclaimMax times in a row
+// (counted after the increment). It reports whether r went ready. The
+// matched wake is kept either way.
 func (d *dispatcher) requeue(r *row) bool {
 	d.clearLease(r)
 	r.reclaims++
@@ -684,6 +686,9 @@ func (d *dispatcher) requeue(r *row) bool {
 		return false
 	}
 	d.makeReady(r)
+	if r.elem != nil {
+		d.ready[r.queue].MoveToFront(r.elem)
+	}
 	return true
 }
 
