@@ -210,7 +210,7 @@ func TestRepetitionApproval(t *testing.T) {
 			t.Errorf("request %+v", req)
 		}
 		wantGovernance(t, st, governance{Iterations: 2, ToolCalls: 3, Approvals: []noeta.ApprovalRecord{
-			{Handle: handle, Action: noeta.ApprovalToolCall, CallID: "call-1-2", Tool: "echo", Decision: noeta.ApprovalApprove, Approver: "alice@example.com"},
+			{Handle: handle, Action: noeta.ApprovalToolCall, CallID: "call-1-2", Tool: "echo", Decision: noeta.ApprovalApprove, Approver: "alice@example.com", Auth: noeta.AuthLocal},
 		}})
 	})
 }
@@ -230,7 +230,7 @@ func TestApprovalGranted(t *testing.T) {
 			t.Errorf("ls result %+v %s", fin, fin.Output)
 		}
 		wantGovernance(t, st, governance{Iterations: 2, ToolCalls: 1, Approvals: []noeta.ApprovalRecord{
-			{Handle: handle, Action: noeta.ApprovalToolCall, CallID: "call-1-0", Tool: "shell", Decision: noeta.ApprovalApprove, Approver: "alice@example.com", Reason: "looks safe"},
+			{Handle: handle, Action: noeta.ApprovalToolCall, CallID: "call-1-0", Tool: "shell", Decision: noeta.ApprovalApprove, Approver: "alice@example.com", Reason: "looks safe", Auth: noeta.AuthLocal},
 		}})
 	})
 }
@@ -248,7 +248,7 @@ func TestApprovalRefused(t *testing.T) {
 		wantGovernance(t, st, governance{Iterations: 2,
 			Denials: []noeta.Denial{{Type: "ApprovalResolved", Reason: "not today", CallID: "call-1-0", Tool: "shell"}},
 			Approvals: []noeta.ApprovalRecord{
-				{Handle: handle, Action: noeta.ApprovalToolCall, CallID: "call-1-0", Tool: "shell", Decision: noeta.ApprovalDeny, Approver: "alice@example.com", Reason: "not today"},
+				{Handle: handle, Action: noeta.ApprovalToolCall, CallID: "call-1-0", Tool: "shell", Decision: noeta.ApprovalDeny, Approver: "alice@example.com", Reason: "not today", Auth: noeta.AuthLocal},
 			}})
 	})
 }
