@@ -100,6 +100,11 @@ func TestDefinitions(t *testing.T) {
 			// files' 3. Consumers inherit their stream's (num_replicas 0).
 			if sc, ok := got.(*natsjs.StreamConfig); ok {
 				sc.Replicas = clusterReplicas
+				// A replicated task stream takes atomic batches (ADR
+				// 0038); the code sets allow_atomic only with replicas.
+				if sc.Name == "NOETA_TASKS" {
+					sc.AllowAtomicPublish = true
+				}
 			}
 			if *update {
 				writeDefinition(t, d, got)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,7 +69,17 @@ func startEngineWith(t testing.TB, urls string, dc jetstream.DispatcherConfig, w
 		t.Fatalf("OpenDispatcher as engine: %v", err)
 	}
 	t.Cleanup(func() { _ = disp.Close() })
-	log, err := jetstream.Open(ctx, nc, jetstream.Config{Replicas: replicas, Registry: disp, RequestTimeout: 10 * time.Second})
+	// A cluster that has just come up may not yet have every peer current
+	// for placing a new replicated bucket (10005, "no suitable peers"):
+	// that passes, as the host's RetryStart lets it.
+	var log *jetstream.Log
+	for {
+		log, err = jetstream.Open(ctx, nc, jetstream.Config{Replicas: replicas, Registry: disp, RequestTimeout: 10 * time.Second})
+		if err == nil || !strings.Contains(err.Error(), "err_code=10005") || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatalf("Open as engine: %v", err)
 	}
