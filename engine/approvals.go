@@ -111,7 +111,9 @@ func (e *Engine) judge(ctx context.Context, st *State, pa noeta.PendingApproval,
 	if quorum > 1 && auth == noeta.AuthNone {
 		return refuse(fmt.Sprintf("a quorum of %d distinct approvers counts authenticated approvals only; %s", quorum, msgUnauthenticated)), nil
 	}
-	if slices.Contains(pa.Approvers, approver) {
+	// One person answering through two doors (cli:alice, the NATS approver
+	// alice, the token alice) is one approver of a quorum.
+	if slices.ContainsFunc(pa.Approvers, func(a string) bool { return a == approver || approvals.SamePerson(a, approver) }) {
 		return refuse(fmt.Sprintf("%s has approved this request already; it needs %d distinct approvers (%d so far)", approver, quorum, len(pa.Approvers))), nil
 	}
 	if n := len(pa.Approvers) + 1; n < quorum {

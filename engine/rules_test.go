@@ -546,3 +546,22 @@ func TestQuorumOverApprovalSubjects(t *testing.T) {
 		t.Fatalf("resolved %+v with %d calls; want approved by alice and bob over nats, the call run once", res, st.Governance.ToolCalls)
 	}
 }
+
+// TestQuorumOnePersonTwoDoors: a two-person quorum is not met by one person
+// approving as cli:alice and again as the NATS approver Alice. Before, the
+// approvers were compared as strings, so the second door counted as a
+// second person and the call ran on one person's word.
+func TestQuorumOnePersonTwoDoors(t *testing.T) {
+	b := memBackend(t, 2*time.Second)
+	h := newHarness(t, b, quorumConfig, withGuards(gate("tool_call")), withApprovals(t, quorumConfig))
+	h.start(1)
+	id := h.submit(nowApproval)
+	handle := waitOpen(t, h, id, nil).WakeOn.Handle
+	answer(t, h, id, handle, "cli:alice", noeta.AuthLocal, noeta.ApprovalApprove, "one")
+	waitOpen(t, h, id, func(s *engine.State) bool { return len(pendingOf(s).Approvers) == 1 })
+	answer(t, h, id, handle, "Alice", noeta.AuthNATS, noeta.ApprovalApprove, "two")
+	st := waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == 1 })
+	if pa := pendingOf(st); len(pa.Approvers) != 1 || st.Governance.ToolCalls != 0 {
+		t.Fatalf("approvers %v, %d calls; want one approver and nothing run", pa.Approvers, st.Governance.ToolCalls)
+	}
+}
