@@ -391,7 +391,11 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 		// answer is being judged (the first approval of a quorum, a refused
 		// one): the log, read again, says whether that answer closed it.
 		ds, derr := e.cfg.Dispatcher.Inspect(ctx, task)
-		transit := derr == nil && (ds.Status == eventlog.DispatchLeased || ds.Status == eventlog.DispatchReady)
+		// Suspended on the handle again by now (the other answer was
+		// judged and left the request open between the Wake and this
+		// look): the next round's Wake finds it waiting.
+		again := derr == nil && ds.Status == eventlog.DispatchSuspended && noeta.Matches(ds.WakeOn, &w)
+		transit := again || derr == nil && (ds.Status == eventlog.DispatchLeased || ds.Status == eventlog.DispatchReady)
 		if !transit || time.Now().After(deadline) {
 			if st, rerr := e.Inspect(ctx, task); rerr == nil {
 				if oerr := OpenRequest(st, handle); oerr != nil {
