@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"cel.dev/cel-go/cel"
+	"github.com/noeta-go/noeta/internal/celissues"
 )
 
 // ErrNotAllowed is wrapped by [Policy.Check] when an answer may not be
@@ -215,16 +216,8 @@ func compile(envf func() (*cel.Env, error), src string) (prg cel.Program, err er
 		return nil, fmt.Errorf("CEL environment: %w", err)
 	}
 	ast, iss := env.Compile(src)
-	if iss.Err() != nil {
-		var msgs []string
-		for _, e := range iss.Errors() {
-			if l := e.Location; l != nil && l.Line() > 0 {
-				msgs = append(msgs, fmt.Sprintf("%s (at %d:%d)", e.Message, l.Line(), l.Column()+1))
-			} else {
-				msgs = append(msgs, e.Message)
-			}
-		}
-		return nil, errors.New(strings.Join(msgs, "; "))
+	if err := celissues.Err(iss); err != nil {
+		return nil, err
 	}
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) {
 		return nil, fmt.Errorf("must be a bool expression, not %v (compare a value from args, e.g. args.force == true)", t)

@@ -1,9 +1,7 @@
 package guards
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"cel.dev/cel-go/cel"
@@ -11,6 +9,7 @@ import (
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/interpreter"
+	"github.com/noeta-go/noeta/internal/celissues"
 )
 
 // celEnv declares what a rule's when expression sees. It is built once: an
@@ -61,18 +60,8 @@ func compileCEL(src string) (p *celProgram, err error) {
 		return nil, fmt.Errorf("CEL environment: %w", err)
 	}
 	ast, iss := env.Compile(src)
-	if iss.Err() != nil {
-		// One line per problem, without cel-go's caret drawing, so that the
-		// message sits on one line of a config error.
-		var msgs []string
-		for _, e := range iss.Errors() {
-			if l := e.Location; l != nil && l.Line() > 0 {
-				msgs = append(msgs, fmt.Sprintf("%s (at %d:%d)", e.Message, l.Line(), l.Column()+1))
-			} else {
-				msgs = append(msgs, e.Message)
-			}
-		}
-		return nil, errors.New(strings.Join(msgs, "; "))
+	if err := celissues.Err(iss); err != nil {
+		return nil, err
 	}
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
 		return nil, fmt.Errorf("must be a bool expression, not %v", t)
