@@ -27,9 +27,10 @@ type unbatched struct {
 // call, then a finish) with one worker on the embedded single node (sync
 // always), one task after another, and reports tasks/s and the writes to the
 // task stream the engine waited for per tool call (waits/call), for:
-// "before": every record its own append; "auto": EmitBatch as the log
-// chooses (sequential on a single node); "atomic": EmitBatch as one
-// JetStream atomic batch. The modes run in the same process on the same
+// "before": every record its own append; "sequential": EmitBatch writing
+// one record after another; "packed": EmitBatch as the log chooses by
+// default, one message holding the batch (ADR 0040); "atomic": EmitBatch as
+// one JetStream atomic batch. The modes run in the same process on the same
 // server (ADR 0038, docs/benchmarks.md). BenchmarkDurableWaitsR3 does the
 // same on a 3-node cluster it starts, with R3 streams.
 func BenchmarkDurableWaits(b *testing.B) {
@@ -61,7 +62,12 @@ func benchDurableWaits(b *testing.B, url string, replicas int) {
 		name   string
 		mode   jetstream.BatchMode
 		hidden bool
-	}{{"before", jetstream.BatchSequential, true}, {"auto", jetstream.BatchAuto, false}, {"atomic", jetstream.BatchAtomic, false}} {
+	}{
+		{"before", jetstream.BatchSequential, true},
+		{"sequential", jetstream.BatchSequential, false},
+		{"packed", jetstream.BatchAuto, false},
+		{"atomic", jetstream.BatchAtomic, false},
+	} {
 		b.Run(mode.name, func(b *testing.B) {
 			be := jsBackendAt(b, 30*time.Second, url, replicas, mode.mode)
 			js := be.log.(*jetstream.Log)

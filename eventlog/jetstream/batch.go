@@ -14,25 +14,43 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 )
 
-// BatchMode chooses how EmitBatch writes a batch (ADR 0038).
+// BatchMode chooses how EmitBatch writes a batch (ADR 0038, 0040).
 type BatchMode int
 
 const (
-	// BatchAuto writes atomically on a replicated stream (Replicas > 1) and
-	// one record after another on a single node, where an atomic batch is
-	// staged in a temporary file store and costs several times the sequential
-	// appends it replaces (measured: BenchmarkBatchMechanism).
+	// BatchAuto is BatchPacked.
 	BatchAuto BatchMode = iota
-	// BatchSequential writes each record with its own compare-and-set: on
-	// failure a prefix of the batch may be in the log.
+	// BatchSequential writes each record as its own message with its own
+	// compare-and-set: on failure a prefix of the batch may be in the log.
+	// It keeps one record per message for consumers that read the stream
+	// without this package.
 	BatchSequential
 	// BatchAtomic writes the batch as one JetStream atomic batch (nats-server
 	// 2.12+, the stream's allow_atomic set by Open): all or nothing, one
-	// reply awaited.
+	// reply awaited. On a single node the server stages every batch in a
+	// temporary file store, which costs more than the appends it replaces.
 	BatchAtomic
+	// BatchPacked writes the batch as one message holding every record (a
+	// CloudEvents JSON batch) with one compare-and-set: all or nothing, one
+	// durable write, on a single node as on a cluster.
+	BatchPacked
 )
 
-func (m BatchMode) valid() bool { return m >= BatchAuto && m <= BatchAtomic }
+func (m BatchMode) valid() bool { return m >= BatchAuto && m <= BatchPacked }
+
+func (m BatchMode) String() string {
+	switch m {
+	case BatchAuto:
+		return "auto"
+	case BatchSequential:
+		return "sequential"
+	case BatchAtomic:
+		return "atomic"
+	case BatchPacked:
+		return "packed"
+	}
+	return "BatchMode(" + strconv.Itoa(int(m)) + ")"
+}
 
 // Headers of JetStream's atomic batch publish (ADR-50).
 const (
@@ -58,8 +76,12 @@ func (l *Log) enableAtomic(ctx context.Context) error {
 	return nil
 }
 
-// BatchAtomic implements eventlog.BatchWriter.
-func (l *Log) BatchAtomic() bool { return l.atomic }
+// Batch is how EmitBatch writes on this Log (BatchAuto resolved).
+func (l *Log) Batch() BatchMode { return l.batch }
+
+// BatchAtomic implements eventlog.BatchWriter: packed and atomic batches are
+// all or nothing, sequential ones leave a prefix.
+func (l *Log) BatchAtomic() bool { return l.batch != BatchSequential }
 
 // EmitBatch implements eventlog.BatchWriter. Atomic (BatchAtomic true): one
 // JetStream atomic batch whose first message carries the compare-and-set on
@@ -121,7 +143,12 @@ func (l *Log) emitBatchLocked(ctx context.Context, ts *taskState, lease eventlog
 			return nil, nil, false, fmt.Errorf("batch record %d: %w", i, err)
 		}
 	}
-	if l.atomic {
+	switch l.batch {
+	case BatchPacked:
+		b := &packOp{appendOp: appendOp{l: l, ts: ts, lease: lease, env: envs[0], opts: opts, idem: entry}, envs: envs}
+		out, err := b.run(ctx)
+		return out, append(b.notify, out...), false, err
+	case BatchAtomic:
 		b := &batchOp{appendOp: appendOp{l: l, ts: ts, lease: lease, env: envs[0], opts: opts, idem: entry}, envs: envs}
 		out, err := b.run(ctx)
 		return out, append(b.notify, out...), false, err

@@ -15,10 +15,15 @@ import (
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 )
 
-// The batch cases run on the single node in both modes (BatchAuto is
-// sequential there) and on the cluster (atomic) within TestSuiteCluster.
+// The batch cases run packed (BatchAuto) on the single node and the cluster
+// within TestSuiteSingleNode and TestSuiteCluster, and in the other two
+// modes here.
 func TestBatchSuiteSingleNodeAtomic(t *testing.T) {
 	eventlogtest.RunBatchSuite(t, factoryBatch(singleURL, 1, jetstream.BatchAtomic))
+}
+
+func TestBatchSuiteSingleNodeSequential(t *testing.T) {
+	eventlogtest.RunBatchSuite(t, factoryBatch(singleURL, 1, jetstream.BatchSequential))
 }
 
 // liveRegistry holds every lease live: only the log's own fence stands
@@ -38,7 +43,7 @@ func TestBatchFencedAtServer(t *testing.T) {
 	for _, mode := range []struct {
 		name string
 		mode jetstream.BatchMode
-	}{{"sequential", jetstream.BatchSequential}, {"atomic", jetstream.BatchAtomic}} {
+	}{{"sequential", jetstream.BatchSequential}, {"atomic", jetstream.BatchAtomic}, {"packed", jetstream.BatchPacked}} {
 		t.Run(mode.name, func(t *testing.T) {
 			ctx := t.Context()
 			prefix := uniquePrefix(t, singleURL)
@@ -97,33 +102,43 @@ func TestBatchFencedAtServer(t *testing.T) {
 	}
 }
 
-// TestBatchModeChosen: BatchAuto is atomic on a replicated stream the Log
-// created and sequential on a single node or on a stream defined without
-// allow_atomic (as deploy/nats's is); a Batch value out of range is refused.
+// TestBatchModeChosen: BatchAuto packs a batch into one message on a
+// single node, on a cluster and on a stream defined without allow_atomic (as
+// deploy/nats's was); the other modes are what they say; only sequential
+// batches may leave a prefix; a Batch value out of range is refused.
 func TestBatchModeChosen(t *testing.T) {
 	ctx := t.Context()
 	open := func(url string, cfg jetstream.Config) (*jetstream.Log, error) {
 		return jetstream.Open(ctx, connect(t, url), cfg)
 	}
+	check := func(name string, l *jetstream.Log, want jetstream.BatchMode) {
+		t.Helper()
+		if got := l.Batch(); got != want {
+			t.Errorf("%s: Batch() = %v, want %v", name, got, want)
+		}
+		if got := l.BatchAtomic(); got != (want != jetstream.BatchSequential) {
+			t.Errorf("%s: BatchAtomic() = %v for %v", name, got, want)
+		}
+	}
 	cases := []struct {
 		name string
 		url  string
 		cfg  jetstream.Config
-		want bool
+		want jetstream.BatchMode
 	}{
-		{"single node, auto", singleURL, jetstream.Config{Replicas: 1}, false},
-		{"single node, atomic", singleURL, jetstream.Config{Replicas: 1, Prefix: uniquePrefix(t, singleURL), Batch: jetstream.BatchAtomic}, true},
-		{"cluster, auto", clusterURL, jetstream.Config{Replicas: 3}, true},
-		{"cluster, sequential", clusterURL, jetstream.Config{Replicas: 3, Batch: jetstream.BatchSequential}, false},
+		{"single node, auto", singleURL, jetstream.Config{Replicas: 1}, jetstream.BatchPacked},
+		{"single node, atomic", singleURL, jetstream.Config{Replicas: 1, Prefix: uniquePrefix(t, singleURL), Batch: jetstream.BatchAtomic}, jetstream.BatchAtomic},
+		{"single node, sequential", singleURL, jetstream.Config{Replicas: 1, Batch: jetstream.BatchSequential}, jetstream.BatchSequential},
+		{"cluster, auto", clusterURL, jetstream.Config{Replicas: 3}, jetstream.BatchPacked},
+		{"cluster, atomic", clusterURL, jetstream.Config{Replicas: 3, Batch: jetstream.BatchAtomic}, jetstream.BatchAtomic},
+		{"cluster, sequential", clusterURL, jetstream.Config{Replicas: 3, Batch: jetstream.BatchSequential}, jetstream.BatchSequential},
 	}
 	for _, c := range cases {
 		l, err := open(c.url, c.cfg)
 		if err != nil {
 			t.Fatalf("%s: Open: %v", c.name, err)
 		}
-		if got := l.BatchAtomic(); got != c.want {
-			t.Errorf("%s: BatchAtomic() = %v, want %v", c.name, got, c.want)
-		}
+		check(c.name, l, c.want)
 	}
 	// A replicated stream created from the definition, without allow_atomic.
 	prefix := uniquePrefix(t, clusterURL)
@@ -145,9 +160,7 @@ func TestBatchModeChosen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.BatchAtomic() {
-		t.Errorf("auto on a stream without allow_atomic: BatchAtomic() = true, want false (sequential, no update)")
-	}
+	check("auto on a stream without allow_atomic", l, jetstream.BatchPacked)
 	if _, err := open(singleURL, jetstream.Config{Batch: jetstream.BatchMode(7)}); err == nil || !strings.Contains(err.Error(), "Config.Batch") {
 		t.Errorf("Open with Batch 7: got %v, want an error naming Config.Batch", err)
 	}

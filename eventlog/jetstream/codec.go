@@ -97,6 +97,11 @@ func encode(subject string, env eventlog.Envelope, m meta) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
+	return encodeBody(subject, env, body, m), nil
+}
+
+// encodeBody is encode with env's body already written.
+func encodeBody(subject string, env eventlog.Envelope, body []byte, m meta) *nats.Msg {
 	msg := nats.NewMsg(subject)
 	msg.Data = body
 	msg.Header.Set("Content-Type", contentTypeCE)
@@ -119,7 +124,7 @@ func encode(subject string, env eventlog.Envelope, m meta) (*nats.Msg, error) {
 		msg.Header.Set(hdrIdempotency, m.idemKey)
 	}
 	msg.Header.Set(nats.MsgIdHdr, env.ID)
-	return msg, nil
+	return msg
 }
 
 // cloudEventBody is the CloudEvents structured-mode JSON body of env, as it is

@@ -112,14 +112,15 @@ func (l *Log) directBatch(ctx context.Context, subject string, start, end uint64
 			return end + 1, nil
 		}
 		start = seq + 1
-		r, err := decode(m.Header.Get("Nats-Subject"), seq, m.Header, m.Data)
+		rs, err := decodeMsg(m.Header.Get("Nats-Subject"), seq, m.Header, m.Data)
 		if err != nil {
 			l.corrupt.Add(1)
 			if l.cfg.OnCorrupt == nil {
 				return start, err
 			}
 			l.cfg.OnCorrupt(err)
-		} else {
+		}
+		for _, r := range rs {
 			fn(r)
 		}
 		if seq == end {

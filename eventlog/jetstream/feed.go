@@ -461,6 +461,7 @@ func (f *Feed) pullOnce(ctx context.Context, fc eventlog.FeedConfig, p int, h ev
 		noReply    int       // requests answered "no responders" in a row
 	)
 	drainFailed := false
+	var prog packProgress
 	// stop drains the subscription once ctx has ended. A handler that
 	// finished after that calls it before its acknowledgement: the request
 	// still at the server (feedPullBatch) would otherwise take the next
@@ -575,7 +576,7 @@ func (f *Feed) pullOnce(ctx context.Context, fc eventlog.FeedConfig, p int, h ev
 			f.reply(msg, ackNak)
 			continue
 		}
-		f.handle(ctx, fc, p, msg, h, stop)
+		f.handle(ctx, fc, p, msg, h, stop, &prog)
 	}
 }
 
@@ -600,45 +601,74 @@ func (f *Feed) nakWithDelay(m *nats.Msg, d time.Duration) {
 
 func (f *Feed) term(m *nats.Msg, reason string) { f.reply(m, ackTerm+" "+reason) }
 
-// handle decodes one message, has h handle it and answers the server.
-func (f *Feed) handle(ctx context.Context, fc eventlog.FeedConfig, p int, m *nats.Msg, h eventlog.FeedHandler, stop func()) {
+// packProgress is how far a partition got through the message it is on: a
+// pack redelivered after one of its records failed starts after the records
+// this process already handled (another process starts at its first, which
+// Attempt > 1 tells the handler).
+type packProgress struct {
+	streamSeq uint64
+	done      int // records handled (or dead-lettered)
+	dead      int // of which dead-lettered
+}
+
+// handle decodes one message, has h handle its records in order and answers
+// the server: an ack once every record is handled.
+func (f *Feed) handle(ctx context.Context, fc eventlog.FeedConfig, p int, m *nats.Msg, h eventlog.FeedHandler, stop func(), prog *packProgress) {
 	md, err := m.Metadata()
 	if err != nil {
 		f.quarantine(fc, m, nil, fmt.Errorf("jetstream: feed: message without metadata: %w", err))
 		return
 	}
-	env, err := f.decode(m.Subject, md.Sequence.Stream, m.Header, m.Data)
+	envs, err := f.decode(m.Subject, md.Sequence.Stream, m.Header, m.Data)
 	if err != nil {
 		f.quarantine(fc, m, md, err)
 		return
 	}
+	if prog.streamSeq != md.Sequence.Stream {
+		*prog = packProgress{streamSeq: md.Sequence.Stream}
+	}
 	attempt := int(min(md.NumDelivered, uint64(1<<31-1)))
-	f.stats.delivered.Add(1)
-	if attempt > 1 {
-		f.stats.redelivered.Add(1)
-	}
-	err = callFeedHandler(ctx, h, eventlog.Delivery{Env: env, Partition: p, Attempt: attempt, Pending: md.NumPending})
-	if ctx.Err() != nil {
-		stop()
-	}
-	switch {
-	case err == nil:
-		if f.ack(fc, m, md) {
-			f.stats.acked.Add(1)
+	for prog.done < len(envs) {
+		env := envs[prog.done]
+		f.stats.delivered.Add(1)
+		if attempt > 1 {
+			f.stats.redelivered.Add(1)
 		}
-	case ctx.Err() != nil:
-		// Stopping: the error may be the stop itself. Hand the record back
-		// now rather than after the backoff, and never dead-letter it for
-		// this attempt.
-		f.stats.failed.Add(1)
-		f.reply(m, ackNak)
-	case attempt >= fc.MaxDeliver:
-		f.deadLetter(fc, m, md, attempt, err)
-	default:
-		f.stats.failed.Add(1)
-		f.log.Debug("feed handler failed; redelivering after the backoff", "group", fc.Group, "partition", p,
-			"task", env.Task, "seq", env.Seq, "key", env.Key, "attempt", attempt, "err", err)
-		f.nakWithDelay(m, fc.BackoffFor(attempt))
+		err = callFeedHandler(ctx, h, eventlog.Delivery{Env: env, Partition: p, Attempt: attempt, Pending: md.NumPending})
+		if ctx.Err() != nil {
+			stop()
+		}
+		switch {
+		case err == nil:
+			prog.done++
+			continue
+		case ctx.Err() != nil:
+			// Stopping: the error may be the stop itself. Hand the record back
+			// now rather than after the backoff, and never dead-letter it for
+			// this attempt.
+			f.stats.failed.Add(1)
+			f.reply(m, ackNak)
+		case attempt >= fc.MaxDeliver && len(envs) == 1:
+			f.deadLetter(fc, m, md, attempt, err)
+		case attempt >= fc.MaxDeliver:
+			// One record of a pack: it alone goes aside, the pack's others
+			// are still handled.
+			if f.deadLetterRecord(fc, m, md, env, attempt, err) {
+				prog.done++
+				prog.dead++
+				continue
+			}
+			f.nakWithDelay(m, fc.BackoffFor(attempt))
+		default:
+			f.stats.failed.Add(1)
+			f.log.Debug("feed handler failed; redelivering after the backoff", "group", fc.Group, "partition", p,
+				"task", env.Task, "seq", env.Seq, "key", env.Key, "attempt", attempt, "err", err)
+			f.nakWithDelay(m, fc.BackoffFor(attempt))
+		}
+		return
+	}
+	if f.ack(fc, m, md) {
+		f.stats.acked.Add(uint64(len(envs) - prog.dead))
 	}
 }
 
@@ -651,18 +681,27 @@ func callFeedHandler(ctx context.Context, h eventlog.FeedHandler, d eventlog.Del
 	return h(ctx, d)
 }
 
-// decode reads a delivered record as Read and Inbox do, and checks that it
-// belongs on its subject: a log record of its task with a seq, or an inbox
-// record of its task under the subject's key.
-func (f *Feed) decode(subject string, streamSeq uint64, hdr nats.Header, data []byte) (eventlog.Envelope, error) {
-	r, err := decode(subject, streamSeq, hdr, data)
+// decode reads a delivered message as Read and Inbox do, and checks that
+// each of its records belongs on its subject: a log record of its task with a
+// seq, or an inbox record of its task under the subject's key.
+func (f *Feed) decode(subject string, streamSeq uint64, hdr nats.Header, data []byte) ([]eventlog.Envelope, error) {
+	rs, err := decodeMsg(subject, streamSeq, hdr, data)
 	if err != nil {
-		return eventlog.Envelope{}, err
+		return nil, err
 	}
+	out := make([]eventlog.Envelope, len(rs))
+	for i, r := range rs {
+		if out[i], err = f.check(subject, streamSeq, r.env); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (f *Feed) check(subject string, streamSeq uint64, env eventlog.Envelope) (eventlog.Envelope, error) {
 	bad := func(format string, args ...any) (eventlog.Envelope, error) {
 		return eventlog.Envelope{}, &CorruptRecordError{Subject: subject, StreamSeq: streamSeq, Err: fmt.Errorf(format, args...)}
 	}
-	env := r.env
 	rest, ok := strings.CutPrefix(subject, f.subj.prefix+".t.")
 	parts := strings.Split(rest, ".")
 	switch {
@@ -722,6 +761,35 @@ func (f *Feed) deadLetter(fc eventlog.FeedConfig, m *nats.Msg, md *nats.MsgMetad
 	f.log.Warn("feed record dead-lettered", "group", fc.Group, "subject", m.Subject,
 		"stream_seq", md.Sequence.Stream, "attempts", attempt, "err", cause)
 	f.term(m, "noeta: dead-lettered after "+strconv.Itoa(attempt)+" attempts")
+}
+
+// deadLetterRecord copies one record of a pack whose last attempt failed to
+// the group's dead-letter subject, as a message of its own; false if the
+// copy failed.
+func (f *Feed) deadLetterRecord(fc eventlog.FeedConfig, m *nats.Msg, md *nats.MsgMetadata, env eventlog.Envelope, attempt int, cause error) bool {
+	msg := f.aside(DeadLetterSubject(f.opts.Prefix, fc.Group), "dlq", fc.Group, m, md, cause)
+	body, err := cloudEventBody(env)
+	if err == nil {
+		msg.Data = body
+		msg.Header.Set("Content-Type", contentTypeCE)
+		msg.Header.Set(hdrType, env.Type)
+		msg.Header.Set(hdrOrigin, string(env.Origin))
+		msg.Header.Set(hdrSeq, strconv.FormatUint(env.Seq, 10))
+		msg.Header.Del(hdrCount)
+		msg.Header.Set(nats.MsgIdHdr, msg.Header.Get(nats.MsgIdHdr)+":"+strconv.FormatUint(env.Seq, 10))
+		msg.Header.Set(HeaderAttempts, strconv.Itoa(attempt))
+		err = f.publishAside(msg)
+	}
+	if err != nil {
+		f.stats.failed.Add(1)
+		f.log.Error("feed dead letter not stored; retrying the record after the backoff", "group", fc.Group,
+			"subject", m.Subject, "stream_seq", md.Sequence.Stream, "seq", env.Seq, "attempt", attempt, "err", err)
+		return false
+	}
+	f.stats.deadLettered.Add(1)
+	f.log.Warn("feed record dead-lettered", "group", fc.Group, "subject", m.Subject,
+		"stream_seq", md.Sequence.Stream, "seq", env.Seq, "attempts", attempt, "err", cause)
+	return true
 }
 
 // quarantine copies a record that does not decode to the group's

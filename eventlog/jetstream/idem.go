@@ -58,7 +58,7 @@ func (l *Log) idemLookup(ctx context.Context, task string, lease eventlog.Lease,
 	}
 	entry := &idemEntry{key: k, rev: e.Revision(), exists: true, count: v.Count}
 	if v.StreamSeq != 0 {
-		env, err := l.recordAt(ctx, v.StreamSeq)
+		env, err := l.recordAt(ctx, v.StreamSeq, v.Seq)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -76,10 +76,12 @@ func (l *Log) idemLookup(ctx context.Context, task string, lease eventlog.Lease,
 	if hdr.Get("Nats-Msg-Id") != v.EnvID && !sameKey(hdr, lease.ID, key) {
 		return nil, entry, nil
 	}
-	r, err := decode(m.Subject, m.Sequence, hdr, m.Data)
+	rs, err := decodeMsg(m.Subject, m.Sequence, hdr, m.Data)
 	if err != nil {
 		return nil, nil, err
 	}
+	// A pack's first record is the one the key names.
+	r := rs[0]
 	l.idemCommit(ctx, entry, r.env, m.Sequence)
 	return &r.env, entry, nil
 }
@@ -109,17 +111,26 @@ func (l *Log) idemCommit(ctx context.Context, e *idemEntry, env eventlog.Envelop
 	}
 }
 
-// recordAt reads the record at a stream sequence from the leader.
-func (l *Log) recordAt(ctx context.Context, streamSeq uint64) (eventlog.Envelope, error) {
+// recordAt reads the record with Seq seq (0: the first) of the message at a
+// stream sequence from the leader; a pack holds several.
+func (l *Log) recordAt(ctx context.Context, streamSeq, seq uint64) (eventlog.Envelope, error) {
 	m, hdr, err := l.leaderGet(ctx, msgGetRequest{Seq: streamSeq})
 	if err != nil {
 		return eventlog.Envelope{}, fmt.Errorf("jetstream: record at stream sequence %d: %w", streamSeq, err)
 	}
-	r, err := decode(m.Subject, m.Sequence, hdr, m.Data)
+	rs, err := decodeMsg(m.Subject, m.Sequence, hdr, m.Data)
 	if err != nil {
 		return eventlog.Envelope{}, err
 	}
-	return r.env, nil
+	if seq == 0 {
+		return rs[0].env, nil
+	}
+	for _, r := range rs {
+		if r.env.Seq == seq {
+			return r.env, nil
+		}
+	}
+	return eventlog.Envelope{}, &CorruptRecordError{Subject: m.Subject, StreamSeq: m.Sequence, Err: fmt.Errorf("no record with sequence %d in the message that should hold it", seq)}
 }
 
 // sameKey reports whether a stored record was written under lease with
@@ -135,9 +146,9 @@ func (l *Log) attemptAfter(ctx context.Context, task string, after uint64, lease
 	if err != nil || !sameKey(hdr, leaseID, key) {
 		return record{}, false
 	}
-	r, err := decode(m.Subject, m.Sequence, hdr, m.Data)
+	rs, err := decodeMsg(m.Subject, m.Sequence, hdr, m.Data)
 	if err != nil {
 		return record{}, false
 	}
-	return r, true
+	return rs[0], true
 }

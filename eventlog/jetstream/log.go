@@ -36,8 +36,8 @@ type Log struct {
 	closed     atomic.Bool
 	// direct reads by direct gets, never a consumer (a Reader).
 	direct bool
-	// atomic: EmitBatch writes one JetStream atomic batch (ADR 0038).
-	atomic bool
+	// batch is how EmitBatch writes (ADR 0038, 0040): never BatchAuto.
+	batch BatchMode
 
 	mu    sync.Mutex
 	tasks map[string]*taskState
@@ -63,7 +63,7 @@ type taskState struct {
 type tail struct {
 	streamSeq uint64 // stream sequence of the last log record
 	seq       uint64 // its Seq
-	msgID     string // its envelope id
+	msgID     string // its message's Nats-Msg-Id: its envelope id, or its pack's first record's
 	leaseID   string // lease of the newest generation in the log ("" before any)
 	gen       uint64
 	baseline  baseline // newest baseline record, including the tail itself
@@ -87,23 +87,20 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		return nil, err
 	}
 	want := StreamConfig(c)
-	// A replicated stream this Log creates allows atomic batches (ADR 0038).
+	// A replicated stream this Log creates allows atomic batches (ADR 0038),
+	// so a later Log of the same stream may choose them.
 	want.AllowAtomicPublish = c.Replicas > 1 && c.Batch != BatchSequential
 	if l.stream, err = ensureStream(ctx, js, want); err != nil {
 		return nil, err
 	}
+	l.batch = c.Batch
 	switch c.Batch {
 	case BatchAtomic:
 		if err := l.enableAtomic(ctx); err != nil {
 			return nil, err
 		}
-		l.atomic = true
 	case BatchAuto:
-		// A replicated stream this Log created allows atomic batches; one
-		// created before, or from deploy/nats's definition (without
-		// allow_atomic), is written sequentially rather than updated by a
-		// user who may not be allowed to.
-		l.atomic = c.Replicas > 1 && l.stream.CachedInfo().Config.AllowAtomicPublish
+		l.batch = BatchPacked
 	}
 	if l.idem, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      c.idemBucket(),
@@ -202,7 +199,9 @@ func tailOf(m *storedMsg, hdr nats.Header) (tail, error) {
 		}
 	}
 	t.baseline, _ = parseBaseline(hdr.Get(hdrBaseline))
-	if noeta.IsBaselineType(hdr.Get(hdrType)) {
+	// A pack names each record's type in order; only its last may be a
+	// baseline.
+	if types := hdr.Values(hdrType); len(types) > 0 && noeta.IsBaselineType(types[len(types)-1]) {
 		t.baseline = baseline{seq: seq, streamSeq: m.Sequence}
 	}
 	return t, nil

@@ -195,14 +195,15 @@ func (l *Log) scanOnce(ctx context.Context, subject string, start, end uint64, f
 				return start, fmt.Errorf("jetstream: read %s: %w", subject, err)
 			}
 			start = md.Sequence.Stream + 1
-			r, err := decode(m.Subject(), md.Sequence.Stream, m.Headers(), m.Data())
+			rs, err := decodeMsg(m.Subject(), md.Sequence.Stream, m.Headers(), m.Data())
 			if err != nil {
 				l.corrupt.Add(1)
 				if l.cfg.OnCorrupt == nil {
 					return start, err
 				}
 				l.cfg.OnCorrupt(err)
-			} else {
+			}
+			for _, r := range rs {
 				fn(r)
 			}
 			if md.Sequence.Stream >= end {
@@ -266,7 +267,7 @@ func (l *Log) LatestSnapshot(ctx context.Context, task string) (eventlog.Envelop
 	if t.baseline.seq == 0 {
 		return eventlog.Envelope{}, fmt.Errorf("%w: no snapshot of task %s", eventlog.ErrNotFound, task)
 	}
-	return l.recordAt(ctx, t.baseline.streamSeq)
+	return l.recordAt(ctx, t.baseline.streamSeq, t.baseline.seq)
 }
 
 // Subscribe implements eventlog.Subscriber.
@@ -299,7 +300,10 @@ func (l *Log) Tasks(ctx context.Context) ([]eventlog.TaskSummary, error) {
 		case err != nil:
 			return nil, err
 		default:
-			r, err = decode(m.Subject, m.Sequence, hdr, m.Data)
+			var rs []record
+			if rs, err = decodeMsg(m.Subject, m.Sequence, hdr, m.Data); err == nil {
+				r = rs[len(rs)-1]
+			}
 		}
 		if err != nil {
 			l.corrupt.Add(1)

@@ -1,0 +1,314 @@
+package jetstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// A pack is several consecutive log records of one task in one JetStream
+// message (ADR 0040): the body is a CloudEvents JSON batch (an array of
+// structured-mode events, each exactly the body a record of its own would
+// have), and one compare-and-set on the log's tail fences all of them. One
+// message is one durable write, so a pack costs one fsync and one wait
+// whatever the number of records in it, on a single node as on a cluster.
+const (
+	contentTypeCEBatch = "application/cloudevents-batch+json"
+	// hdrCount is the number of records of a pack; Noeta-Seq is the last
+	// one's, Nats-Msg-Id the first one's id, and Noeta-Type and
+	// Noeta-Origin have one value per record, in order.
+	hdrCount = "Noeta-Count"
+)
+
+// headerSize is what h takes on the wire, near enough.
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// encodePack builds the message of envs (consecutive records of one log,
+// their bodies already written) under m. One record is an ordinary message.
+func encodePack(subject string, envs []eventlog.Envelope, bodies [][]byte, m meta) *nats.Msg {
+	if len(envs) == 1 {
+		return encodeBody(subject, envs[0], bodies[0], m)
+	}
+	n := 1
+	for _, b := range bodies {
+		n += len(b) + 1
+	}
+	body := make([]byte, 0, n)
+	body = append(body, '[')
+	for i, b := range bodies {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, b...)
+	}
+	body = append(body, ']')
+	first, last := envs[0], envs[len(envs)-1]
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	msg.Header.Set("Content-Type", contentTypeCEBatch)
+	for _, env := range envs {
+		msg.Header.Add(hdrType, env.Type)
+		msg.Header.Add(hdrOrigin, string(env.Origin))
+	}
+	msg.Header.Set(hdrSeq, strconv.FormatUint(last.Seq, 10))
+	msg.Header.Set(hdrCount, strconv.Itoa(len(envs)))
+	for _, env := range envs {
+		if env.TraceParent != "" {
+			msg.Header.Set(hdrTraceParent, env.TraceParent)
+			break
+		}
+	}
+	if m.leaseID != "" {
+		msg.Header.Set(hdrLease, m.leaseID)
+		msg.Header.Set(hdrLeaseGen, strconv.FormatUint(last.LeaseGen, 10))
+	}
+	if m.baseline.seq != 0 {
+		msg.Header.Set(hdrBaseline, m.baseline.String())
+	}
+	if m.idemKey != "" {
+		msg.Header.Set(hdrIdempotency, m.idemKey)
+	}
+	msg.Header.Set(nats.MsgIdHdr, first.ID)
+	return msg
+}
+
+// isPack: the body is a JSON array, not one event. The body decides, not
+// the Content-Type header, so a message cannot pass for one kind while
+// holding the other.
+func isPack(data []byte) bool {
+	b := bytes.TrimLeft(data, " \t\r\n")
+	return len(b) > 0 && b[0] == '['
+}
+
+// decodeMsg reads a stored message back as the records it holds: one, or a
+// pack's in order. Anything that is not a valid record (or pack) of ours is a
+// *CorruptRecordError for the whole message.
+func decodeMsg(subject string, streamSeq uint64, hdr nats.Header, data []byte) ([]record, error) {
+	if !isPack(data) {
+		r, err := decode(subject, streamSeq, hdr, data)
+		if err != nil {
+			return nil, err
+		}
+		return []record{r}, nil
+	}
+	corrupt := func(format string, args ...any) ([]record, error) {
+		return nil, &CorruptRecordError{Subject: subject, StreamSeq: streamSeq, Err: fmt.Errorf("pack: "+format, args...)}
+	}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(data, &raws); err != nil {
+		return corrupt("body is not a JSON array of CloudEvents: %v", err)
+	}
+	if len(raws) == 0 || len(raws) > eventlog.MaxBatch {
+		return corrupt("%d records; want 1 to %d", len(raws), eventlog.MaxBatch)
+	}
+	out := make([]record, len(raws))
+	for i, raw := range raws {
+		r, err := decode(subject, streamSeq, hdr, raw)
+		if err != nil {
+			return nil, err
+		}
+		env, first := r.env, out[0].env
+		switch {
+		case env.Seq == 0 || env.Key != "":
+			return corrupt("record %d has no sequence or an inbox key: a pack holds log records only", i)
+		case i > 0 && env.Task != first.Task:
+			return corrupt("record %d is of task %q, record 0 of %q", i, env.Task, first.Task)
+		case i > 0 && env.Seq != first.Seq+uint64(i):
+			return corrupt("record %d has sequence %d, want %d", i, env.Seq, first.Seq+uint64(i))
+		case i > 0 && env.LeaseGen != first.LeaseGen:
+			return corrupt("record %d has lease generation %d, record 0 %d", i, env.LeaseGen, first.LeaseGen)
+		case i < len(raws)-1 && noeta.IsBaselineType(env.Type):
+			return corrupt("record %d is a baseline (%s) before the end of the pack", i, env.Type)
+		}
+		out[i] = r
+	}
+	last := out[len(out)-1].env.Seq
+	if hdr != nil {
+		if s := hdr.Get(hdrSeq); s != "" && s != strconv.FormatUint(last, 10) {
+			return corrupt("%s header %s, last record's sequence %d", hdrSeq, s, last)
+		}
+		if s := hdr.Get(hdrCount); s != "" && s != strconv.Itoa(len(out)) {
+			return corrupt("%s header %s, %d records", hdrCount, s, len(out))
+		}
+	}
+	return out, nil
+}
+
+// packOp writes a batch as one pack: appendOp's checks and fence for the
+// first record, then one compare-and-set publish of the whole batch.
+type packOp struct {
+	appendOp
+	envs []eventlog.Envelope
+}
+
+func (b *packOp) run(ctx context.Context) ([]eventlog.Envelope, error) {
+	a := &b.appendOp
+	if !a.ts.known {
+		if err := a.refresh(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.fits(); err != nil {
+		return nil, err
+	}
+	giveUp := time.Now().Add(a.l.cfg.RequestTimeout)
+	conflicts := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		again, err := a.admit(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if again {
+			continue
+		}
+		lost, err := a.fence(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !lost {
+			out, res, err := b.write(ctx)
+			if err != nil || res == appended {
+				return out, err
+			}
+		}
+		conflicts++
+		if err := a.pause(ctx, conflicts, giveUp); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// fits refuses, before anything is written (a LeaseGranted included), a
+// batch whose pack the server would refuse for its size, so a batch stays all
+// or nothing. The pack is built as write will build it; ids and times then
+// differ by a few bytes, which the margin covers. The engine's batches are a
+// few records (ADR 0040).
+func (b *packOp) fits() error {
+	a := &b.appendOp
+	recs := make([]eventlog.Envelope, len(b.envs))
+	bodies := make([][]byte, len(b.envs))
+	now := a.l.cfg.Now()
+	for i, env := range b.envs {
+		env.Time, env.ID, env.Seq, env.LeaseGen, env.Key = now, noeta.NewIDAt(now), a.ts.tail.seq+2+uint64(i), a.lease.Generation, ""
+		body, err := cloudEventBody(env)
+		if err != nil {
+			return err
+		}
+		recs[i], bodies[i] = env, body
+	}
+	msg := encodePack(a.l.subj.log(a.env.Task), recs, bodies, meta{leaseID: a.lease.ID, baseline: a.ts.tail.baseline, idemKey: a.opts.IdempotencyKey})
+	size := len(msg.Data) + headerSize(msg.Header) + 64*len(recs)
+	if max := a.l.nc.MaxPayload(); int64(size) > max {
+		return fmt.Errorf("%w: a batch of %d records of task %s is %d bytes in one message, more than the server's max payload (%d); raise max_payload or write this log with BatchSequential",
+			eventlog.ErrInvalidArgument, len(recs), a.env.Task, size, max)
+	}
+	return nil
+}
+
+// write publishes one pack after the known tail; on success it moves the
+// tail to the pack's last record.
+func (b *packOp) write(ctx context.Context) ([]eventlog.Envelope, attempt, error) {
+	a := &b.appendOp
+	in, idem := b.envs, a.idem
+	l, ts, task := a.l, a.ts, a.env.Task
+	now := l.cfg.Now()
+	recs := make([]eventlog.Envelope, len(in))
+	bodies := make([][]byte, len(in))
+	for i, env := range in {
+		env.Time = now
+		env.ID = noeta.NewIDAt(now)
+		env.Seq = ts.tail.seq + 1 + uint64(i)
+		env.LeaseGen = a.lease.Generation
+		env.Key = ""
+		body, err := cloudEventBody(env)
+		if err != nil {
+			return nil, 0, err
+		}
+		recs[i], bodies[i] = env, body
+	}
+	msg := encodePack(l.subj.log(task), recs, bodies, meta{leaseID: a.lease.ID, baseline: ts.tail.baseline, idemKey: a.opts.IdempotencyKey})
+	expect := ts.tail.streamSeq
+	if idem != nil {
+		if err := l.idemReserve(ctx, idem, recs[0].ID, expect); err != nil {
+			return nil, 0, err
+		}
+	}
+	ack, wrong, err := l.publish(ctx, msg, expect)
+	streamSeq := uint64(0)
+	if err == nil && !wrong {
+		streamSeq = ack.Sequence
+	} else {
+		if idem != nil {
+			// An earlier attempt with this key (one whose publish timed
+			// out) may have landed late, right where this one was aimed.
+			if rs, ok := l.packAfter(ctx, task, expect, a.lease.ID, a.opts.IdempotencyKey); ok {
+				if rerr := a.refresh(ctx); rerr != nil {
+					return nil, 0, rerr
+				}
+				l.idemCommit(ctx, idem, rs[0].env, rs[0].streamSeq)
+				out := make([]eventlog.Envelope, len(rs))
+				for i, r := range rs {
+					out[i] = r.env
+				}
+				return out, appended, nil
+			}
+		}
+		// Ambiguous or refused: the tail says which. A pack is one
+		// message, so it landed exactly when the tail is it.
+		if rerr := a.refresh(ctx); rerr != nil {
+			return nil, 0, rerr
+		}
+		switch {
+		case ts.tail.msgID == recs[0].ID && ts.tail.seq == recs[len(recs)-1].Seq:
+			streamSeq = ts.tail.streamSeq
+		case err != nil && !wrong:
+			return nil, 0, fmt.Errorf("jetstream: batch append to %s: %w", task, err)
+		default:
+			return nil, conflicted, nil
+		}
+	}
+	last := recs[len(recs)-1]
+	t := ts.tail
+	t.streamSeq, t.seq, t.msgID, t.leaseID, t.gen = streamSeq, last.Seq, recs[0].ID, a.lease.ID, a.lease.Generation
+	if noeta.IsBaselineType(last.Type) {
+		t.baseline = baseline{seq: last.Seq, streamSeq: streamSeq}
+	}
+	ts.tail = t
+	if idem != nil {
+		l.idemCommit(ctx, idem, recs[0], streamSeq)
+	}
+	return recs, appended, nil
+}
+
+// packAfter returns the records of the log message right after stream
+// sequence after if it was written under lease with key.
+func (l *Log) packAfter(ctx context.Context, task string, after uint64, leaseID, key string) ([]record, bool) {
+	m, hdr, err := l.leaderGet(ctx, msgGetRequest{Seq: after + 1, NextFor: l.subj.log(task)})
+	if err != nil || !sameKey(hdr, leaseID, key) {
+		return nil, false
+	}
+	rs, err := decodeMsg(m.Subject, m.Sequence, hdr, m.Data)
+	if err != nil {
+		return nil, false
+	}
+	return rs, true
+}

@@ -1,0 +1,97 @@
+package jetstream
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// TestDecodePackRefusesBadPacks: a message that is not a pack as this
+// package writes one — records out of order, of two tasks, of two lease
+// generations, an inbox record, a baseline before the end, headers that
+// disagree with the body, no records, more than MaxBatch — is a
+// *CorruptRecordError for the whole message, never a partial read. A good
+// pack decodes to its records in order.
+func TestDecodePackRefusesBadPacks(t *testing.T) {
+	t.Parallel()
+	const subject = "noeta.t.1.task-1.log"
+	at := time.Date(2026, 12, 1, 21, 0, 0, 0, time.UTC)
+	rec := func(seq uint64, typ string) eventlog.Envelope {
+		payload := `{"turn":1}`
+		if typ == noeta.TypeTaskSnapshot {
+			ref, _ := json.Marshal(noeta.RefFor([]byte("{}"), "application/json"))
+			payload = `{"state_ref":` + string(ref) + `,"upto_seq":1}`
+		}
+		return eventlog.Envelope{ID: noeta.NewIDAt(at), Task: "task-1", Seq: seq, Type: typ, Time: at, Actor: "w",
+			Origin: eventlog.OriginEngine, CorrelationID: "task-1", LeaseGen: 2, Payload: json.RawMessage(payload)}
+	}
+	three := func() []eventlog.Envelope {
+		return []eventlog.Envelope{rec(5, noeta.TypeTurnStarted), rec(6, noeta.TypeTurnStarted), rec(7, noeta.TypeTurnStarted)}
+	}
+	build := func(envs []eventlog.Envelope) *nats.Msg {
+		bodies := make([][]byte, len(envs))
+		for i, e := range envs {
+			b, err := cloudEventBody(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bodies[i] = b
+		}
+		return encodePack(subject, envs, bodies, meta{leaseID: "l"})
+	}
+	good := build(three())
+	rs, err := decodeMsg(subject, 9, good.Header, good.Data)
+	if err != nil || len(rs) != 3 || rs[0].env.Seq != 5 || rs[2].env.Seq != 7 || rs[1].streamSeq != 9 {
+		t.Fatalf("a good pack: %d records, %v", len(rs), err)
+	}
+	tests := []struct {
+		name string
+		msg  func() *nats.Msg
+		want string
+	}{
+		{"seqs not consecutive", func() *nats.Msg { e := three(); e[2].Seq = 9; return build(e) }, "sequence 9, want 7"},
+		{"two tasks", func() *nats.Msg { e := three(); e[1].Task = "task-2"; return build(e) }, "of task"},
+		{"two generations", func() *nats.Msg { e := three(); e[1].LeaseGen = 3; return build(e) }, "lease generation"},
+		{"an inbox record", func() *nats.Msg { e := three(); e[1].Key = "k"; return build(e) }, "inbox key"},
+		{"no seq", func() *nats.Msg { e := three(); e[0].Seq = 0; return build(e) }, "no sequence"},
+		{"a baseline before the end", func() *nats.Msg {
+			e := three()
+			e[1] = rec(6, noeta.TypeTaskSnapshot)
+			return build(e)
+		}, "baseline"},
+		{"Noeta-Seq disagrees", func() *nats.Msg { m := build(three()); m.Header.Set(hdrSeq, "8"); return m }, "Noeta-Seq header 8"},
+		{"Noeta-Count disagrees", func() *nats.Msg { m := build(three()); m.Header.Set(hdrCount, "2"); return m }, "Noeta-Count header 2"},
+		{"empty", func() *nats.Msg { m := build(three()); m.Data = []byte("[]"); return m }, "0 records"},
+		{"too many", func() *nats.Msg {
+			m := build(three())
+			one := m.Data[1:strings.Index(string(m.Data), `},{`)+1]
+			m.Data = []byte("[" + strings.TrimSuffix(strings.Repeat(string(one)+",", eventlog.MaxBatch+1), ",") + "]")
+			return m
+		}, "101 records"},
+		{"not an array of events", func() *nats.Msg { m := build(three()); m.Data = []byte(`[1,2]`); return m }, "not a CloudEvent"},
+		{"truncated", func() *nats.Msg { m := build(three()); m.Data = m.Data[:len(m.Data)-10]; return m }, "not a JSON array"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := tt.msg()
+			rs, err := decodeMsg(subject, 9, m.Header, m.Data)
+			var ce *CorruptRecordError
+			if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || len(rs) != 0 {
+				t.Fatalf("got %d records, %v; want a CorruptRecordError and none", len(rs), err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not say %q", err, tt.want)
+			}
+			if ce.StreamSeq != 9 {
+				t.Errorf("error names stream sequence %d, want 9", ce.StreamSeq)
+			}
+		})
+	}
+}
