@@ -71,7 +71,7 @@ func TestDecodePackRefusesBadPacks(t *testing.T) {
 		{"empty", func() *nats.Msg { m := build(three()); m.Data = []byte("[]"); return m }, "0 records"},
 		{"too many", func() *nats.Msg {
 			m := build(three())
-			one := m.Data[1:strings.Index(string(m.Data), `},{`)+1]
+			one := m.Data[1 : strings.Index(string(m.Data), `},{`)+1]
 			m.Data = []byte("[" + strings.TrimSuffix(strings.Repeat(string(one)+",", eventlog.MaxBatch+1), ",") + "]")
 			return m
 		}, "101 records"},
