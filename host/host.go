@@ -147,7 +147,7 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 	if h.disp, err = jetstream.OpenDispatcher(ctx, h.nc, dc); err != nil {
 		return nil, fmt.Errorf("open the dispatcher: %w", settingsHint(err))
 	}
-	h.log, err = jetstream.Open(ctx, h.nc, jetstream.Config{Prefix: o.Prefix, Replicas: o.Replicas, Registry: h.disp})
+	h.log, err = jetstream.Open(ctx, h.nc, jetstream.Config{Prefix: o.Prefix, Replicas: o.Replicas, Registry: h.disp, Batch: o.Batch})
 	if err != nil {
 		return nil, fmt.Errorf("open the event log: %w", settingsHint(err))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/internal/natsconn"
 	"github.com/noeta-go/noeta/observers"
@@ -70,6 +71,10 @@ type Options struct {
 	Prefix   string
 	Replicas int
 	LeaseTTL time.Duration
+	// Batch is how the engine's batches of records are written
+	// (jetstream.BatchAuto: one message per batch, ADR 0040;
+	// BatchSequential keeps one record per message). Per process.
+	Batch jetstream.BatchMode
 
 	// Config is the governance config: the agents, rules and rule sets,
 	// the hooks and the observers: section. Required to run or submit

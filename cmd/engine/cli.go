@@ -200,6 +200,7 @@ config or task file, 3 it waits for an approval.`,
 	g.conn.nc.BindFlags(pf, "NATS server URL(s), comma-separated (default: an embedded server on --data)")
 	pf.StringVar(&g.conn.prefix, "prefix", defaultPrefix, "subject, stream and bucket prefix of the deployment")
 	pf.IntVar(&g.conn.replicas, "replicas", 1, "replicas of the streams and buckets: 1 on a single node, 3 on a cluster")
+	pf.StringVar(&g.conn.batch, "batch", "packed", "how a turn's records are written: packed (one message per batch), sequential (one message per record), atomic (a JetStream atomic batch)")
 	pf.DurationVar(&g.conn.leaseTTL, "lease-ttl", 0, "lease length, whole seconds (default 30s); the same for every process of the prefix")
 	root.AddCommand(newServeCmd(g), newRunCmd(g), newSubmitCmd(g), newApproveCmd(g), newAuditCmd(g),
 		newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newDoctorCmd(g), newDemoCmd(g), newToolsCmd(g),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/natsconn"
 )
@@ -22,6 +23,7 @@ type connOpts struct {
 	prefix   string
 	replicas int
 	leaseTTL time.Duration
+	batch    string
 }
 
 // defaultPrefix is the subject and stream prefix of a deployment.
@@ -53,6 +55,9 @@ func (c connOpts) check() error {
 	if c.replicas < 1 || c.replicas > 5 {
 		return usageErr("--replicas is %d, want 1 to 5 (1 on a single node, 3 on a cluster)", c.replicas)
 	}
+	if _, err := jetstream.ParseBatchMode(c.batch); err != nil {
+		return usageErr("--batch is %q, want packed (the default), sequential or atomic", c.batch)
+	}
 	if c.leaseTTL != 0 && (c.leaseTTL < time.Second || c.leaseTTL%time.Second != 0) {
 		return usageErr("--lease-ttl is %v, want whole seconds, at least 1s (it is the leases bucket's TTL)", c.leaseTTL)
 	}
@@ -69,6 +74,7 @@ func (g *globals) open(ctx context.Context, verb string, o host.Options) (*host.
 	}
 	o.NATS = g.conn.nc
 	o.Prefix, o.Replicas, o.LeaseTTL = g.conn.prefix, g.conn.replicas, g.conn.leaseTTL
+	o.Batch, _ = jetstream.ParseBatchMode(g.conn.batch) // checked above
 	if o.Name == "" {
 		o.Name = verb
 	}

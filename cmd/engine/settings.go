@@ -55,6 +55,7 @@ var settings = []setting{
 	{key: "prefix", conn: true},
 	{key: "replicas", kind: kindInt, conn: true},
 	{key: "lease_ttl", kind: kindDuration, conn: true},
+	{key: "batch", conn: true},
 	{key: "workers", kind: kindInt},
 	{key: "queue"},
 	{key: "grace", kind: kindDuration},

@@ -38,6 +38,20 @@ const (
 
 func (m BatchMode) valid() bool { return m >= BatchAuto && m <= BatchPacked }
 
+// ParseBatchMode reads a mode by its name: auto (or ""), packed,
+// sequential, atomic.
+func ParseBatchMode(s string) (BatchMode, error) {
+	for m := BatchAuto; m <= BatchPacked; m++ {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	if s == "" {
+		return BatchAuto, nil
+	}
+	return BatchAuto, fmt.Errorf("jetstream: batch mode %q, want auto, packed, sequential or atomic", s)
+}
+
 func (m BatchMode) String() string {
 	switch m {
 	case BatchAuto:
