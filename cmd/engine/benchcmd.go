@@ -139,7 +139,8 @@ or on --nats, and measures: tasks/s and records/s; fenced-append latency
 (a probe task appending under its own lease while the load runs); wake to
 lease (an answered approval, a sent external event or a finished subtask to
 the LeaseGranted of the task it woke); commit to in-process observer lag;
-the CPU time and peak RSS of this process (with the embedded server, server
+the durable waits (writes to the task stream the engine waited for) per
+tool call; the CPU time and peak RSS of this process (with the embedded server, server
 included).
 
 --mix gives the share of the calls that are denied by a rule, that need an
@@ -171,28 +172,34 @@ times the restart and the first resumed task.`,
 
 // benchResult is what engine bench prints.
 type benchResult struct {
-	Target         string        `json:"target"`
-	Tasks          int           `json:"tasks"`
-	Calls          int           `json:"calls"`
-	Workers        int           `json:"workers"`
-	Seconds        float64       `json:"seconds"`
-	TasksPerSec    float64       `json:"tasks_per_sec"`
-	Records        int64         `json:"records"`
-	RecordsPerSec  float64       `json:"records_per_sec"`
-	Completed      int64         `json:"completed"`
-	Failed         int64         `json:"failed"`
-	Appends        int           `json:"appends"`
-	AppendP50us    float64       `json:"append_p50_us"`
-	AppendP99us    float64       `json:"append_p99_us"`
-	Wakes          int           `json:"wakes"`
-	WakeLeaseP50us float64       `json:"wake_to_lease_p50_us"`
-	WakeLeaseP99us float64       `json:"wake_to_lease_p99_us"`
-	ObserverP99us  float64       `json:"commit_to_observer_p99_us"`
-	CPUSeconds     float64       `json:"cpu_seconds"`
-	RSSMiB         float64       `json:"rss_mib"`
-	MaxRSSMiB      float64       `json:"max_rss_mib"`
-	Levels         []benchLevel  `json:"levels,omitempty"`
-	Restart        *benchRestart `json:"restart,omitempty"`
+	Target         string  `json:"target"`
+	Tasks          int     `json:"tasks"`
+	Calls          int     `json:"calls"`
+	Workers        int     `json:"workers"`
+	Seconds        float64 `json:"seconds"`
+	TasksPerSec    float64 `json:"tasks_per_sec"`
+	Records        int64   `json:"records"`
+	RecordsPerSec  float64 `json:"records_per_sec"`
+	Completed      int64   `json:"completed"`
+	Failed         int64   `json:"failed"`
+	Appends        int     `json:"appends"`
+	AppendP50us    float64 `json:"append_p50_us"`
+	AppendP99us    float64 `json:"append_p99_us"`
+	Wakes          int     `json:"wakes"`
+	WakeLeaseP50us float64 `json:"wake_to_lease_p50_us"`
+	WakeLeaseP99us float64 `json:"wake_to_lease_p99_us"`
+	ObserverP99us  float64 `json:"commit_to_observer_p99_us"`
+	// DurableWaits counts the writes to the task stream whose
+	// acknowledgement the engine waited for (jetstream.Log.DurableWaits),
+	// without the probe's; per call over the ToolCallStarted records.
+	DurableWaits uint64        `json:"durable_waits"`
+	ToolCalls    int64         `json:"tool_calls"`
+	WaitsPerCall float64       `json:"durable_waits_per_call"`
+	CPUSeconds   float64       `json:"cpu_seconds"`
+	RSSMiB       float64       `json:"rss_mib"`
+	MaxRSSMiB    float64       `json:"max_rss_mib"`
+	Levels       []benchLevel  `json:"levels,omitempty"`
+	Restart      *benchRestart `json:"restart,omitempty"`
 }
 
 // samples is a concurrency-safe list of durations.
@@ -303,14 +310,14 @@ func runLoad(ctx context.Context, g *globals, h *host.Host, probe *appendProbe, 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		records, completed, failed atomic.Int64
-		obsLag, wakeLease          samples
-		mu                         sync.Mutex
-		wakeAt                     = map[string]time.Time{}
-		wg                         sync.WaitGroup
-		done                       = make(chan struct{})
-		errOnce                    sync.Once
-		firstErr                   error
+		records, completed, failed, calls, probeGrants atomic.Int64
+		obsLag, wakeLease                              samples
+		mu                                             sync.Mutex
+		wakeAt                                         = map[string]time.Time{}
+		wg                                             sync.WaitGroup
+		done                                           = make(chan struct{})
+		errOnce                                        sync.Once
+		firstErr                                       error
 	)
 	fail := func(err error) {
 		errOnce.Do(func() { firstErr = err; cancel() })
@@ -323,9 +330,15 @@ func runLoad(ctx context.Context, g *globals, h *host.Host, probe *appendProbe, 
 	untap := h.Tap(func(_ context.Context, env eventlog.Envelope) error {
 		now := time.Now()
 		if env.Task == probe.task {
+			if env.Type == noeta.TypeLeaseGranted {
+				probeGrants.Add(1)
+			}
 			return nil
 		}
 		records.Add(1)
+		if env.Type == noeta.TypeToolCallStarted {
+			calls.Add(1)
+		}
 		obsLag.add(now.Sub(env.Time))
 		switch env.Type {
 		case noeta.TypeLeaseGranted:
@@ -380,6 +393,7 @@ func runLoad(ctx context.Context, g *globals, h *host.Host, probe *appendProbe, 
 	if o.tasks == 0 {
 		close(done)
 	}
+	waits0 := h.Log().DurableWaits()
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	var probeWG sync.WaitGroup
 	probeWG.Go(func() { probe.run(probeCtx, 5*time.Millisecond, 0) })
@@ -444,6 +458,12 @@ loop:
 	res.Appends, res.AppendP50us, res.AppendP99us = probe.lat.quantiles()
 	res.Wakes, res.WakeLeaseP50us, res.WakeLeaseP99us = wakeLease.quantiles()
 	_, _, res.ObserverP99us = obsLag.quantiles()
+	// Each probe append and each of the probe's LeaseGranted is one wait.
+	res.DurableWaits = h.Log().DurableWaits() - waits0 - uint64(res.Appends) - uint64(probeGrants.Load())
+	res.ToolCalls = calls.Load()
+	if res.ToolCalls > 0 {
+		res.WaitsPerCall = float64(res.DurableWaits) / float64(res.ToolCalls)
+	}
 	return nil
 }
 
@@ -644,6 +664,7 @@ func printBench(w io.Writer, asJSON bool, r benchResult) error {
 		row("fenced append p50/p99", "%.0f / %.0f µs (%d probe appends)", r.AppendP50us, r.AppendP99us, r.Appends)
 		row("wake→lease p50/p99", "%.0f / %.0f µs (%d wakes)", r.WakeLeaseP50us, r.WakeLeaseP99us, r.Wakes)
 		row("commit→observer p99", "%.0f µs", r.ObserverP99us)
+		row("durable waits", "%.2f per tool call (%d waits, %d calls)", r.WaitsPerCall, r.DurableWaits, r.ToolCalls)
 		row("CPU", "%.2fs (%.0f%% of one core)", r.CPUSeconds, 100*r.CPUSeconds/max(r.Seconds, 1e-9))
 	}
 	for _, l := range r.Levels {

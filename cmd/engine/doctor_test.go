@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -42,13 +43,15 @@ type seededStore struct {
 	ids   [2]map[int]string
 }
 
-func seedStore(t *testing.T) seededStore {
+// seedStore runs two tasks on a fresh data directory, with the extra
+// flags (e.g. the batch mode).
+func seedStore(t *testing.T, flags ...string) seededStore {
 	t.Helper()
 	s := seededStore{data: t.TempDir()}
 	file := writeFile(t, "echo.yaml", corruptTaskFile)
 	ws := workspace(t)
 	for i := range s.tasks {
-		code, out, errb := runCmd(t, "run", file, "--config", exampleConfig, "--data", s.data, "--workspace", ws)
+		code, out, errb := runCmd(t, append([]string{"run", file, "--config", exampleConfig, "--data", s.data, "--workspace", ws}, flags...)...)
 		if code != 0 {
 			t.Fatalf("run: exit %d\n%s\n%s", code, out, errb)
 		}
@@ -155,8 +158,12 @@ func blockWith(t *testing.T, data, needle string) (string, int) {
 //
 // Now doctor exits 1 and names the task and seqs of each loss, the read
 // verbs exit 1 naming them, and a removed stream is not recreated.
+//
+// The store is written one record per message (--batch sequential), so each
+// damage names the exact records and messages it loses;
+// TestDoctorFindsCorruptionPacked damages the default layout.
 func TestDoctorFindsCorruption(t *testing.T) {
-	s := seedStore(t)
+	s := seedStore(t, "--batch", "sequential")
 	a, b := s.tasks[0], s.tasks[1]
 
 	code, out, errb := runCmd(t, "doctor", "--data", copyStore(t, s.data))
@@ -262,7 +269,7 @@ func TestDoctorFindsCorruption(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		doctor: []string{"corrupt task " + a + ": ", "the stream counts 42 record(s) on the subject and cannot load the last one"},
+		doctor: []string{"corrupt task " + a + ": ", "the stream counts 42 message(s) on the subject and cannot load the last one"},
 		verbs:  map[string][]string{"tasks": {"tasks"}},
 		want:   "corrupt record of task " + a,
 	}}
@@ -385,5 +392,45 @@ func TestDoctorRemote(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("doctor does not say %q", want)
 		}
+	}
+}
+
+// TestDoctorFindsCorruptionPacked: on the default layout, where the records
+// of a turn share one message (ADR 0040), flipped bytes in the message that
+// holds record 37 lose that record and the others of its pack: doctor and
+// the read verbs name a gap that covers seq 37 and no more than one batch,
+// never a partial pack.
+func TestDoctorFindsCorruptionPacked(t *testing.T) {
+	s := seedStore(t)
+	a := s.tasks[0]
+	data := copyStore(t, s.data)
+	blk, at := blockWith(t, data, s.ids[0][37])
+	buf, err := os.ReadFile(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := at; i < at+26; i++ {
+		buf[i] ^= 0xff
+	}
+	if err := os.WriteFile(blk, buf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errb := runCmd(t, "doctor", "--data", data)
+	t.Logf("doctor:\n%s%s", out, errb)
+	m := regexp.MustCompile(`gap task ` + a + ` seq (\d+)(?:-(\d+))?: `).FindStringSubmatch(out)
+	if code != 1 || m == nil {
+		t.Fatalf("doctor: exit %d, want 1 and a gap in task %s", code, a)
+	}
+	from, _ := strconv.Atoi(m[1])
+	to := from
+	if m[2] != "" {
+		to, _ = strconv.Atoi(m[2])
+	}
+	if from > 37 || to < 37 || to-from+1 > 5 {
+		t.Errorf("gap seq %d-%d, want one pack (at most 5 records) covering seq 37", from, to)
+	}
+	code, _, errb = runCmd(t, "events", a, "--data", data)
+	if code != 1 || !strings.Contains(errb, "gap in the log of task "+a) {
+		t.Errorf("events: exit %d, want 1 naming the gap; stderr:\n%s", code, errb)
 	}
 }

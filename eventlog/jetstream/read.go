@@ -296,7 +296,7 @@ func (l *Log) Tasks(ctx context.Context) ([]eventlog.TaskSummary, error) {
 			// The stream counts a message on the subject and cannot
 			// load the last one (flipped bytes in its block): the
 			// task's last record is lost, not the task.
-			err = &CorruptRecordError{Subject: subject, Err: fmt.Errorf("the stream counts %d record(s) on the subject and cannot load the last one", info.State.Subjects[subject])}
+			err = &CorruptRecordError{Subject: subject, Err: fmt.Errorf("the stream counts %d message(s) on the subject and cannot load the last one", info.State.Subjects[subject])}
 		case err != nil:
 			return nil, err
 		default:
