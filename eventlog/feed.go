@@ -100,8 +100,9 @@ type Delivery struct {
 	// record may have been handled before (the process died before its
 	// acknowledgement), so handlers are idempotent by (task, seq or key).
 	Attempt int
-	// Pending is how many records of the partition wait behind this one: the
-	// consumer's lag.
+	// Pending is the consumer's lag: how much of the partition waits behind
+	// this record, in the backend's units (JetStream: messages, each one
+	// record or one batch of a task's records).
 	Pending uint64
 }
 
