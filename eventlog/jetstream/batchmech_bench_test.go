@@ -11,7 +11,9 @@ package jetstream_test
 //   - pipelined: k publishes sent together, each carrying the
 //     compare-and-set on the sequence its predecessor will get (known here
 //     because nothing else writes the probe stream), the acks awaited
-//     together.
+//     together;
+//   - packed: one message holding the k records (ADR 0040), with the
+//     compare-and-set, awaited.
 //
 // ns/op is per k records; ns/record divides it by k.
 
@@ -20,6 +22,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,8 +36,8 @@ func BenchmarkBatchMechanism(b *testing.B) {
 	targets := []benchTarget{{name: "R1-sync=always", url: singleURL, replicas: 1}, {name: "R3", url: clusterURL, replicas: 3}}
 	for _, tg := range targets {
 		for _, k := range []int{2, 4} {
-			for _, mech := range []string{"seq", "atomic", "pipelined", "pipelined-inbox"} {
-				if mech != "seq" && mech != "atomic" && tg.replicas > 1 {
+			for _, mech := range []string{"seq", "atomic", "packed", "pipelined", "pipelined-inbox"} {
+				if strings.HasPrefix(mech, "pipelined") && tg.replicas > 1 {
 					continue // R3 refuses the second in-flight compare-and-set (10164)
 				}
 				b.Run(fmt.Sprintf("%s/k=%d/%s", tg.name, k, mech), func(b *testing.B) {
@@ -72,6 +75,17 @@ func benchMechanism(b *testing.B, tg benchTarget, k int, mech string) {
 	for i := range body {
 		body[i] = 'a'
 	}
+	// k records in one JSON array, as a pack is.
+	packBody := []byte{'['}
+	for i := range k {
+		if i > 0 {
+			packBody = append(packBody, ',')
+		}
+		packBody = append(packBody, '"')
+		packBody = append(packBody, body[:len(body)-2]...)
+		packBody = append(packBody, '"')
+	}
+	packBody = append(packBody, ']')
 	var last uint64
 	mk := func() *nats.Msg {
 		m := nats.NewMsg(subj)
@@ -110,6 +124,14 @@ func benchMechanism(b *testing.B, tg benchTarget, k int, mech string) {
 				}
 				last = max(last, ack.Seq)
 			}
+		case "packed":
+			m := mk()
+			m.Data = packBody
+			ack, err := js.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(last))
+			if err != nil {
+				b.Fatal(err)
+			}
+			last = ack.Sequence
 		case "seq":
 			for range k {
 				ack, err := js.PublishMsg(ctx, mk(), natsjs.WithExpectLastSequencePerSubject(last))
