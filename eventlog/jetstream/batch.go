@@ -214,12 +214,17 @@ type batchOp struct {
 func (b *batchOp) run(ctx context.Context) ([]eventlog.Envelope, error) {
 	a := &b.appendOp
 	if !a.ts.known {
-		t, err := a.l.readTail(ctx, a.env.Task)
-		if err != nil {
+		if err := a.refresh(ctx); err != nil {
 			return nil, err
 		}
-		a.ts.tail, a.ts.known = t, true
 	}
+	return a.runBatch(ctx, b.write)
+}
+
+// runBatch tries a batch write until it lands or the checks refuse it: the
+// first record's admission and fence as an append's, then write; a
+// conflict pauses, reads the tail again and retries, bounded in time.
+func (a *appendOp) runBatch(ctx context.Context, write func(context.Context) ([]eventlog.Envelope, attempt, error)) ([]eventlog.Envelope, error) {
 	giveUp := time.Now().Add(a.l.cfg.RequestTimeout)
 	conflicts := 0
 	for {
@@ -238,7 +243,7 @@ func (b *batchOp) run(ctx context.Context) ([]eventlog.Envelope, error) {
 			return nil, err
 		}
 		if !lost {
-			out, res, err := b.write(ctx)
+			out, res, err := write(ctx)
 			if err != nil || res == appended {
 				return out, err
 			}

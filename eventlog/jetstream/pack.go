@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -167,34 +166,7 @@ func (b *packOp) run(ctx context.Context) ([]eventlog.Envelope, error) {
 	if err := b.fits(); err != nil {
 		return nil, err
 	}
-	giveUp := time.Now().Add(a.l.cfg.RequestTimeout)
-	conflicts := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		again, err := a.admit(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if again {
-			continue
-		}
-		lost, err := a.fence(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if !lost {
-			out, res, err := b.write(ctx)
-			if err != nil || res == appended {
-				return out, err
-			}
-		}
-		conflicts++
-		if err := a.pause(ctx, conflicts, giveUp); err != nil {
-			return nil, err
-		}
-	}
+	return a.runBatch(ctx, b.write)
 }
 
 // fits refuses, before anything is written (a LeaseGranted included), a
