@@ -113,18 +113,24 @@ func encodeBody(subject string, env eventlog.Envelope, body []byte, m meta) *nat
 	if env.TraceParent != "" {
 		msg.Header.Set(hdrTraceParent, env.TraceParent)
 	}
+	m.apply(msg.Header, env.LeaseGen, env.ID)
+	return msg
+}
+
+// apply sets the writer's headers: the lease and its generation, the
+// baseline, the idempotency key, and the message id.
+func (m meta) apply(h nats.Header, leaseGen uint64, msgID string) {
 	if m.leaseID != "" {
-		msg.Header.Set(hdrLease, m.leaseID)
-		msg.Header.Set(hdrLeaseGen, strconv.FormatUint(env.LeaseGen, 10))
+		h.Set(hdrLease, m.leaseID)
+		h.Set(hdrLeaseGen, strconv.FormatUint(leaseGen, 10))
 	}
 	if m.baseline.seq != 0 {
-		msg.Header.Set(hdrBaseline, m.baseline.String())
+		h.Set(hdrBaseline, m.baseline.String())
 	}
 	if m.idemKey != "" {
-		msg.Header.Set(hdrIdempotency, m.idemKey)
+		h.Set(hdrIdempotency, m.idemKey)
 	}
-	msg.Header.Set(nats.MsgIdHdr, env.ID)
-	return msg
+	h.Set(nats.MsgIdHdr, msgID)
 }
 
 // cloudEventBody is the CloudEvents structured-mode JSON body of env, as it is

@@ -73,17 +73,7 @@ func encodePack(subject string, envs []eventlog.Envelope, bodies [][]byte, m met
 			break
 		}
 	}
-	if m.leaseID != "" {
-		msg.Header.Set(hdrLease, m.leaseID)
-		msg.Header.Set(hdrLeaseGen, strconv.FormatUint(last.LeaseGen, 10))
-	}
-	if m.baseline.seq != 0 {
-		msg.Header.Set(hdrBaseline, m.baseline.String())
-	}
-	if m.idemKey != "" {
-		msg.Header.Set(hdrIdempotency, m.idemKey)
-	}
-	msg.Header.Set(nats.MsgIdHdr, first.ID)
+	m.apply(msg.Header, last.LeaseGen, first.ID)
 	return msg
 }
 
