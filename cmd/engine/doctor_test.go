@@ -182,17 +182,7 @@ func TestDoctorFindsCorruption(t *testing.T) {
 	}{{
 		name: "flipped bytes",
 		damage: func(t *testing.T, data string) {
-			blk, at := blockWith(t, data, s.ids[0][37])
-			buf, err := os.ReadFile(blk)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := at; i < at+26; i++ {
-				buf[i] ^= 0xff
-			}
-			if err := os.WriteFile(blk, buf, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			flipRecord(t, data, s.ids[0][37])
 		},
 		doctor: []string{"gap task " + a + " seq 37: ", "missing seq 37 (seq 36 is followed by seq 38)"},
 		verbs:  map[string][]string{"events": {"events", a}, "inspect": {"inspect", a}, "tasks": {"tasks"}},
@@ -257,17 +247,7 @@ func TestDoctorFindsCorruption(t *testing.T) {
 	}, {
 		name: "flipped last record",
 		damage: func(t *testing.T, data string) {
-			blk, at := blockWith(t, data, s.ids[0][42])
-			buf, err := os.ReadFile(blk)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := at; i < at+26; i++ {
-				buf[i] ^= 0xff
-			}
-			if err := os.WriteFile(blk, buf, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			flipRecord(t, data, s.ids[0][42])
 		},
 		doctor: []string{"corrupt task " + a + ": ", "the stream counts 42 message(s) on the subject and cannot load the last one"},
 		verbs:  map[string][]string{"tasks": {"tasks"}},
@@ -404,17 +384,7 @@ func TestDoctorFindsCorruptionPacked(t *testing.T) {
 	s := seedStore(t)
 	a := s.tasks[0]
 	data := copyStore(t, s.data)
-	blk, at := blockWith(t, data, s.ids[0][37])
-	buf, err := os.ReadFile(blk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := at; i < at+26; i++ {
-		buf[i] ^= 0xff
-	}
-	if err := os.WriteFile(blk, buf, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	flipRecord(t, data, s.ids[0][37])
 	code, out, errb := runCmd(t, "doctor", "--data", data)
 	t.Logf("doctor:\n%s%s", out, errb)
 	m := regexp.MustCompile(`gap task ` + a + ` seq (\d+)(?:-(\d+))?: `).FindStringSubmatch(out)
@@ -432,5 +402,22 @@ func TestDoctorFindsCorruptionPacked(t *testing.T) {
 	code, _, errb = runCmd(t, "events", a, "--data", data)
 	if code != 1 || !strings.Contains(errb, "gap in the log of task "+a) {
 		t.Errorf("events: exit %d, want 1 naming the gap; stderr:\n%s", code, errb)
+	}
+}
+
+// flipRecord flips the 26 bytes of a record's id where the store holds it,
+// as a disk's bad sector would.
+func flipRecord(t *testing.T, data, id string) {
+	t.Helper()
+	blk, at := blockWith(t, data, id)
+	buf, err := os.ReadFile(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := at; i < at+26; i++ {
+		buf[i] ^= 0xff
+	}
+	if err := os.WriteFile(blk, buf, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
