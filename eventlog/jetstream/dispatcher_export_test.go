@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
 )
 
 // ApplyWakeForTest applies a wake-stream message (subject, body, stream
@@ -27,3 +28,8 @@ func BufferWakeForTest(t *testing.T, d *Dispatcher, task string, ev noeta.Wake) 
 		t.Fatalf("buffer %s for %s: %v", ev.Kind, task, err)
 	}
 }
+
+// AfterTargetedGrantForTest makes d run f between granting a lease by name
+// and withdrawing the task's ready signals, so a test can make the task
+// ready again in that window. Set it before d's first Lease.
+func AfterTargetedGrantForTest(d *Dispatcher, f func(eventlog.Lease)) { d.afterTargetedGrant = f }
