@@ -520,9 +520,14 @@ type Dispatcher struct {
 
 	stats dispatcherCounters
 
-	// afterTargetedGrant, set only by tests before any Lease, runs between
-	// a lease by name and the withdrawal of its signals.
-	afterTargetedGrant func(eventlog.Lease)
+	hooks dispatcherHooks
+}
+
+// dispatcherHooks are set only by tests, before a Dispatcher's first Lease.
+type dispatcherHooks struct {
+	// beforeWithdraw and afterWithdraw run around the withdrawal of the
+	// ready signals of a task leased by name.
+	beforeWithdraw, afterWithdraw func(eventlog.Lease)
 }
 
 var _ eventlog.Dispatcher = (*Dispatcher)(nil)

@@ -406,6 +406,8 @@ func BenchmarkLeaseAfterTargeted(b *testing.B) {
 	const targeted = 100
 	ctx := b.Context()
 	d := openBenchDispatcher(b)
+	withdrawn := make(chan struct{}, 1)
+	jetstream.WithdrawHooksForTest(d, nil, func(eventlog.Lease) { withdrawn <- struct{}{} })
 	before := d.Stats()
 	for b.Loop() {
 		b.StopTimer()
@@ -419,6 +421,7 @@ func BenchmarkLeaseAfterTargeted(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			<-withdrawn // in the background; waited for so the count is exact
 			if err := d.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchTerminal, Reason: "bench"}); err != nil {
 				b.Fatal(err)
 			}

@@ -29,7 +29,10 @@ func BufferWakeForTest(t *testing.T, d *Dispatcher, task string, ev noeta.Wake) 
 	}
 }
 
-// AfterTargetedGrantForTest makes d run f between granting a lease by name
-// and withdrawing the task's ready signals, so a test can make the task
-// ready again in that window. Set it before d's first Lease.
-func AfterTargetedGrantForTest(d *Dispatcher, f func(eventlog.Lease)) { d.afterTargetedGrant = f }
+// WithdrawHooksForTest makes d run before and after (either may be nil)
+// around the background withdrawal of the ready signals of a task leased by
+// name, so a test can act in between or wait for it. Set them before d's
+// first Lease.
+func WithdrawHooksForTest(d *Dispatcher, before, after func(eventlog.Lease)) {
+	d.hooks.beforeWithdraw, d.hooks.afterWithdraw = before, after
+}

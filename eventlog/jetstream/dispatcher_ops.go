@@ -179,11 +179,20 @@ func (d *Dispatcher) Lease(ctx context.Context, req eventlog.LeaseRequest) (even
 		if err != nil {
 			return eventlog.Lease{}, err
 		}
-		if d.afterTargetedGrant != nil {
-			d.afterTargetedGrant(lease)
-		}
 		if spell.signalled {
-			d.withdrawSignals(req.Task, spell)
+			// In the background: the lease is the caller's from now, and
+			// its time is not spent on the queue's housekeeping (on a
+			// loaded cluster two more requests took a good part of a short
+			// TTL).
+			d.goTracked(func() {
+				if h := d.hooks.beforeWithdraw; h != nil {
+					h(lease)
+				}
+				d.withdrawSignals(req.Task, spell)
+				if h := d.hooks.afterWithdraw; h != nil {
+					h(lease)
+				}
+			})
 		}
 		return lease, nil
 	}

@@ -99,8 +99,9 @@ type readySpell struct {
 // stream's leader, kept if it carries a later epoch (the task became ready
 // again, e.g. a wake arrived and the lease was released, before this ran),
 // and otherwise purged by its sequence, so a signal published after the read
-// survives. Best effort, after the lease is granted: a signal that stays is
-// stale, and dropped by its fetcher as before.
+// survives. Best effort, in the background once the lease is granted: a
+// signal that stays (or is fetched first) is stale, and dropped by its
+// fetcher as before.
 func (d *Dispatcher) withdrawSignals(task string, spell readySpell) {
 	ctx, cancel := d.detached()
 	defer cancel()

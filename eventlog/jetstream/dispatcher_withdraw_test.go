@@ -57,15 +57,29 @@ func TestDispatcherTargetedLeaseWithdrawsSignal(t *testing.T) {
 			url := c.url()
 			prefix := uniquePrefix(t, url)
 			d := openDispatcher(t, url, c.replicas, prefix)
+			withdrawn := make(chan string, 1)
+			jetstream.WithdrawHooksForTest(d, nil, func(l eventlog.Lease) { withdrawn <- l.Task })
+			leaseByName := func(task string) {
+				t.Helper()
+				l := mustLease(t, d, eventlog.LeaseRequest{Worker: "by-name", Task: task})
+				select {
+				case got := <-withdrawn:
+					if got != task {
+						t.Fatalf("withdrawal after leasing %s by name: got one for %s", task, got)
+					}
+				case <-time.After(time.Minute):
+					t.Fatalf("no withdrawal of the ready signal after leasing %s by name", task)
+				}
+				if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchSuspended}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			q := testQueue()
 			const n = 20
 			for range n {
 				task := noeta.NewTaskID()
 				mustEnqueue(t, d, task, eventlog.EnqueueOptions{Queue: q})
-				l := mustLease(t, d, eventlog.LeaseRequest{Worker: "by-name", Task: task})
-				if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchSuspended}); err != nil {
-					t.Fatal(err)
-				}
+				leaseByName(task)
 			}
 			if got := queueSignals(t, url, prefix, q); got != 0 {
 				t.Errorf("signals left in the queue after %d leases by name: got %d, want 0", n, got)
@@ -99,10 +113,7 @@ func TestDispatcherTargetedLeaseWithdrawsSignal(t *testing.T) {
 				}
 				return nil
 			})
-			l = mustLease(t, d, eventlog.LeaseRequest{Worker: "by-name", Task: ahead})
-			if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchSuspended}); err != nil {
-				t.Fatal(err)
-			}
+			leaseByName(ahead)
 			if got := queueSignals(t, url, prefix, q); got != 0 {
 				t.Errorf("signals left after leasing by name a task ahead of the queue: got %d, want 0", got)
 			}
@@ -132,15 +143,17 @@ func TestDispatcherTargetedLeaseKeepsLaterSignal(t *testing.T) {
 			task := noeta.NewTaskID()
 			cond := noeta.ExternalWake("ev-" + noeta.NewID())
 			var hookErr error
-			jetstream.AfterTargetedGrantForTest(d, func(l eventlog.Lease) {
+			done := make(chan struct{})
+			jetstream.WithdrawHooksForTest(d, func(l eventlog.Lease) {
 				if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond}); err != nil {
 					hookErr = err
 					return
 				}
 				_, hookErr = d.Wake(t.Context(), task, cond.Clone())
-			})
+			}, func(eventlog.Lease) { close(done) })
 			mustEnqueue(t, d, task, eventlog.EnqueueOptions{Queue: q})
 			mustLease(t, d, eventlog.LeaseRequest{Worker: "by-name", Task: task})
+			<-done
 			if hookErr != nil {
 				t.Fatalf("suspend and wake between the grant and the withdrawal: %v", hookErr)
 			}
