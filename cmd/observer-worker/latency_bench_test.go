@@ -30,7 +30,7 @@ var (
 	latRate    = flag.Int("obs.rate", 5000, "BenchmarkCommitToObserver: records per second the writers aim at")
 	latFor     = flag.Duration("obs.for", 10*time.Second, "BenchmarkCommitToObserver: how long the writers write")
 	latTasks   = flag.Int("obs.tasks", 64, "BenchmarkCommitToObserver: tasks, one writer each")
-	latProcs   = flag.String("obs.worker-procs", "", "BenchmarkCommitToObserver: GOMAXPROCS of the observer-worker (empty: its default)")
+	latEnv     = flag.String("obs.worker-env", "", "BenchmarkCommitToObserver: more environment of the observer-worker, space-separated NAME=VALUE (GOMAXPROCS=1, GOGC=400, ...)")
 	latSync    = flag.Duration("obs.sync", 2*time.Minute, "BenchmarkCommitToObserver: the server's sync interval (0: sync always)")
 	latBatch   = flag.Int("obs.batch", 2, "BenchmarkCommitToObserver: records per append (EmitBatch), 2 as the engine writes a tool call (ADR 0038); 1: an Emit each")
 	latReg     = flag.String("obs.registry", "dispatcher", "BenchmarkCommitToObserver: the log's lease registry: dispatcher (the JetStream one, as the engine runs) or memlog (in memory: the append without the registry's two reads)")
@@ -179,9 +179,7 @@ func runCommitToObserver(b *testing.B) {
 	args = append(args, strings.Fields(*latObsArgs)...)
 	cmd := exec.Command(binPath, args...)
 	cmd.Env = os.Environ()
-	if *latProcs != "" {
-		cmd.Env = append(cmd.Env, "GOMAXPROCS="+*latProcs)
-	}
+	cmd.Env = append(cmd.Env, strings.Fields(*latEnv)...)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
