@@ -45,7 +45,8 @@ var (
 // in-process connection, the JetStream dispatcher as lease registry),
 // while the observer-worker binary, a subprocess on TCP as it is deployed,
 // audits every record to its stdout. A record is observed when its audit
-// line reaches this process through the pipe.
+// line comes out of the worker (read by a small stamper process, so this
+// busy one's scheduling is not in the figure).
 //
 // Reported: commit-p50/p99/max-ms, from the moment the writer's Emit
 // returned (the append acknowledged) to the record observed (0 if the
@@ -182,15 +183,35 @@ func runCommitToObserver(b *testing.B) {
 	cmd.Env = append(cmd.Env, strings.Fields(*latEnv)...)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
-	out, err := cmd.StdoutPipe()
+	// The worker's audit lines go through a stamper, this test binary run
+	// again, which notes each line's arrival time: a reader in this busy
+	// process would add its own wait for the CPU to every figure.
+	pr, pw, err := os.Pipe()
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout = pw
+	stamper := exec.Command(os.Args[0])
+	stamper.Env = append(os.Environ(), stamperEnv+"=1")
+	stamper.Stdin, stamper.Stderr = pr, stderr
+	out, err := stamper.StdoutPipe()
+	if err != nil {
 		b.Fatal(err)
 	}
+	if err := stamper.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = stamper.Wait() }()
+	if err := cmd.Start(); err != nil {
+		_ = pw.Close()
+		b.Fatal(err)
+	}
+	// The children hold the pipe's ends now; the stamper sees EOF when the
+	// worker exits.
+	_ = pw.Close()
+	_ = pr.Close()
 	readDone := make(chan error, 1)
-	go func() { readDone <- readAuditLines(out, observe) }()
+	go func() { readDone <- readStampedLines(out, observe) }()
 	exited := false
 	defer func() {
 		if !exited {
@@ -354,9 +375,40 @@ func turnRecord(task string, i int) (eventlog.Envelope, error) {
 	return eventlog.NewEnvelope(task, eventlog.OriginEngine, "bench/worker", p)
 }
 
-// readAuditLines reads the worker's audit records, one JSON line each, and
-// reports each record's task/seq with the time its line arrived.
-func readAuditLines(r io.Reader, observe func(key string, at time.Time)) error {
+// stamperEnv makes the test binary a stamper (TestMain).
+const stamperEnv = "NOETA_BENCH_STAMPER"
+
+// stampLines copies lines from r to w, each prefixed with the wall-clock
+// time it was read, in nanoseconds since the epoch, and a space. It flushes
+// whenever it has read all that was there, so a line waits in it only
+// while more are arriving.
+func stampLines(r io.Reader, w io.Writer) error {
+	br := bufio.NewReaderSize(r, 1<<20)
+	bw := bufio.NewWriterSize(w, 1<<16)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 && err == nil {
+			bw.WriteString(strconv.FormatInt(time.Now().UnixNano(), 10))
+			bw.WriteByte(' ')
+			bw.Write(line)
+		}
+		if err == io.EOF {
+			return bw.Flush()
+		}
+		if err != nil {
+			return err
+		}
+		if br.Buffered() == 0 {
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// readStampedLines reads the stamper's lines, the worker's audit records
+// behind their arrival times, and reports each record's task/seq.
+func readStampedLines(r io.Reader, observe func(key string, at time.Time)) error {
 	br := bufio.NewReaderSize(r, 1<<20)
 	var rec struct {
 		Task string  `json:"task"`
@@ -364,21 +416,25 @@ func readAuditLines(r io.Reader, observe func(key string, at time.Time)) error {
 	}
 	for {
 		line, err := br.ReadSlice('\n')
-		at := time.Now()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
+		stamp, body, ok := strings.Cut(string(line), " ")
+		ns, perr := strconv.ParseInt(stamp, 10, 64)
+		if !ok || perr != nil {
+			return fmt.Errorf("stamped line %q", line)
+		}
 		rec.Task, rec.Seq = "", nil
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return fmt.Errorf("audit line %q: %w", line, err)
+		if err := json.Unmarshal([]byte(body), &rec); err != nil {
+			return fmt.Errorf("audit line %q: %w", body, err)
 		}
 		if rec.Seq == nil {
 			continue // an inbox record
 		}
-		observe(rec.Task+"/"+strconv.FormatUint(*rec.Seq, 10), at)
+		observe(rec.Task+"/"+strconv.FormatUint(*rec.Seq, 10), time.Unix(0, ns))
 	}
 }
 
