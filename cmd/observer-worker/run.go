@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,6 +69,7 @@ type opts struct {
 	logFormat string
 
 	cpuProfile string
+	trace      string
 }
 
 // knownObservers, in the order they are started.
@@ -146,7 +148,9 @@ the deliveries in hand are handled and acknowledged.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
-	_ = f.MarkHidden("cpu-profile") // a measuring aid, not an operating one
+	f.StringVar(&o.trace, "trace", "", "write an execution trace of the whole run to this file (for go tool trace)")
+	_ = f.MarkHidden("cpu-profile") // measuring aids, not operating ones
+	_ = f.MarkHidden("trace")
 
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error { return connFromEnv(cmd, lookupEnv) }
 	err := cmd.ExecuteContext(ctx)
@@ -277,6 +281,20 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 		defer func() {
 			pprof.StopCPUProfile()
 			_ = pf.Close()
+		}()
+	}
+	if o.trace != "" {
+		tf, err := os.Create(o.trace)
+		if err != nil {
+			return usageError{fmt.Errorf("--trace: %w", err)}
+		}
+		if err := trace.Start(tf); err != nil {
+			_ = tf.Close()
+			return fmt.Errorf("--trace: %w", err)
+		}
+		defer func() {
+			trace.Stop()
+			_ = tf.Close()
 		}()
 	}
 	w := &worker{log: log, mux: http.NewServeMux(), reg: prometheus.NewRegistry()}
