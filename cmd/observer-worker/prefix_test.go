@@ -21,3 +21,26 @@ func TestPrefixIsAUsageError(t *testing.T) {
 		}
 	}
 }
+
+// TestGCPercent: the worker collects less often by default, and an
+// operator's GOGC is left as the runtime applied it.
+func TestGCPercent(t *testing.T) {
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	for _, c := range []struct {
+		name   string
+		env    map[string]string
+		want   int
+		wantOK bool
+	}{
+		{"unset", nil, defaultGCPercent, true},
+		{"empty", map[string]string{"GOGC": ""}, defaultGCPercent, true},
+		{"set", map[string]string{"GOGC": "100"}, 0, false},
+		{"off", map[string]string{"GOGC": "off"}, 0, false},
+	} {
+		if got, ok := gcPercent(env(c.env)); got != c.want || ok != c.wantOK {
+			t.Errorf("%s: gcPercent = %d, %v; want %d, %v", c.name, got, ok, c.want, c.wantOK)
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,6 +67,9 @@ type opts struct {
 	workspace string
 	logLevel  string
 	logFormat string
+
+	cpuProfile string
+	trace      string
 }
 
 // knownObservers, in the order they are started.
@@ -142,6 +147,10 @@ the deliveries in hand are handled and acknowledged.`,
 	f.StringVar(&o.workspace, "workspace", ".", "hooks: the directory hooks run in")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
+	f.StringVar(&o.trace, "trace", "", "write an execution trace of the whole run to this file (for go tool trace)")
+	_ = f.MarkHidden("cpu-profile") // measuring aids, not operating ones
+	_ = f.MarkHidden("trace")
 
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error { return connFromEnv(cmd, lookupEnv) }
 	err := cmd.ExecuteContext(ctx)
@@ -260,6 +269,34 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 
+	if o.cpuProfile != "" {
+		pf, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return usageError{fmt.Errorf("--cpu-profile: %w", err)}
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			_ = pf.Close()
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = pf.Close()
+		}()
+	}
+	if o.trace != "" {
+		tf, err := os.Create(o.trace)
+		if err != nil {
+			return usageError{fmt.Errorf("--trace: %w", err)}
+		}
+		if err := trace.Start(tf); err != nil {
+			_ = tf.Close()
+			return fmt.Errorf("--trace: %w", err)
+		}
+		defer func() {
+			trace.Stop()
+			_ = tf.Close()
+		}()
+	}
 	w := &worker{log: log, mux: http.NewServeMux(), reg: prometheus.NewRegistry()}
 	defer w.close()
 	w.nc, err = o.conn.Connect("noeta-observer-worker "+o.instance, log)

@@ -26,6 +26,7 @@ var dispatcherCases = []suiteCase{
 	{"ChildInheritsQueue", testChildInheritsQueue},
 	{"Reserved", testReserved},
 	{"TargetedNotReady", testTargetedNotReady},
+	{"TargetedLeaveQueueClean", testTargetedLeaveQueueClean},
 	{"EnqueueReadyKeepsPlace", testEnqueueReadyKeepsPlace},
 	{"ForceEnqueueInvalidatesLease", testForceEnqueueInvalidatesLease},
 	{"ForceEnqueueSuspendedTerminal", testForceEnqueueSuspendedTerminal},
@@ -256,6 +257,41 @@ func testTargetedNotReady(t *testing.T, b Backend) {
 	terminal, l2 := newLeased(t, b)
 	release(t, b, l2, eventlog.Release{Next: eventlog.DispatchTerminal, Reason: "done"})
 	wantNoReady(t, b, eventlog.LeaseRequest{Task: terminal}, "targeted lease of a terminal task")
+}
+
+// testTargetedLeaveQueueClean: tasks leased by name leave nothing in their
+// queue an untargeted lease could take, and one of them made ready again
+// (suspended, then woken) is in the queue once, behind what was already
+// there. On JetStream a lease by name withdraws the task's ready signal; a
+// withdrawal that removed the newer signal of a task woken in the meantime
+// would leave it ready with nothing to lease it by.
+func testTargetedLeaveQueueClean(t *testing.T, b Backend) {
+	q := uniqueQueue()
+	var byName []string
+	for range 5 {
+		task := newTask(t, b)
+		enqueue(t, b, task, eventlog.EnqueueOptions{Queue: q})
+		byName = append(byName, task)
+	}
+	waiting := newTask(t, b)
+	enqueue(t, b, waiting, eventlog.EnqueueOptions{Queue: q})
+	conds := map[string]noeta.Wake{}
+	for _, task := range byName {
+		l := leaseTask(t, b, task)
+		cond := eventCond()
+		conds[task] = cond
+		release(t, b, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond})
+	}
+	woken := byName[2]
+	wake(t, b, woken, occurred(conds[woken], "done"), true)
+	for i, want := range []string{waiting, woken} {
+		got := leaseQueue(t, b, q)
+		if got.Task != want {
+			t.Fatalf("untargeted lease %d after leases by name: got %s, want %s", i, got.Task, want)
+		}
+		release(t, b, got, eventlog.Release{Next: eventlog.DispatchTerminal, Reason: "done"})
+	}
+	wantNoReady(t, b, eventlog.LeaseRequest{Queue: q}, "a queue whose other tasks were leased by name and suspended")
 }
 
 func testEnqueueReadyKeepsPlace(t *testing.T, b Backend) {

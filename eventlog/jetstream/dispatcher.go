@@ -519,6 +519,15 @@ type Dispatcher struct {
 	wg        sync.WaitGroup
 
 	stats dispatcherCounters
+
+	hooks dispatcherHooks
+}
+
+// dispatcherHooks are set only by tests, before a Dispatcher's first Lease.
+type dispatcherHooks struct {
+	// beforeWithdraw and afterWithdraw run around the withdrawal of the
+	// ready signals of a task leased by name.
+	beforeWithdraw, afterWithdraw func(eventlog.Lease)
 }
 
 var _ eventlog.Dispatcher = (*Dispatcher)(nil)
@@ -541,11 +550,21 @@ type DispatcherStats struct {
 	// a task's held wakes fill its subject's cap, the broker refuses the
 	// sender.
 	HeldWakes uint64
+	// StaleSignals counts ready signals this instance's untargeted leases
+	// fetched and dropped because the row had moved on (another spell, a
+	// lease by name, a reservation); each cost a fetch, a row read and an
+	// acknowledgement.
+	StaleSignals uint64
+	// WithdrawnSignals counts ready signals this instance removed from the
+	// queue after leasing their task by name, so no untargeted lease has to
+	// fetch and drop them.
+	WithdrawnSignals uint64
 }
 
 type dispatcherCounters struct {
 	wakesApplied, timersFired, staleTimers, duplicateWakes, unknownTaskWakes, invalidWakes, refusedWakes, requeued atomic.Uint64
 	reconciles, resignalled, timersBackstopped, heldWakes                                                          atomic.Uint64
+	staleSignals, withdrawnSignals                                                                                 atomic.Uint64
 }
 
 // Stats returns this instance's counters.
@@ -564,6 +583,8 @@ func (d *Dispatcher) Stats() DispatcherStats {
 		Resignalled:       s.resignalled.Load(),
 		TimersBackstopped: s.timersBackstopped.Load(),
 		HeldWakes:         s.heldWakes.Load(),
+		StaleSignals:      s.staleSignals.Load(),
+		WithdrawnSignals:  s.withdrawnSignals.Load(),
 	}
 }
 

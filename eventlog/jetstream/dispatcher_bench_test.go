@@ -395,3 +395,53 @@ func BenchmarkReconcilePass(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLeaseAfterTargeted: one op is an untargeted Lease (Wait false) of
+// a queue in which targeted tasks were first enqueued unreserved and leased
+// by name, with one task enqueued behind them; only that Lease is timed.
+// stale-signals/op counts the signals it fetched and dropped before it
+// reached the task (before a lease by name withdrew its task's signal:
+// every one of them), withdrawn/op the signals the leases by name removed.
+func BenchmarkLeaseAfterTargeted(b *testing.B) {
+	const targeted = 100
+	ctx := b.Context()
+	d := openBenchDispatcher(b)
+	withdrawn := make(chan struct{}, 1)
+	jetstream.WithdrawHooksForTest(d, nil, func(eventlog.Lease) { withdrawn <- struct{}{} })
+	before := d.Stats()
+	for b.Loop() {
+		b.StopTimer()
+		q := benchQueue()
+		for range targeted {
+			task := noeta.NewTaskID()
+			if err := d.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: q}); err != nil {
+				b.Fatal(err)
+			}
+			l, err := d.Lease(ctx, eventlog.LeaseRequest{Worker: "by-name", Task: task})
+			if err != nil {
+				b.Fatal(err)
+			}
+			<-withdrawn // in the background; waited for so the count is exact
+			if err := d.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchTerminal, Reason: "bench"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		want := noeta.NewTaskID()
+		if err := d.Enqueue(ctx, want, eventlog.EnqueueOptions{Queue: q}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		l, err := d.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Queue: q})
+		b.StopTimer()
+		if err != nil || l.Task != want {
+			b.Fatalf("untargeted lease: got %s, %v; want %s", l.Task, err, want)
+		}
+		if err := d.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchTerminal, Reason: "bench"}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	after := d.Stats()
+	b.ReportMetric(float64(after.StaleSignals-before.StaleSignals)/float64(b.N), "stale-signals/op")
+	b.ReportMetric(float64(after.WithdrawnSignals-before.WithdrawnSignals)/float64(b.N), "withdrawn/op")
+}

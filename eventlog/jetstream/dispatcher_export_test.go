@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
 )
 
 // ApplyWakeForTest applies a wake-stream message (subject, body, stream
@@ -26,4 +27,12 @@ func BufferWakeForTest(t *testing.T, d *Dispatcher, task string, ev noeta.Wake) 
 	}); err != nil {
 		t.Fatalf("buffer %s for %s: %v", ev.Kind, task, err)
 	}
+}
+
+// WithdrawHooksForTest makes d run before and after (either may be nil)
+// around the background withdrawal of the ready signals of a task leased by
+// name, so a test can act in between or wait for it. Set them before d's
+// first Lease.
+func WithdrawHooksForTest(d *Dispatcher, before, after func(eventlog.Lease)) {
+	d.hooks.beforeWithdraw, d.hooks.afterWithdraw = before, after
 }

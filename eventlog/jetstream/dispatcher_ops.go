@@ -147,8 +147,8 @@ func (d *Dispatcher) Enqueue(ctx context.Context, task string, opts eventlog.Enq
 }
 
 // Lease implements eventlog.Dispatcher. A targeted lease takes the row
-// directly (a ready signal it leaves behind goes stale and is dropped by
-// whoever fetches it); an untargeted one pulls the queue's next signal.
+// directly and then withdraws the ready signals of the spell it ended (see
+// withdrawSignals); an untargeted one pulls the queue's next signal.
 func (d *Dispatcher) Lease(ctx context.Context, req eventlog.LeaseRequest) (eventlog.Lease, error) {
 	if err := d.check(ctx); err != nil {
 		return eventlog.Lease{}, err
@@ -165,15 +165,36 @@ func (d *Dispatcher) Lease(ctx context.Context, req eventlog.LeaseRequest) (even
 		if err := validTaskID("LeaseRequest.Task", req.Task); err != nil {
 			return eventlog.Lease{}, err
 		}
-		return d.grant(ctx, req.Task, req.Worker, func(r *taskRow) error {
+		var spell readySpell // of the row the grant committed on (the last try's)
+		lease, err := d.grant(ctx, req.Task, req.Worker, func(r *taskRow) error {
 			if r == nil {
 				return fmt.Errorf("%w: task %q is unknown to the dispatcher", eventlog.ErrNoReadyTask, req.Task)
 			}
 			if r.Status != eventlog.DispatchReady {
 				return fmt.Errorf("%w: task %q is %s", eventlog.ErrNoReadyTask, req.Task, r.Status)
 			}
+			spell = readySpell{queue: r.Queue, epoch: r.ReadyEpoch, signalled: !r.Reserved, front: r.Front}
 			return nil
 		})
+		if err != nil {
+			return eventlog.Lease{}, err
+		}
+		if spell.signalled {
+			// In the background: the lease is the caller's from now, and
+			// its time is not spent on the queue's housekeeping (on a
+			// loaded cluster two more requests took a good part of a short
+			// TTL).
+			d.goTracked(func() {
+				if h := d.hooks.beforeWithdraw; h != nil {
+					h(lease)
+				}
+				d.withdrawSignals(req.Task, spell)
+				if h := d.hooks.afterWithdraw; h != nil {
+					h(lease)
+				}
+			})
+		}
+		return lease, nil
 	}
 	queue := req.Queue
 	if queue == "" {

@@ -80,6 +80,65 @@ func (d *Dispatcher) publishSignal(ctx context.Context, subj string, epoch uint6
 	}
 }
 
+// readySpell is what a targeted lease needs to know of the ready spell it
+// ended: where its signals are and which epoch they carry.
+type readySpell struct {
+	queue     string
+	epoch     uint64
+	signalled bool // unreserved: the spell was signalled
+	front     bool // signalled ahead of the queue too
+}
+
+// withdrawSignals removes the ready signals of a spell a lease by name
+// ended. Left in place, each was fetched, checked against the row and
+// dropped by the queue's next untargeted Lease, and a process that leases
+// many tasks by name filled the queue with them, so every untargeted Lease
+// waded through the lot (docs/scale.md).
+//
+// Only the spell's own signal goes: the message there is read from the
+// stream's leader, kept if it carries a later epoch (the task became ready
+// again, e.g. a wake arrived and the lease was released, before this ran),
+// and otherwise purged by its sequence, so a signal published after the read
+// survives. Best effort, in the background once the lease is granted: a
+// signal that stays (or is fetched first) is stale, and dropped by its
+// fetcher as before.
+func (d *Dispatcher) withdrawSignals(task string, spell readySpell) {
+	ctx, cancel := d.detached()
+	defer cancel()
+	subjects := []string{d.subj.ready(spell.queue, task)}
+	if spell.front {
+		subjects = append(subjects, d.subj.readyFront(spell.queue, task))
+	}
+	for _, subj := range subjects {
+		withdrawn, err := d.withdrawSignal(ctx, subj, spell.epoch)
+		if err != nil {
+			d.log.Warn("withdraw the ready signal of a task leased by name; its fetcher drops it", "task", task, "subject", subj, "err", err)
+			continue
+		}
+		if withdrawn {
+			d.stats.withdrawnSignals.Add(1)
+		}
+	}
+}
+
+// withdrawSignal purges the message on subj if it is a signal of epoch or an
+// earlier one, reporting whether one was purged.
+func (d *Dispatcher) withdrawSignal(ctx context.Context, subj string, epoch uint64) (bool, error) {
+	there, err := d.readyLeaderGet(ctx, msgGetRequest{LastFor: subj})
+	if err != nil || there == nil {
+		return false, err
+	}
+	if got, perr := strconv.ParseUint(string(there.Data), 10, 64); perr == nil && got > epoch {
+		return false, nil // a later spell's: the task is ready again
+	}
+	pctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	if err := d.ready.Purge(pctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(there.Sequence+1)); err != nil {
+		return false, fmt.Errorf("purge: %w", err)
+	}
+	return true, nil
+}
+
 // subjectFull reports the work-queue stream refusing a message because its
 // subject already holds one (10077, "maximum messages per subject exceeded").
 func subjectFull(err error) bool {
@@ -225,6 +284,7 @@ func (d *Dispatcher) leaseFromQueue(ctx context.Context, queue, worker string, w
 			return nil
 		})
 		if errors.Is(err, errStaleSignal) {
+			d.stats.staleSignals.Add(1)
 			d.dropStale(ctx, msg, task)
 			continue
 		}
