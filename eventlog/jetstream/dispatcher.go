@@ -621,8 +621,9 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 	if err := checkRowsNotLost(ctx, js, c); err != nil {
 		return nil, err
 	}
-	// ensureKV turns direct gets off: every read of a row or a lease key
-	// decides a write or a fence, so it must be the leader's.
+	// Every read of a row or a lease key decides a write or a fence, so it
+	// must see every acknowledged write: ensureKV reads a replicated bucket
+	// from its leader and a single copy by direct gets (bucketReads).
 	if d.tasks, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      c.tasksBucket(),
 		Description: "noeta dispatcher rows: task -> status, queue, lease, wakes",

@@ -12,8 +12,8 @@ import (
 
 // ErrConfigMismatch: a stream or bucket exists with settings other than ours.
 // A task stream is never reconfigured: limits there would drop records, so the
-// operator decides. The one change made to an existing bucket is turning its
-// direct gets off (see leaderReads), which loses nothing.
+// operator decides. The one change made to an existing bucket is its read
+// mode (see bucketReads), which loses nothing.
 var ErrConfigMismatch = errors.New("jetstream: existing stream or bucket has a different configuration")
 
 // ErrStreamLost: the task stream is gone but the buckets Open creates with
@@ -134,7 +134,7 @@ func ensureKV(ctx context.Context, js jetstream.JetStream, want jetstream.KeyVal
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: key-value bucket %s: %w", want.Bucket, err)
 	}
-	if kv, err = leaderReads(ctx, js, "KV_"+want.Bucket, func() (jetstream.KeyValue, error) { return js.KeyValue(ctx, want.Bucket) }, kv); err != nil {
+	if kv, err = bucketReads(ctx, js, "KV_"+want.Bucket, want.Replicas, func() (jetstream.KeyValue, error) { return js.KeyValue(ctx, want.Bucket) }, kv); err != nil {
 		return nil, fmt.Errorf("jetstream: key-value bucket %s: %w", want.Bucket, err)
 	}
 	st, err := kv.Status(ctx)
@@ -163,7 +163,7 @@ func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstre
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: object store %s: %w", want.Bucket, err)
 	}
-	if obs, err = leaderReads(ctx, js, "OBJ_"+want.Bucket, func() (jetstream.ObjectStore, error) { return js.ObjectStore(ctx, want.Bucket) }, obs); err != nil {
+	if obs, err = bucketReads(ctx, js, "OBJ_"+want.Bucket, want.Replicas, func() (jetstream.ObjectStore, error) { return js.ObjectStore(ctx, want.Bucket) }, obs); err != nil {
 		return nil, fmt.Errorf("jetstream: object store %s: %w", want.Bucket, err)
 	}
 	st, err := obs.Status(ctx)
@@ -177,22 +177,36 @@ func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstre
 	return obs, nil
 }
 
-// leaderReads turns direct gets off for a bucket's stream and binds again.
-// Buckets are created with direct gets on, which any replica answers, possibly
-// before it has what the leader just acknowledged: an idempotency entry or a
-// body written a moment ago would read as missing. With direct gets off,
-// nats.go asks the leader.
-func leaderReads[T any](ctx context.Context, js jetstream.JetStream, stream string, bind func() (T, error), cur T) (T, error) {
+// bucketReads sets how a bucket is read, and binds again after a change
+// (ADR 0043). A replicated bucket is read from its leader (direct gets off):
+// direct gets are answered by any replica, possibly before it has what the
+// leader just acknowledged, and an idempotency entry, a row or a lease key
+// written a moment ago would read as missing or old. A bucket of one copy
+// is read by direct gets: its one server is its leader, so a direct get sees
+// every acknowledged write, and it costs the server and the client less than
+// the API's JSON request (the registry reads two keys before every append).
+// A bucket whose read mode cannot be turned to direct gets (a user without
+// the right to update it) keeps leader reads, which are as correct.
+func bucketReads[T any](ctx context.Context, js jetstream.JetStream, stream string, replicas int, bind func() (T, error), cur T) (T, error) {
+	direct := replicas == 1
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return cur, err
 	}
 	cfg := s.CachedInfo().Config
-	if !cfg.AllowDirect {
+	if cfg.AllowDirect == direct {
 		return cur, nil
 	}
-	cfg.AllowDirect = false
+	if direct && cfg.Replicas != 1 {
+		// Replicated by its operator: the read the configuration asks
+		// for is not one a replica can be trusted with.
+		return cur, nil
+	}
+	cfg.AllowDirect = direct
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		if direct {
+			return cur, nil
+		}
 		return cur, err
 	}
 	return bind()
