@@ -218,13 +218,14 @@ func (b *batchOp) run(ctx context.Context) ([]eventlog.Envelope, error) {
 			return nil, err
 		}
 	}
-	return a.runBatch(ctx, b.write)
+	return a.runBatch(ctx, true, b.write)
 }
 
 // runBatch tries a batch write until it lands or the checks refuse it: the
-// first record's admission and fence as an append's, then write; a
-// conflict pauses, reads the tail again and retries, bounded in time.
-func (a *appendOp) runBatch(ctx context.Context, write func(context.Context) ([]eventlog.Envelope, attempt, error)) ([]eventlog.Envelope, error) {
+// first record's admission as an append's, the fence (a LeaseGranted of its
+// own, unless write carries it), then write; a conflict pauses, reads the
+// tail again and retries, bounded in time.
+func (a *appendOp) runBatch(ctx context.Context, fence bool, write func(context.Context) ([]eventlog.Envelope, attempt, error)) ([]eventlog.Envelope, error) {
 	giveUp := time.Now().Add(a.l.cfg.RequestTimeout)
 	conflicts := 0
 	for {
@@ -238,9 +239,11 @@ func (a *appendOp) runBatch(ctx context.Context, write func(context.Context) ([]
 		if again {
 			continue
 		}
-		lost, err := a.fence(ctx)
-		if err != nil {
-			return nil, err
+		lost := false
+		if fence {
+			if lost, err = a.fence(ctx); err != nil {
+				return nil, err
+			}
 		}
 		if !lost {
 			out, res, err := write(ctx)

@@ -80,8 +80,9 @@ func (l *Log) idemLookup(ctx context.Context, task string, lease eventlog.Lease,
 	if err != nil {
 		return nil, nil, err
 	}
-	// A pack's first record is the one the key names.
-	r := rs[0]
+	// The key names the batch's first record: a pack may hold its
+	// generation's LeaseGranted before it.
+	r := rs[len(granted(rs))]
 	l.idemCommit(ctx, entry, r.env, m.Sequence)
 	return &r.env, entry, nil
 }

@@ -584,15 +584,23 @@ func (l *Log) checkRegistry(ctx context.Context, lease eventlog.Lease) error {
 	return nil
 }
 
-// grant appends the LeaseGranted of lease after the known tail. It returns
-// nil (and no error) when the tail moved: the caller re-reads and decides.
-func (l *Log) grant(ctx context.Context, ts *taskState, lease eventlog.Lease, correlationID string) (*eventlog.Envelope, error) {
+// leaseGranted is the record that fences a log for lease; the fence belongs
+// to the task tree of the record it precedes (correlationID).
+func leaseGranted(lease eventlog.Lease, correlationID string) (eventlog.Envelope, error) {
 	worker := lease.Worker
 	if worker == "" {
 		worker = "unknown"
 	}
 	lg, err := eventlog.NewEnvelope(lease.Task, eventlog.OriginEngine, worker,
 		noeta.LeaseGranted{LeaseID: lease.ID, Generation: lease.Generation, Worker: worker})
+	lg.CorrelationID = correlationID
+	return lg, err
+}
+
+// grant appends the LeaseGranted of lease after the known tail. It returns
+// nil (and no error) when the tail moved: the caller re-reads and decides.
+func (l *Log) grant(ctx context.Context, ts *taskState, lease eventlog.Lease, correlationID string) (*eventlog.Envelope, error) {
+	lg, err := leaseGranted(lease, correlationID)
 	if err != nil {
 		return nil, err
 	}
@@ -600,8 +608,6 @@ func (l *Log) grant(ctx context.Context, ts *taskState, lease eventlog.Lease, co
 	lg.ID = noeta.NewIDAt(lg.Time)
 	lg.Seq = ts.tail.seq + 1
 	lg.LeaseGen = lease.Generation
-	// The fence belongs to the task tree of the record it precedes.
-	lg.CorrelationID = correlationID
 	msg, err := encode(l.subj.log(lease.Task), lg, meta{leaseID: lease.ID, baseline: ts.tail.baseline})
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -139,8 +140,10 @@ func decodeMsg(subject string, streamSeq uint64, hdr nats.Header, data []byte) (
 	return out, nil
 }
 
-// packOp writes a batch as one pack: appendOp's checks and fence for the
-// first record, then one compare-and-set publish of the whole batch.
+// packOp writes a batch as one pack: appendOp's admission for the first
+// record, then one compare-and-set publish of the whole batch, with the
+// generation's LeaseGranted first in the same message when the log is
+// another lease's (one durable write where an append pays two).
 type packOp struct {
 	appendOp
 	envs []eventlog.Envelope
@@ -156,58 +159,72 @@ func (b *packOp) run(ctx context.Context) ([]eventlog.Envelope, error) {
 	if err := b.fits(); err != nil {
 		return nil, err
 	}
-	return a.runBatch(ctx, b.write)
+	return a.runBatch(ctx, false, b.write)
 }
 
-// fits refuses, before anything is written (a LeaseGranted included), a
-// batch whose pack the server would refuse for its size, so a batch stays all
-// or nothing. The pack is built as write will build it; ids and times then
-// differ by a few bytes, which the margin covers. The engine's batches are a
-// few records (ADR 0040).
+// build stamps the pack's records after the known tail at now, the
+// generation's LeaseGranted first when the tail is another lease's, and
+// writes their bodies. grant says whether the first is the LeaseGranted.
+func (b *packOp) build(now time.Time) (recs []eventlog.Envelope, bodies [][]byte, grant bool, err error) {
+	a := &b.appendOp
+	tl := a.ts.tail
+	if grant = tl.leaseID != a.lease.ID; grant {
+		lg, err := leaseGranted(a.lease, a.env.CorrelationID)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		recs = append(recs, lg)
+	}
+	recs = append(recs, b.envs...)
+	bodies = make([][]byte, len(recs))
+	for i := range recs {
+		env := &recs[i]
+		env.Time = now
+		env.ID = noeta.NewIDAt(now)
+		env.Seq = tl.seq + 1 + uint64(i)
+		env.LeaseGen = a.lease.Generation
+		env.Key = ""
+		if bodies[i], err = cloudEventBody(*env); err != nil {
+			return nil, nil, false, err
+		}
+	}
+	return recs, bodies, grant, nil
+}
+
+// fits refuses, before anything is written, a batch whose pack the server
+// would refuse for its size, so a batch stays all or nothing. The pack is
+// built as write will build it; ids and times then differ by a few bytes,
+// which the margin covers. The engine's batches are a few records (ADR
+// 0040).
 func (b *packOp) fits() error {
 	a := &b.appendOp
-	recs := make([]eventlog.Envelope, len(b.envs))
-	bodies := make([][]byte, len(b.envs))
-	now := a.l.cfg.Now()
-	for i, env := range b.envs {
-		env.Time, env.ID, env.Seq, env.LeaseGen, env.Key = now, noeta.NewIDAt(now), a.ts.tail.seq+2+uint64(i), a.lease.Generation, ""
-		body, err := cloudEventBody(env)
-		if err != nil {
-			return err
-		}
-		recs[i], bodies[i] = env, body
+	recs, bodies, _, err := b.build(a.l.cfg.Now())
+	if err != nil {
+		return err
 	}
 	msg := encodePack(a.l.subj.log(a.env.Task), recs, bodies, meta{leaseID: a.lease.ID, baseline: a.ts.tail.baseline, idemKey: a.opts.IdempotencyKey})
 	size := len(msg.Data) + headerSize(msg.Header) + 64*len(recs)
 	if max := a.l.nc.MaxPayload(); int64(size) > max {
 		return fmt.Errorf("%w: a batch of %d records of task %s is %d bytes in one message, more than the server's max payload (%d); raise max_payload or write this log with BatchSequential",
-			eventlog.ErrInvalidArgument, len(recs), a.env.Task, size, max)
+			eventlog.ErrInvalidArgument, len(b.envs), a.env.Task, size, max)
 	}
 	return nil
 }
 
-// write publishes one pack after the known tail; on success it moves the
+// write publishes the pack after the known tail; on success it moves the
 // tail to the pack's last record.
 func (b *packOp) write(ctx context.Context) ([]eventlog.Envelope, attempt, error) {
 	a := &b.appendOp
-	in, idem := b.envs, a.idem
-	l, ts, task := a.l, a.ts, a.env.Task
-	now := l.cfg.Now()
-	recs := make([]eventlog.Envelope, len(in))
-	bodies := make([][]byte, len(in))
-	for i, env := range in {
-		env.Time = now
-		env.ID = noeta.NewIDAt(now)
-		env.Seq = ts.tail.seq + 1 + uint64(i)
-		env.LeaseGen = a.lease.Generation
-		env.Key = ""
-		body, err := cloudEventBody(env)
-		if err != nil {
-			return nil, 0, err
-		}
-		recs[i], bodies[i] = env, body
+	l, ts, task, idem := a.l, a.ts, a.env.Task, a.idem
+	all, bodies, grant, err := b.build(l.cfg.Now())
+	if err != nil {
+		return nil, 0, err
 	}
-	msg := encodePack(l.subj.log(task), recs, bodies, meta{leaseID: a.lease.ID, baseline: ts.tail.baseline, idemKey: a.opts.IdempotencyKey})
+	recs := all
+	if grant {
+		recs = all[1:]
+	}
+	msg := encodePack(l.subj.log(task), all, bodies, meta{leaseID: a.lease.ID, baseline: ts.tail.baseline, idemKey: a.opts.IdempotencyKey})
 	expect := ts.tail.streamSeq
 	if idem != nil {
 		if err := l.idemReserve(ctx, idem, recs[0].ID, expect); err != nil {
@@ -226,7 +243,10 @@ func (b *packOp) write(ctx context.Context) ([]eventlog.Envelope, attempt, error
 				if rerr := a.refresh(ctx); rerr != nil {
 					return nil, 0, rerr
 				}
+				lgs := granted(rs)
+				rs = rs[len(lgs):]
 				l.idemCommit(ctx, idem, rs[0].env, rs[0].streamSeq)
+				a.notify = append(a.notify, lgs...)
 				out := make([]eventlog.Envelope, len(rs))
 				for i, r := range rs {
 					out[i] = r.env
@@ -240,7 +260,7 @@ func (b *packOp) write(ctx context.Context) ([]eventlog.Envelope, attempt, error
 			return nil, 0, rerr
 		}
 		switch {
-		case ts.tail.msgID == recs[0].ID && ts.tail.seq == recs[len(recs)-1].Seq:
+		case ts.tail.msgID == all[0].ID && ts.tail.seq == all[len(all)-1].Seq:
 			streamSeq = ts.tail.streamSeq
 		case err != nil && !wrong:
 			return nil, 0, fmt.Errorf("jetstream: batch append to %s: %w", task, err)
@@ -248,9 +268,9 @@ func (b *packOp) write(ctx context.Context) ([]eventlog.Envelope, attempt, error
 			return nil, conflicted, nil
 		}
 	}
-	last := recs[len(recs)-1]
+	last := all[len(all)-1]
 	t := ts.tail
-	t.streamSeq, t.seq, t.msgID, t.leaseID, t.gen = streamSeq, last.Seq, recs[0].ID, a.lease.ID, a.lease.Generation
+	t.streamSeq, t.seq, t.msgID, t.leaseID, t.gen = streamSeq, last.Seq, all[0].ID, a.lease.ID, a.lease.Generation
 	if noeta.IsBaselineType(last.Type) {
 		t.baseline = baseline{seq: last.Seq, streamSeq: streamSeq}
 	}
@@ -258,7 +278,23 @@ func (b *packOp) write(ctx context.Context) ([]eventlog.Envelope, attempt, error
 	if idem != nil {
 		l.idemCommit(ctx, idem, recs[0], streamSeq)
 	}
+	if grant {
+		a.notify = append(a.notify, all[0])
+	}
 	return recs, appended, nil
+}
+
+// granted returns the LeaseGranted records a pack opens with (its
+// generation's fence, written with the batch).
+func granted(rs []record) []eventlog.Envelope {
+	var out []eventlog.Envelope
+	for _, r := range rs {
+		if r.env.Type != noeta.TypeLeaseGranted || len(out) == len(rs)-1 {
+			break
+		}
+		out = append(out, r.env)
+	}
+	return out
 }
 
 // packAfter returns the records of the log message right after stream

@@ -338,3 +338,57 @@ func TestFeedDeliversPackRecordByRecord(t *testing.T) {
 		t.Errorf("dead letter holds %s (Noeta-Seq %s), want record %s seq %d", e.ID(), m.Header.Get("Noeta-Seq"), recs[1].ID, recs[1].Seq)
 	}
 }
+
+// TestPackCarriesLeaseGranted: the first batch under a new lease is one
+// message that opens with the lease's LeaseGranted (the fence and the
+// records in one durable write, one wait); subscribers see the LeaseGranted
+// first, and EmitBatch returns only the batch's records.
+func TestPackCarriesLeaseGranted(t *testing.T) {
+	ctx := t.Context()
+	f := newPackFixture(t, singleURL, jetstream.BatchPacked)
+	var mu sync.Mutex
+	var seen []string
+	sub := f.log.Subscribe(func(_ context.Context, env eventlog.Envelope) error {
+		mu.Lock()
+		seen = append(seen, env.Type)
+		mu.Unlock()
+		return nil
+	})
+	defer sub.Cancel()
+	before := len(f.messages(t))
+	waits := f.log.DurableWaits()
+	next := eventlog.Lease{ID: "lease-2", Task: f.task, Generation: 2, Worker: "w2"}
+	got, err := f.log.EmitBatch(ctx, next, f.turns(5, 2), eventlog.EmitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Type != noeta.TypeTurnStarted {
+		t.Fatalf("EmitBatch returned %d records starting with %s, want the 2 TurnStarted", len(got), got[0].Type)
+	}
+	if w := f.log.DurableWaits() - waits; w != 1 {
+		t.Errorf("durable waits for a new lease's first batch: %d, want 1", w)
+	}
+	msgs := f.messages(t)
+	if len(msgs) != before+1 {
+		t.Fatalf("the batch added %d messages, want 1", len(msgs)-before)
+	}
+	if types := msgs[len(msgs)-1].Header.Values("Noeta-Type"); len(types) != 3 || types[0] != noeta.TypeLeaseGranted {
+		t.Fatalf("the pack's types %q, want LeaseGranted then the two records", types)
+	}
+	recs, err := f.log.Read(ctx, f.task, got[0].Seq-2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 3 || recs[0].Type != noeta.TypeLeaseGranted || recs[0].LeaseGen != 2 || recs[1].ID != got[0].ID {
+		t.Fatalf("the log after the previous generation: %d records (%v), want LeaseGranted of generation 2 then the batch", len(recs), recs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 3 || seen[0] != noeta.TypeLeaseGranted {
+		t.Errorf("subscribers saw %v, want LeaseGranted first, then the batch", seen)
+	}
+	// The old lease is fenced off by the pack's LeaseGranted.
+	if _, err := f.log.EmitBatch(ctx, f.lease, f.turns(9, 1), eventlog.EmitOptions{}); !errors.Is(err, eventlog.ErrLeaseLost) {
+		t.Errorf("the old lease's batch after the new pack: %v, want ErrLeaseLost", err)
+	}
+}
