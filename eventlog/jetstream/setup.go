@@ -163,7 +163,9 @@ func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstre
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: object store %s: %w", want.Bucket, err)
 	}
-	if obs, err = bucketReads(ctx, js, "OBJ_"+want.Bucket, want.Replicas, func() (jetstream.ObjectStore, error) { return js.ObjectStore(ctx, want.Bucket) }, obs); err != nil {
+	// Objects are read rarely (snapshots, large bodies): always from the
+	// leader, so no role needs a second read right for them.
+	if obs, err = bucketReads(ctx, js, "OBJ_"+want.Bucket, 0, func() (jetstream.ObjectStore, error) { return js.ObjectStore(ctx, want.Bucket) }, obs); err != nil {
 		return nil, fmt.Errorf("jetstream: object store %s: %w", want.Bucket, err)
 	}
 	st, err := obs.Status(ctx)
@@ -182,10 +184,12 @@ func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstre
 // direct gets are answered by any replica, possibly before it has what the
 // leader just acknowledged, and an idempotency entry, a row or a lease key
 // written a moment ago would read as missing or old. A bucket of one copy
-// is read by direct gets: its one server is its leader, so a direct get sees
-// every acknowledged write, and it costs the server and the client less than
-// the API's JSON request (the registry reads two keys before every append).
-// A bucket whose read mode cannot be turned to direct gets (a user without
+// (replicas 1) is read by direct gets: its one server is its leader, so a
+// direct get sees every acknowledged write, and it costs the server and the
+// client less than the API's JSON request (the registry reads two keys
+// before every append). replicas 0 asks for leader reads whatever the
+// copies. Every process decides from the bucket's replicas alone, so two
+// processes never turn a bucket's mode back and forth. A bucket whose read mode cannot be turned to direct gets (a user without
 // the right to update it) keeps leader reads, which are as correct.
 func bucketReads[T any](ctx context.Context, js jetstream.JetStream, stream string, replicas int, bind func() (T, error), cur T) (T, error) {
 	direct := replicas == 1

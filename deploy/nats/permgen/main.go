@@ -229,11 +229,12 @@ func approverBlock(prefix, name string) (string, error) {
 	k.line(3, "# Answers under its own name only: the broker vouches for who")
 	k.line(3, "# answered (%s.approve.<approver>.<p>.<task>).", prefix)
 	k.quoted(3, prefix+".approve."+name+".>")
-	k.line(3, "# engine approve --nats: the task's dispatcher row (read from the")
-	k.line(3, "# leader), and reading the task (engine inspect, events): records by")
-	k.line(3, "# direct gets, snapshots' bodies from the content store.")
+	k.line(3, "# engine approve --nats: the task's dispatcher row (from the leader,")
+	k.line(3, "# or by direct gets when the bucket has one copy), and reading the")
+	k.line(3, "# task (engine inspect, events): records by direct gets, snapshots'")
+	k.line(3, "# bodies from the content store.")
 	k.quoted(3, "$JS.API.STREAM.INFO."+tasks, "$JS.API.STREAM.MSG.GET."+tasks, "$JS.API.DIRECT.GET."+tasks,
-		"$JS.API.STREAM.INFO."+rows, "$JS.API.STREAM.MSG.GET."+rows,
+		"$JS.API.STREAM.INFO."+rows, "$JS.API.STREAM.MSG.GET."+rows, "$JS.API.DIRECT.GET."+rows, "$JS.API.DIRECT.GET."+rows+".>",
 		"$JS.API.STREAM.INFO."+content, "$JS.API.STREAM.MSG.GET."+content,
 		"$JS.API.CONSUMER.CREATE."+content+".*.$O."+prefix+"_content.>", "$JS.API.CONSUMER.DELETE."+content+".*",
 		"$JS.FC."+content+".>")
