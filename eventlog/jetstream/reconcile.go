@@ -229,6 +229,10 @@ func (d *Dispatcher) RequeueStale(ctx context.Context) ([]string, error) {
 
 // snapshot is a bulk, possibly lagging view of the dispatcher's state.
 type snapshot struct {
+	// rows holds only the rows a pass may act on or look at (pertinent):
+	// a row suspended on an untimed condition, or terminal, is read and
+	// dropped, so a pass over a million suspended tasks holds what is
+	// live, not a million rows.
 	rows    map[string]*taskRow
 	keys    map[string]bool // lease keys that exist
 	signals map[string]bool // ready subjects holding a signal
@@ -269,7 +273,9 @@ func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 					d.log.Error("reconcile skips a corrupt row", "task", e.Key(), "err", err)
 					continue
 				}
-				s.rows[e.Key()] = r
+				if pertinent(r) {
+					s.rows[e.Key()] = r
+				}
 			}
 		}
 	}()
@@ -309,10 +315,27 @@ const snapshotIdle = 10 * time.Second
 
 var errSnapshotStalled = errors.New("jetstream: the bulk read of the rows stalled")
 
+// pertinent says whether a pass needs row r in its snapshot: a row that may
+// be a candidate (leased, ready, suspended on a deadline) or that awaits
+// subtasks. A subtask's row that was dropped (it ended, or waits untimed)
+// is read from the leader when a parent is found waiting on it.
+func pertinent(r *taskRow) bool {
+	switch r.Status {
+	case eventlog.DispatchLeased, eventlog.DispatchReady:
+		return true
+	case eventlog.DispatchSuspended:
+		_, timed := deadlineOf(r.WakeOn)
+		return timed || len(awaitedSubtasks(r)) > 0
+	}
+	return false
+}
+
 // readRowsOneByOne completes a stalled bulk read: the keys come from the
-// bucket stream's subjects, and each row not read yet is fetched on its own;
-// a row that cannot be loaded is reported and left out of the pass (engine
-// doctor names it).
+// bucket stream's subjects, and each row not held yet is fetched on its own
+// (the rows the bulk read dropped as not pertinent are read again: a stall
+// is rare, and remembering every key read would cost what dropping them
+// saves); a row that cannot be loaded is reported and left out of the pass
+// (engine doctor names it).
 func (d *Dispatcher) readRowsOneByOne(ctx context.Context, rows map[string]*taskRow) error {
 	bucket := d.cfg.tasksBucket()
 	keys, err := rowKeys(ctx, d.js, bucket)
@@ -331,7 +354,7 @@ func (d *Dispatcher) readRowsOneByOne(ctx context.Context, rows map[string]*task
 		case err != nil:
 			missing++
 			d.log.Error("reconcile skips a row the server cannot load; engine doctor reports it", "task", task, "err", err)
-		case r != nil:
+		case r != nil && pertinent(r):
 			rows[task] = r
 		}
 	}
@@ -589,9 +612,23 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 	d.awaitingMu.Lock()
 	defer d.awaitingMu.Unlock()
 	seen := make(map[string]uint64)
+	// ended looks up subtasks whose rows the snapshot dropped, once a pass.
+	dropped := map[string]bool{}
+	ended := func(task string) bool {
+		if r := s.rows[task]; r != nil {
+			return r.Status == eventlog.DispatchTerminal
+		}
+		e, ok := dropped[task]
+		if !ok {
+			r, _, err := d.getRow(ctx, task)
+			e = err == nil && r != nil && r.Status == eventlog.DispatchTerminal
+			dropped[task] = e
+		}
+		return e
+	}
 	for task, r := range s.rows {
 		subtasks := awaitedSubtasks(r)
-		if len(subtasks) == 0 || !allEnded(s.rows, subtasks) {
+		if len(subtasks) == 0 || !allEnded(subtasks, ended) {
 			continue
 		}
 		seen[task] = r.Generation
@@ -621,9 +658,9 @@ func awaitedSubtasks(r *taskRow) []string {
 	return nil
 }
 
-func allEnded(rows map[string]*taskRow, tasks []string) bool {
+func allEnded(tasks []string, ended func(string) bool) bool {
 	for _, t := range tasks {
-		if r := rows[t]; r == nil || r.Status != eventlog.DispatchTerminal {
+		if !ended(t) {
 			return false
 		}
 	}
