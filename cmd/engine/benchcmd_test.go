@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/noeta-go/noeta"
 )
 
 // TestBenchJSON runs engine bench small, every kind of call in the mix, and
@@ -77,6 +79,33 @@ func TestBenchScaleJSON(t *testing.T) {
 	}
 }
 
+// TestBenchIdleIDs: the scale mode keeps no ids, it derives them; a
+// million must be a million distinct, valid task ids, the same on every
+// call (a wake after the restart names a task grown before it).
+func TestBenchIdleIDs(t *testing.T) {
+	idle := newIdleTasks()
+	const n = 1_000_000
+	seen := make(map[string]struct{}, n)
+	for i := range int64(n) {
+		id := idle.id(i)
+		if i%100_000 == 0 {
+			if err := noeta.ValidateTaskID(id); err != nil {
+				t.Fatalf("id %d %q: %v", i, id, err)
+			}
+			if again := idle.id(i); again != id {
+				t.Fatalf("id %d is %q, then %q", i, id, again)
+			}
+		}
+		seen[id] = struct{}{}
+	}
+	if len(seen) != n {
+		t.Errorf("%d distinct ids of %d", len(seen), n)
+	}
+	if other := newIdleTasks(); other.id(0) == idle.id(0) {
+		t.Error("two runs derived the same first id: a second run on one store would collide")
+	}
+}
+
 // TestBenchBadFlags: a bad mix or level list is bad usage, naming what is
 // wrong, before anything starts.
 func TestBenchBadFlags(t *testing.T) {
@@ -90,6 +119,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--mix", "deny"}, "not kind=share"},
 		{[]string{"--mix", "deny=NaN"}, "from 0 to 1"},
 		{[]string{"--idle", "10,5"}, "rising"},
+		{[]string{"--idle", "5", "--server-pid", "1"}, "the server of --nats"},
+		{[]string{"--idle", "5", "--server-dir", "/tmp"}, "the server of --nats"},
 		{[]string{"--tasks", "-1"}, "at least 0"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
