@@ -171,7 +171,7 @@ times the restart and the first resumed task.`,
 	f.BoolVar(&o.json, "json", false, "print the result as one JSON object")
 	f.StringVar(&o.idle, "idle", "", "scale mode: suspended-task populations to measure at, comma-separated and rising")
 	f.IntVar(&o.probes, "probes", 200, "scale mode: appends and wakes timed at each level")
-	f.BoolVar(&o.restart, "restart", false, "scale mode, embedded: restart the host after the last level and time it")
+	f.BoolVar(&o.restart, "restart", false, "scale mode: restart the host after the last level (with --nats, the engine only) and time it")
 	f.IntVar(&o.serverPID, "server-pid", 0, "scale mode with --nats: the nats-server's pid, to read its RSS at each level")
 	f.StringVar(&o.serverDir, "server-dir", "", "scale mode with --nats: the nats-server's store directory, to read its size at each level")
 	f.StringVar(&o.profile, "profile", "", "scale mode: write a CPU profile of each level's appends and a heap profile after it to this directory")
@@ -279,9 +279,6 @@ func runBench(ctx context.Context, g *globals, o benchOpts) error {
 			return failErr(err)
 		}
 		if o.restart {
-			if !h.Embedded() {
-				return usageErr("--restart needs the embedded server (no --nats)")
-			}
 			r, h2, err := restartHost(ctx, g, h, idle, opts)
 			h = h2
 			if err != nil {

@@ -313,15 +313,16 @@ func runLevels(ctx context.Context, g *globals, h *host.Host, probe *appendProbe
 		if err := writeHeapProfile(o.profile, n); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(g.stderr, "bench: at %d suspended: append p50 %.0f µs, wake→lease p50 %.0f µs, RSS %.0f MiB (server %.0f MiB), load %.1f\n",
-			n, l.AppendP50us, l.WakeLeaseP50us, l.RSSMiB, l.ServerRSSMiB, l.Load1)
+		fmt.Fprintf(g.stderr, "bench: at %d suspended: append p50/p99 %.0f/%.0f µs, wake→lease p50/p99 %.0f/%.0f µs, RSS %.0f MiB (heap %.1f MiB; server %.0f MiB), store %d B (%.0f B/task), grown in %.0f s, load %.1f\n",
+			n, l.AppendP50us, l.AppendP99us, l.WakeLeaseP50us, l.WakeLeaseP99us, l.RSSMiB, l.HeapMiB, l.ServerRSSMiB, l.DiskBytes, l.DiskPerTask, l.GrowSeconds, l.Load1)
 		res.Levels = append(res.Levels, l)
 	}
 	return idle, nil
 }
 
 // restartHost closes h and opens the host again on the same data
-// directory, timing the open and the first wake of a suspended task to its
+// directory (embedded: the server restarts with it; --nats: the engine
+// alone), timing the open and the first wake of a suspended task to its
 // lease.
 func restartHost(ctx context.Context, g *globals, h *host.Host, idle *idleTasks, opts host.Options) (*benchRestart, *host.Host, error) {
 	opts.DataDir = h.DataDir()
@@ -340,6 +341,7 @@ func restartHost(ctx context.Context, g *globals, h *host.Host, idle *idleTasks,
 	r.ResumeMs /= 1000
 	r.RSSMiB, _ = rssMiB()
 	r.Load1 = load1()
+	fmt.Fprintf(g.stderr, "bench: restart: open %.2f s, first resume %.0f ms, RSS %.0f MiB, load %.1f\n", r.OpenSeconds, r.ResumeMs, r.RSSMiB, r.Load1)
 	return r, h2, nil
 }
 
