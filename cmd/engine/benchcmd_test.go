@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 )
 
 // TestBenchJSON runs engine bench small, every kind of call in the mix, and
@@ -76,6 +79,40 @@ func TestBenchScaleJSON(t *testing.T) {
 	}
 	if r.Restart == nil || r.Restart.OpenSeconds <= 0 || r.Restart.ResumeMs <= 0 {
 		t.Errorf("restart not measured: %+v", r.Restart)
+	}
+}
+
+// TestBenchScaleNATS runs the scale mode against a server of its own over
+// --nats, naming that server's process and store: each level must carry the
+// server's RSS and store size, and --restart (the engine alone) must be
+// timed. The server runs in the test's process, so its pid is the test's.
+func TestBenchScaleNATS(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	code, out, errOut := runCmd(t, "bench", "--nats", srv.ClientURL(), "--prefix", "scalenats",
+		"--idle", "5,10", "--probes", "5", "--restart", "--json",
+		"--server-pid", strconv.Itoa(os.Getpid()), "--server-dir", dir)
+	if code != exitDone {
+		t.Fatalf("exit %d; stderr:\n%s", code, errOut)
+	}
+	var r benchResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("stdout is not the bench JSON: %v\n%s", err, out)
+	}
+	if len(r.Levels) != 2 {
+		t.Fatalf("levels %+v; want 5 and 10", r.Levels)
+	}
+	for _, l := range r.Levels {
+		if l.ServerRSSMiB <= 0 || l.DiskBytes <= 0 || l.DiskPerTask <= 0 || l.AppendP50us <= 0 || l.WakeLeaseP50us <= 0 {
+			t.Errorf("level %d: the server's figures are missing: %+v", l.Suspended, l)
+		}
+	}
+	if r.Restart == nil || r.Restart.OpenSeconds <= 0 || r.Restart.ResumeMs <= 0 {
+		t.Errorf("restart of the engine not measured: %+v", r.Restart)
 	}
 }
 
