@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -246,39 +247,16 @@ type snapshot struct {
 // candidate is checked again with the leader).
 func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 	s := &snapshot{rows: map[string]*taskRow{}, keys: map[string]bool{}}
-	w, err := d.tasks.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: read %s: %w", d.cfg.tasksBucket(), err)
-	}
-	err = func() error {
-		defer func() { _ = w.Stop() }()
-		idle := time.NewTimer(snapshotIdle)
-		defer idle.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-idle.C:
-				return errSnapshotStalled
-			case e, ok := <-w.Updates():
-				idle.Reset(snapshotIdle) // no drain needed since Go 1.23
-				if !ok {
-					return fmt.Errorf("jetstream: read %s: the watcher stopped", d.cfg.tasksBucket())
-				}
-				if e == nil {
-					return nil // the initial values are all delivered
-				}
-				r, err := decodeRow(e.Key(), e.Value())
-				if err != nil {
-					d.log.Error("reconcile skips a corrupt row", "task", e.Key(), "err", err)
-					continue
-				}
-				if pertinent(r) {
-					s.rows[e.Key()] = r
-				}
-			}
+	err := d.readRows(ctx, func(task string, val []byte) {
+		r, err := decodeRow(task, val)
+		if err != nil {
+			d.log.Error("reconcile skips a corrupt row", "task", task, "err", err)
+			return
 		}
-	}()
+		if pertinent(r) {
+			s.rows[task] = r
+		}
+	})
 	if errors.Is(err, errSnapshotStalled) {
 		err = d.readRowsOneByOne(ctx, s.rows)
 	}
@@ -306,9 +284,68 @@ func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 	return s, nil
 }
 
+// rowReadBatch bounds the rows a bulk read holds in flight: the server
+// sends no more until the engine has taken them. A KV watcher (the read
+// before) is a push consumer, which the server fed faster than the rows
+// were decoded, and nats.go queued up to 64 MiB of them: 33 MiB of the
+// engine's live heap, hundreds of MiB of its RSS, at a million rows.
+const rowReadBatch = 256
+
+// readRows hands fn the latest value of every row, deletes left out, through
+// an ordered pull consumer that holds at most rowReadBatch rows in flight.
+// It ends when the consumer has delivered the last row that existed when it
+// began, or with errSnapshotStalled when no row came for snapshotIdle.
+func (d *Dispatcher) readRows(ctx context.Context, fn func(task string, val []byte)) error {
+	bucket := d.cfg.tasksBucket()
+	prefix := "$KV." + bucket + "."
+	c, err := d.js.OrderedConsumer(ctx, "KV_"+bucket, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{prefix + ">"},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		// The server drops the consumer soon after the pass lets it go.
+		InactiveThreshold: 30 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+	}
+	it, err := c.Messages(jetstream.PullMaxMessages(rowReadBatch))
+	if err != nil {
+		return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+	}
+	defer it.Stop()
+	if info := c.CachedInfo(); info != nil && info.NumPending == 0 {
+		return nil // an empty bucket
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m, err := it.Next(jetstream.NextMaxWait(snapshotIdle))
+		switch {
+		case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			return errSnapshotStalled
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+		}
+		if op := m.Headers().Get("KV-Operation"); op != "DEL" && op != "PURGE" && m.Headers().Get(jetstream.MarkerReasonHeader) == "" {
+			if task, ok := strings.CutPrefix(m.Subject(), prefix); ok {
+				fn(task, m.Data())
+			}
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+		}
+		if md.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
 // snapshotIdle is how long the bulk read of the rows may go without a
-// message before it is taken to have stalled: the watcher waits until it has
-// been handed as many messages as the bucket counts, and a row whose message
+// message before it is taken to have stalled: the read waits until it has
+// been handed the last row the bucket held when it began, and a row whose message
 // the server can no longer load (a damaged block) is counted and never
 // handed, so the read would never end and no pass would ever finish.
 const snapshotIdle = 10 * time.Second

@@ -89,3 +89,66 @@ func TestReconcileSnapshotHoldsOnlyPertinentRows(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReconcileReadRowsEveryRowOnce: the bulk read, pulled a bounded batch
+// at a time, hands over the latest value of every row once, across many
+// batches, and leaves deleted rows out; an empty bucket ends at once.
+func TestReconcileReadRowsEveryRowOnce(t *testing.T) {
+	ctx := t.Context()
+	srv, err := embedded.Start(ctx, embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	d, err := OpenDispatcher(ctx, nc, DispatcherConfig{Prefix: "rows", SweepInterval: -1, LeaseTTL: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	count := func() map[string]string {
+		got := map[string]string{}
+		if err := d.readRows(ctx, func(task string, val []byte) {
+			if _, dup := got[task]; dup {
+				t.Errorf("row %s handed over twice", task)
+			}
+			got[task] = string(val)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := count(); len(got) != 0 {
+		t.Fatalf("an empty bucket gave %d rows", len(got))
+	}
+	const rows, deleted = 3*rowReadBatch + 17, 40
+	ids := make([]string, rows)
+	for i := range ids {
+		ids[i] = noeta.NewTaskID()
+		if _, err := d.tasks.Put(ctx, ids[i], []byte("old")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, id := range ids {
+		if i < deleted {
+			if err := d.tasks.Delete(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := d.tasks.Put(ctx, id, []byte("new")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := count()
+	if len(got) != rows-deleted {
+		t.Errorf("%d rows handed over, want %d (%d deleted)", len(got), rows-deleted, deleted)
+	}
+	for task, v := range got {
+		if v != "new" {
+			t.Errorf("row %s handed over as %q, want its latest value", task, v)
+		}
+	}
+}
