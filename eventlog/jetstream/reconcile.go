@@ -288,8 +288,11 @@ func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 // sends no more until the engine has taken them. A KV watcher (the read
 // before) is a push consumer, which the server fed faster than the rows
 // were decoded, and nats.go queued up to 64 MiB of them: 33 MiB of the
-// engine's live heap, hundreds of MiB of its RSS, at a million rows.
-const rowReadBatch = 256
+// engine's live heap, 130-180 MiB of its RSS, at a million rows. Measured
+// at a million rows (docs/scale.md): 256 held the RSS to 50 MiB but
+// slowed appends beside the pass to 3-4 ms p50; 2048, 62 MiB and 1.6-2 ms;
+// the watcher, 130-180 MiB and 0.6-0.8 ms.
+const rowReadBatch = 2048
 
 // readRows hands fn the latest value of every row, deletes left out, through
 // an ordered pull consumer that holds at most rowReadBatch rows in flight.
