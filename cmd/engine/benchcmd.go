@@ -34,6 +34,12 @@ type benchOpts struct {
 	idle    string
 	probes  int
 	restart bool
+	// serverPID and serverDir name the nats-server of --nats, whose RSS and
+	// store size the scale mode reads at each level.
+	serverPID int
+	serverDir string
+	// profile is where the scale mode writes its profiles.
+	profile string
 }
 
 // benchMix is the share of the tool calls of each kind; the rest are plain
@@ -166,7 +172,10 @@ times the restart and the first resumed task.`,
 	f.BoolVar(&o.json, "json", false, "print the result as one JSON object")
 	f.StringVar(&o.idle, "idle", "", "scale mode: suspended-task populations to measure at, comma-separated and rising")
 	f.IntVar(&o.probes, "probes", 200, "scale mode: appends and wakes timed at each level")
-	f.BoolVar(&o.restart, "restart", false, "scale mode, embedded: restart the host after the last level and time it")
+	f.BoolVar(&o.restart, "restart", false, "scale mode: restart the host after the last level (with --nats, the engine only) and time it")
+	f.IntVar(&o.serverPID, "server-pid", 0, "scale mode with --nats: the nats-server's pid, to read its RSS at each level")
+	f.StringVar(&o.serverDir, "server-dir", "", "scale mode with --nats: the nats-server's store directory, to read its size at each level")
+	f.StringVar(&o.profile, "profile", "", "scale mode: write a CPU profile of each level's appends and a heap profile after it to this directory")
 	return cmd
 }
 
@@ -238,6 +247,9 @@ func runBench(ctx context.Context, g *globals, o benchOpts) error {
 	if o.tasks < 0 || o.calls < 0 || o.probes < 1 {
 		return usageErr("--tasks, --calls must be at least 0 and --probes at least 1")
 	}
+	if err := checkScaleOpts(g, o); err != nil {
+		return err
+	}
 	levels, err := parseLevels(o.idle)
 	if err != nil {
 		return usageErr("%v", err)
@@ -269,14 +281,12 @@ func runBench(ctx context.Context, g *globals, o benchOpts) error {
 		return failErr(fmt.Errorf("start the append probe: %w", err))
 	}
 	if len(levels) > 0 {
-		if err := runLevels(ctx, g, h, probe, levels, o, &res); err != nil {
+		idle, err := runLevels(ctx, g, h, probe, levels, o, &res)
+		if err != nil {
 			return failErr(err)
 		}
 		if o.restart {
-			if !h.Embedded() {
-				return usageErr("--restart needs the embedded server (no --nats)")
-			}
-			r, h2, err := restartHost(ctx, g, h, opts)
+			r, h2, err := restartHost(ctx, g, h, idle, opts)
 			h = h2
 			if err != nil {
 				return failErr(err)

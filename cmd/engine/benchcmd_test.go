@@ -2,8 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 )
 
 // TestBenchJSON runs engine bench small, every kind of call in the mix, and
@@ -77,6 +82,67 @@ func TestBenchScaleJSON(t *testing.T) {
 	}
 }
 
+// TestBenchScaleNATS runs the scale mode against a server of its own over
+// --nats, naming that server's process and store: each level must carry the
+// server's RSS and store size, and --restart (the engine alone) must be
+// timed. The server runs in the test's process, so its pid is the test's.
+func TestBenchScaleNATS(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	code, out, errOut := runCmd(t, "bench", "--nats", srv.ClientURL(), "--prefix", "scalenats",
+		"--idle", "5,10", "--probes", "5", "--restart", "--json",
+		"--server-pid", strconv.Itoa(os.Getpid()), "--server-dir", dir)
+	if code != exitDone {
+		t.Fatalf("exit %d; stderr:\n%s", code, errOut)
+	}
+	var r benchResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("stdout is not the bench JSON: %v\n%s", err, out)
+	}
+	if len(r.Levels) != 2 {
+		t.Fatalf("levels %+v; want 5 and 10", r.Levels)
+	}
+	for _, l := range r.Levels {
+		if l.ServerRSSMiB <= 0 || l.DiskBytes <= 0 || l.DiskPerTask <= 0 || l.AppendP50us <= 0 || l.WakeLeaseP50us <= 0 {
+			t.Errorf("level %d: the server's figures are missing: %+v", l.Suspended, l)
+		}
+	}
+	if r.Restart == nil || r.Restart.OpenSeconds <= 0 || r.Restart.ResumeMs <= 0 {
+		t.Errorf("restart of the engine not measured: %+v", r.Restart)
+	}
+}
+
+// TestBenchIdleIDs: the scale mode keeps no ids, it derives them; a
+// million must be a million distinct, valid task ids, the same on every
+// call (a wake after the restart names a task grown before it).
+func TestBenchIdleIDs(t *testing.T) {
+	idle := newIdleTasks()
+	const n = 1_000_000
+	seen := make(map[string]struct{}, n)
+	for i := range int64(n) {
+		id := idle.id(i)
+		if i%100_000 == 0 {
+			if err := noeta.ValidateTaskID(id); err != nil {
+				t.Fatalf("id %d %q: %v", i, id, err)
+			}
+			if again := idle.id(i); again != id {
+				t.Fatalf("id %d is %q, then %q", i, id, again)
+			}
+		}
+		seen[id] = struct{}{}
+	}
+	if len(seen) != n {
+		t.Errorf("%d distinct ids of %d", len(seen), n)
+	}
+	if other := newIdleTasks(); other.id(0) == idle.id(0) {
+		t.Error("two runs derived the same first id: a second run on one store would collide")
+	}
+}
+
 // TestBenchBadFlags: a bad mix or level list is bad usage, naming what is
 // wrong, before anything starts.
 func TestBenchBadFlags(t *testing.T) {
@@ -90,6 +156,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--mix", "deny"}, "not kind=share"},
 		{[]string{"--mix", "deny=NaN"}, "from 0 to 1"},
 		{[]string{"--idle", "10,5"}, "rising"},
+		{[]string{"--idle", "5", "--server-pid", "1"}, "the server of --nats"},
+		{[]string{"--idle", "5", "--server-dir", "/tmp"}, "the server of --nats"},
 		{[]string{"--tasks", "-1"}, "at least 0"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

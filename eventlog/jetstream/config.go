@@ -38,6 +38,10 @@ type Config struct {
 	// replicated stream with it; under BatchAuto a stream without it is
 	// written sequentially, under BatchAtomic Open turns it on (or fails).
 	Batch BatchMode
+	// TailCache is how many tasks' tails the Log keeps between appends
+	// (the least recently written fall out and are read again from the
+	// stream when next written). Default DefaultTailCache.
+	TailCache int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -70,6 +74,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.TailCache < 0 {
+		return c, fmt.Errorf("jetstream: Config.TailCache is %d, want 0 (the default, %d) or more", c.TailCache, DefaultTailCache)
+	}
+	if c.TailCache == 0 {
+		c.TailCache = DefaultTailCache
 	}
 	return c, nil
 }

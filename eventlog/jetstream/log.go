@@ -39,8 +39,9 @@ type Log struct {
 	// batch is how EmitBatch writes (ADR 0038, 0040): never BatchAuto.
 	batch BatchMode
 
-	mu    sync.Mutex
-	tasks map[string]*taskState
+	// tasks caches the tails of the tasks appended to lately, bounded by
+	// Config.TailCache.
+	tasks tailCache
 
 	corrupt atomic.Uint64
 	waits   atomic.Uint64 // publishes to the task stream whose ack was awaited
@@ -82,7 +83,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	l := &Log{cfg: c, nc: nc, js: js, streamName: c.streamName(), subj: subjects{c.Prefix}, tasks: map[string]*taskState{}}
+	l := &Log{cfg: c, nc: nc, js: js, streamName: c.streamName(), subj: subjects{c.Prefix}}
 	if err := checkNotLost(ctx, js, c); err != nil {
 		return nil, err
 	}
@@ -148,14 +149,7 @@ func (l *Log) check(ctx context.Context) error {
 }
 
 func (l *Log) state(task string) *taskState {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ts := l.tasks[task]
-	if ts == nil {
-		ts = &taskState{}
-		l.tasks[task] = ts
-	}
-	return ts
+	return l.tasks.get(task, l.cfg.TailCache)
 }
 
 // validatePayload checks a payload of a known type against its schema;

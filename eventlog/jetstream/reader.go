@@ -58,7 +58,7 @@ func OpenReader(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	l := &Log{cfg: c, nc: nc, js: js, streamName: c.streamName(), subj: subjects{c.Prefix}, tasks: map[string]*taskState{}, direct: true}
+	l := &Log{cfg: c, nc: nc, js: js, streamName: c.streamName(), subj: subjects{c.Prefix}, direct: true}
 	s, err := js.Stream(ctx, l.streamName)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if lerr := checkNotLost(ctx, js, c); lerr != nil {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -229,6 +230,10 @@ func (d *Dispatcher) RequeueStale(ctx context.Context) ([]string, error) {
 
 // snapshot is a bulk, possibly lagging view of the dispatcher's state.
 type snapshot struct {
+	// rows holds only the rows a pass may act on or look at (pertinent):
+	// a row suspended on an untimed condition, or terminal, is read and
+	// dropped, so a pass over a million suspended tasks holds what is
+	// live, not a million rows.
 	rows    map[string]*taskRow
 	keys    map[string]bool // lease keys that exist
 	signals map[string]bool // ready subjects holding a signal
@@ -242,37 +247,16 @@ type snapshot struct {
 // candidate is checked again with the leader).
 func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 	s := &snapshot{rows: map[string]*taskRow{}, keys: map[string]bool{}}
-	w, err := d.tasks.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: read %s: %w", d.cfg.tasksBucket(), err)
-	}
-	err = func() error {
-		defer func() { _ = w.Stop() }()
-		idle := time.NewTimer(snapshotIdle)
-		defer idle.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-idle.C:
-				return errSnapshotStalled
-			case e, ok := <-w.Updates():
-				idle.Reset(snapshotIdle) // no drain needed since Go 1.23
-				if !ok {
-					return fmt.Errorf("jetstream: read %s: the watcher stopped", d.cfg.tasksBucket())
-				}
-				if e == nil {
-					return nil // the initial values are all delivered
-				}
-				r, err := decodeRow(e.Key(), e.Value())
-				if err != nil {
-					d.log.Error("reconcile skips a corrupt row", "task", e.Key(), "err", err)
-					continue
-				}
-				s.rows[e.Key()] = r
-			}
+	err := d.readRows(ctx, func(task string, val []byte) {
+		r, err := decodeRow(task, val)
+		if err != nil {
+			d.log.Error("reconcile skips a corrupt row", "task", task, "err", err)
+			return
 		}
-	}()
+		if pertinent(r) {
+			s.rows[task] = r
+		}
+	})
 	if errors.Is(err, errSnapshotStalled) {
 		err = d.readRowsOneByOne(ctx, s.rows)
 	}
@@ -300,19 +284,98 @@ func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 	return s, nil
 }
 
+// rowReadBatch bounds the rows a bulk read holds in flight: the server
+// sends no more until the engine has taken them. A KV watcher (the read
+// before) is a push consumer, which the server fed faster than the rows
+// were decoded, and nats.go queued up to 64 MiB of them: 33 MiB of the
+// engine's live heap, 130-180 MiB of its RSS, at a million rows. Measured
+// at a million rows (docs/scale.md): 256 held the RSS to 50 MiB but
+// slowed appends beside the pass to 3-4 ms p50; 2048, 62 MiB and 1.6-2 ms;
+// the watcher, 130-180 MiB and 0.6-0.8 ms.
+const rowReadBatch = 2048
+
+// readRows hands fn the latest value of every row, deletes left out, through
+// an ordered pull consumer that holds at most rowReadBatch rows in flight.
+// It ends when the consumer has delivered the last row that existed when it
+// began, or with errSnapshotStalled when no row came for snapshotIdle.
+func (d *Dispatcher) readRows(ctx context.Context, fn func(task string, val []byte)) error {
+	bucket := d.cfg.tasksBucket()
+	prefix := "$KV." + bucket + "."
+	c, err := d.js.OrderedConsumer(ctx, "KV_"+bucket, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{prefix + ">"},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		// The server drops the consumer soon after the pass lets it go.
+		InactiveThreshold: 30 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+	}
+	it, err := c.Messages(jetstream.PullMaxMessages(rowReadBatch))
+	if err != nil {
+		return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+	}
+	defer it.Stop()
+	if info := c.CachedInfo(); info != nil && info.NumPending == 0 {
+		return nil // an empty bucket
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m, err := it.Next(jetstream.NextMaxWait(snapshotIdle))
+		switch {
+		case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			return errSnapshotStalled
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+		}
+		if op := m.Headers().Get("KV-Operation"); op != "DEL" && op != "PURGE" && m.Headers().Get(jetstream.MarkerReasonHeader) == "" {
+			if task, ok := strings.CutPrefix(m.Subject(), prefix); ok {
+				fn(task, m.Data())
+			}
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+		}
+		if md.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
 // snapshotIdle is how long the bulk read of the rows may go without a
-// message before it is taken to have stalled: the watcher waits until it has
-// been handed as many messages as the bucket counts, and a row whose message
+// message before it is taken to have stalled: the read waits until it has
+// been handed the last row the bucket held when it began, and a row whose message
 // the server can no longer load (a damaged block) is counted and never
 // handed, so the read would never end and no pass would ever finish.
 const snapshotIdle = 10 * time.Second
 
 var errSnapshotStalled = errors.New("jetstream: the bulk read of the rows stalled")
 
+// pertinent says whether a pass needs row r in its snapshot: a row that may
+// be a candidate (leased, ready, suspended on a deadline) or that awaits
+// subtasks. A subtask's row that was dropped (it ended, or waits untimed)
+// is read from the leader when a parent is found waiting on it.
+func pertinent(r *taskRow) bool {
+	switch r.Status {
+	case eventlog.DispatchLeased, eventlog.DispatchReady:
+		return true
+	case eventlog.DispatchSuspended:
+		_, timed := deadlineOf(r.WakeOn)
+		return timed || len(awaitedSubtasks(r)) > 0
+	}
+	return false
+}
+
 // readRowsOneByOne completes a stalled bulk read: the keys come from the
-// bucket stream's subjects, and each row not read yet is fetched on its own;
-// a row that cannot be loaded is reported and left out of the pass (engine
-// doctor names it).
+// bucket stream's subjects, and each row not held yet is fetched on its own
+// (the rows the bulk read dropped as not pertinent are read again: a stall
+// is rare, and remembering every key read would cost what dropping them
+// saves); a row that cannot be loaded is reported and left out of the pass
+// (engine doctor names it).
 func (d *Dispatcher) readRowsOneByOne(ctx context.Context, rows map[string]*taskRow) error {
 	bucket := d.cfg.tasksBucket()
 	keys, err := rowKeys(ctx, d.js, bucket)
@@ -331,7 +394,7 @@ func (d *Dispatcher) readRowsOneByOne(ctx context.Context, rows map[string]*task
 		case err != nil:
 			missing++
 			d.log.Error("reconcile skips a row the server cannot load; engine doctor reports it", "task", task, "err", err)
-		case r != nil:
+		case r != nil && pertinent(r):
 			rows[task] = r
 		}
 	}
@@ -589,9 +652,23 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 	d.awaitingMu.Lock()
 	defer d.awaitingMu.Unlock()
 	seen := make(map[string]uint64)
+	// ended looks up subtasks whose rows the snapshot dropped, once a pass.
+	dropped := map[string]bool{}
+	ended := func(task string) bool {
+		if r := s.rows[task]; r != nil {
+			return r.Status == eventlog.DispatchTerminal
+		}
+		e, ok := dropped[task]
+		if !ok {
+			r, _, err := d.getRow(ctx, task)
+			e = err == nil && r != nil && r.Status == eventlog.DispatchTerminal
+			dropped[task] = e
+		}
+		return e
+	}
 	for task, r := range s.rows {
 		subtasks := awaitedSubtasks(r)
-		if len(subtasks) == 0 || !allEnded(s.rows, subtasks) {
+		if len(subtasks) == 0 || !allEnded(subtasks, ended) {
 			continue
 		}
 		seen[task] = r.Generation
@@ -621,9 +698,9 @@ func awaitedSubtasks(r *taskRow) []string {
 	return nil
 }
 
-func allEnded(rows map[string]*taskRow, tasks []string) bool {
+func allEnded(tasks []string, ended func(string) bool) bool {
 	for _, t := range tasks {
-		if r := rows[t]; r == nil || r.Status != eventlog.DispatchTerminal {
+		if !ended(t) {
 			return false
 		}
 	}
