@@ -486,6 +486,9 @@ type Dispatcher struct {
 	ready  jetstream.Stream
 	wake   jetstream.Stream
 	timers jetstream.Stream
+	// ended: lease keys deleted after their row moved on, whose expiry
+	// markers the leases watcher passes over.
+	ended *endedLeases
 
 	closed atomic.Bool
 	done   chan struct{}
@@ -559,12 +562,16 @@ type DispatcherStats struct {
 	// queue after leasing their task by name, so no untargeted lease has to
 	// fetch and drop them.
 	WithdrawnSignals uint64
+	// WatchedEnds counts the lease ends the leases watcher acted on (expiry
+	// markers and purged keys): each cost a row read. A lease released
+	// normally is not one.
+	WatchedEnds uint64
 }
 
 type dispatcherCounters struct {
 	wakesApplied, timersFired, staleTimers, duplicateWakes, unknownTaskWakes, invalidWakes, refusedWakes, requeued atomic.Uint64
 	reconciles, resignalled, timersBackstopped, heldWakes                                                          atomic.Uint64
-	staleSignals, withdrawnSignals                                                                                 atomic.Uint64
+	staleSignals, withdrawnSignals, watchedEnds                                                                    atomic.Uint64
 }
 
 // Stats returns this instance's counters.
@@ -585,6 +592,7 @@ func (d *Dispatcher) Stats() DispatcherStats {
 		HeldWakes:         s.heldWakes.Load(),
 		StaleSignals:      s.staleSignals.Load(),
 		WithdrawnSignals:  s.withdrawnSignals.Load(),
+		WatchedEnds:       s.watchedEnds.Load(),
 	}
 }
 
@@ -604,8 +612,11 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	d := &Dispatcher{
-		cfg:    c,
-		nc:     nc,
+		cfg: c,
+		nc:  nc,
+		// A marker comes one TTL after the delete; two generations of
+		// 2 TTL each cover a late one.
+		ended:  newEndedLeases(2*c.LeaseTTL, 1<<16),
 		js:     js,
 		subj:   dispatchSubjects{c.Prefix},
 		log:    c.Logger.With("component", "jetstream.Dispatcher", "prefix", c.Prefix),

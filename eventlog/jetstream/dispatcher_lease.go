@@ -65,10 +65,21 @@ func (d *Dispatcher) refreshLeaseKey(ctx context.Context, lease eventlog.Lease, 
 }
 
 // watchLeases requeues expired leases as the server reports them. Every
-// Dispatcher runs it, so there is no sweeper to elect: on a delete or expiry
-// marker of <task>.<lease>, each one tries to requeue the task if its row
-// still names that lease; the compare-and-set lets one win, and the others
-// find the row changed.
+// Dispatcher runs it, so there is no sweeper to elect: on an expiry marker of
+// <task>.<lease> (the server's MaxAge marker, which nats.go reports as a
+// purge) or a deliberate purge of the key, each one tries to requeue the
+// task if its row still names that lease; the compare-and-set lets one win,
+// and the others find the row changed.
+//
+// A plain delete is the key of a lease that ended normally, deleted after
+// its row moved on (afterWrite), and so is the expiry marker the server
+// writes for that delete one TTL later when this Dispatcher deleted it
+// (endedLeases): there is nothing to requeue, and reading the row for each
+// of a busy fleet's releases made the watcher fall behind and its
+// subscription's queue grow with them (docs/scale.md).
+// Where a key is removed so that the watchers requeue its task (a grant
+// whose row write was ambiguous, a cancelled grant not given back), it is
+// purged; a key removed by hand is the reconciler's.
 func (d *Dispatcher) watchLeases(w jetstream.KeyWatcher) {
 	defer d.wg.Done()
 	for {
@@ -84,9 +95,10 @@ func (d *Dispatcher) watchLeases(w jetstream.KeyWatcher) {
 				}
 				continue
 			}
-			if e == nil || e.Operation() == jetstream.KeyValuePut {
+			if e == nil || e.Operation() != jetstream.KeyValuePurge || d.ended.take(e.Key()) {
 				continue
 			}
+			d.stats.watchedEnds.Add(1)
 			task, leaseID, ok := strings.Cut(e.Key(), ".")
 			if !ok {
 				continue

@@ -251,9 +251,9 @@ func (d *Dispatcher) grant(ctx context.Context, task, worker string, may func(r 
 	if err != nil {
 		if keyWritten {
 			// The row does not name this lease (or, after an unresolved
-			// ambiguous write, might: deleting the key then makes the
+			// ambiguous write, might: purging the key then makes the
 			// watchers requeue it, which is the safe outcome).
-			_ = d.leases.Delete(gctx, leaseKey(task, leaseID))
+			_ = d.leases.Purge(gctx, leaseKey(task, leaseID))
 		}
 		return eventlog.Lease{}, err
 	}
@@ -268,8 +268,8 @@ func (d *Dispatcher) grant(ctx context.Context, task, worker string, may func(r 
 // ready again, ahead of its queue, with its reservation if it had one, and
 // the lease's key is deleted after the write (afterWrite). The generation
 // the grant took stays taken; nothing was written under it. If the write
-// fails, the key is deleted anyway, and the watchers requeue the task as an
-// expired lease at once.
+// fails, the key is purged, and the watchers requeue the task as an expired
+// lease at once.
 func (d *Dispatcher) ungrant(ctx context.Context, lease eventlog.Lease, reserved bool) {
 	_, err := d.mutate(ctx, lease.Task, func(r *taskRow) (*taskRow, error) {
 		if r == nil || r.Status != eventlog.DispatchLeased || r.LeaseID != lease.ID {
@@ -283,7 +283,7 @@ func (d *Dispatcher) ungrant(ctx context.Context, lease eventlog.Lease, reserved
 	})
 	if err != nil && !errors.Is(err, errSkip) {
 		d.log.Warn("give back a lease granted to a cancelled request; its key goes, for the watchers to requeue it", "task", lease.Task, "lease", lease.ID, "err", err)
-		_ = d.leases.Delete(ctx, leaseKey(lease.Task, lease.ID))
+		_ = d.leases.Purge(ctx, leaseKey(lease.Task, lease.ID))
 	}
 }
 

@@ -374,6 +374,7 @@ func (d *Dispatcher) afterWrite(task string, old, nu *taskRow) {
 	}
 	if old != nil && old.Status == eventlog.DispatchLeased && old.LeaseID != "" &&
 		(nu.Status != eventlog.DispatchLeased || nu.LeaseID != old.LeaseID) {
+		d.ended.add(leaseKey(task, old.LeaseID))
 		if err := d.leases.Delete(ctx, leaseKey(task, old.LeaseID)); err != nil {
 			d.log.Warn("delete lease key after the lease ended; it will expire on its own", "task", task, "lease", old.LeaseID, "err", err)
 		}
