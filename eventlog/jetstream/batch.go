@@ -97,11 +97,12 @@ func (l *Log) Batch() BatchMode { return l.batch }
 // all or nothing, sequential ones leave a prefix.
 func (l *Log) BatchAtomic() bool { return l.batch != BatchSequential }
 
-// EmitBatch implements eventlog.BatchWriter. Atomic (BatchAtomic true): one
-// JetStream atomic batch whose first message carries the compare-and-set on
-// the log's tail, so a stale holder's batch fails whole. Sequential: one
-// fenced append after another, each conditional on the one before, so the
-// records are consecutive and a failure leaves a prefix.
+// EmitBatch implements eventlog.BatchWriter. Packed (the default): one
+// message holding the batch, fenced by one compare-and-set on the log's tail
+// (ADR 0040). Atomic: one JetStream atomic batch whose first message carries
+// that compare-and-set. Either way a stale holder's batch fails whole.
+// Sequential: one fenced append after another, each conditional on the one
+// before, so the records are consecutive and a failure leaves a prefix.
 func (l *Log) EmitBatch(ctx context.Context, lease eventlog.Lease, envs []eventlog.Envelope, opts eventlog.EmitOptions) ([]eventlog.Envelope, error) {
 	if err := l.check(ctx); err != nil {
 		return nil, err
