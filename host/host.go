@@ -67,8 +67,6 @@ type Host struct {
 	main atomic.Pointer[Pool]
 
 	startMu sync.Mutex
-	bgStop  context.CancelFunc
-	bgWG    sync.WaitGroup
 
 	closeOnce sync.Once
 
@@ -202,9 +200,9 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 	return h, nil
 }
 
-// Start starts the host's worker pool, and in the background the recovery
-// of the subtask handoffs a previous process may have missed. Open does it
-// unless Options.Deferred; a second call does nothing.
+// Start starts the host's worker pool, and asks the dispatcher's next
+// reconcile pass to redo the subtask handoffs a previous process may have
+// missed. Open does it unless Options.Deferred; a second call does nothing.
 func (h *Host) Start(ctx context.Context) error {
 	if h.opts.Workers == 0 || h.log == nil {
 		return ErrNotRunning
@@ -219,19 +217,11 @@ func (h *Host) Start(ctx context.Context) error {
 		return err
 	}
 	h.main.Store(p)
-	// A recovery reads every task: in the background.
-	bg, stop := context.WithCancel(context.Background())
-	h.bgStop = stop
-	if child := h.child.Load(); child != nil {
-		h.bgWG.Go(func() {
-			n, err := child.Recover(bg)
-			switch {
-			case err != nil && bg.Err() == nil:
-				h.logger.Warn("child handoff recovery was incomplete; the next start retries it", "err", err)
-			case err == nil && n > 0:
-				h.logger.Info("child handoffs recovered", "delivered", n)
-			}
-		})
+	if h.child.Load() != nil {
+		// Handoffs a dead process owed: the dispatcher's next pass redoes
+		// those of every parent waiting on ended subtasks, reading only
+		// their logs (a start no longer lists every task).
+		h.disp.RecoverAwaiting()
 	}
 	return nil
 }
@@ -445,12 +435,6 @@ func (h *Host) Close() {
 			// After the pools: no call is in flight any more.
 			h.closeTools()
 		}
-		h.startMu.Lock()
-		if h.bgStop != nil {
-			h.bgStop()
-		}
-		h.startMu.Unlock()
-		h.bgWG.Wait()
 		var steps []func()
 		for _, sub := range h.subs {
 			steps = append(steps, sub.Cancel)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -273,4 +274,108 @@ func TestConfigNamesUnknownTool(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Close()
+}
+
+// TestStartRedoesOwedHandoffs: subtasks that ended while no process handed
+// their results over (here a host that leaves it to an observer-worker that
+// never ran) reach their parent once a host with the child-lifecycle
+// observer starts, without Wait's own recovery: its dispatcher's first pass
+// redoes the handoffs of the parents waiting on ended subtasks.
+// Reproduction: the start-up recovery listed every task and read its log,
+// and at a million tasks ran out of its deadline on every start.
+func TestStartRedoesOwedHandoffs(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	ctx := t.Context()
+	body, err := os.ReadFile("../examples/08-fan-out.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := Open(ctx, Options{DataDir: data, Config: exampleConfig(t), Workers: 2, Workspace: t.TempDir(), Name: "first", Skip: Skip{ChildLifecycle: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := first.Submit(ctx, task(t, string(body)))
+	if err != nil {
+		first.Close()
+		t.Fatal(err)
+	}
+	// The parent suspends on its three subtasks, which all end.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if time.Now().After(deadline) {
+			first.Close()
+			t.Fatal("the fan-out did not reach its subtasks' end")
+		}
+		time.Sleep(20 * time.Millisecond)
+		var kids []string
+		envs, _ := first.Events(ctx, id, 0)
+		for _, env := range envs {
+			if p, _, err := env.Decode(); err == nil {
+				if sp, ok := p.(*noeta.SubtaskSpawned); ok {
+					kids = append(kids, sp.SubtaskID)
+				}
+			}
+		}
+		if len(kids) == 3 && allSuspended(t, first, []string{id}) && allEnded(t, first, kids) {
+			break
+		}
+	}
+	first.Close()
+
+	second := openRunner(t, data)
+	deadline = time.Now().Add(time.Minute)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatal("the parent never received its subtasks' results")
+		}
+		if ds, err := second.Dispatch(ctx, id); err == nil && ds.Status == eventlog.DispatchTerminal {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rest, err := second.Wait(ctx, id)
+	if err != nil || rest.Status != RestCompleted || string(rest.Answer) != `"1, 2 and 3"` {
+		t.Fatalf("fan-out: %+v, %v", rest, err)
+	}
+}
+
+func allEnded(t *testing.T, h *Host, ids []string) bool {
+	for _, id := range ids {
+		ds, err := h.Dispatch(t.Context(), id)
+		if err != nil || ds.Status != eventlog.DispatchTerminal {
+			return false
+		}
+	}
+	return true
+}
+
+// TestAwaitedChildren: Wait's recovery reads the logs of the subtasks the
+// suspended tasks wait on, each once, and of nothing else.
+func TestAwaitedChildren(t *testing.T) {
+	one := noeta.SubtaskCompletedWake("a")
+	group := noeta.GroupCompletedWake("g", []string{"b", "a", "c"})
+	timer := noeta.TimerWake(time.Now())
+	for _, tc := range []struct {
+		name   string
+		states map[string]eventlog.DispatchState
+		want   string
+	}{
+		{"none", nil, "[]"},
+		{"one and a group", map[string]eventlog.DispatchState{
+			"p": {Status: eventlog.DispatchSuspended, WakeOn: &one},
+			"q": {Status: eventlog.DispatchSuspended, WakeOn: &group},
+		}, "[a b c]"},
+		{"not suspended or not on subtasks", map[string]eventlog.DispatchState{
+			"p": {Status: eventlog.DispatchLeased, WakeOn: &one},
+			"q": {Status: eventlog.DispatchSuspended, WakeOn: &timer},
+			"r": {Status: eventlog.DispatchSuspended},
+		}, "[]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := fmt.Sprint(awaitedChildren(tc.states)); got != tc.want {
+				t.Errorf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -511,7 +512,7 @@ func (w *Watch) settled(ctx context.Context) (Rest, bool, error) {
 		// Every task is idle and the tree waits on subtasks that have all
 		// ended: a handoff was lost. Redo the handoffs once.
 		w.recovered = true
-		if _, err := child.Recover(ctx); err != nil {
+		if _, err := child.RecoverTasks(ctx, awaitedChildren(states)); err != nil {
 			w.note("child handoff recovery: %v", err)
 		}
 		return Rest{}, false, nil
@@ -546,6 +547,24 @@ func waitsOnChildren(states map[string]eventlog.DispatchState) bool {
 		}
 	}
 	return false
+}
+
+// awaitedChildren lists the subtasks the suspended tasks wait on.
+func awaitedChildren(states map[string]eventlog.DispatchState) []string {
+	var ids []string
+	for _, ds := range states {
+		if ds.Status != eventlog.DispatchSuspended || ds.WakeOn == nil {
+			continue
+		}
+		switch ds.WakeOn.Kind {
+		case noeta.WakeSubtaskCompleted:
+			ids = append(ids, ds.WakeOn.SubtaskID)
+		case noeta.WakeSubtaskGroupCompleted:
+			ids = append(ids, ds.WakeOn.SubtaskIDs...)
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
 }
 
 // final delivers the inbox records the subscriber did not and returns r as

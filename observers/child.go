@@ -76,7 +76,8 @@ type ChildLifecycle struct {
 }
 
 // NewChildLifecycle checks cfg and returns the observer. Attach it with
-// Subscriber.Subscribe(c.Handle), then call Recover once.
+// Subscriber.Subscribe(c.Handle), then recover what was missed: Recover
+// once, or RecoverTasks through a Dispatcher's AwaitingSubtasks.
 func NewChildLifecycle(cfg ChildLifecycleConfig) (*ChildLifecycle, error) {
 	if cfg.Log == nil {
 		return nil, fmt.Errorf("%w: ChildLifecycleConfig.Log is nil", ErrInvalidConfig)
@@ -134,7 +135,11 @@ func (c *ChildLifecycle) Handle(ctx context.Context, env eventlog.Envelope) erro
 // while no observer was subscribed, and returns how many inbox records and
 // wakes it delivered. Run it once at start, after subscribing, so that no
 // terminal record falls between the two. It goes on past a task it cannot
-// handle and returns the errors joined.
+// handle and returns the errors joined. It lists every task and reads each
+// log, so its cost grows with the store: where a jetstream Dispatcher
+// reconciles, its RecoverAwaiting with [ChildLifecycle.RecoverTasks] as
+// AwaitingSubtasks reads only the subtasks parents wait on (the host does
+// that).
 func (c *ChildLifecycle) Recover(ctx context.Context) (int, error) {
 	if c.index == nil {
 		return 0, fmt.Errorf("%w: Recover needs ChildLifecycleConfig.Index", ErrInvalidConfig)

@@ -99,6 +99,7 @@ type DispatcherConfig struct {
 	// restarts and recovers every handoff. The callback (the ChildLifecycle
 	// observer's RecoverTasks) redoes the handoffs of just those children.
 	// It runs on the reconciler's goroutine, under the pass's deadline.
+	// [Dispatcher.RecoverAwaiting] asks the next pass not to wait.
 	AwaitingSubtasks func(ctx context.Context, parent string, subtasks []string)
 	// Now is the local clock: lease expiry as reported (Lease.Expires), the
 	// local half of the liveness check (see Valid) and whether a timer is due
@@ -497,9 +498,13 @@ type Dispatcher struct {
 	// task → the generation of its suspend (nudgeParents).
 	awaitingMu sync.Mutex
 	awaiting   map[string]uint64
-	bg         context.Context // ended by Close: the background goroutines' context
-	stopBG     context.CancelFunc
-	watcher    jetstream.KeyWatcher // guarded by mu once running
+	// nudgeAll makes the next pass nudge every parent it finds waiting on
+	// ended subtasks, not only those it saw in the pass before
+	// (RecoverAwaiting).
+	nudgeAll bool
+	bg       context.Context // ended by Close: the background goroutines' context
+	stopBG   context.CancelFunc
+	watcher  jetstream.KeyWatcher // guarded by mu once running
 	// status reports the connection's reconnects to the reconciler; kick
 	// asks it for a pass now (buffered 1: kicks coalesce).
 	status chan nats.Status

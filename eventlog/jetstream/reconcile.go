@@ -651,6 +651,8 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 	// compares with the one before.
 	d.awaitingMu.Lock()
 	defer d.awaitingMu.Unlock()
+	all := d.nudgeAll
+	d.nudgeAll = false
 	seen := make(map[string]uint64)
 	// ended looks up subtasks whose rows the snapshot dropped, once a pass.
 	dropped := map[string]bool{}
@@ -672,7 +674,7 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 			continue
 		}
 		seen[task] = r.Generation
-		if gen, ok := d.awaiting[task]; !ok || gen != r.Generation {
+		if gen, ok := d.awaiting[task]; !all && (!ok || gen != r.Generation) {
 			continue
 		}
 		if ctx.Err() != nil {
@@ -681,6 +683,21 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 		d.cfg.AwaitingSubtasks(ctx, task, subtasks)
 	}
 	d.awaiting = seen
+}
+
+// RecoverAwaiting asks the next reconcile pass to hand AwaitingSubtasks
+// every parent that waits on subtasks whose rows all say they ended, at
+// once rather than after a second pass, and asks for that pass now. A
+// process calls it when its child-lifecycle observer starts, so that a
+// handoff a dead process owed is redone in the first seconds; it reads the
+// rows the pass reads anyway and the logs of those subtasks only, never
+// every task. It does nothing when the reconciler is off (a negative
+// SweepInterval) or AwaitingSubtasks is nil.
+func (d *Dispatcher) RecoverAwaiting() {
+	d.awaitingMu.Lock()
+	d.nudgeAll = true
+	d.awaitingMu.Unlock()
+	d.kickReconcile()
 }
 
 // awaitedSubtasks are the subtasks a suspended row waits on with no wake

@@ -559,15 +559,77 @@ func TestTimerBackstop(t *testing.T) {
 func TestReconcileNudgesWaitingParents(t *testing.T) {
 	t.Parallel()
 	prefix := uniquePrefix(t, singleURL)
-	type call struct {
-		parent   string
-		subtasks []string
+	calls := make(chan nudge, 16)
+	d, want := seedWaitingParents(t, prefix, calls)
+	// The first pass sees them suspend: their handoffs may be on the way.
+	if _, err := d.RequeueStale(t.Context()); err != nil {
+		t.Fatal(err)
 	}
-	calls := make(chan call, 16)
+	if len(calls) != 0 {
+		t.Fatalf("a parent that just suspended was nudged: %+v", <-calls)
+	}
+	// The second pass finds them still waiting, in the same suspend.
+	if _, err := d.RequeueStale(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	checkNudged(t, calls, want)
+}
+
+// TestRecoverAwaitingNudgesAtOnce: after RecoverAwaiting (a process
+// starting its child-lifecycle observer), the very next pass nudges every
+// parent waiting on ended subtasks, and the pass after it is back to the
+// rule of two passes. Reproduction: the start-up recovery listed every task
+// and read its log, and at a million tasks never finished.
+func TestRecoverAwaitingNudgesAtOnce(t *testing.T) {
+	t.Parallel()
+	prefix := uniquePrefix(t, singleURL)
+	calls := make(chan nudge, 16)
+	d, want := seedWaitingParents(t, prefix, calls)
+	d.RecoverAwaiting()
+	if _, err := d.RequeueStale(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	checkNudged(t, calls, want)
+	// A parent that suspends after the recovery waits its two passes.
+	late := noeta.NewTaskID()
+	q := testQueue()
+	mustEnqueue(t, d, late, eventlog.EnqueueOptions{Queue: q})
+	l := mustLease(t, d, eventlog.LeaseRequest{Worker: "w", Task: late})
+	cond := noeta.SubtaskCompletedWake(want.single[0])
+	if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.RequeueStale(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for len(calls) > 0 {
+		if c := <-calls; c.parent == late {
+			t.Fatalf("a parent that suspended after the recovery was nudged in its first pass: %+v", c)
+		}
+	}
+}
+
+type nudge struct {
+	parent   string
+	subtasks []string
+}
+
+// waitingParents names the parents seedWaitingParents leaves due a nudge.
+type waitingParents struct {
+	singleParent, groupParent string
+	single, group             []string
+}
+
+// seedWaitingParents opens a Dispatcher whose passes run only when the test
+// asks, and leaves in it a parent waiting on an ended subtask, one waiting
+// on an ended group, one on a timer and one on a group with a member still
+// running: only the first two are due a nudge.
+func seedWaitingParents(t *testing.T, prefix string, calls chan<- nudge) (*jetstream.Dispatcher, waitingParents) {
+	t.Helper()
 	cfg := testDispatcherConfig(1, prefix)
 	cfg.SweepInterval = -1 // passes only when the test asks
 	cfg.AwaitingSubtasks = func(_ context.Context, parent string, subtasks []string) {
-		calls <- call{parent, subtasks}
+		calls <- nudge{parent, subtasks}
 	}
 	d, err := jetstream.OpenDispatcher(t.Context(), connect(t, singleURL), cfg)
 	if err != nil {
@@ -599,25 +661,20 @@ func TestReconcileNudgesWaitingParents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The first pass sees them suspend: their handoffs may be on the way.
-	if _, err := d.RequeueStale(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if len(calls) != 0 {
-		t.Fatalf("a parent that just suspended was nudged: %+v", <-calls)
-	}
-	// The second pass finds them still waiting, in the same suspend.
-	if _, err := d.RequeueStale(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	return d, waitingParents{singleParent: single, groupParent: group, single: kids[:1], group: kids}
+}
+
+// checkNudged drains calls and wants exactly the two parents due a nudge.
+func checkNudged(t *testing.T, calls <-chan nudge, want waitingParents) {
+	t.Helper()
 	got := map[string][]string{}
 	for len(calls) > 0 {
 		c := <-calls
 		got[c.parent] = c.subtasks
 	}
-	want := map[string][]string{single: kids[:1], group: kids}
-	if fmt.Sprint(got[single]) != fmt.Sprint(want[single]) || fmt.Sprint(got[group]) != fmt.Sprint(want[group]) || len(got) != 2 {
-		t.Fatalf("nudged %v, want %v (the timer's task waits on no subtask, and a group with a member still running is not due)", got, want)
+	if fmt.Sprint(got[want.singleParent]) != fmt.Sprint(want.single) || fmt.Sprint(got[want.groupParent]) != fmt.Sprint(want.group) || len(got) != 2 {
+		t.Fatalf("nudged %v, want %s %v and %s %v (the timer's task waits on no subtask, and a group with a member still running is not due)",
+			got, want.singleParent, want.single, want.groupParent, want.group)
 	}
 }
 
