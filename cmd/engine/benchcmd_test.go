@@ -73,7 +73,7 @@ func TestBenchScaleJSON(t *testing.T) {
 		t.Fatalf("levels %+v; want 5 and 10", r.Levels)
 	}
 	for _, l := range r.Levels {
-		if l.AppendP50us <= 0 || l.WakeLeaseP50us <= 0 || l.RSSMiB <= 0 || l.DiskPerTask <= 0 {
+		if l.AppendP50us <= 0 || l.WakeLeaseP50us <= 0 || l.RSSMiB <= 0 || l.RSSReturnedMiB <= 0 || l.DiskPerTask <= 0 {
 			t.Errorf("level %d not measured: %+v", l.Suspended, l)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -37,6 +38,13 @@ type benchLevel struct {
 	WakeLeaseP99us float64 `json:"wake_to_lease_p99_us"`
 	RSSMiB         float64 `json:"rss_mib"`
 	HeapMiB        float64 `json:"go_heap_mib"`
+	// HeapIdleMiB is heap memory the runtime holds free and has not yet
+	// returned to the OS when RSS was read (part of RSS; the scavenger
+	// returns it over time); RSSReturnedMiB is the RSS once it has been
+	// returned (debug.FreeOSMemory), what the engine holds. The next level
+	// grows from there.
+	HeapIdleMiB    float64 `json:"heap_idle_unreturned_mib"`
+	RSSReturnedMiB float64 `json:"rss_returned_mib"`
 	// DiskBytes is the server's store size: the data directory's
 	// (embedded), or --server-dir's (--nats).
 	DiskBytes   int64   `json:"disk_bytes,omitempty"`
@@ -295,7 +303,10 @@ func runLevels(ctx context.Context, g *globals, h *host.Host, probe *appendProbe
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		l.HeapMiB = float64(ms.HeapAlloc) / (1 << 20)
+		l.HeapIdleMiB = float64(ms.HeapIdle-ms.HeapReleased) / (1 << 20)
 		l.RSSMiB, _ = rssMiB()
+		debug.FreeOSMemory()
+		l.RSSReturnedMiB, _ = rssMiB()
 		l.Load1 = load1()
 		store := o.serverDir
 		if h.Embedded() {
@@ -313,8 +324,8 @@ func runLevels(ctx context.Context, g *globals, h *host.Host, probe *appendProbe
 		if err := writeHeapProfile(o.profile, n); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(g.stderr, "bench: at %d suspended: append p50/p99 %.0f/%.0f µs, wake→lease p50/p99 %.0f/%.0f µs, RSS %.0f MiB (heap %.1f MiB; server %.0f MiB), store %d B (%.0f B/task), grown in %.0f s, load %.1f\n",
-			n, l.AppendP50us, l.AppendP99us, l.WakeLeaseP50us, l.WakeLeaseP99us, l.RSSMiB, l.HeapMiB, l.ServerRSSMiB, l.DiskBytes, l.DiskPerTask, l.GrowSeconds, l.Load1)
+		fmt.Fprintf(g.stderr, "bench: at %d suspended: append p50/p99 %.0f/%.0f µs, wake→lease p50/p99 %.0f/%.0f µs, RSS %.0f MiB (heap %.1f MiB, free %.1f MiB; %.0f MiB once returned; server %.0f MiB), store %d B (%.0f B/task), grown in %.0f s, load %.1f\n",
+			n, l.AppendP50us, l.AppendP99us, l.WakeLeaseP50us, l.WakeLeaseP99us, l.RSSMiB, l.HeapMiB, l.HeapIdleMiB, l.RSSReturnedMiB, l.ServerRSSMiB, l.DiskBytes, l.DiskPerTask, l.GrowSeconds, l.Load1)
 		res.Levels = append(res.Levels, l)
 	}
 	return idle, nil
