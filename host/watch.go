@@ -537,16 +537,7 @@ func (w *Watch) settled(ctx context.Context) (Rest, bool, error) {
 
 // waitsOnChildren reports whether a task is suspended on subtasks.
 func waitsOnChildren(states map[string]eventlog.DispatchState) bool {
-	for _, ds := range states {
-		if ds.Status != eventlog.DispatchSuspended || ds.WakeOn == nil {
-			continue
-		}
-		switch ds.WakeOn.Kind {
-		case noeta.WakeSubtaskCompleted, noeta.WakeSubtaskGroupCompleted:
-			return true
-		}
-	}
-	return false
+	return len(awaitedChildren(states)) > 0
 }
 
 // awaitedChildren lists the subtasks the suspended tasks wait on.
