@@ -687,7 +687,8 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 
 // RecoverAwaiting asks the next reconcile pass to hand AwaitingSubtasks
 // every parent that waits on subtasks whose rows all say they ended, at
-// once rather than after a second pass, and asks for that pass now. A
+// once rather than after a second pass, and asks for that pass now (the
+// first pass of a Dispatcher just opened is already on its way). A
 // process calls it when its child-lifecycle observer starts, so that a
 // handoff a dead process owed is redone in the first seconds; it reads the
 // rows the pass reads anyway and the logs of those subtasks only, never
@@ -697,7 +698,12 @@ func (d *Dispatcher) RecoverAwaiting() {
 	d.awaitingMu.Lock()
 	d.nudgeAll = true
 	d.awaitingMu.Unlock()
-	d.kickReconcile()
+	// Before the first pass has counted itself, its nudge is still to come
+	// and takes the flag: a kick would only add a second pass over every
+	// row straight after it (15 s at a million rows).
+	if d.stats.reconciles.Load() > 0 {
+		d.kickReconcile()
+	}
 }
 
 // awaitedSubtasks are the subtasks a suspended row waits on with no wake
