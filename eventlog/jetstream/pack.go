@@ -95,7 +95,11 @@ func decodeMsg(subject string, streamSeq uint64, hdr nats.Header, data []byte) (
 		if err != nil {
 			return nil, err
 		}
-		return []record{r}, nil
+		rs := []record{r}
+		if err := headersName(hdr, rs); err != nil {
+			return nil, &CorruptRecordError{Subject: subject, StreamSeq: streamSeq, Err: err}
+		}
+		return rs, nil
 	}
 	corrupt := func(format string, args ...any) ([]record, error) {
 		return nil, &CorruptRecordError{Subject: subject, StreamSeq: streamSeq, Err: fmt.Errorf("pack: "+format, args...)}
@@ -136,8 +140,39 @@ func decodeMsg(subject string, streamSeq uint64, hdr nats.Header, data []byte) (
 		if s := hdr.Get(hdrCount); s != "" && s != strconv.Itoa(len(out)) {
 			return corrupt("%s header %s, %d records", hdrCount, s, len(out))
 		}
+		if err := headersName(hdr, out); err != nil {
+			return corrupt("%v", err)
+		}
 	}
 	return out, nil
+}
+
+// headersName checks that a message's per-record headers, where present,
+// name the records its body holds, in order: readers that go by the
+// headers alone (the tail's baseline, a stream browser) must see what the
+// body says.
+func headersName(hdr nats.Header, rs []record) error {
+	for _, h := range []struct {
+		name string
+		of   func(eventlog.Envelope) string
+	}{
+		{hdrType, func(e eventlog.Envelope) string { return e.Type }},
+		{hdrOrigin, func(e eventlog.Envelope) string { return string(e.Origin) }},
+	} {
+		vs := hdr.Values(h.name)
+		if len(vs) == 0 {
+			continue
+		}
+		if len(vs) != len(rs) {
+			return fmt.Errorf("%d %s headers for %d records", len(vs), h.name, len(rs))
+		}
+		for i, r := range rs {
+			if v := h.of(r.env); vs[i] != v {
+				return fmt.Errorf("%s header %d is %q, its record's is %q", h.name, i, vs[i], v)
+			}
+		}
+	}
+	return nil
 }
 
 // packOp writes a batch as one pack: appendOp's admission for the first

@@ -68,6 +68,23 @@ func TestDecodePackRefusesBadPacks(t *testing.T) {
 		}, "baseline"},
 		{"Noeta-Seq disagrees", func() *nats.Msg { m := build(three()); m.Header.Set(hdrSeq, "8"); return m }, "Noeta-Seq header 8"},
 		{"Noeta-Count disagrees", func() *nats.Msg { m := build(three()); m.Header.Set(hdrCount, "2"); return m }, "Noeta-Count header 2"},
+		{"Noeta-Type disagrees", func() *nats.Msg {
+			m := build(three())
+			m.Header[hdrType][2] = noeta.TypeTaskSnapshot
+			return m
+		}, `Noeta-Type header 2 is "TaskSnapshot"`},
+		{"a Noeta-Type missing", func() *nats.Msg { m := build(three()); m.Header[hdrType] = m.Header[hdrType][:2]; return m }, "2 Noeta-Type headers for 3 records"},
+		{"Noeta-Origin disagrees", func() *nats.Msg { m := build(three()); m.Header[hdrOrigin][0] = "human"; return m }, `Noeta-Origin header 0 is "human"`},
+		{"one record's Noeta-Type disagrees", func() *nats.Msg {
+			e := rec(5, noeta.TypeTurnStarted)
+			b, err := cloudEventBody(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := encodeBody(subject, e, b, meta{leaseID: "l"})
+			m.Header.Set(hdrType, noeta.TypeTaskSnapshot)
+			return m
+		}, `Noeta-Type header 0 is "TaskSnapshot"`},
 		{"empty", func() *nats.Msg { m := build(three()); m.Data = []byte("[]"); return m }, "0 records"},
 		{"too many", func() *nats.Msg {
 			m := build(three())
