@@ -4,11 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
-	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 )
 
 type liveRegistry struct{}
@@ -21,17 +18,7 @@ func (liveRegistry) Valid(context.Context, eventlog.Lease) (bool, error) { retur
 // instead of writing a second one.
 func TestIdempotentRetryFindsALateEarlierAttempt(t *testing.T) {
 	ctx := t.Context()
-	srv, err := embedded.Start(ctx, embedded.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	l, err := Open(ctx, nc, Config{Registry: liveRegistry{}})
+	l, err := Open(ctx, embeddedConn(t), Config{Registry: liveRegistry{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,21 +21,7 @@ import (
 // although none of them needed anything.
 func TestReconcileSnapshotHoldsOnlyPertinentRows(t *testing.T) {
 	ctx := t.Context()
-	srv, err := embedded.Start(ctx, embedded.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	d, err := OpenDispatcher(ctx, nc, DispatcherConfig{Prefix: "snap", SweepInterval: -1, LeaseTTL: time.Minute, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
+	d := passlessDispatcher(t, embeddedConn(t))
 	const q = "snap"
 	park := func(next eventlog.DispatchStatus, cond *noeta.Wake) string {
 		task := noeta.NewTaskID()
@@ -95,21 +81,7 @@ func TestReconcileSnapshotHoldsOnlyPertinentRows(t *testing.T) {
 // batches, and leaves deleted rows out; an empty bucket ends at once.
 func TestReconcileReadRowsEveryRowOnce(t *testing.T) {
 	ctx := t.Context()
-	srv, err := embedded.Start(ctx, embedded.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	d, err := OpenDispatcher(ctx, nc, DispatcherConfig{Prefix: "rows", SweepInterval: -1, LeaseTTL: time.Minute, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
+	d := passlessDispatcher(t, embeddedConn(t))
 	count := func() map[string]string {
 		got := map[string]string{}
 		if err := d.readRows(ctx, func(task string, val []byte) {
@@ -151,4 +123,32 @@ func TestReconcileReadRowsEveryRowOnce(t *testing.T) {
 			t.Errorf("row %s handed over as %q, want its latest value", task, v)
 		}
 	}
+}
+
+// embeddedConn starts an embedded server of the test's own and connects.
+func embeddedConn(t *testing.T) *nats.Conn {
+	t.Helper()
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// passlessDispatcher opens a Dispatcher whose passes run only when the test
+// asks.
+func passlessDispatcher(t *testing.T, nc *nats.Conn) *Dispatcher {
+	t.Helper()
+	d, err := OpenDispatcher(t.Context(), nc, DispatcherConfig{SweepInterval: -1, LeaseTTL: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
 }
