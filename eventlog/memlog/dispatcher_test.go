@@ -1042,40 +1042,62 @@ func TestDispatcherLeaseWait(t *testing.T) {
 		wantStatus(t, s, "other", eventlog.DispatchReady)
 	})
 	t.Run("woken by a wake and by expiry", func(t *testing.T) {
+		// One waiter at a time, each step right whatever the scheduler does:
+		// the waiter may block before the wake (or the expiry) or arrive after
+		// it. Two waiters released together by a wake and a clock advance could
+		// legally both get "a" (a lease granted at the frozen clock expires with
+		// the same advance that expires "b"'s), which made the old form of this
+		// test fail under load.
 		s, clk := newDispatcher(t, memlog.Options{})
 		mustEnqueue(t, s, "a", eventlog.EnqueueOptions{})
 		mustEnqueue(t, s, "b", eventlog.EnqueueOptions{})
 		suspendOn(t, s, "a", wakePtr(noeta.ExternalWake("e")))
 		mustLease(t, s, eventlog.LeaseRequest{Task: "b"})
-		got := make(chan string, 2)
-		for range 2 {
+		wait := func() <-chan eventlog.Lease {
+			got := make(chan eventlog.Lease, 1)
 			go func() {
 				l, err := s.Lease(context.Background(), eventlog.LeaseRequest{Worker: "w", Wait: true})
 				if err != nil {
-					got <- err.Error()
+					t.Error(err)
+					close(got)
 					return
 				}
-				got <- l.Task
+				got <- l
 			}()
+			return got
 		}
-		time.Sleep(10 * time.Millisecond)
+		receive := func(got <-chan eventlog.Lease, want string) eventlog.Lease {
+			t.Helper()
+			select {
+			case l, ok := <-got:
+				if !ok {
+					t.FailNow()
+				}
+				if l.Task != want {
+					t.Fatalf("waiter got %s, want %s", l.Task, want)
+				}
+				return l
+			case <-time.After(5 * time.Second):
+				t.Fatalf("waiter not woken for %s", want)
+			}
+			return eventlog.Lease{}
+		}
+
+		woken := wait()
+		time.Sleep(10 * time.Millisecond) // let it block (the test is correct either way)
 		if _, err := s.Wake(context.Background(), "a", noeta.ExternalWake("e")); err != nil {
 			t.Fatal(err)
 		}
+		la := receive(woken, "a")
+		// "a" goes back to sleep so that the expiry below can only free "b".
+		if err := s.Release(context.Background(), la, eventlog.Release{Next: eventlog.DispatchSuspended, ConsumedWake: la.Wake, WakeOn: wakePtr(noeta.ExternalWake("e2")), Reason: "waiting"}); err != nil {
+			t.Fatal(err)
+		}
+
+		expired := wait()
+		time.Sleep(10 * time.Millisecond) // let it block (the test is correct either way)
 		clk.Advance(dispTTL)
-		var tasks []string
-		for range 2 {
-			select {
-			case task := <-got:
-				tasks = append(tasks, task)
-			case <-time.After(5 * time.Second):
-				t.Fatal("waiter not woken")
-			}
-		}
-		slices.Sort(tasks)
-		if !slices.Equal(tasks, []string{"a", "b"}) {
-			t.Fatalf("waiters got %v", tasks)
-		}
+		receive(expired, "b")
 	})
 	t.Run("ctx", func(t *testing.T) {
 		s, _ := newDispatcher(t, memlog.Options{})
