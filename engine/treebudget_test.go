@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
@@ -235,4 +236,49 @@ func TestTreeBudgetReplayChargesOnce(t *testing.T) {
 			t.Errorf("a tree within its budget finishes; root %s %q", sts[0].Reason, sts[0].Answer)
 		}
 	})
+}
+
+// TestTreeBudgetResumedSpawnCarvesTheSameShares: a spawn of three cut short
+// after its first child was recorded is resumed by another segment. The
+// recorded child's reservation is part of the turn's own spawn, so the rest
+// are carved from the remaining as it was before the spawn: every child
+// gets a third, as an uninterrupted spawn gives, not a third of what the
+// first child's reservation left.
+func TestTreeBudgetResumedSpawnCarvesTheSameShares(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), treeBudgetConfig)
+	root := "01JROOTROOTROOTROOTROOTROOT"
+	kids := engine.ChildIDs(root, 1, 3)
+	one, calls := 1.0, 1
+	var envs []eventlog.Envelope
+	for _, p := range []noeta.Payload{
+		noeta.TaskCreated{TaskID: root, Agent: "boss", Goal: "g", RootTaskID: root},
+		noeta.TurnStarted{Turn: 1},
+		noeta.SubtaskSpawned{SubtaskID: kids[0], Agent: "spender", Goal: "a", Budget: &noeta.BudgetAllotment{CostUSD: &one, ToolCalls: &calls}},
+	} {
+		env, err := eventlog.NewEnvelope(root, eventlog.OriginEngine, "engine-test", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Seq = uint64(len(envs) + 1)
+		envs = append(envs, env)
+	}
+	for _, tc := range []struct {
+		name    string
+		records int
+	}{{"fresh", 2}, {"resumed after one child", 3}} {
+		st, err := engine.Fold(envs[:tc.records])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := engine.Allotments(h.eng, st, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range got {
+			if a == nil || a.CostUSD == nil || *a.CostUSD != 1 || a.ToolCalls == nil || *a.ToolCalls != 1 {
+				j, _ := json.Marshal(a)
+				t.Errorf("%s: child %d allotted %s, want $1 and 1 call (a third of $3 and 3 calls)", tc.name, i, j)
+			}
+		}
+	}
 }
