@@ -106,6 +106,44 @@ type TaskCreated struct {
 	// knows them (the HTTP principal, cli:$USER); a child inherits its
 	// root's. Approvals rules read it to refuse self-approval.
 	SubmittedBy string `json:"submitted_by,omitempty"`
+	// Budget is a subtask's share of what its ancestors' budgets had left
+	// when it was spawned (the parent's SubtaskSpawned records the same):
+	// the task's whole tree may spend no more (docs/adr/0054). Absent on a
+	// root, and on a child of a tree without a cost or tool-call cap.
+	Budget *BudgetAllotment `json:"budget,omitempty"`
+}
+
+// BudgetAllotment is what a subtask's tree may spend: the part of its
+// ancestors' cost and tool-call budgets the parent reserved for it at the
+// spawn. A nil member is no cap from above (the child's own agent may still
+// have one).
+type BudgetAllotment struct {
+	CostUSD   *float64 `json:"cost_usd,omitempty"`
+	ToolCalls *int     `json:"tool_calls,omitempty"`
+}
+
+// Clone returns a copy that shares no memory with a.
+func (a *BudgetAllotment) Clone() *BudgetAllotment {
+	if a == nil {
+		return nil
+	}
+	c := &BudgetAllotment{}
+	if a.CostUSD != nil {
+		v := *a.CostUSD
+		c.CostUSD = &v
+	}
+	if a.ToolCalls != nil {
+		v := *a.ToolCalls
+		c.ToolCalls = &v
+	}
+	return c
+}
+
+// TreeSpend is what a task and every subtask under it spent: the parent
+// reads it from the child's own log when it records the child's result.
+type TreeSpend struct {
+	CostUSD   float64 `json:"cost_usd"`
+	ToolCalls int     `json:"tool_calls"`
 }
 
 // LeaseGranted is the fence: the first record of every lease generation. Its
@@ -254,6 +292,9 @@ type SubtaskSpawned struct {
 	GoalRef   *ContentRef `json:"goal_ref,omitempty"`
 	GroupID   string      `json:"group_id,omitempty"`
 	CallID    string      `json:"call_id,omitempty"`
+	// Budget is the child's allotment (TaskCreated.budget): reserved from
+	// this task's remaining budget until its result is recorded.
+	Budget *BudgetAllotment `json:"budget,omitempty"`
 }
 
 // SubtaskDenied records a guard's DENY of a spawn.
@@ -385,6 +426,12 @@ type SubtaskResultRecorded struct {
 	ResultRef *ContentRef     `json:"result_ref,omitempty"`
 	Error     string          `json:"error,omitempty"`
 	GroupID   string          `json:"group_id,omitempty"`
+	// Spend is what the child's tree spent, read by the parent from the
+	// child's log: it counts against the parent's budgets in place of the
+	// child's allotment. Absent (a record written before budgets held for a
+	// tree, or a child log that could not be read): the allotment counts
+	// whole.
+	Spend *TreeSpend `json:"spend,omitempty"`
 }
 
 // TaskStatePatched applies a patch to the task's free-form state.

@@ -11,14 +11,14 @@ import (
 // The JSON field names of every payload, as DESIGN.md §3 lists them. They are a
 // public contract: other languages read these logs.
 var catalogue = map[string]string{
-	TypeTaskCreated:           "task_id agent goal goal_ref parent_task_id root_task_id subtask_depth group_id script_ref submitted_by",
+	TypeTaskCreated:           "task_id agent goal goal_ref parent_task_id root_task_id subtask_depth group_id script_ref submitted_by budget",
 	TypeLeaseGranted:          "lease_id generation worker",
 	TypeTurnStarted:           "turn",
 	TypePolicyDecided:         "turn decision cost_usd input_tokens output_tokens version tool_calls spawn question wait_seconds event_kind patch patch_ref answer answer_ref error decision_ref model provider latency_ms response_ref notes",
 	TypeToolCallStarted:       "call_id tool args args_ref turn",
 	TypeToolCallFinished:      "call_id tool ok output output_ref error duration_ms cost_usd",
 	TypeToolCallDenied:        "call_id tool guard reason",
-	TypeSubtaskSpawned:        "subtask_id agent goal goal_ref group_id call_id",
+	TypeSubtaskSpawned:        "subtask_id agent goal goal_ref group_id call_id budget",
 	TypeSubtaskDenied:         "agent guard reason group_id",
 	TypeFinishDenied:          "guard reason",
 	TypeApprovalRequested:     "handle action call_id tool args args_ref agent guard reason quorum rules expires_at",
@@ -26,7 +26,7 @@ var catalogue = map[string]string{
 	TypeApprovalCounted:       "handle approver auth reason approvals quorum",
 	TypeApprovalRefused:       "handle decision approver auth reason text",
 	TypeSubtaskCompleted:      "subtask_id status result result_ref error group_id",
-	TypeSubtaskResultRecorded: "subtask_id status result result_ref error group_id",
+	TypeSubtaskResultRecorded: "subtask_id status result result_ref error group_id spend",
 	TypeTaskStatePatched:      "patch",
 	TypeTaskSuspended:         "reason wake_on",
 	TypeTaskWoken:             "wake_event",

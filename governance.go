@@ -21,6 +21,18 @@ type GovernanceState struct {
 	OutputTokens    int64   `json:"output_tokens"`    // PolicyDecided
 	SpawnedSubtasks int     `json:"spawned_subtasks"` // SubtaskSpawned
 
+	// The task's tree (docs/adr/0054). Allotment is the task's share of its
+	// ancestors' budgets (TaskCreated.budget; nil on a root). SubtaskCostUSD
+	// and SubtaskToolCalls are what the trees of its ended subtasks spent
+	// (SubtaskResultRecorded.spend, or the whole allotment of a result that
+	// carries none). Reserved holds the allotments of the subtasks spawned
+	// whose results are not recorded yet, by subtask id: reserved counts as
+	// spent until the result says what was.
+	Allotment        *BudgetAllotment           `json:"allotment,omitempty"`
+	SubtaskCostUSD   float64                    `json:"subtask_cost_usd,omitempty"`
+	SubtaskToolCalls int                        `json:"subtask_tool_calls,omitempty"`
+	Reserved         map[string]BudgetAllotment `json:"reserved,omitempty"`
+
 	// Denials lists every refusal in log order: guard denials of tool calls and
 	// spawns, finish denials, human denials of approvals, cancellations.
 	Denials []Denial `json:"denials"`
@@ -107,6 +119,58 @@ type ApprovalRecord struct {
 	Approvers []string `json:"approvers,omitempty"`
 }
 
+// Tree is what the task's tree has spent or holds reserved: the task's own
+// spend, its ended subtasks' trees' and its running subtasks' allotments.
+// The budgets that bound a tree compare this.
+func (g *GovernanceState) Tree() TreeSpend {
+	t := TreeSpend{CostUSD: g.CostUSD + g.SubtaskCostUSD, ToolCalls: g.ToolCalls + g.SubtaskToolCalls}
+	for _, r := range g.Reserved {
+		if r.CostUSD != nil {
+			t.CostUSD += *r.CostUSD
+		}
+		if r.ToolCalls != nil {
+			t.ToolCalls += *r.ToolCalls
+		}
+	}
+	return t
+}
+
+// NoteSpawned reserves a spawned subtask's allotment.
+func (g *GovernanceState) NoteSpawned(id string, a *BudgetAllotment) {
+	if a == nil {
+		return
+	}
+	if g.Reserved == nil {
+		g.Reserved = map[string]BudgetAllotment{}
+	}
+	g.Reserved[id] = *a.Clone()
+}
+
+// NoteSubtaskSpend releases an ended subtask's reservation and counts what
+// its tree spent: spend when the result carries it, the whole allotment
+// otherwise (a result that does not say what was spent is charged all it
+// could have spent). A subtask whose result was counted already counts
+// nothing more, so a repeated result never charges twice.
+func (g *GovernanceState) NoteSubtaskSpend(id string, spend *TreeSpend) {
+	if slices.ContainsFunc(g.SubtaskResults, func(r SubtaskResult) bool { return r.SubtaskID == id }) {
+		return
+	}
+	r, reserved := g.Reserved[id]
+	delete(g.Reserved, id)
+	switch {
+	case spend != nil:
+		g.SubtaskCostUSD += spend.CostUSD
+		g.SubtaskToolCalls += spend.ToolCalls
+	case reserved:
+		if r.CostUSD != nil {
+			g.SubtaskCostUSD += *r.CostUSD
+		}
+		if r.ToolCalls != nil {
+			g.SubtaskToolCalls += *r.ToolCalls
+		}
+	}
+}
+
 // NoteToolCall appends k to the recent calls, keeping the window.
 func (g *GovernanceState) NoteToolCall(k ToolCallKey) {
 	if len(g.RecentToolCalls) >= RecentToolCallsWindow {
@@ -135,6 +199,13 @@ func (g GovernanceState) Clone() GovernanceState {
 			v.Rules = append([]string(nil), v.Rules...)
 			v.Approvers = append([]string(nil), v.Approvers...)
 			c.PendingApprovals[k] = v
+		}
+	}
+	c.Allotment = g.Allotment.Clone()
+	if g.Reserved != nil {
+		c.Reserved = make(map[string]BudgetAllotment, len(g.Reserved))
+		for k, v := range g.Reserved {
+			c.Reserved[k] = *v.Clone()
 		}
 	}
 	c.Approvals = append([]ApprovalRecord(nil), g.Approvals...)

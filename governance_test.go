@@ -83,3 +83,33 @@ func TestPayloadCatalogue(t *testing.T) {
 		t.Errorf("NewPayload of an unknown type is ok")
 	}
 }
+
+// TestSubtaskSpendCharges: a subtask's reservation counts until its result
+// is recorded; the result's spend then replaces it, a result that carries
+// no spend counts the whole allotment (never nothing), and a second result
+// for the same subtask counts nothing more.
+func TestSubtaskSpendCharges(t *testing.T) {
+	cost, calls := 2.0, 3
+	var g GovernanceState
+	g.NoteSpawned("a", &BudgetAllotment{CostUSD: &cost, ToolCalls: &calls})
+	g.NoteSpawned("b", &BudgetAllotment{CostUSD: &cost, ToolCalls: &calls})
+	g.NoteSpawned("free", nil)
+	if tr := g.Tree(); tr.CostUSD != 4 || tr.ToolCalls != 6 {
+		t.Fatalf("reserved tree %+v, want $4 and 6 calls", tr)
+	}
+	cost, calls = 100, 100 // the reservation is a copy
+	g.NoteSubtaskSpend("a", &TreeSpend{CostUSD: 0.5, ToolCalls: 1})
+	g.SubtaskResults = append(g.SubtaskResults, SubtaskResult{SubtaskID: "a"})
+	g.NoteSubtaskSpend("b", nil)
+	g.SubtaskResults = append(g.SubtaskResults, SubtaskResult{SubtaskID: "b"})
+	g.NoteSubtaskSpend("a", &TreeSpend{CostUSD: 0.5, ToolCalls: 1})
+	g.NoteSubtaskSpend("free", nil)
+	if g.SubtaskCostUSD != 2.5 || g.SubtaskToolCalls != 4 || len(g.Reserved) != 0 {
+		t.Errorf("charged $%v and %d calls with %d reserved; want $2.5 and 4, none reserved", g.SubtaskCostUSD, g.SubtaskToolCalls, len(g.Reserved))
+	}
+	c := g.Clone()
+	c.NoteSpawned("x", &BudgetAllotment{CostUSD: &cost})
+	if len(g.Reserved) != 0 {
+		t.Error("a clone's reservation reached the original")
+	}
+}

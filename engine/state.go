@@ -170,6 +170,7 @@ func (s *State) Apply(env eventlog.Envelope) error {
 		s.Task, s.Agent, s.Goal, s.GoalRef, s.ScriptRef = p.TaskID, p.Agent, p.Goal, p.GoalRef, p.ScriptRef
 		s.Parent, s.Root, s.Depth, s.GroupID = p.ParentTaskID, p.RootTaskID, p.SubtaskDepth, p.GroupID
 		s.SubmittedBy = p.SubmittedBy
+		g.Allotment = p.Budget.Clone()
 		s.Status = noeta.StatusPending
 	case *noeta.LeaseGranted:
 		if s.Status == noeta.StatusPending {
@@ -205,6 +206,7 @@ func (s *State) Apply(env eventlog.Envelope) error {
 	case *noeta.SubtaskSpawned:
 		g.SpawnedSubtasks++
 		s.Turn.Spawned = append(s.Turn.Spawned, p.SubtaskID)
+		g.NoteSpawned(p.SubtaskID, p.Budget)
 	case *noeta.SubtaskDenied:
 		g.Denials = append(g.Denials, noeta.Denial{Type: env.Type, Guard: p.Guard, Reason: p.Reason, Agent: p.Agent})
 	case *noeta.FinishDenied:
@@ -273,6 +275,7 @@ func (s *State) Apply(env eventlog.Envelope) error {
 			s.Answered = true
 		}
 	case *noeta.SubtaskResultRecorded:
+		g.NoteSubtaskSpend(p.SubtaskID, p.Spend)
 		g.SubtaskResults = append(g.SubtaskResults, noeta.SubtaskResult{
 			SubtaskID: p.SubtaskID, Status: p.Status, Result: p.Result, ResultRef: p.ResultRef, Error: p.Error, GroupID: p.GroupID,
 		})

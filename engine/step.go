@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -307,14 +308,38 @@ func (g *segment) recordResults(ids []string) error {
 			g.e.log.Warn("woken for a subtask whose result is not in the inbox", "task", g.st.Task, "subtask", id)
 			continue
 		}
+		spend, err := g.childSpend(id)
+		if err != nil {
+			return err
+		}
 		if err := g.engineEmit(noeta.SubtaskResultRecorded{
 			SubtaskID: sc.SubtaskID, Status: sc.Status, Result: sc.Result, ResultRef: sc.ResultRef, Error: sc.Error, GroupID: sc.GroupID,
+			Spend: spend,
 		}); err != nil {
 			return err
 		}
 		recorded[id] = true
 	}
 	return nil
+}
+
+// childSpend reads what an ended child's tree spent from the child's own
+// log (docs/adr/0054): its spend, its ended subtasks' and the allotments of
+// any of its subtasks still running. nil when the log cannot say — it cannot
+// be read, or the child is not ended in it — and then the child's whole
+// allotment counts as spent: a spend nobody could read is never a spend of
+// nothing.
+func (g *segment) childSpend(id string) (*noeta.TreeSpend, error) {
+	cst, note, err := FoldTask(g.ctx, g.e.cfg.Log, g.e.cfg.Content, id)
+	if cause := context.Cause(g.ctx); cause != nil {
+		return nil, cause
+	}
+	if err != nil || cst.Status != noeta.StatusTerminal {
+		g.e.log.Warn("a subtask's spend cannot be read from its log; its whole allotment counts", "task", g.st.Task, "subtask", id, "err", err, "note", note)
+		return nil, nil
+	}
+	t := cst.Governance.Tree()
+	return &t, nil
 }
 
 // loop runs turns until the task suspends or ends.
@@ -879,11 +904,24 @@ func (g *segment) startChildren(specs []noeta.SpawnSpec) error {
 	if len(specs) > 1 {
 		group = noeta.DeriveGroupID(ids)
 	}
+	allots, err := g.allotments(len(specs))
+	if err != nil {
+		return err
+	}
 	created := make([]noeta.TaskCreated, len(specs))
 	for i, sp := range specs {
 		tc := noeta.TaskCreated{
 			TaskID: ids[i], Agent: sp.Agent, ParentTaskID: st.Task, RootTaskID: st.Root,
 			SubtaskDepth: st.Depth + 1, GroupID: group, SubmittedBy: st.SubmittedBy,
+			Budget: allots[i],
+		}
+		if i < len(st.Turn.Spawned) {
+			// Already recorded: the child gets what the record reserved
+			// (none, if it reserved none).
+			tc.Budget = nil
+			if r, ok := st.Governance.Reserved[ids[i]]; ok {
+				tc.Budget = r.Clone()
+			}
 		}
 		if err := g.e.fillCreated(g.ctx, &tc, sp.Goal, sp.Script); err != nil {
 			return err
@@ -892,7 +930,7 @@ func (g *segment) startChildren(specs []noeta.SpawnSpec) error {
 		if i < len(st.Turn.Spawned) {
 			continue
 		}
-		if err := g.engineEmit(noeta.SubtaskSpawned{SubtaskID: tc.TaskID, Agent: tc.Agent, Goal: tc.Goal, GoalRef: tc.GoalRef, GroupID: group}); err != nil {
+		if err := g.engineEmit(noeta.SubtaskSpawned{SubtaskID: tc.TaskID, Agent: tc.Agent, Goal: tc.Goal, GoalRef: tc.GoalRef, GroupID: group, Budget: tc.Budget.Clone()}); err != nil {
 			return err
 		}
 	}
@@ -905,6 +943,48 @@ func (g *segment) startChildren(specs []noeta.SpawnSpec) error {
 		return g.suspend("waiting_subtask", noeta.SubtaskCompletedWake(ids[0]))
 	}
 	return g.suspend("waiting_subtask_group", noeta.GroupCompletedWake(group, ids))
+}
+
+// allotments carves n children's allotments out of what the task's tree has
+// left (docs/adr/0054): the remaining cost split evenly, the remaining tool
+// calls split with the odd ones to the first children. A child may spend
+// its share and no more, so siblings running at once cannot together spend
+// what one of them was not given. The remaining is taken as it was before
+// this turn's spawn, so a spawn resumed after some of its children were
+// recorded carves the same shares. nil entries: no cap to pass on.
+func (g *segment) allotments(n int) ([]*noeta.BudgetAllotment, error) {
+	s, err := g.guards()
+	if err != nil {
+		return nil, err
+	}
+	gov := g.st.Governance
+	if len(g.st.Turn.Spawned) > 0 && len(gov.Reserved) > 0 {
+		gov.Reserved = maps.Clone(gov.Reserved)
+		for _, id := range g.st.Turn.Spawned {
+			delete(gov.Reserved, id)
+		}
+	}
+	rem := s.Remaining(guards.NewContextAppendOnly(guards.ContextParams{TaskID: g.st.Task, Governance: gov, SubtaskDepth: g.st.Depth}))
+	out := make([]*noeta.BudgetAllotment, n)
+	if rem.CostUSD == nil && rem.ToolCalls == nil {
+		return out, nil
+	}
+	for i := range out {
+		a := &noeta.BudgetAllotment{}
+		if rem.CostUSD != nil {
+			v := *rem.CostUSD / float64(n)
+			a.CostUSD = &v
+		}
+		if rem.ToolCalls != nil {
+			v := *rem.ToolCalls / n
+			if i < *rem.ToolCalls%n {
+				v++
+			}
+			a.ToolCalls = &v
+		}
+		out[i] = a
+	}
+	return out, nil
 }
 
 // childIDs derives the ids of the children of a turn's spawn: ULID-shaped,

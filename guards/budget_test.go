@@ -152,3 +152,84 @@ func TestBudgetExhausted(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetOverTheTree: the cost and tool-call caps compare the task's tree
+// — its own spend, its ended subtasks' and its running subtasks'
+// allotments — and the allotment its ancestors left it, even with no cap of
+// its own. Before, only the task's own counters were compared, so a task
+// whose subtasks had spent the cap many times over was allowed, and a
+// subtask of an agent with no budget had no bound at all.
+func TestBudgetOverTheTree(t *testing.T) {
+	type want struct {
+		verdict noeta.Verdict
+		reason  string // a prefix of the reason
+	}
+	tests := []struct {
+		name   string
+		limits BudgetLimits
+		g      noeta.GovernanceState
+		a      noeta.ProposedAction
+		want   want
+	}{
+		{"ended subtasks' cost counts", BudgetLimits{MaxCostUSD: new(3.0)},
+			noeta.GovernanceState{CostUSD: 0.5, SubtaskCostUSD: 2.5}, finish(),
+			want{noeta.VerdictDeny, "max_cost_usd=3 reached by the task tree: $3 spent or reserved ($0.5 by this task, $2.5 by ended subtasks, $0 reserved for running ones)"}},
+		{"a running subtask's allotment counts", BudgetLimits{MaxCostUSD: new(3.0)},
+			noeta.GovernanceState{CostUSD: 1, Reserved: map[string]noeta.BudgetAllotment{"c": {CostUSD: new(2.0)}}}, spawn("a"),
+			want{noeta.VerdictDeny, "max_cost_usd=3 reached by the task tree: $3 spent or reserved ($1 by this task, $0 by ended subtasks, $2 reserved for running ones)"}},
+		{"a tree under the cap is allowed", BudgetLimits{MaxCostUSD: new(3.0)},
+			noeta.GovernanceState{CostUSD: 1, SubtaskCostUSD: 1.5}, toolCall("echo", ""), want{noeta.VerdictAllow, ""}},
+		{"the allotment binds a task with no cap of its own", BudgetLimits{},
+			noeta.GovernanceState{CostUSD: 1, Allotment: &noeta.BudgetAllotment{CostUSD: new(1.0)}}, toolCall("echo", ""),
+			want{noeta.VerdictDeny, "the max_cost_usd allotment of 1 its ancestors left this subtask reached by its tree: $1 spent"}},
+		{"the allotment binds below the task's own cap", BudgetLimits{MaxCostUSD: new(10.0)},
+			noeta.GovernanceState{CostUSD: 2, Allotment: &noeta.BudgetAllotment{CostUSD: new(1.5)}}, finish(),
+			want{noeta.VerdictDeny, "the max_cost_usd allotment of 1.5"}},
+		{"an allotment never loosens the task's own cap", BudgetLimits{MaxCostUSD: new(1.0)},
+			noeta.GovernanceState{CostUSD: 1, Allotment: &noeta.BudgetAllotment{CostUSD: new(100.0)}}, finish(),
+			want{noeta.VerdictDeny, "max_cost_usd=1 reached"}},
+		{"ended subtasks' tool calls count", BudgetLimits{MaxToolCalls: new(3)},
+			noeta.GovernanceState{ToolCalls: 1, SubtaskToolCalls: 2}, toolCall("echo", ""),
+			want{noeta.VerdictDeny, "max_tool_calls=3 reached by the task tree: 3 tool calls run or reserved (1 by this task, 2 by ended subtasks, 0 reserved for running ones)"}},
+		{"the tool-call allotment binds", BudgetLimits{},
+			noeta.GovernanceState{ToolCalls: 2, Allotment: &noeta.BudgetAllotment{ToolCalls: new(2)}}, toolCall("echo", ""),
+			want{noeta.VerdictDeny, "the max_tool_calls allotment of 2"}},
+		{"a tool-call allotment of 0 still lets the task finish", BudgetLimits{},
+			noeta.GovernanceState{Allotment: &noeta.BudgetAllotment{ToolCalls: new(0)}}, finish(), want{noeta.VerdictAllow, ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := NewBudget(tt.limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := checkGuard(t, b, tt.a, gctx(tt.g, 1))
+			if v.Verdict != tt.want.verdict || !strings.HasPrefix(v.Reason, tt.want.reason) {
+				t.Errorf("got %s %q, want %s %q…", v.Verdict, v.Reason, tt.want.verdict, tt.want.reason)
+			}
+		})
+	}
+}
+
+// TestBudgetRemaining: what a spawn may carve from is the smaller of the
+// cap and the allotment, less the tree's spend and reservations, never
+// below 0; nil where neither caps.
+func TestBudgetRemaining(t *testing.T) {
+	b, err := NewBudget(BudgetLimits{MaxCostUSD: new(3.0), MaxToolCalls: new(10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := b.Remaining(gctx(noeta.GovernanceState{CostUSD: 0.5, SubtaskCostUSD: 0.5, ToolCalls: 4,
+		Reserved: map[string]noeta.BudgetAllotment{"c": {ToolCalls: new(3)}}}, 0))
+	if r.CostUSD == nil || *r.CostUSD != 2 || r.ToolCalls == nil || *r.ToolCalls != 3 {
+		t.Errorf("remaining %v %v, want 2 and 3", r.CostUSD, r.ToolCalls)
+	}
+	r = b.Remaining(gctx(noeta.GovernanceState{CostUSD: 5, Allotment: &noeta.BudgetAllotment{ToolCalls: new(2)}}, 0))
+	if *r.CostUSD != 0 || *r.ToolCalls != 2 {
+		t.Errorf("remaining %v %v, want 0 and 2", *r.CostUSD, *r.ToolCalls)
+	}
+	none, _ := NewBudget(BudgetLimits{})
+	if r := none.Remaining(gctx(noeta.GovernanceState{}, 0)); r.CostUSD != nil || r.ToolCalls != nil {
+		t.Errorf("no caps: remaining %+v, want none", r)
+	}
+}

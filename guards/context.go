@@ -61,6 +61,11 @@ func NewContextAppendOnly(p ContextParams) *Context {
 	if len(gov.PendingApprovals) > 0 {
 		gov.PendingApprovals = maps.Clone(gov.PendingApprovals)
 	}
+	// The fold replaces a reservation's entry, never the memory it points
+	// to, so a copy of the map is enough.
+	if len(gov.Reserved) > 0 {
+		gov.Reserved = maps.Clone(gov.Reserved)
+	}
 	return &Context{
 		taskID:   p.TaskID,
 		gov:      gov,

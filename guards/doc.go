@@ -33,7 +33,8 @@
 // [Config.AgentStack] builds an agent's stack from the governance config
 // (the agents:, rules: and guards: of noeta.yaml, which package config
 // decodes; this package only holds the Go values and checks them with
-// [NewConfig]): [Budget] (priority 10), [Permission] (20), [Repetition] (30,
+// [NewConfig]): [Budget] (priority 10; its cost and tool-call caps bound the
+// task's whole tree of subtasks, docs/adr/0054), [Permission] (20), [Repetition] (30,
 // only when its threshold is above 0), the process-wide [Rules] (100, only when
 // rules are configured), the named rule sets of the config, then the Go guards
 // the caller passes. User guards — rule sets and Go guards — may not take a

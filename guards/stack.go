@@ -155,6 +155,30 @@ func (s *Stack) Exhausted(c *Context) (guard, reason string, ok bool) {
 	return "", "", false
 }
 
+// Remaining is what the task's tree may still spend under the stack's
+// budgets and the task's allotment (see [Budget.Remaining]): what a spawn
+// may carve its children's allotments from. A stack without a budget still
+// passes the allotment on, so a tree's bound never ends at such a task.
+func (s *Stack) Remaining(c *Context) noeta.BudgetAllotment {
+	var none Budget
+	r := none.Remaining(c)
+	if s == nil {
+		return r
+	}
+	for _, e := range s.entries {
+		if b, isBudget := e.g.(*Budget); isBudget {
+			br := b.Remaining(c)
+			if br.CostUSD != nil && (r.CostUSD == nil || *br.CostUSD < *r.CostUSD) {
+				r.CostUSD = br.CostUSD
+			}
+			if br.ToolCalls != nil && (r.ToolCalls == nil || *br.ToolCalls < *r.ToolCalls) {
+				r.ToolCalls = br.ToolCalls
+			}
+		}
+	}
+	return r
+}
+
 // Check asks the guards about a, in order, and returns the first answer that is
 // not ALLOW, or ALLOW. A guard that panics, returns an error, returns no verdict
 // or overruns its deadline is a DENY naming it, and so is a guard that was not

@@ -41,12 +41,14 @@ const Version = 1
 // records of its older versions, and a record that carries an older id is
 // validated against it.
 var versions = map[string]int{
-	"PolicyDecided":     2, // the recorded decision (docs/adr/0027)
-	"ApprovalRequested": 2, // quorum, rules, expiry (docs/adr/0032)
-	"ApprovalResolved":  2, // auth, approvers
-	"TaskCreated":       2, // submitted_by
-	"TaskSuspended":     2, // wake_on.expire_at
-	"TaskWoken":         2, // wake_event.auth
+	"PolicyDecided":         2, // the recorded decision (docs/adr/0027)
+	"ApprovalRequested":     2, // quorum, rules, expiry (docs/adr/0032)
+	"ApprovalResolved":      2, // auth, approvers
+	"TaskCreated":           3, // submitted_by; budget (docs/adr/0054)
+	"SubtaskSpawned":        2, // budget
+	"SubtaskResultRecorded": 2, // spend
+	"TaskSuspended":         2, // wake_on.expire_at
+	"TaskWoken":             2, // wake_event.auth
 }
 
 // TypeVersion is the schema version of eventType's records as this package

@@ -613,7 +613,7 @@ func TestIDKnownRoundTrip(t *testing.T) {
 	}
 	for _, id := range []string{
 		"", "urn:noeta:schema:defs:1", schemas.ID("defs"), schemas.ID("Bogus"),
-		"urn:noeta:schema:TaskCreated:3", "urn:noeta:schema:TaskCreated:01",
+		"urn:noeta:schema:TaskCreated:4", "urn:noeta:schema:TaskCreated:01",
 		"urn:noeta:schema:TaskCreated", "https://example.com/TaskCreated.json",
 		"URN:NOETA:SCHEMA:TaskCreated:1",
 		"urn:noeta:schema:PolicyDecided:3",

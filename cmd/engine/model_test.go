@@ -242,3 +242,49 @@ func TestModelBudgetByUsage(t *testing.T) {
 		t.Errorf("%d model requests: the budget of $0.50 at $0.30 a turn stops it after the second\n%s", n, cut(out, 3000))
 	}
 }
+
+// TestModelTreeBudget is the hostile case from outside: under
+// max_cost_usd: 3 a model root spawns a worker whose agent has no budget,
+// and the worker's model bills $2 a call. Before, budgets applied per task
+// only: the worker called its model until the run was stopped (the hostile
+// run: $124 in 62 calls) and the root never counted it. Now the worker is
+// allotted what the root had left, is stopped one call past it, and the
+// root ends failed by the budget naming the tree.
+func TestModelTreeBudget(t *testing.T) {
+	t.Parallel()
+	f := newFakeOpenAI(t, func(req chatRequest) chatReply {
+		for _, tool := range req.Tools {
+			if tool.Function.Name == "spawn_subtask" {
+				return chatReply{ToolCalls: [][2]string{{"spawn_subtask", `{"agent":"worker","goal":"spend"}`}}, In: 1, Out: 1}
+			}
+		}
+		return chatReply{ToolCalls: [][2]string{{"echo", fmt.Sprintf(`{"text":"call %d"}`, req.turn()+1)}}, In: 2000}
+	})
+	cfg := writeFile(t, "noeta.yaml", `
+models:
+  fake:
+    provider: openai
+    model: fake-1
+    base_url: `+f.baseURL()+`
+    max_retries: 1
+    price: {input_per_mtok: 1000, output_per_mtok: 1000}
+agents:
+  boss:
+    model: fake
+    tools: [echo]
+    budget: {max_cost_usd: 3}
+    permissions:
+      allowed_subtask_agents: [worker]
+  worker:
+    model: fake
+    tools: [echo]
+`)
+	task := writeFile(t, "task.yaml", "agent: boss\ngoal: \"Delegate\"\n")
+	code, out, errOut := runCmd(t, "run", task, "--config", cfg, "--data", t.TempDir(), "--workspace", workspace(t), "--timeout", "20s")
+	if n := len(f.requests()); n > 3 {
+		t.Fatalf("%d model requests under max_cost_usd 3 at $2 a worker call: want the root's one and the worker's two\n%s", n, cut(out, 3000))
+	}
+	if code != exitFailed || !strings.Contains(out, "max_cost_usd=3 reached by the task tree: $4.002 spent") {
+		t.Fatalf("run: exit %d, want 1 with the tree's spend named\n%s\n%s", code, out, errOut)
+	}
+}

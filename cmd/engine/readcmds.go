@@ -267,6 +267,12 @@ func printState(w io.Writer, s *engine.State, ds eventlog.DispatchState, known b
 	g := s.Governance
 	fmt.Fprintf(w, "governance\n  iterations %d, tool calls %d, subtasks %d, cost $%g, tokens in %d out %d\n",
 		g.Iterations, g.ToolCalls, g.SpawnedSubtasks, g.CostUSD, g.InputTokens, g.OutputTokens)
+	if t := g.Tree(); t.CostUSD != g.CostUSD || t.ToolCalls != g.ToolCalls || g.Allotment != nil {
+		// What the budgets compare (ADR 0054): the subtasks' spend and
+		// reservations with the task's own, and the share it was given.
+		fmt.Fprintf(w, "  tree: cost $%g, tool calls %d (ended subtasks $%g and %d, %d running)%s\n",
+			t.CostUSD, t.ToolCalls, g.SubtaskCostUSD, g.SubtaskToolCalls, len(g.Reserved), allotmentString(g.Allotment))
+	}
 	for _, d := range g.Denials {
 		who := d.Guard
 		if who == "" {

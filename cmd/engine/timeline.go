@@ -254,11 +254,15 @@ func describe(env eventlog.Envelope, p noeta.Payload) string {
 		if p.GroupID != "" {
 			s += " group=" + p.GroupID
 		}
-		return s
+		return s + allotmentString(p.Budget)
 	case *noeta.SubtaskCompleted:
 		return "from " + subtaskResult(p.SubtaskID, p.Status, p.Result, p.ResultRef, p.Error) + " (inbox " + env.Key + ")"
 	case *noeta.SubtaskResultRecorded:
-		return subtaskResult(p.SubtaskID, p.Status, p.Result, p.ResultRef, p.Error)
+		s := subtaskResult(p.SubtaskID, p.Status, p.Result, p.ResultRef, p.Error)
+		if p.Spend != nil {
+			s += fmt.Sprintf(" (its tree spent $%.4g, %d tool calls)", p.Spend.CostUSD, p.Spend.ToolCalls)
+		}
+		return s
 	case *noeta.TaskStatePatched:
 		return "patch " + cut(string(p.Patch), 80)
 	case *noeta.TaskSuspended:
@@ -381,4 +385,19 @@ func cut(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
+}
+
+// allotmentString shows what a spawned child's tree may spend (ADR 0054).
+func allotmentString(a *noeta.BudgetAllotment) string {
+	if a == nil {
+		return ""
+	}
+	s := " allotted"
+	if a.CostUSD != nil {
+		s += fmt.Sprintf(" $%.4g", *a.CostUSD)
+	}
+	if a.ToolCalls != nil {
+		s += fmt.Sprintf(" %d tool calls", *a.ToolCalls)
+	}
+	return s
 }
