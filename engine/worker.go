@@ -59,7 +59,11 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 	}()
 
 	seg, err := e.newSegment(segCtx, lease)
-	if err == nil {
+	switch {
+	case err != nil:
+	case lease.Ending != "":
+		err = seg.end(lease.Ending)
+	default:
 		err = seg.drive()
 	}
 	if err == nil {
@@ -106,6 +110,19 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 		e.log.Error("fail", "task", lease.Task, "err", ferr)
 	}
 	return Outcome{Task: lease.Task}, err
+}
+
+// end records that the dispatcher gave up on the task (Lease.Ending): a
+// TaskFailed with the reason, and nothing else of the task runs. A task
+// whose log already ends it is only released. Writing the record is what
+// makes the end visible to everything that reads the log — the fold, the
+// audit, the failed notification — rather than to the dispatcher alone.
+func (g *segment) end(reason string) error {
+	if g.st.Status == noeta.StatusTerminal {
+		return nil
+	}
+	g.e.log.Error("the dispatcher gave up on the task; recording its end", "task", g.st.Task, "reason", reason)
+	return g.terminate(noeta.TaskFailed{Error: truncate(reason, maxErrorLen)})
 }
 
 // ReasonDamagedLog starts the failure reason of a task the engine refused to
