@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
 )
 
 // newMalformedServer is a model server whose first reply calls echo with
@@ -161,5 +163,20 @@ func TestPolicyArgsThatCannotBeRecorded(t *testing.T) {
 				t.Errorf("denial %+v", den)
 			}
 		})
+	}
+}
+
+// TestScriptArgsThatCannotBeRecorded: the scripted policy cannot carry
+// such arguments: a script is canonicalized when the task is submitted,
+// so one that holds them is refused then, naming what is wrong, and no
+// task is created.
+func TestScriptArgsThatCannotBeRecorded(t *testing.T) {
+	h := newHarness(t, memBackend(t, 2*time.Second), echoAgentDoc)
+	for _, args := range []string{`{"text":"a","text":"b"}`, `{"text":"\ud800"}`, `{"text":"x","n":1e999}`, "{\"text\":\"\xff\"}"} {
+		script := `[{"tool_calls":[{"tool":"echo","args":` + args + `}]},{"finish":{"answer":"done"}}]`
+		_, err := h.eng.Submit(context.Background(), engine.Submission{Agent: "researcher", Goal: "g", Script: json.RawMessage(script)})
+		if !errors.Is(err, eventlog.ErrInvalidArgument) || !strings.Contains(err.Error(), "script") {
+			t.Errorf("script with args %q: Submit error %v, want an invalid argument naming the script", args, err)
+		}
 	}
 }
