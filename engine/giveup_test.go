@@ -105,3 +105,43 @@ func TestRetriesExhaustedRecorded(t *testing.T) {
 		})
 	}
 }
+
+// TestWakeRecoveryEndRecorded: a lease whose wake fits nothing in the
+// task's log (here a timer the task never set, while it waits on an
+// approval) ends the task, and the end is recorded: a TaskFailed naming
+// the wake, and the dispatcher's row agrees with the log. Before, the
+// segment failed as not retryable and the dispatcher ended the task in its
+// row alone, with no terminal record.
+func TestWakeRecoveryEndRecorded(t *testing.T) {
+	b := memBackend(t, 2*time.Second)
+	fd := &forgingDispatcher{Dispatcher: b.disp, forged: map[string]noeta.Wake{}}
+	b.disp = fd
+	h := newHarness(t, b, pathsConfig, withGuards(gate("tool_call")))
+	h.start(1)
+	ctx := context.Background()
+	id := h.submit(nowApproval)
+	h.waitFor(id, "the request", func(s *engine.State) bool { return s.Status == noeta.StatusSuspended })
+	h.waitReleased(id, eventlog.DispatchSuspended)
+	fd.mu.Lock()
+	fd.forged[id] = noeta.TimerWake(time.Unix(1e9, 0).UTC())
+	fd.mu.Unlock()
+	if err := b.disp.Enqueue(ctx, id, eventlog.EnqueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st := h.waitStatus(id, noeta.StatusTerminal)
+	envs := h.log(id)
+	if last := envs[len(envs)-1]; last.Type != noeta.TypeTaskFailed {
+		t.Fatalf("the log ends with %s, want TaskFailed\n%s", last.Type, h.dump(id))
+	}
+	if !strings.HasPrefix(st.Reason, engine.ErrWakeRecovery.Error()) {
+		t.Errorf("TaskFailed error %q, want it to start %q", st.Reason, engine.ErrWakeRecovery.Error())
+	}
+	h.waitReleased(id, eventlog.DispatchTerminal)
+	ds, err := b.disp.Inspect(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, bad := host.RowAgainstLog(id, ds, st, envs[len(envs)-1]); bad || ds.Reason != st.Reason {
+		t.Errorf("dispatcher reason %q (log %q); doctor's tail check %+v", ds.Reason, st.Reason, f)
+	}
+}
