@@ -287,7 +287,8 @@ type Dispatcher interface {
 	// ready task keeps its place and reservation; a leased, suspended or
 	// terminal task is forced back to ready at the back of its queue, and a live
 	// lease on it is invalidated (the way to fence a stuck worker). Attempts,
-	// queue and buffered wakes are kept.
+	// queue, buffered wakes and a pending Ending (the task was given up and its
+	// end is not recorded yet) are kept.
 	Enqueue(ctx context.Context, task string, opts EnqueueOptions) error
 
 	// Lease grants the first ready, unreserved task of the queue (or the named
