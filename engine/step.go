@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -528,13 +529,9 @@ func (g *segment) decide(n int) (d noeta.Decision, stop bool, err error) {
 		}
 		return d, true, fmt.Errorf("policy: task %s turn %d: %w", st.Task, n, err)
 	}
+	d = refuseUnrecordableArgs(d)
 	if err := d.Validate(); err != nil {
-		d = noeta.Decision{Kind: noeta.DecisionFail, Error: "the policy gave an invalid decision: " + err.Error(),
-			CostUSD: d.CostUSD, InputTokens: d.InputTokens, OutputTokens: d.OutputTokens, Model: d.Model, Provider: d.Provider, LatencyMS: d.LatencyMS, Response: d.Response, Notes: d.Notes}
-		if err := d.Validate(); err != nil {
-			// The cost itself is what is wrong: record none of it.
-			d = noeta.Decision{Kind: noeta.DecisionFail, Error: "the policy gave an invalid decision: " + err.Error()}
-		}
+		d = failedDecision(d, "the policy gave an invalid decision: "+err.Error())
 	}
 	if st.Turn.Decided {
 		// A version 1 record: the policy must decide as it did.
@@ -553,10 +550,57 @@ func (g *segment) decide(n int) (d noeta.Decision, stop bool, err error) {
 		return d, false, nil
 	}
 	rec, err := g.recordDecision(n, d)
+	if errors.Is(err, noeta.ErrInvalidJSON) {
+		// A part the log cannot hold (a patch, an answer, a script that
+		// encoding/json accepts and canonical JSON refuses): asking again
+		// would bill the model again for the same refusal, so the turn
+		// fails the task, recorded.
+		d = failedDecision(d, "the policy gave a decision the log cannot hold: "+err.Error())
+		rec, err = g.recordDecision(n, d)
+	}
 	if err != nil {
 		return d, true, err
 	}
 	return d, false, g.emitLater(rec, eventlog.OriginEngine, g.e.cfg.Actor)
+}
+
+// failedDecision is a fail decision saying why d cannot be carried out,
+// with what deciding d cost, so the budget still counts it.
+func failedDecision(d noeta.Decision, why string) noeta.Decision {
+	f := noeta.Decision{Kind: noeta.DecisionFail, Error: why,
+		CostUSD: d.CostUSD, InputTokens: d.InputTokens, OutputTokens: d.OutputTokens, Model: d.Model, Provider: d.Provider, LatencyMS: d.LatencyMS, Response: d.Response, Notes: d.Notes}
+	if err := f.Validate(); err != nil {
+		// The cost itself is what is wrong: record none of it.
+		return noeta.Decision{Kind: noeta.DecisionFail, Error: why + " (" + err.Error() + ")"}
+	}
+	return f
+}
+
+// refuseUnrecordableArgs marks invalid every call of d whose arguments
+// canonical JSON refuses (a duplicate key, a lone surrogate, invalid
+// UTF-8, a number past float64: text encoding/json accepts), without its
+// arguments. Such a call cannot be recorded as asked for, so it cannot be
+// run; as an invalid call it is refused as guard schema and the turn goes
+// on (ADR 0027), and the PolicyDecided that carries it is recordable, so
+// the turn replays as it ran. d's own slices are not modified.
+func refuseUnrecordableArgs(d noeta.Decision) noeta.Decision {
+	var calls []noeta.ToolCall
+	for i, c := range d.ToolCalls {
+		if c.Invalid != "" || len(c.Args) == 0 {
+			continue
+		}
+		if _, err := noeta.CanonicalizeJSON(c.Args); err != nil {
+			if calls == nil {
+				calls = slices.Clone(d.ToolCalls)
+			}
+			calls[i].Args = nil
+			calls[i].Invalid = "the arguments are not valid JSON: " + strings.TrimPrefix(err.Error(), noeta.ErrInvalidJSON.Error()+" ")
+		}
+	}
+	if calls != nil {
+		d.ToolCalls = calls
+	}
+	return d
 }
 
 // endTurn closes a turn that continues the loop; every SnapshotEvery such

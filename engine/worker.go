@@ -32,8 +32,11 @@ type Outcome struct {
 // log (DamagedLog: a gap, a corrupt record) fails the segment for good, with
 // a reason starting ReasonDamagedLog, before anything is written: the task
 // ends terminal in the dispatcher, its matched wake kept, until someone
-// repairs the log and enqueues it again. Any other error fails the segment as
-// retryable.
+// repairs the log and enqueues it again. A wake that fits nothing in the log
+// (ErrWakeRecovery) ends the task too, recorded: a TaskFailed under the same
+// lease, then a terminal release. Any other error fails the segment as
+// retryable; at the dispatcher's cap the next lease carries Ending and only
+// records the end (ADR 0050).
 func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, error) {
 	segCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -59,7 +62,11 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 	}()
 
 	seg, err := e.newSegment(segCtx, lease)
-	if err == nil {
+	switch {
+	case err != nil:
+	case lease.Ending != "":
+		err = seg.end(lease.Ending)
+	default:
 		err = seg.drive()
 	}
 	if err == nil {
@@ -102,10 +109,52 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 	} else {
 		e.log.Error("segment failed", "task", lease.Task, "retryable", retry, "err", err)
 	}
+	if !retry && !DamagedLog(err) {
+		// The task ends here and its log is sound: the end goes in the log
+		// first, under this lease, as any other end would. Only if that
+		// cannot be written does the dispatcher alone hear of it.
+		out, rerr := e.recordEnd(ctx, lease, reason)
+		if rerr == nil {
+			return out, err
+		}
+		e.log.Error("could not record the task's end; the dispatcher ends it alone", "task", lease.Task, "err", rerr)
+	}
 	if ferr := e.cfg.Dispatcher.Fail(ctx, lease, eventlog.Failure{Retryable: retry, Reason: truncate(reason, 1024)}); ferr != nil && !errors.Is(ferr, eventlog.ErrInvalidLease) {
 		e.log.Error("fail", "task", lease.Task, "err", ferr)
 	}
 	return Outcome{Task: lease.Task}, err
+}
+
+// recordEnd ends the task under lease in a segment of its own (the failed
+// one may hold records it folded and never wrote): TaskFailed with reason,
+// then the release.
+func (e *Engine) recordEnd(ctx context.Context, lease eventlog.Lease, reason string) (Outcome, error) {
+	seg, err := e.newSegment(ctx, lease)
+	if err != nil {
+		return Outcome{Task: lease.Task}, err
+	}
+	if err := seg.end(reason); err != nil {
+		return Outcome{Task: lease.Task}, err
+	}
+	if err := seg.flush(nil); err != nil {
+		return Outcome{Task: lease.Task}, err
+	}
+	out := Outcome{Task: lease.Task, Status: seg.st.Status, Reason: seg.st.Reason}
+	return out, e.release(ctx, seg)
+}
+
+// end records why the task ends (the dispatcher gave up on it, Lease.Ending,
+// or its lease's wake fits nothing): a TaskFailed with the reason, and
+// nothing else of the task runs. A task
+// whose log already ends it is only released. Writing the record is what
+// makes the end visible to everything that reads the log — the fold, the
+// audit, the failed notification — rather than to the dispatcher alone.
+func (g *segment) end(reason string) error {
+	if g.st.Status == noeta.StatusTerminal {
+		return nil
+	}
+	g.e.log.Error("the task ends; recording why", "task", g.st.Task, "reason", reason)
+	return g.terminate(noeta.TaskFailed{Error: truncate(reason, maxErrorLen)})
 }
 
 // ReasonDamagedLog starts the failure reason of a task the engine refused to

@@ -149,6 +149,13 @@ type Lease struct {
 	// with the task until a Release names it in ConsumedWake, so a worker that
 	// dies before consuming it hands it to the next lease.
 	Wake *noeta.Wake
+	// Ending, when set, says the dispatcher has given up on the task (its
+	// retryable failures reached the cap, or its leases expired ReclaimMax
+	// times in a row) and why. The holder runs nothing of the task: it
+	// records the end in the task's log and releases it terminal, so no task
+	// ends without a terminal record. If this lease fails or expires too, the
+	// task ends terminal in the dispatcher alone, with Ending as its reason.
+	Ending string
 }
 
 // LeaseRegistry is the event log's one edge back to the dispatcher.
@@ -236,7 +243,10 @@ type Release struct {
 // Failure describes a failed segment.
 type Failure struct {
 	// Retryable failures count toward the dispatcher's attempt cap (which never
-	// resets) and make the task ready again until the cap; others end it.
+	// resets) and make the task ready again until the cap; at the cap the task
+	// is ready once more for a lease that only ends it (Lease.Ending, the
+	// reason ReasonMaxAttemptsExceeded and this failure's reason). Others end
+	// it at once.
 	Retryable bool
 	Reason    string
 }
@@ -258,6 +268,7 @@ type DispatchState struct {
 	Heartbeats   int
 	FailAttempts int
 	ReclaimCount int
+	Ending       string // the reason the dispatcher gave up on the task, until it is terminal (Lease.Ending)
 }
 
 // Dispatcher decides which worker runs which task and delivers every wake
@@ -276,7 +287,8 @@ type Dispatcher interface {
 	// ready task keeps its place and reservation; a leased, suspended or
 	// terminal task is forced back to ready at the back of its queue, and a live
 	// lease on it is invalidated (the way to fence a stuck worker). Attempts,
-	// queue and buffered wakes are kept.
+	// queue, buffered wakes and a pending Ending (the task was given up and its
+	// end is not recorded yet) are kept.
 	Enqueue(ctx context.Context, task string, opts EnqueueOptions) error
 
 	// Lease grants the first ready, unreserved task of the queue (or the named
@@ -315,10 +327,11 @@ type Dispatcher interface {
 	Wake(ctx context.Context, task string, event noeta.Wake) (matched bool, err error)
 
 	// RequeueStale requeues every leased task whose lease has expired and
-	// returns their ids; a task reclaimed reclaim_max times in a row without
-	// progress ends terminal (ReasonStaleReclaimExceeded) instead and is not
-	// returned. The dispatcher also does this on its own; calling it is a sweep
-	// on demand.
+	// returns their ids. A task reclaimed reclaim_max times in a row without
+	// progress is given up (ReasonStaleReclaimExceeded): requeued once more
+	// for a lease whose Ending says so; when that lease expires too, the task
+	// ends terminal instead and is not returned. The dispatcher also does this
+	// on its own; calling it is a sweep on demand.
 	RequeueStale(ctx context.Context) ([]string, error)
 
 	// Inspect returns the dispatcher's state of task. ErrNotFound if unknown.
@@ -413,4 +426,13 @@ func EmitAll(ctx context.Context, w Writer, lease Lease, envs []Envelope, opts E
 		expect = stored.Seq
 	}
 	return out, nil
+}
+
+// GiveUpReason is the reason a dispatcher gives up on a task with: what
+// (one of its own reasons) and, when known, the last failure's reason.
+func GiveUpReason(what, last string) string {
+	if last == "" {
+		return what
+	}
+	return what + ": " + last
 }

@@ -356,11 +356,17 @@ func walkRefs(v any, path string, fn func(field string, ref noeta.ContentRef)) {
 // endedOutsideTheLog are the reasons a row ends or suspends with while the
 // log says nothing of it: the dispatcher's own, and the engine's refusals.
 func endedOutsideTheLog(reason string) bool {
-	switch reason {
-	case eventlog.ReasonStaleReclaimExceeded, eventlog.ReasonMaxAttemptsExceeded, eventlog.ReasonLeaseQuotaExceeded:
-		return true
+	// A task the dispatcher gave up on ends with its TaskFailed in the
+	// log, written by the lease that carries the reason; only when that
+	// lease failed too does the row end alone, with the reason (and, for
+	// failures, the last one's) it was given up with.
+	for _, p := range []string{eventlog.ReasonStaleReclaimExceeded, eventlog.ReasonMaxAttemptsExceeded, eventlog.ReasonLeaseQuotaExceeded,
+		engine.ReasonDamagedLog, engine.ErrWakeRecovery.Error()} {
+		if strings.HasPrefix(reason, p) {
+			return true
+		}
 	}
-	return strings.HasPrefix(reason, engine.ReasonDamagedLog) || strings.HasPrefix(reason, engine.ErrWakeRecovery.Error())
+	return false
 }
 
 // RowAgainstLog compares a dispatcher row with the fold of a dense log. A

@@ -1,14 +1,20 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/observers"
 )
 
@@ -81,5 +87,59 @@ func TestNotificationInProcess(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("noeta_engine_hook_runs_total{outcome=ran} is %v, want 1", ran())
 		}
+	}
+}
+
+// failingPolicy fails every turn with an error that is not the task's
+// fault, so every segment fails as retryable.
+type failingPolicy struct{}
+
+func (failingPolicy) Decide(context.Context, noeta.PolicyInput) (noeta.Decision, error) {
+	return noeta.Decision{}, errors.New("the model server is unreachable")
+}
+
+// TestNotificationRetriesExhausted: a task whose every segment fails ends,
+// at the dispatcher's attempt cap, with a TaskFailed in its log; the failed
+// notification fires with the reason, and doctor finds the store clean.
+// Before, the dispatcher ended the task in its row alone: no terminal
+// record, no notification, and doctor reported a log that had lost its
+// end.
+func TestNotificationRetriesExhausted(t *testing.T) {
+	t.Parallel()
+	got := make(chan observers.Notification, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var n observers.Notification
+		_ = json.Unmarshal(b, &n)
+		got <- n
+	}))
+	defer srv.Close()
+	cfg := exampleConfig(t)
+	cfg.Hooks.Notification = []config.NotificationHook{{On: []string{config.HookOnFailed}, URL: srv.URL, Timeout: 5 * time.Second, Retries: 1}}
+	h, err := Open(t.Context(), Options{DataDir: t.TempDir(), Config: cfg, Workers: 1, Workspace: t.TempDir(), Name: "test",
+		Policies: func(context.Context, *engine.State) (engine.Policy, error) { return failingPolicy{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	id, err := h.Submit(t.Context(), task(t, "agent: researcher\ngoal: g\nscript:\n  - finish: {answer: done}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-got:
+		if n.Event != config.HookOnFailed || n.Task != id ||
+			!strings.HasPrefix(n.Error, eventlog.ReasonMaxAttemptsExceeded+": ") || !strings.Contains(n.Error, "the model server is unreachable") {
+			t.Fatalf("notification %+v", n)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no failed notification within a minute")
+	}
+	rep, err := h.Doctor(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean {
+		t.Errorf("doctor: %+v", rep.Problems)
 	}
 }

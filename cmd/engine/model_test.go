@@ -288,3 +288,41 @@ agents:
 		t.Fatalf("run: exit %d, want 1 with the tree's spend named\n%s\n%s", code, out, errOut)
 	}
 }
+
+// TestModelMalformedArgsRun: a shell call whose arguments name the
+// command twice (`{"command":"echo a","command":"rm -rf …"}`: JSON that
+// encoding/json accepts and the log cannot hold) is refused as guard
+// schema and nothing runs; the model is asked once more, with the
+// refusal, and the task completes; events and doctor find nothing wrong.
+// Before, the turn's record could not be written, the segment failed and
+// was retried (the model asked and billed each time) until the dispatcher
+// ended the task with no terminal record, and events and doctor reported
+// a damaged store.
+func TestModelMalformedArgsRun(t *testing.T) {
+	t.Parallel()
+	f := newFakeOpenAI(t, func(req chatRequest) chatReply {
+		if req.turn() == 0 {
+			return chatReply{ToolCalls: [][2]string{{"shell", `{"command":"echo a","command":"rm -rf /tmp/x"}`}}, In: 100, Out: 10}
+		}
+		return chatReply{Text: "refused: " + req.lastTool(), In: 150, Out: 5}
+	})
+	data := t.TempDir()
+	code, out, errOut := runCmd(t, "run", modelTask(t), "--config", modelConfig(t, f, ""), "--data", data, "--workspace", workspace(t))
+	if code != exitDone {
+		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if reqs := f.requests(); len(reqs) != 2 || !strings.Contains(reqs[1].lastTool(), "duplicate object key") {
+		t.Fatalf("%d model requests, the second's last tool message %q", len(reqs), reqs[len(reqs)-1].lastTool())
+	}
+	m := regexp.MustCompile(`task ([0-9A-Z]{26})`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no task id in:\n%s", out)
+	}
+	code, out, errOut = runCmd(t, "events", m[1], "--data", data, "--json")
+	if code != 0 || !strings.Contains(out, `"guard":"schema"`) || strings.Contains(out, "ToolCallStarted") || !strings.Contains(out, "TaskCompleted") {
+		t.Errorf("events: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if code, out, errOut = runCmd(t, "doctor", "--data", data); code != 0 {
+		t.Errorf("doctor: exit %d\n%s\n%s", code, out, errOut)
+	}
+}

@@ -859,34 +859,62 @@ func testFailRetryable(t *testing.T, b Backend) {
 	wantWake(t, "lease after Fail", l2.Wake, ev)
 }
 
-func failToCap(t *testing.T, b Backend, reason, wantReason string) {
+// failToCap fails a task's segments up to the cap and returns the lease
+// granted after it. At the cap a task does not end in the dispatcher
+// alone: it is ready once more, for a lease whose Ending says why, so a
+// worker records the end in the task's log (before, it went terminal with
+// no record anywhere but the dispatcher).
+func failToCap(t *testing.T, b Backend, reason, wantEnding string) (string, eventlog.Lease) {
 	t.Helper()
 	n := maxFail(t, b)
 	task := newTask(t, b)
 	enqueue(t, b, task, eventlog.EnqueueOptions{})
 	for i := 1; i <= n; i++ {
 		l := leaseTask(t, b, task)
+		if l.Ending != "" {
+			t.Fatalf("lease %d of %d: Ending %q before the cap", i, n, l.Ending)
+		}
 		fail(t, b, l, eventlog.Failure{Retryable: true, Reason: reason})
 		st := inspect(t, b, task)
 		if st.FailAttempts != i {
 			t.Errorf("FailAttempts after failure %d: got %d, want %d", i, st.FailAttempts, i)
 		}
-		if i < n && st.Status != eventlog.DispatchReady {
+		if st.Status != eventlog.DispatchReady {
 			t.Fatalf("after failure %d of %d: got %s, want ready", i, n, st.Status)
 		}
-		if i == n && (st.Status != eventlog.DispatchTerminal || st.Reason != wantReason) {
-			t.Errorf("after failure %d of %d: got %s reason %q, want terminal reason %q", i, n, st.Status, st.Reason, wantReason)
+		if want := map[bool]string{true: wantEnding}[i == n]; st.Ending != want {
+			t.Errorf("after failure %d of %d: Ending %q, want %q", i, n, st.Ending, want)
 		}
+	}
+	l := leaseTask(t, b, task)
+	if l.Ending != wantEnding {
+		t.Fatalf("the lease after the cap: Ending %q, want %q", l.Ending, wantEnding)
+	}
+	return task, l
+}
+
+func testFailCap(t *testing.T, b Backend) {
+	task, l := failToCap(t, b, "", eventlog.ReasonMaxAttemptsExceeded)
+	// The holder records the end and releases the task terminal.
+	release(t, b, l, eventlog.Release{Next: eventlog.DispatchTerminal, Reason: "recorded"})
+	st := wantStatus(t, b, task, eventlog.DispatchTerminal, "after the ending lease's release")
+	if st.Reason != "recorded" || st.Ending != "" {
+		t.Errorf("after the ending lease's release: Reason %q Ending %q, want %q and none", st.Reason, st.Ending, "recorded")
 	}
 	wantNoReady(t, b, eventlog.LeaseRequest{Task: task}, "after the fail cap")
 }
 
-func testFailCap(t *testing.T, b Backend) {
-	failToCap(t, b, "", eventlog.ReasonMaxAttemptsExceeded)
-}
-
 func testFailCapReason(t *testing.T, b Backend) {
-	failToCap(t, b, "tool kept crashing", "tool kept crashing")
+	want := eventlog.ReasonMaxAttemptsExceeded + ": tool kept crashing"
+	task, l := failToCap(t, b, "tool kept crashing", want)
+	// The ending lease fails too: the task ends in the dispatcher with the
+	// reason it was given up with, and is not offered again.
+	fail(t, b, l, eventlog.Failure{Retryable: true, Reason: "store unwritable"})
+	st := wantStatus(t, b, task, eventlog.DispatchTerminal, "after the ending lease failed")
+	if st.Reason != want || st.Ending != "" {
+		t.Errorf("after the ending lease failed: Reason %q Ending %q, want %q and none", st.Reason, st.Ending, want)
+	}
+	wantNoReady(t, b, eventlog.LeaseRequest{Task: task}, "after the fail cap")
 }
 
 func testFailAttemptsNeverReset(t *testing.T, b Backend) {
@@ -915,8 +943,8 @@ func testFailAttemptsNeverReset(t *testing.T, b Backend) {
 			t.Fatalf("FailAttempts after failure %d: got %d, want %d (never reset)", i, st.FailAttempts, i)
 		}
 		if i == n {
-			if st.Status != eventlog.DispatchTerminal {
-				t.Errorf("after failure %d of %d: got %s, want terminal", i, n, st.Status)
+			if st.Status != eventlog.DispatchReady || st.Ending == "" {
+				t.Errorf("after failure %d of %d: got %s Ending %q, want ready for an ending lease", i, n, st.Status, st.Ending)
 			}
 			return
 		}
@@ -1062,18 +1090,31 @@ func testReclaimCap(t *testing.T, b Backend) {
 		ids, err := b.Dispatcher.RequeueStale(t.Context())
 		wantNoErr(t, "RequeueStale", err)
 		st := inspect(t, b, task)
-		if i < n {
-			if st.Status != eventlog.DispatchReady || st.ReclaimCount != i {
-				t.Fatalf("after reclaim %d of %d: got %s ReclaimCount %d, want ready %d", i, n, st.Status, st.ReclaimCount, i)
-			}
-			continue
+		_ = ids // the backend may have requeued it on its own already
+		if st.Status != eventlog.DispatchReady || st.ReclaimCount != i {
+			t.Fatalf("after reclaim %d of %d: got %s ReclaimCount %d, want ready %d", i, n, st.Status, st.ReclaimCount, i)
 		}
-		if st.Status != eventlog.DispatchTerminal || st.Reason != eventlog.ReasonStaleReclaimExceeded {
-			t.Errorf("after reclaim %d of %d: got %s reason %q, want terminal %q", i, n, st.Status, st.Reason, eventlog.ReasonStaleReclaimExceeded)
+		// At the cap the task is ready once more, for a lease that only
+		// records its end (before, it went terminal with no record
+		// anywhere but the dispatcher).
+		if want := map[bool]string{true: eventlog.ReasonStaleReclaimExceeded}[i == n]; st.Ending != want {
+			t.Errorf("after reclaim %d of %d: Ending %q, want %q", i, n, st.Ending, want)
 		}
-		if containsString(ids, task) {
-			t.Errorf("RequeueStale returned %s, which ended terminal", task)
-		}
+	}
+	l := leaseTask(t, b, task)
+	if l.Ending != eventlog.ReasonStaleReclaimExceeded {
+		t.Fatalf("the lease after the reclaim cap: Ending %q, want %q", l.Ending, eventlog.ReasonStaleReclaimExceeded)
+	}
+	// Its holder dies too: the task ends in the dispatcher alone.
+	expire(t, b, l)
+	ids, err := b.Dispatcher.RequeueStale(t.Context())
+	wantNoErr(t, "RequeueStale", err)
+	if containsString(ids, task) {
+		t.Errorf("RequeueStale returned %s, whose ending lease expired", task)
+	}
+	st := wantStatus(t, b, task, eventlog.DispatchTerminal, "after the ending lease expired")
+	if st.Reason != eventlog.ReasonStaleReclaimExceeded {
+		t.Errorf("after the ending lease expired: reason %q, want %q", st.Reason, eventlog.ReasonStaleReclaimExceeded)
 	}
 	wantNoReady(t, b, eventlog.LeaseRequest{Task: task}, "after the reclaim cap")
 }

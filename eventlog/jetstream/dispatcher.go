@@ -60,11 +60,13 @@ type DispatcherConfig struct {
 	HeartbeatMax int
 	// ReclaimMax is the number of stale reclaims in a row (without a
 	// heartbeat, a release or a write to the task's log under the lease in
-	// between) after which a task ends terminal with
-	// ReasonStaleReclaimExceeded. Default 3.
+	// between) after which the dispatcher gives up on a task
+	// (ReasonStaleReclaimExceeded): one more lease, carrying
+	// eventlog.Lease.Ending, records its end. Default 3.
 	ReclaimMax int
 	// MaxFailAttempts is the number of retryable failures over a task's life
-	// after which it ends terminal. Default 3.
+	// after which the dispatcher gives up on it the same way
+	// (ReasonMaxAttemptsExceeded). Default 3.
 	MaxFailAttempts int
 	// RequestTimeout bounds each request to the server when ctx has no
 	// deadline. Default 5s.

@@ -245,6 +245,7 @@ func (d *Dispatcher) grant(ctx context.Context, task, worker string, may func(r 
 			Worker:     worker,
 			Expires:    r.Expires,
 			Wake:       cloneWake(r.Matched), // delivered, and kept until consumed
+			Ending:     r.Ending,
 		}
 		return r, nil
 	})
@@ -441,11 +442,7 @@ func (d *Dispatcher) Fail(ctx context.Context, lease eventlog.Lease, f eventlog.
 			r.makeReady()
 			return r, nil
 		}
-		reason := f.Reason
-		if reason == "" {
-			reason = eventlog.ReasonMaxAttemptsExceeded
-		}
-		r.makeTerminal(reason)
+		r.giveUp(eventlog.GiveUpReason(eventlog.ReasonMaxAttemptsExceeded, f.Reason))
 		return r, nil
 	})
 	return err

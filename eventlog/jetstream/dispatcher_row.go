@@ -45,6 +45,9 @@ type taskRow struct {
 
 	FailAttempts int `json:"fail_attempts,omitempty"` // never reset
 	Reclaims     int `json:"reclaim_count,omitempty"` // stale reclaims in a row without progress
+	// Ending is why the dispatcher gave up on the task (eventlog.Lease.Ending),
+	// until it is terminal.
+	Ending string `json:"ending,omitempty"`
 
 	WakeOn  *noeta.Wake  `json:"wake_on,omitempty"`       // while suspended
 	Reason  string       `json:"reason,omitempty"`        // suspend or terminal reason
@@ -106,6 +109,21 @@ func (r *taskRow) makeTerminal(reason string) {
 	r.WakeOn = nil
 	r.Reason = reason
 	r.Pending = nil
+	r.Ending = ""
+}
+
+// giveUp ends the row's run of failures: the first time, ready for one
+// more lease, which carries reason as its Ending so its holder records the
+// end in the log; when that lease failed or expired too, terminal with the
+// reason it was given. It reports whether the row went ready.
+func (r *taskRow) giveUp(reason string) bool {
+	if r.Ending != "" {
+		r.makeTerminal(r.Ending)
+		return false
+	}
+	r.Ending = reason
+	r.makeReady()
+	return true
 }
 
 // match makes wake the matched wake and the row ready.
@@ -164,18 +182,19 @@ func (r *taskRow) fireTimer() {
 	r.match(eventlog.TimerAnswer(*r.WakeOn))
 }
 
-// requeue reclaims an expired lease: ready again, or terminal once the row
-// has been reclaimed reclaimMax times in a row (counted after the
-// increment). It reports whether the row went ready. The matched wake is
-// kept either way.
+// requeue reclaims an expired lease: ready again; once the row has been
+// reclaimed reclaimMax times in a row (counted after the increment) it is
+// given up (giveUp). It reports whether the row went ready. The matched
+// wake is kept either way.
 func (r *taskRow) requeue(reclaimMax int) bool {
 	r.clearLease()
 	r.Reclaims++
-	if r.Reclaims >= reclaimMax {
-		r.makeTerminal(eventlog.ReasonStaleReclaimExceeded)
+	if r.Reclaims >= reclaimMax && !r.giveUp(eventlog.ReasonStaleReclaimExceeded) {
 		return false
 	}
-	r.makeReady()
+	if r.Status != eventlog.DispatchReady {
+		r.makeReady()
+	}
 	r.Front = true
 	return true
 }
@@ -470,5 +489,6 @@ func (r *taskRow) state(task string) eventlog.DispatchState {
 		Heartbeats:   r.Heartbeats,
 		FailAttempts: r.FailAttempts,
 		ReclaimCount: r.Reclaims,
+		Ending:       r.Ending,
 	}
 }

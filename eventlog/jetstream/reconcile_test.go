@@ -472,12 +472,18 @@ func TestWriteUnderLeaseEndsReclaimRun(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		writes bool
+		leases int
 		want   eventlog.DispatchStatus
-	}{{"holders write", true, eventlog.DispatchReady}, {"holders die first", false, eventlog.DispatchTerminal}} {
+	}{
+		{"holders write", true, jetstream.DefaultReclaimMax, eventlog.DispatchReady},
+		// At the cap the task is leased once more, to record its end; that
+		// holder dies too.
+		{"holders die first", false, jetstream.DefaultReclaimMax + 1, eventlog.DispatchTerminal},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			task := noeta.NewTaskID()
 			mustEnqueue(t, d, task, eventlog.EnqueueOptions{Queue: testQueue()})
-			for i := range jetstream.DefaultReclaimMax {
+			for i := range c.leases {
 				l := mustLease(t, d, eventlog.LeaseRequest{Worker: "w", Task: task})
 				if c.writes {
 					if ok, err := d.Valid(t.Context(), l); err != nil || !ok {
@@ -501,7 +507,7 @@ func TestWriteUnderLeaseEndsReclaimRun(t *testing.T) {
 			}
 			st := mustInspect(t, d, task)
 			if st.Status != c.want {
-				t.Errorf("after %d reclaims: %s (%s), want %s", jetstream.DefaultReclaimMax, st.Status, st.Reason, c.want)
+				t.Errorf("after %d reclaims: %s (%s), want %s", c.leases, st.Status, st.Reason, c.want)
 			}
 		})
 	}

@@ -65,8 +65,9 @@ type row struct {
 	ttl        time.Duration // Heartbeat extends by the TTL the lease was granted with
 	heartbeats int
 
-	failAttempts int // never reset
-	reclaims     int // stale reclaims in a row without progress
+	failAttempts int    // never reset
+	reclaims     int    // stale reclaims in a row without progress
+	ending       string // why the dispatcher gave up on the task (eventlog.Lease.Ending)
 
 	wakeOn  *noeta.Wake // while suspended
 	reason  string      // suspend or terminal reason
@@ -431,11 +432,7 @@ func (s *Store) Fail(ctx context.Context, lease eventlog.Lease, f eventlog.Failu
 		d.makeReady(r)
 		return nil
 	}
-	reason := f.Reason
-	if reason == "" {
-		reason = eventlog.ReasonMaxAttemptsExceeded
-	}
-	d.makeTerminal(r, reason)
+	d.giveUp(r, eventlog.GiveUpReason(eventlog.ReasonMaxAttemptsExceeded, f.Reason))
 	return nil
 }
 
@@ -542,6 +539,7 @@ func (s *Store) Inspect(ctx context.Context, task string) (eventlog.DispatchStat
 		Heartbeats:   r.heartbeats,
 		FailAttempts: r.failAttempts,
 		ReclaimCount: r.reclaims,
+		Ending:       r.ending,
 	}, nil
 }
 
@@ -570,6 +568,7 @@ func (d *dispatcher) grant(r *row, worker string, ttl time.Duration, now time.Ti
 		Worker:     r.worker,
 		Expires:    r.expires,
 		Wake:       cloneWake(r.matched), // delivered, and kept until consumed
+		Ending:     r.ending,
 	}
 }
 
@@ -620,6 +619,21 @@ func (d *dispatcher) makeTerminal(r *row, reason string) {
 	r.wakeOn = nil
 	r.reason = reason
 	r.pending = nil
+	r.ending = ""
+}
+
+// giveUp ends r's run of failures: the first time, ready for one more
+// lease, which carries reason as its Ending so its holder records the end
+// in the log; when that lease failed or expired too, terminal with the
+// reason it was given. It reports whether r went ready.
+func (d *dispatcher) giveUp(r *row, reason string) bool {
+	if r.ending != "" {
+		d.makeTerminal(r, r.ending)
+		return false
+	}
+	r.ending = reason
+	d.makeReady(r)
+	return true
 }
 
 // match makes wake the matched wake of r and r ready.
@@ -675,17 +689,18 @@ func (d *dispatcher) fireTimer(r *row) {
 
 // requeue reclaims r's expired lease: ready again, at the front of its
 // queue (its holder's TTL was its wait; it does not wait for the whole queue
-// again), or terminal once it has been reclaimed ReclaimMax times in a row
-// (counted after the increment). It reports whether r went ready. The
-// matched wake is kept either way.
+// again); once it has been reclaimed ReclaimMax times in a row (counted
+// after the increment) it is given up (giveUp). It reports whether r went
+// ready. The matched wake is kept either way.
 func (d *dispatcher) requeue(r *row) bool {
 	d.clearLease(r)
 	r.reclaims++
-	if r.reclaims >= d.s.opts.ReclaimMax {
-		d.makeTerminal(r, eventlog.ReasonStaleReclaimExceeded)
+	if r.reclaims >= d.s.opts.ReclaimMax && !d.giveUp(r, eventlog.ReasonStaleReclaimExceeded) {
 		return false
 	}
-	d.makeReady(r)
+	if r.status != eventlog.DispatchReady {
+		d.makeReady(r)
+	}
 	if r.elem != nil {
 		d.ready[r.queue].MoveToFront(r.elem)
 	}

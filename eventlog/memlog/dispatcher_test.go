@@ -661,11 +661,15 @@ func TestDispatcherFail(t *testing.T) {
 		wantStatus eventlog.DispatchStatus
 		wantReason string
 		wantTries  int
+		wantEnding string
 	}{
-		{"retry", []eventlog.Failure{{Retryable: true, Reason: "x"}}, eventlog.DispatchReady, "", 1},
-		{"cap", []eventlog.Failure{{Retryable: true}, {Retryable: true}, {Retryable: true}}, eventlog.DispatchTerminal, eventlog.ReasonMaxAttemptsExceeded, 3},
-		{"cap with reason", []eventlog.Failure{{Retryable: true}, {Retryable: true}, {Retryable: true, Reason: "boom"}}, eventlog.DispatchTerminal, "boom", 3},
-		{"fatal", []eventlog.Failure{{Reason: "bad input"}}, eventlog.DispatchTerminal, "bad input", 0},
+		{"retry", []eventlog.Failure{{Retryable: true, Reason: "x"}}, eventlog.DispatchReady, "", 1, ""},
+		// At the cap, ready for one lease that records the end.
+		{"cap", []eventlog.Failure{{Retryable: true}, {Retryable: true}, {Retryable: true}}, eventlog.DispatchReady, "", 3, eventlog.ReasonMaxAttemptsExceeded},
+		{"cap with reason", []eventlog.Failure{{Retryable: true}, {Retryable: true}, {Retryable: true, Reason: "boom"}}, eventlog.DispatchReady, "", 3, eventlog.ReasonMaxAttemptsExceeded + ": boom"},
+		// The ending lease failed too: terminal, with the reason given up with.
+		{"cap, then the ending lease", []eventlog.Failure{{Retryable: true}, {Retryable: true}, {Retryable: true, Reason: "boom"}, {Retryable: true, Reason: "again"}}, eventlog.DispatchTerminal, eventlog.ReasonMaxAttemptsExceeded + ": boom", 4, ""},
+		{"fatal", []eventlog.Failure{{Reason: "bad input"}}, eventlog.DispatchTerminal, "bad input", 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -682,7 +686,7 @@ func TestDispatcherFail(t *testing.T) {
 				}
 			}
 			st := wantStatus(t, s, "t", tt.wantStatus)
-			if st.Reason != tt.wantReason || st.FailAttempts != tt.wantTries || st.LeaseID != "" || st.Heartbeats != 0 {
+			if st.Reason != tt.wantReason || st.FailAttempts != tt.wantTries || st.Ending != tt.wantEnding || st.LeaseID != "" || st.Heartbeats != 0 {
 				t.Fatalf("state %+v", st)
 			}
 			wantPending := len(tt.failures)
@@ -720,7 +724,9 @@ func TestDispatcherFailAttemptsNeverReset(t *testing.T) {
 	if err := s.Fail(ctx, l, eventlog.Failure{Retryable: true}); err != nil {
 		t.Fatal(err)
 	}
-	wantStatus(t, s, "t", eventlog.DispatchTerminal)
+	if st := wantStatus(t, s, "t", eventlog.DispatchReady); st.Ending != eventlog.ReasonMaxAttemptsExceeded {
+		t.Fatalf("at the cap: %+v, want ready for an ending lease", st)
+	}
 }
 
 func TestDispatcherForcedEnqueue(t *testing.T) {
@@ -810,18 +816,22 @@ func TestDispatcherExpiryRequeuesAutomatically(t *testing.T) {
 		t.Fatal("lease lost at its pre-heartbeat expiry")
 	}
 
-	for i := 1; i <= 3; i++ {
+	// Three reclaims reach the cap; the fourth lease is the ending one,
+	// and its expiry ends the task.
+	for i := 1; i <= 4; i++ {
 		clk.Advance(dispTTL)
-		if i == 3 {
+		if i == 4 {
 			break
 		}
 		if n := wantStatus(t, s, "t", eventlog.DispatchReady).ReclaimCount; n != i {
 			t.Fatalf("reclaim %d: count %d", i, n)
 		}
-		mustLease(t, s, eventlog.LeaseRequest{})
+		if l := mustLease(t, s, eventlog.LeaseRequest{}); (l.Ending != "") != (i == 3) {
+			t.Fatalf("lease after reclaim %d: Ending %q", i, l.Ending)
+		}
 	}
 	st = wantStatus(t, s, "t", eventlog.DispatchTerminal)
-	if st.Reason != eventlog.ReasonStaleReclaimExceeded || !st.MatchedWake.Equal(ev) || st.ReclaimCount != 3 {
+	if st.Reason != eventlog.ReasonStaleReclaimExceeded || !st.MatchedWake.Equal(ev) || st.ReclaimCount != 4 {
 		t.Fatalf("state %+v", st)
 	}
 }
@@ -887,10 +897,12 @@ func TestDispatcherRequeueStale(t *testing.T) {
 	}
 	clk.Advance(time.Nanosecond)
 	ids, err := s.RequeueStale(ctx)
-	if err != nil || !slices.Equal(ids, []string{"a", "b"}) {
+	// c reached the cap: requeued once more, for a lease that records
+	// its end.
+	if err != nil || !slices.Equal(ids, []string{"a", "b", "c"}) {
 		t.Fatalf("RequeueStale = %v, %v", ids, err)
 	}
-	if st := wantStatus(t, s, "c", eventlog.DispatchTerminal); st.Reason != eventlog.ReasonStaleReclaimExceeded {
+	if st := wantStatus(t, s, "c", eventlog.DispatchReady); st.Ending != eventlog.ReasonStaleReclaimExceeded {
 		t.Fatalf("c: %+v", st)
 	}
 	wantStatus(t, s, "d", eventlog.DispatchLeased)

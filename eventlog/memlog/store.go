@@ -31,8 +31,8 @@ type Options struct {
 	Clock           Clock         // SystemClock if nil
 	LeaseTTL        time.Duration // lease length when a LeaseRequest gives none
 	HeartbeatMax    int           // heartbeats per lease before the task is released
-	ReclaimMax      int           // stale reclaims in a row before the task ends
-	MaxFailAttempts int           // retryable failures over a task's life before it ends
+	ReclaimMax      int           // stale reclaims in a row before the task is given up (eventlog.Lease.Ending)
+	MaxFailAttempts int           // retryable failures over a task's life before it is given up
 	// MaxPendingWakes bounds a task's buffer of wakes that matched nothing
 	// yet; Wake past it returns eventlog.ErrTooManyWakes. Default
 	// eventlog.DefaultMaxPendingWakes.

@@ -309,3 +309,58 @@ func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestArgsThatCannotBeRecorded: a tool_use input that encoding/json
+// accepts but canonical JSON refuses is an invalid call, its input not
+// kept, the decision valid and recordable. Before, such a call was a call
+// that could run, and the engine then failed to record its
+// PolicyDecided: the segment was retried, the model asked and billed
+// again each time, until the task ended with no terminal record. input is
+// the tool_use block's input as the server sends it.
+func TestArgsThatCannotBeRecorded(t *testing.T) {
+	tests := []struct {
+		name, input string
+		invalid     string // "" when the call can run
+		args        string // what a call that can run keeps
+	}{
+		{"duplicate key", `{"command":"a","command":"b"}`, `duplicate object key "command"`, ""},
+		{"lone surrogate", `{"text":"\ud800"}`, "unpaired surrogate", ""},
+		{"number out of range", `{"text":"x","n":1e999}`, "overflows float64", ""},
+		{"invalid UTF-8", "{\"text\":\"\xff\"}", "invalid UTF-8", ""},
+		{"an array", `[1]`, "must be a JSON object", "[1]"},
+		{"a string", `"echo hi"`, "must be a JSON object", `"echo hi"`},
+		{"large integer in range", `{"text":"x","n":123456789012345678901234567890}`, "", `{"text":"x","n":123456789012345678901234567890}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newServer(t, func(req map[string]any, n int) (int, string) {
+				return 200, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-test","content":[{"type":"tool_use","id":"toolu_0","name":"echo","input":` + tt.input + `}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}`
+			})
+			p := newPolicy(t, srv.model(), config.AgentModel{})
+			d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g"), Tools: []noeta.ToolSpec{echoSpec}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if d.Kind != noeta.DecisionToolCalls || len(d.ToolCalls) != 1 {
+				t.Fatalf("decision %+v", d)
+			}
+			c := d.ToolCalls[0]
+			switch {
+			case tt.invalid == "" && c.Invalid != "":
+				t.Fatalf("call refused: %s", c.Invalid)
+			case tt.invalid != "" && !strings.Contains(c.Invalid, tt.invalid):
+				t.Fatalf("invalid %q, want it to say %q", c.Invalid, tt.invalid)
+			case string(c.Args) != tt.args:
+				t.Fatalf("args %q, want %q", c.Args, tt.args)
+			}
+			if len(c.Args) > 0 {
+				if _, err := noeta.CanonicalizeJSON(c.Args); err != nil {
+					t.Errorf("the call keeps arguments the log cannot hold: %v", err)
+				}
+			}
+		})
+	}
+}

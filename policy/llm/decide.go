@@ -221,6 +221,15 @@ func objectArgs(raw string) (json.RawMessage, string) {
 	if t[0] != '{' {
 		return json.RawMessage(t), fmt.Sprintf("the arguments must be a JSON object, not %s", truncate(t, maxSnippet))
 	}
+	// encoding/json accepts what the log cannot hold: a duplicate key
+	// (which of the two would the tool see?), a lone surrogate escape,
+	// invalid UTF-8, a number past float64. Such a call is refused here,
+	// its text quoted but not kept as arguments, so the decision that
+	// carries it can be recorded whole and replayed as recorded.
+	if _, err := noeta.CanonicalizeJSON([]byte(t)); err != nil {
+		why := strings.TrimPrefix(err.Error(), noeta.ErrInvalidJSON.Error()+" ")
+		return nil, fmt.Sprintf("the arguments are not valid JSON (%s): %q", why, truncate(t, maxSnippet))
+	}
 	return json.RawMessage(t), ""
 }
 

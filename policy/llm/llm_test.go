@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
@@ -251,5 +252,74 @@ func TestHistoryToolName(t *testing.T) {
 		if got := llm.HistoryToolName(in); got != want {
 			t.Errorf("HistoryToolName(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestArgsThatCannotBeRecorded: arguments that encoding/json accepts but
+// the log cannot hold (canonical JSON refuses them) are an invalid call,
+// with no arguments kept and the reason quoted to the model. Before, a
+// duplicate key, a lone surrogate, an out-of-range number or invalid
+// UTF-8 passed json.Valid and became a call that could run; recording
+// its PolicyDecided then failed, the segment was retried (the model asked
+// and billed again) until the dispatcher ended the task with no terminal
+// record.
+func TestArgsThatCannotBeRecorded(t *testing.T) {
+	deep := strings.Repeat(`{"a":`, 5000) + "1" + strings.Repeat("}", 5000)
+	tooDeep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
+	tests := []struct {
+		name, tool, args string
+		invalid          string // "" when the call can run
+	}{
+		{"duplicate key", "echo", `{"command":"a","command":"b"}`, `duplicate object key "command"`},
+		{"duplicate key, other case", "echo", `{"text":"a","TEXT":"b"}`, ""},
+		{"lone surrogate", "echo", `{"text":"\ud800"}`, `unpaired surrogate`},
+		{"lone surrogate in a key", "echo", `{"\udc00":"x"}`, `unpaired surrogate`},
+		{"number out of range", "echo", `{"text":"x","n":1e999}`, `overflows float64`},
+		{"negative number out of range", "echo", `{"text":"x","n":-1e999}`, `overflows float64`},
+		{"large integer in range", "echo", `{"text":"x","n":123456789012345678901234567890}`, ""},
+		{"invalid UTF-8", "echo", "{\"text\":\"\xff\xfe\"}", `invalid UTF-8`},
+		{"NaN", "echo", `{"n":NaN}`, `not valid JSON`},
+		{"Infinity", "echo", `{"n":Infinity}`, `not valid JSON`},
+		{"an array", "echo", `[1,2]`, `must be a JSON object`},
+		{"a string", "echo", `"echo hi"`, `must be a JSON object`},
+		{"null", "echo", `null`, `must be a JSON object`},
+		{"nested 5,000 deep", "echo", deep, ""},
+		{"nested past the limit", "echo", tooDeep, `not valid JSON`},
+		{"ask_human, duplicate key", llm.ToolAskHuman, `{"question":"a","question":"b"}`, `duplicate object key "question"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &scripted{steps: []step{{reply: llm.Reply{Calls: []llm.Call{{Name: tt.tool, Args: tt.args}}}}}}
+			in := input()
+			in.Tools = []noeta.ToolSpec{{Name: "echo"}}
+			d, err := newPolicy(t, p).Decide(context.Background(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if d.Kind != noeta.DecisionToolCalls || len(d.ToolCalls) != 1 {
+				t.Fatalf("decision %+v", d)
+			}
+			c := d.ToolCalls[0]
+			if tt.invalid == "" {
+				if c.Invalid != "" {
+					t.Fatalf("call refused: %s", c.Invalid)
+				}
+			} else if !strings.Contains(c.Invalid, tt.invalid) {
+				t.Fatalf("invalid %q, want it to say %q", c.Invalid, tt.invalid)
+			}
+			// What is kept must be recordable: the arguments canonical
+			// JSON, the reason valid UTF-8 of bounded length.
+			if len(c.Args) > 0 {
+				if _, err := noeta.CanonicalizeJSON(c.Args); err != nil {
+					t.Errorf("the call keeps arguments the log cannot hold: %v", err)
+				}
+			}
+			if !utf8.ValidString(c.Invalid) || len(c.Invalid) > 600 {
+				t.Errorf("reason not valid UTF-8 or too long (%d bytes): %q", len(c.Invalid), c.Invalid)
+			}
+		})
 	}
 }

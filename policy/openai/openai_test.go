@@ -518,3 +518,60 @@ func BenchmarkDecide(b *testing.B) {
 		}
 	}
 }
+
+// TestArgsThatCannotBeRecorded: arguments text that encoding/json accepts
+// but canonical JSON refuses is an invalid call, its arguments not kept,
+// the decision valid and recordable. Before, such a call was a call that
+// could run, and the engine then failed to record its PolicyDecided: the
+// segment was retried, the model asked and billed again each time, until
+// the task ended with no terminal record. argsWire is the arguments
+// member as the server sends it (a JSON string of the model's text).
+func TestArgsThatCannotBeRecorded(t *testing.T) {
+	tests := []struct {
+		name, argsWire string
+		invalid        string // "" when the call can run
+		args           string // what a call that can run keeps
+	}{
+		{"duplicate key", `"{\"text\":\"a\",\"text\":\"b\"}"`, `duplicate object key "text"`, ""},
+		{"lone surrogate in the text", `"{\"text\":\"\\ud800\"}"`, "unpaired surrogate", ""},
+		// Decoding the wire's string already replaced the surrogate.
+		{"lone surrogate on the wire", `"{\"text\":\"\ud800\"}"`, "", "{\"text\":\"\uFFFD\"}"},
+		{"number out of range", `"{\"text\":\"x\",\"n\":1e999}"`, "overflows float64", ""},
+		// The SDK keeps the wire's bytes as they came.
+		{"invalid UTF-8 on the wire", "\"{\\\"text\\\":\\\"\xff\\\"}\"", "invalid UTF-8", ""},
+		{"NaN", `"{\"n\":NaN}"`, "not valid JSON", ""},
+		{"an array", `"[1]"`, "must be a JSON object", "[1]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newServer(t, func(req map[string]any, n int) (int, string) {
+				return 200, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-test","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_srv0","type":"function","function":{"name":"echo","arguments":` + tt.argsWire + `}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+			})
+			p := newPolicy(t, srv.model(), config.AgentModel{})
+			d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g"), Tools: []noeta.ToolSpec{echoSpec}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if d.Kind != noeta.DecisionToolCalls || len(d.ToolCalls) != 1 {
+				t.Fatalf("decision %+v", d)
+			}
+			c := d.ToolCalls[0]
+			switch {
+			case tt.invalid == "" && c.Invalid != "":
+				t.Fatalf("call refused: %s", c.Invalid)
+			case tt.invalid != "" && !strings.Contains(c.Invalid, tt.invalid):
+				t.Fatalf("invalid %q, want it to say %q", c.Invalid, tt.invalid)
+			case string(c.Args) != tt.args:
+				t.Fatalf("args %q, want %q", c.Args, tt.args)
+			}
+			if len(c.Args) > 0 {
+				if _, err := noeta.CanonicalizeJSON(c.Args); err != nil {
+					t.Errorf("the call keeps arguments the log cannot hold: %v", err)
+				}
+			}
+		})
+	}
+}
