@@ -15,6 +15,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/internal/termsafe"
 )
 
 // approvalMode is how a follower answers approval requests.
@@ -102,7 +103,8 @@ func (p *printer) print(env eventlog.Envelope) {
 	if err != nil {
 		known = false
 	}
-	fmt.Fprintln(p.out, p.line(env, pl, known))
+	// One record, one line: a newline in any field is escaped with the rest.
+	fmt.Fprintln(p.out, termsafe.Line(p.line(env, pl, known)))
 }
 
 // answer answers an approval request as the mode says.
@@ -129,8 +131,9 @@ func (p *printer) answer(_ context.Context, req host.ApprovalRequest) (host.Answ
 // input): the request is left as it is.
 func (p *printer) ask(req host.ApprovalRequest) (noeta.ApprovalDecision, bool) {
 	pa := req.Approval
+	l := termsafe.Line
 	fmt.Fprintf(p.msgs, "\napproval needed: task %s (%s), %s\n  %s\n  guard %s: %s\napprove? [y/N] ",
-		req.Task, req.Agent, req.Handle, approvalWhat(pa), pa.Guard, pa.Reason)
+		l(req.Task), l(req.Agent), l(req.Handle), l(approvalWhat(pa)), l(pa.Guard), l(pa.Reason))
 	if p.answers == nil {
 		fmt.Fprintln(p.msgs, "(no input; left waiting)")
 		return "", false
@@ -348,7 +351,8 @@ func goalString(goal string, ref *noeta.ContentRef) string {
 	if ref != nil {
 		return refString(*ref)
 	}
-	return strconv.Quote(cut(goal, 60))
+	// cut has escaped what needs it; the quotes show where the goal ends.
+	return `"` + cut(goal, 60) + `"`
 }
 
 func argsString(args json.RawMessage, ref *noeta.ContentRef) string {
@@ -372,10 +376,12 @@ func short(id string) string {
 	return "…" + id[len(id)-6:]
 }
 
-// cut shortens s to at most n runes, marking the cut with …; newlines
-// become spaces, so one record stays on one line.
+// cut shortens s to at most n runes, marking the cut with …; runs of
+// spaces become one, and every character a terminal would act on or hide
+// (the newline included) is escaped first, so one record stays on one line
+// and shows what was there.
 func cut(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(termsafe.Line(s)), " ")
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}

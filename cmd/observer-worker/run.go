@@ -25,6 +25,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/internal/natsconn"
+	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/observers/telemetry"
 )
@@ -97,6 +98,12 @@ func connFromEnv(cmd *cobra.Command, lookupEnv func(string) (string, bool)) erro
 
 // runEnv is run with the environment read through lookupEnv.
 func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	// The logs and errors quote records, hooks' output and servers' errors:
+	// nothing in them reaches the terminal raw. stdout is left exact: it
+	// carries the audit trail, whose bytes are hash-chained.
+	safeErr := termsafe.NewWriter(stderr)
+	defer func() { _ = safeErr.Flush() }()
+	stderr = safeErr
 	o := opts{lookupEnv: lookupEnv}
 	cmd := &cobra.Command{
 		Use:   "observer-worker --nats URL [--observers audit,metrics,...]",
