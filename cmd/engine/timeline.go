@@ -51,6 +51,20 @@ type printer struct {
 	approveReason, denyReason string
 	answers                   *bufio.Reader // ask: where answers are read
 	start                     time.Time
+
+	// ask's read of a line, in flight: a read of the terminal cannot be
+	// interrupted, so a prompt that ends before its line comes (the request
+	// was answered elsewhere) leaves it here, stale, and the next prompt
+	// throws that line away rather than take it as its own answer. The
+	// goroutine of a read ends when the line (or the end of input) comes;
+	// at most one is in flight. Owned by the goroutine that runs the watch.
+	pending chan lineRead
+	stale   bool
+}
+
+type lineRead struct {
+	text string
+	err  error
 }
 
 func newPrinter(root string, out, msgs io.Writer, json bool, mode approvalMode) *printer {
@@ -108,7 +122,7 @@ func (p *printer) print(env eventlog.Envelope) {
 }
 
 // answer answers an approval request as the mode says.
-func (p *printer) answer(_ context.Context, req host.ApprovalRequest) (host.Answer, bool) {
+func (p *printer) answer(ctx context.Context, req host.ApprovalRequest) (host.Answer, bool) {
 	a := host.Answer{Approver: p.approver}
 	switch p.mode {
 	case approvalsApprove:
@@ -117,7 +131,7 @@ func (p *printer) answer(_ context.Context, req host.ApprovalRequest) (host.Answ
 		a.Decision, a.Reason = noeta.ApprovalDeny, p.denyReason
 	case approvalsAsk:
 		var ok bool
-		if a.Decision, ok = p.ask(req); !ok {
+		if a.Decision, ok = p.ask(ctx, req); !ok {
 			return a, false
 		}
 		a.Reason = "answered on the terminal"
@@ -128,8 +142,9 @@ func (p *printer) answer(_ context.Context, req host.ApprovalRequest) (host.Answ
 }
 
 // ask prompts for an approval; ok is false when no answer came (end of
-// input): the request is left as it is.
-func (p *printer) ask(req host.ApprovalRequest) (noeta.ApprovalDecision, bool) {
+// input, or ctx ended: the request was answered elsewhere): the request is
+// left as it is.
+func (p *printer) ask(ctx context.Context, req host.ApprovalRequest) (noeta.ApprovalDecision, bool) {
 	pa := req.Approval
 	l := termsafe.Line
 	fmt.Fprintf(p.msgs, "\napproval needed: task %s (%s), %s\n  %s\n  guard %s: %s\napprove? [y/N] ",
@@ -138,7 +153,12 @@ func (p *printer) ask(req host.ApprovalRequest) (noeta.ApprovalDecision, bool) {
 		fmt.Fprintln(p.msgs, "(no input; left waiting)")
 		return "", false
 	}
-	line, err := p.answers.ReadString('\n')
+	r, ok := p.readLine(ctx)
+	if !ok {
+		fmt.Fprintf(p.msgs, "\n(%v)\n", context.Cause(ctx))
+		return "", false
+	}
+	line, err := r.text, r.err
 	if err != nil && line == "" {
 		fmt.Fprintln(p.msgs, "(no input; left waiting)")
 		return "", false
@@ -148,6 +168,37 @@ func (p *printer) ask(req host.ApprovalRequest) (noeta.ApprovalDecision, bool) {
 		return noeta.ApprovalApprove, true
 	}
 	return noeta.ApprovalDeny, true
+}
+
+// readLine reads the answer to the prompt just shown; ok is false when
+// ctx ended first. A line that completes a read begun for an earlier
+// prompt is not this prompt's answer: it is dropped, said, and read again.
+func (p *printer) readLine(ctx context.Context) (lineRead, bool) {
+	for {
+		if p.pending == nil {
+			ch := make(chan lineRead, 1)
+			go func(r *bufio.Reader) {
+				s, err := r.ReadString('\n')
+				ch <- lineRead{s, err}
+			}(p.answers)
+			p.pending = ch
+		}
+		select {
+		case <-ctx.Done():
+			p.stale = true
+			return lineRead{}, false
+		case r := <-p.pending:
+			p.pending = nil
+			if p.stale {
+				p.stale = false
+				if r.err == nil {
+					fmt.Fprintf(p.msgs, "(%q answered an earlier request, which was closed before it; answer this one again) approve? [y/N] ", strings.TrimSpace(r.text))
+					continue
+				}
+			}
+			return r, true
+		}
+	}
 }
 
 // restCode is the exit code of a tree's rest.
