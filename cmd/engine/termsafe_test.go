@@ -87,9 +87,14 @@ func TestNothingRawReachesTheTerminal(t *testing.T) {
 	if want := "\x1b[2K\r\x1b[32mAUTO-APPROVED\x1b]0;title\a \u202eexe.ls \u200b\u009b31m\nFAKE LINE"; waiting[0].Question != want {
 		t.Errorf("approvals --json decodes to the question %q, want %q", waiting[0].Question, want)
 	}
-	code, out, errb = runCmd(t, "approve", task, waiting[0].Handle, "--reason", "ok", "--config", exampleConfig,
+	// The answer's reason is recorded and printed back by every verb.
+	code, out, errb = runCmd(t, "approve", task, waiting[0].Handle, "--reason", "ok\x1b[8m\u202e\nFAKE LINE", "--config", exampleConfig,
 		"--data", data, "--workspace", ws)
 	check("approve", out, errb)
+	for _, args := range [][]string{{"events", task}, {"inspect", task}} {
+		_, out, errb := runCmd(t, append(args, "--data", data)...)
+		check(args[0]+" after the answer", out, errb)
+	}
 	code, out, errb = runCmd(t, "events", task, "--json", "--data", data)
 	check("events --json", out, errb)
 	for line := range strings.Lines(out) {
