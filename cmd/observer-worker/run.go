@@ -441,7 +441,13 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		w.closers = append(w.closers, func(context.Context) error { return a.Close() })
 		return a, nil
 	case "metrics":
-		m, err := telemetry.NewMetrics(telemetry.MetricsConfig{Logger: w.log, Registry: w.reg})
+		mc := telemetry.MetricsConfig{Logger: w.log, Registry: w.reg}
+		if w.reader != nil {
+			// A task whose TaskCreated the metrics forgot (more tasks than
+			// they remember) is named by its log.
+			mc.Log = w.reader
+		}
+		m, err := telemetry.NewMetrics(mc)
 		if err != nil {
 			return nil, err
 		}
