@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/url"
@@ -226,6 +227,12 @@ func validateHookURL(raw, path string, errs *errorList) {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
+		// A url.Error quotes the whole URL, whose path or query may be
+		// a credential: only why it does not parse is said.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		errs.addf(path, "is not a URL: %v", err)
 	case u.Scheme != "http" && u.Scheme != "https":
 		errs.addf(path, "must be an http:// or https:// URL, not %q", u.Scheme+":")

@@ -250,3 +250,17 @@ func TestResolveHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestHookURLErrorHidesTheURL: a webhook URL that does not parse is
+// refused saying why, without quoting it (its path or query may be the
+// hook's credential). Before, the error quoted url.Parse's message, which
+// holds the whole URL.
+func TestHookURLErrorHidesTheURL(t *testing.T) {
+	_, err := Parse("noeta.yaml", []byte("hooks:\n  notification:\n    - {on: failed, url: \"https://h.example/services/SECRET%zz\"}\n"))
+	if err == nil || !strings.Contains(err.Error(), "hooks.notification[0].url: is not a URL") {
+		t.Fatalf("got %v", err)
+	}
+	if strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("the error quotes the URL: %v", err)
+	}
+}

@@ -38,8 +38,9 @@ const (
 //	  db:
 //	    command: ["./db-mcp"]
 //	    timeout_seconds: 30                # per call; 60 by default
+//	    trust_annotations: true            # take readOnlyHint as low risk (false by default)
 //	    tools:
-//	      drop_table: {risk: high}         # low | medium | high; from the tool's annotations by default
+//	      drop_table: {risk: high}         # low | medium | high; medium by default (see TrustAnnotations)
 //	      format_sql: {risk: low, timeout_seconds: 5}
 //	      write_migration: {edits: true}   # permission mode acceptEdits runs it without asking
 type MCPServer struct {
@@ -64,6 +65,13 @@ type MCPServer struct {
 	Headers map[string]string
 	// TimeoutSeconds bounds one call.
 	TimeoutSeconds int
+	// TrustAnnotations takes the server's readOnlyHint as low risk. An
+	// annotation is the server's own claim, which nothing checks: a tool
+	// marked read-only that writes would run unasked in permission mode
+	// default. So by default every tool is medium risk, high when the
+	// server marks it destructive (a claim that only asks for more care),
+	// and an operator who trusts the server says so here.
+	TrustAnnotations bool
 	// Tools are per-tool overrides, by the tool's name on the server.
 	Tools map[string]MCPTool
 }
@@ -71,7 +79,8 @@ type MCPServer struct {
 // MCPTool overrides what noeta would otherwise take from an MCP tool's
 // annotations.
 type MCPTool struct {
-	// Risk is low, medium or high; "" keeps the annotations' level.
+	// Risk is low, medium or high; "" keeps the level of the annotations
+	// (see MCPServer.TrustAnnotations).
 	Risk string
 	// Edits marks the tool as an edit tool (permission mode acceptEdits).
 	// Never taken from annotations.
@@ -160,7 +169,7 @@ func (d *decoder) mcpServers(n *yaml.Node, path string) map[string]MCPServer {
 			d.errs.addf(sp, "a server name must be a letter, then letters, digits, '-' and single '_' (at most %d characters), to make tool names mcp__<server>__<tool>", maxMCPServerName)
 			continue
 		}
-		f, ok := d.fields(p.value, sp, "command", "env", "cwd", "url", "headers", "timeout_seconds", "tools")
+		f, ok := d.fields(p.value, sp, "command", "env", "cwd", "url", "headers", "timeout_seconds", "trust_annotations", "tools")
 		if !ok && f == nil {
 			continue
 		}
@@ -195,6 +204,11 @@ func (d *decoder) mcpServers(n *yaml.Node, path string) map[string]MCPServer {
 			d.errs.add(join(sp, "headers"), "headers are for a url server; a command takes env")
 		}
 		d.bounded(f["timeout_seconds"], join(sp, "timeout_seconds"), 1, maxMCPTimeoutSeconds, &s.TimeoutSeconds)
+		if e := d.enter(f["trust_annotations"], join(sp, "trust_annotations")); !isNull(e) {
+			if e.Kind != yaml.ScalarNode || e.ShortTag() != "!!bool" || e.Decode(&s.TrustAnnotations) != nil {
+				d.errs.addf(join(sp, "trust_annotations"), "must be true or false, not %s", kindName(e))
+			}
+		}
 		s.Tools = d.mcpTools(f["tools"], join(sp, "tools"), p.key)
 		out[p.key] = s
 	}

@@ -42,6 +42,7 @@ mcp_servers:
     command: [./db-mcp, --ro]
     env: {PGPASSWORD: "${PG_PASS}", PORT: 5432}
     timeout_seconds: 30
+    trust_annotations: true
     tools:
       drop_table: {risk: high}
       format_sql: {risk: low, timeout_seconds: 5}
@@ -52,6 +53,11 @@ mcp_servers:
 	}
 	db := f.MCPServers["db"]
 	wantTools := map[string]MCPTool{"drop_table": {Risk: "high"}, "format_sql": {Risk: "low", TimeoutSeconds: 5}, "write_migration": {Edits: true}}
+	// trust_annotations is false unless it is said (before, there was no
+	// such key and every server's annotations were trusted).
+	if f.MCPServers["db"].TrustAnnotations != true {
+		t.Errorf("trust_annotations: true was not read")
+	}
 	if db.TimeoutSeconds != 30 || !db.Stdio() || !reflect.DeepEqual(db.Tools, wantTools) || db.Env["PORT"] != "5432" {
 		t.Errorf("db = %+v", db)
 	}
@@ -77,6 +83,7 @@ func TestParseMCPServersBad(t *testing.T) {
 		{"timeout", "mcp_servers:\n  a: {command: [x], timeout_seconds: 0}\n", "mcp_servers.a.timeout_seconds: must be from 1 to 3600"},
 		{"risk", "mcp_servers:\n  a: {command: [x], tools: {t: {risk: severe}}}\n", "mcp_servers.a.tools.t.risk: must be low, medium or high"},
 		{"edits", "mcp_servers:\n  a: {command: [x], tools: {t: {edits: yes please}}}\n", "mcp_servers.a.tools.t.edits: must be true or false"},
+		{"trust_annotations", "mcp_servers:\n  a: {command: [x], trust_annotations: \"yes\"}\n", "mcp_servers.a.trust_annotations: must be true or false"},
 		{"tool name", "mcp_servers:\n  a: {command: [x], tools: {\"t/x\": {risk: low}}}\n", "not a tool name noeta can register"},
 		{"bad header ref", "mcp_servers:\n  a: {url: \"http://h/mcp\", headers: {Authorization: \"Bearer ${" + secret + "-x}\"}}\n",
 			"mcp_servers.a.headers.Authorization: a ${...} in the value must name an environment variable"},

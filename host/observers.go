@@ -64,6 +64,8 @@ func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 		}
 		a, field, err := observers.NewAuditFromConfig(*ac, observers.AuditDeps{
 			Stdout: stdout, Publisher: h.nc, SyncEvery: time.Second, Log: h.log, Logger: h.logger,
+			// In process, the audit sees only what this process commits.
+			PartialFeed: true,
 		})
 		if err != nil {
 			return nil, h.configErr(field, err.Error())
@@ -81,7 +83,9 @@ func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 		obs = append(obs, hk)
 	}
 	if (oc.Metrics != nil || o.ServesHTTP) && !o.Skip.Metrics {
-		m, err := telemetry.NewMetrics(telemetry.MetricsConfig{Registry: h.reg, Logger: h.logger})
+		// In process, the metrics see only what this process commits: the
+		// agent of a task submitted elsewhere is read from its log.
+		m, err := telemetry.NewMetrics(telemetry.MetricsConfig{Registry: h.reg, Logger: h.logger, Log: h.log})
 		if err != nil {
 			return nil, err
 		}

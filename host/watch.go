@@ -83,7 +83,10 @@ type WatchOptions struct {
 	// order per task, with no gaps, on the goroutine that called Wait.
 	OnRecord func(eventlog.Envelope)
 	// OnApproval answers an approval request once its task has suspended
-	// on it; ok false leaves it open.
+	// on it; ok false leaves it open. Its ctx ends, with the cause
+	// ErrRequestClosed, as soon as the request is no longer open (answered
+	// by someone else, expired, the task gone on): a prompt stops asking
+	// then, and whatever it returns is not sent.
 	OnApproval func(ctx context.Context, req ApprovalRequest) (a Answer, ok bool)
 	// OnNote is told what the watch notices on the way (a task that waits
 	// for an event nothing here sends; an answer that was not applied).
@@ -409,8 +412,22 @@ func (w *Watch) answer(ctx context.Context, task, handle string) {
 		return
 	}
 	w.handled[key] = true
-	a, ok := w.opts.OnApproval(ctx, ApprovalRequest{Task: task, Agent: w.view(task).agent, Handle: handle, Approval: st.Governance.PendingApprovals[handle]})
-	if !ok {
+	// OnApproval may wait on a person for as long as they take; meanwhile
+	// the request may be answered elsewhere (another terminal's engine
+	// approve, the inbox) or expire. A watcher ends the prompt's ctx then,
+	// and stops when the prompt returns.
+	actx, cancel := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		w.whileOpen(actx, cancel, task, handle)
+	}()
+	a, ok := w.opts.OnApproval(actx, ApprovalRequest{Task: task, Agent: w.view(task).agent, Handle: handle, Approval: st.Governance.PendingApprovals[handle]})
+	// Whatever a prompt ended by the request's closing returns is not sent.
+	closed := errors.Is(context.Cause(actx), ErrRequestClosed)
+	cancel(nil)
+	<-watched
+	if closed || !ok {
 		return
 	}
 	if err := w.h.Approve(ctx, task, handle, a); err != nil {
@@ -422,6 +439,36 @@ func (w *Watch) answer(ctx context.Context, task, handle string) {
 		}
 		w.handled[key] = false
 		w.note("answer %s of task %s: %v", handle, task, err)
+	}
+}
+
+// ErrRequestClosed is the cause of an OnApproval ctx that ended because
+// the request is no longer open.
+var ErrRequestClosed = errors.New("the request is no longer open (answered elsewhere, expired, or its task moved on); not asking any more")
+
+// openPoll is how often a request being asked is checked to be open still:
+// a person's time, not a machine's.
+const openPoll = 250 * time.Millisecond
+
+// whileOpen ends ctx with ErrRequestClosed once task no longer waits on
+// handle, checking every openPoll; it returns when ctx ends.
+func (w *Watch) whileOpen(ctx context.Context, cancel context.CancelCauseFunc, task, handle string) {
+	t := time.NewTicker(openPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st, err := w.h.Inspect(ctx, task)
+		if err != nil {
+			continue // a read that failed says nothing; the next may not
+		}
+		if st.Status != noeta.StatusSuspended || st.Reason != engine.ReasonWaitingApproval || st.WakeOn == nil || st.WakeOn.Handle != handle {
+			cancel(ErrRequestClosed)
+			return
+		}
 	}
 }
 

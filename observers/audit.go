@@ -89,6 +89,14 @@ type AuditConfig struct {
 	Log eventlog.Reader
 	// Context bounds the reads that fill gaps (context.Background()).
 	Context context.Context
+	// PartialFeed says the feed carries only the records committed in this
+	// process (a host's in-process observers): a task submitted by another
+	// process, or run there before its lease moved here, reaches the audit
+	// with a gap where the other process's records are, filled from the log
+	// as a matter of course and logged at debug level. A feed of every
+	// record (observer-worker's durable consumers) has no such gaps: one is
+	// a record the feed lost, and its fill is logged as a warning.
+	PartialFeed bool
 }
 
 // AuditStats counts what an [Audit] did with the records offered to it.
@@ -248,6 +256,8 @@ type Audit struct {
 
 	gapLog eventlog.Reader
 	gapCtx context.Context
+	// gapLevel is the level a filled gap is logged at (PartialFeed).
+	gapLevel slog.Level
 }
 
 var _ Observer = (*Audit)(nil)
@@ -265,15 +275,19 @@ func NewAudit(cfg AuditConfig) (*Audit, error) {
 		cfg.Now = time.Now
 	}
 	a := &Audit{
-		log:    cfg.Logger.With("observer", "audit"),
-		now:    cfg.Now,
-		sink:   cfg.Sink,
-		tasks:  make(map[string]*auditTask),
-		gapLog: cfg.Log,
-		gapCtx: cfg.Context,
+		log:      cfg.Logger.With("observer", "audit"),
+		now:      cfg.Now,
+		sink:     cfg.Sink,
+		tasks:    make(map[string]*auditTask),
+		gapLog:   cfg.Log,
+		gapCtx:   cfg.Context,
+		gapLevel: slog.LevelWarn,
 	}
 	if a.gapCtx == nil {
 		a.gapCtx = context.Background()
+	}
+	if cfg.PartialFeed {
+		a.gapLevel = slog.LevelDebug
 	}
 	if r, ok := cfg.Sink.(AuditReplayer); ok {
 		if err := a.rebuild(r); err != nil {
@@ -397,7 +411,7 @@ func (a *Audit) fillGap(env eventlog.Envelope, ts *auditTask, known bool, write 
 	if ts.lastSeq+1 != env.Seq {
 		return fmt.Errorf("the log ends at seq %d", ts.lastSeq)
 	}
-	a.log.Warn("audited records missing from the feed by reading them from the log", "task", env.Task, "up_to_seq", env.Seq-1)
+	a.log.Log(a.gapCtx, a.gapLevel, "audited records missing from the feed by reading them from the log", "task", env.Task, "up_to_seq", env.Seq-1)
 	return nil
 }
 

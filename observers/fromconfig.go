@@ -29,6 +29,9 @@ type AuditDeps struct {
 	// Log fills gaps (AuditConfig.Log).
 	Log    eventlog.Reader
 	Logger *slog.Logger
+	// PartialFeed: the feed carries only this process's commits
+	// (AuditConfig.PartialFeed).
+	PartialFeed bool
 }
 
 // NewAuditFromConfig builds the audit observer of an observers.audit
@@ -58,7 +61,7 @@ func NewAuditFromConfig(ac config.Audit, deps AuditDeps) (a *Audit, field string
 	if err != nil {
 		return nil, field, err
 	}
-	a, err = NewAudit(AuditConfig{Sink: sink, Logger: deps.Logger, Log: deps.Log})
+	a, err = NewAudit(AuditConfig{Sink: sink, Logger: deps.Logger, Log: deps.Log, PartialFeed: deps.PartialFeed})
 	if err != nil {
 		_ = sink.Close()
 		return nil, field, err

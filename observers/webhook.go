@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/internal/redact"
 )
 
 const (
@@ -43,7 +44,10 @@ func webhookClient() *http.Client {
 func (h *Hooks) deliverWebhook(r hookRun) {
 	start := time.Now()
 	wh := r.webhook
-	log := h.log.With("hook", r.label, "url", wh.URL, "task", r.env.Task, "seq", r.env.Seq, "type", r.env.Type)
+	// A webhook's path or query is often its credential (Slack's, Discord's):
+	// the log names only its scheme and host (redact.URL), and an error
+	// that quotes the URL is redacted the same way.
+	log := h.log.With("hook", r.label, "url", redact.URL(wh.URL), "task", r.env.Task, "seq", r.env.Seq, "type", r.env.Type)
 	n := *r.notice
 	if n.Agent == "" {
 		n.Agent = h.agentOf(r.env.Task)
@@ -81,7 +85,7 @@ func (h *Hooks) deliverWebhook(r hookRun) {
 		retry := false
 		switch {
 		case err != nil:
-			last, retry = err, true
+			last, retry = redact.Error(err, wh.URL), true
 			timedOut = errors.Is(err, context.DeadlineExceeded)
 		case status/100 == 3:
 			last = fmt.Errorf("answered %d: redirects are not followed; give the hook the final URL", status)

@@ -279,3 +279,30 @@ func TestNotificationCommand(t *testing.T) {
 		t.Errorf("records on stdin:\n%s", recs)
 	}
 }
+
+// TestWebhookURLSecretsNotLogged: a webhook whose path and query carry its
+// token (as Slack's and Discord's do) is logged by its scheme and host
+// only, in the failure of an answer and of a connection alike. Before, the
+// log line carried url=<the whole URL> and the connection error quoted it
+// again.
+func TestWebhookURLSecretsNotLogged(t *testing.T) {
+	const secret = "T000SECRETPATH"
+	s := newHookServer(t, 500)
+	closed := newHookServer(t, 200)
+	down := closed.URL
+	closed.Close()
+	for _, url := range []string{s.URL + "/services/" + secret + "?token=Q" + secret, down + "/services/" + secret + "?token=Q" + secret} {
+		h, logs := testWebhooks(t, webhook(url, 0, "failed"))
+		observeAll(t, h, hookRecord(t, "ws", 3, noeta.TaskFailed{Error: "boom"}))
+		closeHooks(t, h)
+		if !logs.contains("the webhook failed") {
+			t.Fatalf("%s: the failure is not logged", url)
+		}
+		if logs.contains(secret) {
+			t.Errorf("%s: the log shows the URL's path or query:\n%s", url, logs.buf.String())
+		}
+		if !logs.contains("/[redacted]?[redacted]") {
+			t.Errorf("%s: the log does not show where the URL was redacted:\n%s", url, logs.buf.String())
+		}
+	}
+}

@@ -7,13 +7,12 @@ import (
 	"io"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/internal/termsafe"
 )
 
 func newApprovalsCmd(g *globals) *cobra.Command {
@@ -62,12 +61,11 @@ expires, and who may answer (with the quorum's progress). Answer with
 }
 
 // printWaiting prints one line per request and an indented line of its
-// handle, guard and who may answer. Every text is made terminal-safe: a
-// question, a reason or arguments come from a model or a tool, and an
-// escape sequence or a bidi override in them could redraw what the person
-// deciding reads.
+// handle, guard and who may answer. Every line is made terminal-safe
+// whole (termsafe.Line): a question, a reason or arguments come from a
+// model or a tool, and an escape sequence, a bidi override or a newline in
+// them could redraw what the person deciding reads.
 func printWaiting(w io.Writer, ws []eventlog.Waiting, now time.Time) {
-	w = terminalSafe{w}
 	if len(ws) == 0 {
 		fmt.Fprintln(w, "nothing waits for a person")
 		return
@@ -82,8 +80,8 @@ func printWaiting(w io.Writer, ws []eventlog.Waiting, now time.Time) {
 				expires = "due"
 			}
 		}
-		fmt.Fprintf(w, "%-26s  %-12s  %-8s  %6s  %-9s  %s\n", e.Task, cut(e.Agent, 12), e.Kind,
-			shortDuration(now.Sub(e.RequestedAt)), expires, waitingWhat(e))
+		fmt.Fprintln(w, termsafe.Line(fmt.Sprintf("%-26s  %-12s  %-8s  %6s  %-9s  %s", e.Task, cut(e.Agent, 12), e.Kind,
+			shortDuration(now.Sub(e.RequestedAt)), expires, waitingWhat(e))))
 		var detail []string
 		detail = append(detail, "handle "+e.Handle)
 		if e.Guard != "" || e.Reason != "" {
@@ -92,7 +90,7 @@ func printWaiting(w io.Writer, ws []eventlog.Waiting, now time.Time) {
 		if who := waitingWho(e); who != "" {
 			detail = append(detail, who)
 		}
-		fmt.Fprintf(w, "    %s\n", strings.Join(detail, " · "))
+		fmt.Fprintln(w, termsafe.Line("    "+strings.Join(detail, " · ")))
 	}
 }
 
@@ -154,39 +152,4 @@ func shortDuration(d time.Duration) string {
 		return fmt.Sprintf("%dh", int(d.Hours()))
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
-}
-
-// terminalSafe writes through to w with every control character (but the
-// newline) and every bidi formatting character shown as \u{XXXX}.
-type terminalSafe struct{ w io.Writer }
-
-func (t terminalSafe) Write(p []byte) (int, error) {
-	s := string(p)
-	if !strings.ContainsFunc(s, unsafeRune) {
-		return t.w.Write(p)
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if unsafeRune(r) {
-			fmt.Fprintf(&b, "\\u{%04X}", r)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	if _, err := io.WriteString(t.w, b.String()); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-func unsafeRune(r rune) bool {
-	switch {
-	case r == '\n':
-		return false
-	case unicode.IsControl(r), r == utf8.RuneError:
-		return true
-	case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069, r == 0x200E, r == 0x200F, r == 0x061C:
-		return true
-	}
-	return false
 }

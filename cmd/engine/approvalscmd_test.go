@@ -126,7 +126,7 @@ func TestPrintWaitingTerminalSafe(t *testing.T) {
 	if strings.ContainsAny(out, "\x1b\x07\u202e") {
 		t.Fatalf("control or bidi characters reached the output: %q", out)
 	}
-	for _, want := range []string{`\u{001B}[2J`, `\u{202E}exe.ls\u{0007}`, `w\u{001B}[31m`} {
+	for _, want := range []string{`\u001b[2J`, `\u202eexe.ls\u0007`, `w\u001b[31m`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
 		}

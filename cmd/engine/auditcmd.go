@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/observers"
 )
 
@@ -37,7 +38,8 @@ a regular file; a line longer than 1 MiB is a broken record).`,
 			if err != nil {
 				return usageErr("audit verify: %v", err)
 			}
-			fmt.Fprintln(g.stdout, rep.String())
+			// A broken record's task, key or reason quotes the file's bytes.
+			fmt.Fprintln(g.stdout, termsafe.Line(rep.String()))
 			if !rep.OK() {
 				return exitCode(exitFailed)
 			}

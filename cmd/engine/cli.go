@@ -15,6 +15,7 @@ import (
 
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/internal/boundedio"
+	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/tools"
 )
 
@@ -127,6 +128,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // runEnv is run with the environment read through lookupEnv.
 func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	// Everything a verb prints passes through termsafe: the records, the
+	// waiting index, a tool's error and a model's question come from
+	// outside, and an escape sequence or bidi override in them would reach
+	// the terminal. The escapes of a rune are JSON escapes of the same rune,
+	// so --json stays JSON that decodes to what was recorded.
+	safeOut, safeErr := termsafe.NewWriter(stdout), termsafe.NewWriter(stderr)
+	defer func() { _ = safeOut.Flush(); _ = safeErr.Flush() }()
+	stdout, stderr = safeOut, safeErr
 	root, _ := newRootCmd(stdout, stderr, lookupEnv)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

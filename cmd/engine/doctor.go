@@ -12,6 +12,7 @@ import (
 
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/internal/termsafe"
 )
 
 // engine doctor: check a store for what the server's own recovery may have
@@ -83,7 +84,8 @@ func printReport(w io.Writer, r *host.DoctorReport) {
 		if p.StreamSeq != 0 {
 			line += " stream seq " + strconv.FormatUint(p.StreamSeq, 10)
 		}
-		fmt.Fprintf(w, "%s: %s\n", line, p.Detail)
+		// A detail may quote a damaged record's bytes.
+		fmt.Fprintln(w, termsafe.Line(line+": "+p.Detail))
 	}
 	if r.Clean {
 		fmt.Fprintf(w, "clean: %d tasks, %d records, %d dispatcher rows\n", r.Tasks, r.Records, r.Rows)

@@ -38,7 +38,7 @@ func everythingEntry(t *testing.T) (node, entry string) {
 
 // TestGovernedMCPCalls: the tools of an MCP server no one here wrote,
 // governed like every other tool: a call its annotations mark read-only
-// runs; a rule over mcp__*__trigger* denies; a tool with no read-only hint
+// runs (the config trusts the server's annotations); a rule over mcp__*__trigger* denies; a tool with no read-only hint
 // (medium risk) asks a human in default mode and runs once approved; the
 // budget counts MCP calls. engine tools lists
 // them with their source.
@@ -47,7 +47,7 @@ func TestGovernedMCPCalls(t *testing.T) {
 	node, entry := everythingEntry(t)
 	cfg := writeFile(t, "noeta.yaml", `
 mcp_servers:
-  everything: {command: [`+node+`, `+entry+`, stdio]}
+  everything: {command: [`+node+`, `+entry+`, stdio], trust_annotations: true}
 agents:
   a:
     tools: ["mcp__everything__*"]

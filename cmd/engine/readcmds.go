@@ -17,6 +17,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/internal/termsafe"
 )
 
 // The read verbs: events, inspect, tasks. They open the data directory's
@@ -121,7 +122,8 @@ func printEvents(ctx context.Context, st *host.Host, task string, follow, asJSON
 		if env.Seq > 0 {
 			pos = fmt.Sprintf("#%d", env.Seq)
 		}
-		_, err = fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("%8.3fs  %-5s %-21s %-8s %s", env.Time.Sub(start).Seconds(), pos, env.Type, env.Origin, detail), " "))
+		line := strings.TrimRight(fmt.Sprintf("%8.3fs  %-5s %-21s %-8s %s", env.Time.Sub(start).Seconds(), pos, env.Type, env.Origin, detail), " ")
+		_, err = fmt.Fprintln(w, termsafe.Line(line))
 		return err
 	}
 	seen := map[string]bool{}
@@ -234,38 +236,47 @@ func newInspectCmd(g *globals) *cobra.Command {
 }
 
 func printState(w io.Writer, s *engine.State, ds eventlog.DispatchState, known bool) {
-	fmt.Fprintf(w, "task      %s\nagent     %s\n", s.Task, s.Agent)
-	if s.Parent != "" {
-		fmt.Fprintf(w, "parent    %s (root %s, depth %d)\n", s.Parent, s.Root, s.Depth)
+	// Each line is built whole and escaped whole (termsafe.Line): a reason,
+	// an approver or a goal with a newline or an escape sequence in it
+	// stays in its line and shows what it holds.
+	line := func(format string, args ...any) {
+		fmt.Fprintln(w, termsafe.Line(fmt.Sprintf(format, args...)))
 	}
-	fmt.Fprintf(w, "goal      %s\nstatus    %s", goalString(s.Goal, s.GoalRef), s.Status)
+	line("task      %s", s.Task)
+	line("agent     %s", s.Agent)
+	if s.Parent != "" {
+		line("parent    %s (root %s, depth %d)", s.Parent, s.Root, s.Depth)
+	}
+	line("goal      %s", goalString(s.Goal, s.GoalRef))
+	status := "status    " + string(s.Status)
 	if s.Reason != "" {
-		fmt.Fprintf(w, ": %s", s.Reason)
+		status += ": " + s.Reason
 	}
 	if s.Guard != "" {
-		fmt.Fprintf(w, " (guard %s)", s.Guard)
+		status += " (guard " + s.Guard + ")"
 	}
-	fmt.Fprintln(w)
+	line("%s", status)
 	if s.WakeOn != nil {
-		fmt.Fprintf(w, "waits on  %s\n", wakeString(s.WakeOn))
+		line("waits on  %s", wakeString(s.WakeOn))
 	}
 	if s.Answer != nil || s.AnswerRef != nil {
 		a := cut(string(s.Answer), 200)
 		if s.AnswerRef != nil {
 			a = refString(*s.AnswerRef)
 		}
-		fmt.Fprintf(w, "answer    %s\n", a)
+		line("answer    %s", a)
 	}
-	fmt.Fprintf(w, "log       %d records, lease generation %d, turn %d\n", s.LastSeq, s.LeaseGen, s.Turn.N)
+	line("log       %d records, lease generation %d, turn %d", s.LastSeq, s.LeaseGen, s.Turn.N)
 	if known {
-		fmt.Fprintf(w, "dispatch  %s", ds.Status)
+		d := "dispatch  " + string(ds.Status)
 		if ds.Worker != "" {
-			fmt.Fprintf(w, " (worker %s)", ds.Worker)
+			d += " (worker " + ds.Worker + ")"
 		}
-		fmt.Fprintln(w)
+		line("%s", d)
 	}
 	g := s.Governance
-	fmt.Fprintf(w, "governance\n  iterations %d, tool calls %d, subtasks %d, cost $%g, tokens in %d out %d\n",
+	line("governance")
+	line("  iterations %d, tool calls %d, subtasks %d, cost $%g, tokens in %d out %d",
 		g.Iterations, g.ToolCalls, g.SpawnedSubtasks, g.CostUSD, g.InputTokens, g.OutputTokens)
 	if t := g.Tree(); t.CostUSD != g.CostUSD || t.ToolCalls != g.ToolCalls || g.Allotment != nil {
 		// What the budgets compare (ADR 0054): the subtasks' spend and
@@ -278,10 +289,10 @@ func printState(w io.Writer, s *engine.State, ds eventlog.DispatchState, known b
 		if who == "" {
 			who = "-"
 		}
-		fmt.Fprintf(w, "  refused  %-22s guard %-12s %s %s: %s\n", d.Type, who, d.Tool+d.Agent, d.CallID, d.Reason)
+		line("  refused  %-22s guard %-12s %s %s: %s", d.Type, who, d.Tool+d.Agent, d.CallID, d.Reason)
 	}
 	for _, a := range g.Approvals {
-		fmt.Fprintf(w, "  approval %-22s %s by %s %s\n", a.Handle, a.Decision, a.Approver, a.Reason)
+		line("  approval %-22s %s by %s %s", a.Handle, a.Decision, a.Approver, a.Reason)
 	}
 	handles := make([]string, 0, len(g.PendingApprovals))
 	for h := range g.PendingApprovals {
@@ -290,14 +301,14 @@ func printState(w io.Writer, s *engine.State, ds eventlog.DispatchState, known b
 	slices.Sort(handles)
 	for _, h := range handles {
 		pa := g.PendingApprovals[h]
-		fmt.Fprintf(w, "  PENDING  %-22s %s (guard %s: %s)\n", h, approvalWhat(pa), pa.Guard, pa.Reason)
+		line("  PENDING  %-22s %s (guard %s: %s)", h, approvalWhat(pa), pa.Guard, pa.Reason)
 		if pa.Quorum > 1 || len(pa.Rules) > 0 || !pa.ExpiresAt.IsZero() || pa.Refused > 0 {
-			fmt.Fprintf(w, "           rules %v, approved by %v (%d of %d), %d refused answers, expires %s\n",
+			line("           rules %v, approved by %v (%d of %d), %d refused answers, expires %s",
 				pa.Rules, pa.Approvers, len(pa.Approvers), max(pa.Quorum, 1), pa.Refused, expiresString(pa.ExpiresAt))
 		}
 	}
 	for _, r := range g.SubtaskResults {
-		fmt.Fprintf(w, "  subtask  %s %s\n", r.SubtaskID, r.Status)
+		line("  subtask  %s %s", r.SubtaskID, r.Status)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/internal/termsafe"
 )
 
 // approvalMode is how a follower answers approval requests.
@@ -50,6 +51,20 @@ type printer struct {
 	approveReason, denyReason string
 	answers                   *bufio.Reader // ask: where answers are read
 	start                     time.Time
+
+	// ask's read of a line, in flight: a read of the terminal cannot be
+	// interrupted, so a prompt that ends before its line comes (the request
+	// was answered elsewhere) leaves it here, stale, and the next prompt
+	// throws that line away rather than take it as its own answer. The
+	// goroutine of a read ends when the line (or the end of input) comes;
+	// at most one is in flight. Owned by the goroutine that runs the watch.
+	pending chan lineRead
+	stale   bool
+}
+
+type lineRead struct {
+	text string
+	err  error
 }
 
 func newPrinter(root string, out, msgs io.Writer, json bool, mode approvalMode) *printer {
@@ -102,11 +117,12 @@ func (p *printer) print(env eventlog.Envelope) {
 	if err != nil {
 		known = false
 	}
-	fmt.Fprintln(p.out, p.line(env, pl, known))
+	// One record, one line: a newline in any field is escaped with the rest.
+	fmt.Fprintln(p.out, termsafe.Line(p.line(env, pl, known)))
 }
 
 // answer answers an approval request as the mode says.
-func (p *printer) answer(_ context.Context, req host.ApprovalRequest) (host.Answer, bool) {
+func (p *printer) answer(ctx context.Context, req host.ApprovalRequest) (host.Answer, bool) {
 	a := host.Answer{Approver: p.approver}
 	switch p.mode {
 	case approvalsApprove:
@@ -115,7 +131,7 @@ func (p *printer) answer(_ context.Context, req host.ApprovalRequest) (host.Answ
 		a.Decision, a.Reason = noeta.ApprovalDeny, p.denyReason
 	case approvalsAsk:
 		var ok bool
-		if a.Decision, ok = p.ask(req); !ok {
+		if a.Decision, ok = p.ask(ctx, req); !ok {
 			return a, false
 		}
 		a.Reason = "answered on the terminal"
@@ -126,16 +142,23 @@ func (p *printer) answer(_ context.Context, req host.ApprovalRequest) (host.Answ
 }
 
 // ask prompts for an approval; ok is false when no answer came (end of
-// input): the request is left as it is.
-func (p *printer) ask(req host.ApprovalRequest) (noeta.ApprovalDecision, bool) {
+// input, or ctx ended: the request was answered elsewhere): the request is
+// left as it is.
+func (p *printer) ask(ctx context.Context, req host.ApprovalRequest) (noeta.ApprovalDecision, bool) {
 	pa := req.Approval
+	l := termsafe.Line
 	fmt.Fprintf(p.msgs, "\napproval needed: task %s (%s), %s\n  %s\n  guard %s: %s\napprove? [y/N] ",
-		req.Task, req.Agent, req.Handle, approvalWhat(pa), pa.Guard, pa.Reason)
+		l(req.Task), l(req.Agent), l(req.Handle), l(approvalWhat(pa)), l(pa.Guard), l(pa.Reason))
 	if p.answers == nil {
 		fmt.Fprintln(p.msgs, "(no input; left waiting)")
 		return "", false
 	}
-	line, err := p.answers.ReadString('\n')
+	r, ok := p.readLine(ctx)
+	if !ok {
+		fmt.Fprintf(p.msgs, "\n(%v)\n", context.Cause(ctx))
+		return "", false
+	}
+	line, err := r.text, r.err
 	if err != nil && line == "" {
 		fmt.Fprintln(p.msgs, "(no input; left waiting)")
 		return "", false
@@ -145,6 +168,37 @@ func (p *printer) ask(req host.ApprovalRequest) (noeta.ApprovalDecision, bool) {
 		return noeta.ApprovalApprove, true
 	}
 	return noeta.ApprovalDeny, true
+}
+
+// readLine reads the answer to the prompt just shown; ok is false when
+// ctx ended first. A line that completes a read begun for an earlier
+// prompt is not this prompt's answer: it is dropped, said, and read again.
+func (p *printer) readLine(ctx context.Context) (lineRead, bool) {
+	for {
+		if p.pending == nil {
+			ch := make(chan lineRead, 1)
+			go func(r *bufio.Reader) {
+				s, err := r.ReadString('\n')
+				ch <- lineRead{s, err}
+			}(p.answers)
+			p.pending = ch
+		}
+		select {
+		case <-ctx.Done():
+			p.stale = true
+			return lineRead{}, false
+		case r := <-p.pending:
+			p.pending = nil
+			if p.stale {
+				p.stale = false
+				if r.err == nil {
+					fmt.Fprintf(p.msgs, "(%q answered an earlier request, which was closed before it; answer this one again) approve? [y/N] ", strings.TrimSpace(r.text))
+					continue
+				}
+			}
+			return r, true
+		}
+	}
 }
 
 // restCode is the exit code of a tree's rest.
@@ -352,7 +406,8 @@ func goalString(goal string, ref *noeta.ContentRef) string {
 	if ref != nil {
 		return refString(*ref)
 	}
-	return strconv.Quote(cut(goal, 60))
+	// cut has escaped what needs it; the quotes show where the goal ends.
+	return `"` + cut(goal, 60) + `"`
 }
 
 func argsString(args json.RawMessage, ref *noeta.ContentRef) string {
@@ -376,10 +431,12 @@ func short(id string) string {
 	return "…" + id[len(id)-6:]
 }
 
-// cut shortens s to at most n runes, marking the cut with …; newlines
-// become spaces, so one record stays on one line.
+// cut shortens s to at most n runes, marking the cut with …; runs of
+// spaces become one, and every character a terminal would act on or hide
+// (the newline included) is escaped first, so one record stays on one line
+// and shows what was there.
 func cut(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(termsafe.Line(s)), " ")
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/internal/termsafe"
 )
 
 // toolEntry is one tool an agent may call, as engine tools prints it.
@@ -65,7 +66,10 @@ func listTools(ctx context.Context, g *globals, configPath string, asJSON bool) 
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tTOOL\tRISK\tSOURCE\tDESCRIPTION")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Agent, e.Tool, e.Risk, e.Source, cut(e.Description, 60))
+		// A tool's name and description come from its MCP server; a tab in
+		// one is escaped too, so it cannot shift the columns.
+		l := termsafe.Line
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l(e.Agent), l(e.Tool), l(e.Risk), l(e.Source), cut(e.Description, 60))
 	}
 	return tw.Flush()
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/internal/natsconn"
+	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/observers/telemetry"
 )
@@ -97,6 +98,12 @@ func connFromEnv(cmd *cobra.Command, lookupEnv func(string) (string, bool)) erro
 
 // runEnv is run with the environment read through lookupEnv.
 func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	// The logs and errors quote records, hooks' output and servers' errors:
+	// nothing in them reaches the terminal raw. stdout is left exact: it
+	// carries the audit trail, whose bytes are hash-chained.
+	safeErr := termsafe.NewWriter(stderr)
+	defer func() { _ = safeErr.Flush() }()
+	stderr = safeErr
 	o := opts{lookupEnv: lookupEnv}
 	cmd := &cobra.Command{
 		Use:   "observer-worker --nats URL [--observers audit,metrics,...]",
@@ -434,7 +441,13 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		w.closers = append(w.closers, func(context.Context) error { return a.Close() })
 		return a, nil
 	case "metrics":
-		m, err := telemetry.NewMetrics(telemetry.MetricsConfig{Logger: w.log, Registry: w.reg})
+		mc := telemetry.MetricsConfig{Logger: w.log, Registry: w.reg}
+		if w.reader != nil {
+			// A task whose TaskCreated the metrics forgot (more tasks than
+			// they remember) is named by its log.
+			mc.Log = w.reader
+		}
+		m, err := telemetry.NewMetrics(mc)
 		if err != nil {
 			return nil, err
 		}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
+
+	"github.com/noeta-go/noeta/internal/redact"
 )
 
 // ErrUsage marks a combination of settings that cannot work; the message
@@ -255,11 +257,7 @@ func RedactError(err error, secrets ...string) error {
 // RedactText hides the secrets, and the password of anything shaped like a
 // URL with userinfo, in s.
 func RedactText(s string, secrets ...string) string {
-	for _, sec := range secrets {
-		if len(sec) >= 1 {
-			s = strings.ReplaceAll(s, sec, redacted)
-		}
-	}
+	s = redact.Secrets(s, redacted, secrets...)
 	fields := strings.Fields(s)
 	for _, f := range fields {
 		if strings.Contains(f, "://") && strings.Contains(f, "@") {

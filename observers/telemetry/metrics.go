@@ -50,7 +50,8 @@ const OtherLabelValue = "_other"
 const UnknownApprovalAction = "unknown"
 
 // UnknownAgent is the agent label of a decision whose task's TaskCreated
-// Metrics did not see or has forgotten.
+// Metrics did not see or has forgotten, and could not read from the log
+// (MetricsConfig.Log).
 const UnknownAgent = "unknown"
 
 // metricsMaxPerTask bounds each task's remembered approval handles and
@@ -84,7 +85,22 @@ type MetricsConfig struct {
 	// Now is the clock lag is measured with (time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger // slog.Default() if nil
+	// Log, when set, is where the agent of a task is read from when its
+	// TaskCreated was not observed: a host's in-process observers see only
+	// the records committed in their process, and a task submitted by
+	// another (engine submit, then serve) or taken over from another
+	// reaches them without it. Without Log such a task's decisions count
+	// under agent UnknownAgent.
+	Log AgentLog
 }
+
+// AgentLog reads a task's log (eventlog.Reader's Read).
+type AgentLog interface {
+	Read(ctx context.Context, task string, afterSeq uint64) ([]eventlog.Envelope, error)
+}
+
+// agentReadTimeout bounds the read of a task's log for its agent.
+const agentReadTimeout = 5 * time.Second
 
 // Metrics counts what tasks record, with the OpenTelemetry metrics SDK, and
 // serves the counts on /metrics in the Prometheus text format (through the
@@ -146,6 +162,8 @@ type Metrics struct {
 	modelCost               metric.Float64Counter
 	modelDuration           metric.Float64Histogram
 
+	agentLog AgentLog
+
 	mu     sync.Mutex
 	labels metricsLabelBounds
 	memory *otelTaskLRU[*metricsTask]
@@ -153,9 +171,10 @@ type Metrics struct {
 
 // metricsTask is what Metrics remembers of one task.
 type metricsTask struct {
-	agent    string                     // from its TaskCreated
-	actions  map[string]metricsApproval // handle -> request
-	approved map[string]struct{}        // call ids a human approved, not started yet
+	agent     string                     // from its TaskCreated (observed, or read from the log)
+	agentRead bool                       // the log was read for the agent (once)
+	actions   map[string]metricsApproval // handle -> request
+	approved  map[string]struct{}        // call ids a human approved, not started yet
 }
 
 type metricsApproval struct {
@@ -210,6 +229,7 @@ func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 	m := &Metrics{
 		now:      cfg.Now,
 		log:      cfg.Logger,
+		agentLog: cfg.Log,
 		provider: sdkmetric.NewMeterProvider(opts...),
 		labels:   metricsLabelBounds{max: cfg.MaxLabelValues, seen: map[string]map[string]struct{}{}},
 		memory:   newOtelTaskLRU[*metricsTask](cfg.MaxTasks, nil),
@@ -336,6 +356,9 @@ func (m *Metrics) Observe(ctx context.Context, env eventlog.Envelope) error {
 	if !env.Time.IsZero() {
 		m.lag.Record(ctx, max(m.now().Sub(env.Time).Seconds(), 0))
 	}
+	if env.Type == noeta.TypePolicyDecided && env.Seq > 0 {
+		m.learnAgent(ctx, env.Task)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.events.Add(ctx, 1, m.attrs("type", env.Type, "origin", string(env.Origin)))
@@ -412,8 +435,8 @@ func (m *Metrics) Observe(ctx context.Context, env eventlog.Envelope) error {
 }
 
 // decided counts a turn's decision: the call, its tokens, its cost and,
-// for a model, its latency. The agent is what the task's TaskCreated said,
-// or UnknownAgent when that was forgotten (or never seen).
+// for a model, its latency. The agent is what the task's TaskCreated said
+// (observed, or read from the log), or UnknownAgent when neither could be.
 func (m *Metrics) decided(ctx context.Context, env eventlog.Envelope, p *noeta.PolicyDecided) {
 	agent := UnknownAgent
 	if mt, ok := m.memory.get(env.Task); ok && mt.agent != "" {
@@ -446,6 +469,40 @@ func (m *Metrics) ended(ctx context.Context, task string, status noeta.SubtaskSt
 }
 
 // task returns what is remembered of task, creating it.
+// learnAgent reads the agent of task from its log's TaskCreated when the
+// record was not observed, once per task remembered. The read is made
+// without m.mu held: it may wait on the store.
+func (m *Metrics) learnAgent(ctx context.Context, task string) {
+	if m.agentLog == nil {
+		return
+	}
+	m.mu.Lock()
+	mt := m.task(task)
+	known := mt.agent != "" || mt.agentRead
+	mt.agentRead = true
+	m.mu.Unlock()
+	if known {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, agentReadTimeout)
+	defer cancel()
+	envs, err := m.agentLog.Read(rctx, task, 0)
+	if err != nil || len(envs) == 0 || envs[0].Type != noeta.TypeTaskCreated {
+		m.log.Debug("metrics: the agent of a task could not be read from its log", "task", task, "err", err)
+		return
+	}
+	p, ok, err := envs[0].Decode()
+	tc, isCreated := p.(*noeta.TaskCreated)
+	if err != nil || !ok || !isCreated {
+		return
+	}
+	m.mu.Lock()
+	if mt := m.task(task); mt.agent == "" {
+		mt.agent = tc.Agent
+	}
+	m.mu.Unlock()
+}
+
 func (m *Metrics) task(task string) *metricsTask {
 	if mt, ok := m.memory.get(task); ok {
 		return mt

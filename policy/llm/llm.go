@@ -21,11 +21,11 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/internal/redact"
 	"github.com/noeta-go/noeta/policy"
 )
 
@@ -294,12 +294,11 @@ var ErrRequest = errors.New("cannot build the request")
 func IsTimeout(err error) bool { return errors.Is(err, errTimeout) }
 
 // scrub removes the API key from a message, in case a server or a library
-// echoed it: it is never recorded.
+// echoed it: it is never recorded. A key too short to be a secret is left
+// (redact.Secrets): replacing a one-character key everywhere mangled every
+// message.
 func (p *Policy) scrub(s string) string {
-	if p.secret == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, p.secret, "[redacted]")
+	return redact.Secrets(s, redact.Mark, p.secret)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -59,8 +59,9 @@ func checkEverything(t *testing.T, s *Source) {
 			t.Fatalf("no %s in %v", name, reg.Names())
 		}
 	}
-	if r, _ := reg.Risk("mcp__everything__echo"); r != tools.RiskLow {
-		t.Errorf("echo (readOnlyHint) has risk %s", r)
+	// The config does not trust the server's annotations.
+	if r, _ := reg.Risk("mcp__everything__echo"); r != tools.RiskMedium {
+		t.Errorf("echo (readOnlyHint, of a server not trusted) has risk %s", r)
 	}
 	if err := reg.ValidateArgs("mcp__everything__echo", json.RawMessage(`{"message": 1}`)); !errors.Is(err, tools.ErrInvalidArgs) {
 		t.Errorf("the server's schema does not refuse a number: %v", err)

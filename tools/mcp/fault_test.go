@@ -93,13 +93,14 @@ func TestFaultServerTools(t *testing.T) {
 	t.Parallel()
 	srv := faultServer(t, "fault", "ok", nil)
 	srv.Tools = map[string]config.MCPTool{"fail": {Risk: "low", Edits: true}}
+	srv.TrustAnnotations = true
 	reg := registry(t, newSource(t, srv, Options{}))
 	for _, tt := range []struct {
 		tool  string
 		risk  tools.RiskLevel
 		edits bool
 	}{
-		{"mcp__fault__echo", tools.RiskLow, false},   // readOnlyHint
+		{"mcp__fault__echo", tools.RiskLow, false},   // readOnlyHint, of a trusted server
 		{"mcp__fault__crash", tools.RiskHigh, false}, // destructiveHint
 		{"mcp__fault__block", tools.RiskMedium, false},
 		{"mcp__fault__fail", tools.RiskLow, true}, // the config's override

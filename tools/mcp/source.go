@@ -478,17 +478,54 @@ func (s *Source) lost(ctx context.Context, sess *session, callErr error) error {
 // refresh fetches the server's tool list.
 func (s *Source) refresh(ctx context.Context, sess *session) error {
 	gen := s.changed.Load()
-	list := map[string]*sdk.Tool{}
+	var defs []*sdk.Tool
 	for t, err := range sess.cs.Tools(ctx, nil) {
 		if err != nil {
 			return fmt.Errorf("mcp server %q: tools/list: %w", s.srv.Name, err)
 		}
-		list[t.Name] = t
+		defs = append(defs, t)
+	}
+	list, err := toolsByName(s.srv.Name, defs)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.remote, s.listed, s.hasList = list, gen, true
 	s.mu.Unlock()
 	return nil
+}
+
+// ErrToolNames: a server listed tool names that cannot be told apart.
+var ErrToolNames = errors.New("mcp: tool names that cannot be told apart")
+
+// toolsByName indexes a server's tool list by name, refusing the whole
+// list when a name is empty or two names differ only in case (or not at
+// all): a rule or an override written for one would not be the rule of
+// the other, and which definition a call reached would depend on the
+// order the server listed them in. Before, a later definition silently
+// replaced an earlier one of the same name.
+func toolsByName(server string, defs []*sdk.Tool) (map[string]*sdk.Tool, error) {
+	list := make(map[string]*sdk.Tool, len(defs))
+	folded := make(map[string]string, len(defs))
+	var bad []string
+	for _, t := range defs {
+		if t == nil || t.Name == "" {
+			bad = append(bad, `"" (empty)`)
+			continue
+		}
+		key := strings.ToLower(t.Name)
+		if prev, ok := folded[key]; ok {
+			bad = append(bad, fmt.Sprintf("%q and %q", prev, t.Name))
+			continue
+		}
+		folded[key] = t.Name
+		list[t.Name] = t
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("%w: mcp server %q listed %s; none of its tools is used until it lists names that differ in more than case",
+			ErrToolNames, server, strings.Join(bad, ", "))
+	}
+	return list, nil
 }
 
 func (s *Source) refreshIfChanged(ctx context.Context, sess *session) error {

@@ -27,7 +27,8 @@ type tool struct {
 }
 
 // newTool makes the registry tool of a server's tool: its name, schema,
-// risk (from the annotations, the config's override winning) and edits
+// risk (from the annotations as far as the server is trusted, the config's
+// override winning) and edits
 // (from the config only: an annotation cannot make a tool run unasked in
 // acceptEdits). A tool the registry would refuse is an error, so that one
 // bad tool cannot keep every other tool from being registered.
@@ -38,7 +39,7 @@ func (s *Source) newTool(def *sdk.Tool) (tools.Tool, error) {
 		name:    config.MCPToolName(s.srv.Name, def.Name),
 		remote:  def.Name,
 		desc:    def.Description,
-		risk:    riskOf(def.Annotations),
+		risk:    riskOf(def.Annotations, s.srv.TrustAnnotations),
 		edits:   over.Edits,
 		timeout: time.Duration(s.srv.TimeoutSeconds) * time.Second,
 	}
@@ -65,18 +66,21 @@ func (s *Source) newTool(def *sdk.Tool) (tools.Tool, error) {
 	return t, nil
 }
 
-// riskOf maps a tool's annotations to a risk level: readOnlyHint is low,
-// destructiveHint high (and wins over readOnlyHint when a server claims
-// both), anything else medium. The spec's default for a missing
-// destructiveHint is true; noeta reads only what a server says, and leaves
-// the rest to the config's override.
-func riskOf(a *sdk.ToolAnnotations) tools.RiskLevel {
+// riskOf maps a tool's annotations to a risk level: destructiveHint is high
+// (and wins over readOnlyHint when a server claims both), readOnlyHint low
+// only when the server is trusted (config trust_annotations), anything else
+// medium. The annotations are hints a server may get wrong or lie about: a
+// claim that lowers the risk is taken only on the operator's word, one that
+// raises it always. The spec's default for a missing destructiveHint is
+// true; noeta reads only what a server says, and leaves the rest to the
+// config's override.
+func riskOf(a *sdk.ToolAnnotations, trusted bool) tools.RiskLevel {
 	switch {
 	case a == nil:
 		return tools.RiskMedium
 	case a.DestructiveHint != nil && *a.DestructiveHint:
 		return tools.RiskHigh
-	case a.ReadOnlyHint:
+	case a.ReadOnlyHint && trusted:
 		return tools.RiskLow
 	default:
 		return tools.RiskMedium
