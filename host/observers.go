@@ -117,7 +117,7 @@ func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 		s.fanout = observers.NewFanout(observers.FanoutConfig{Logger: h.logger})
 		obs = append(obs, s.fanout)
 		if fc.Listen != "" {
-			if err := s.listen(h, "observers.fanout.listen", fc.Listen, s.fanout.SSEHandler(h.log)); err != nil {
+			if err := s.listen(h, "observers.fanout.listen", fc.Listen, h.streams(s.fanout.SSEHandler(h.log))); err != nil {
 				return nil, err
 			}
 		}
@@ -139,7 +139,8 @@ func (s *observerSet) listen(h *Host, field, addr string, handler http.Handler) 
 	if err != nil {
 		return h.configErr(field, err.Error())
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: listenReadHeaderTimeout, ReadTimeout: listenReadTimeout,
+		WriteTimeout: listenWriteTimeout, IdleTimeout: listenIdleTimeout, MaxHeaderBytes: 64 << 10}
 	s.servers = append(s.servers, srv)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

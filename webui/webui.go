@@ -61,7 +61,17 @@ type Config struct {
 	KeepAlive time.Duration
 	// Poll is how often a live timeline reads the log for records other
 	// processes commit (1s).
-	Poll   time.Duration
+	Poll time.Duration
+	// Limits bound the live streams (the approvals stream, a task's live
+	// timeline, and what [Server.Streams] guards) and the timeouts of
+	// [NewHTTPServer].
+	Limits Limits
+	// Gate, if set, is the authentication and stream caps the server
+	// shares with endpoints served outside it (a host's fanout, guarded by
+	// Gate.Streams), so a session logged in here reads those too, and
+	// their streams count toward the same caps. nil: one of HTTP and
+	// Limits.
+	Gate   *Gate
 	Logger *slog.Logger
 }
 
@@ -77,6 +87,7 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup
 	files  fs.FS
+	slots  *streamSlots
 }
 
 // New returns a Server; it starts nothing.
@@ -96,17 +107,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
 	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
 	files, err := fs.Sub(assets, "assets")
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Gate == nil {
+		cfg.Gate = NewGate(cfg.HTTP, cfg.Limits)
+	}
+	cfg.Gate.auth.ttl = cfg.SessionTTL
 	base, stop := context.WithCancel(context.Background())
 	s := &Server{
-		cfg: cfg, base: base, stop: stop, files: files,
-		auth: &authn{
-			tokens: cfg.HTTP.Tokens, proxy: cfg.HTTP.TrustedProxy, ttl: cfg.SessionTTL, now: time.Now,
-			sessions: map[[32]byte]session{}, once: map[[32]byte]Principal{},
-		},
+		cfg: cfg, base: base, stop: stop, files: files, slots: cfg.Gate.slots, auth: cfg.Gate.auth,
 	}
 	s.routes()
 	return s, nil
@@ -116,6 +130,12 @@ func New(cfg Config) (*Server, error) {
 // is bound (an address of port 0 is known only then). Call it before
 // serving.
 func (s *Server) SetListen(addrs ...string) { s.cfg.Listen = addrs }
+
+// Streams guards h, an endpoint served beside the API whose every request
+// is a live stream (serve's /tasks/{id}/events): a request authenticates
+// as an API request does (a token, the trusted proxy, a session) and
+// counts toward the same stream caps as the API's own streams.
+func (s *Server) Streams(h http.Handler) http.Handler { return streamsHandler(s.auth, s.slots, h) }
 
 // LoginToken returns a fresh token that logs in as p once (POST
 // /api/v1/login): engine ui prints it in the login URL, as the local user.
