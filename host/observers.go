@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/noeta-go/noeta/observers"
@@ -117,6 +119,11 @@ func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 		s.fanout = observers.NewFanout(observers.FanoutConfig{Logger: h.logger})
 		obs = append(obs, s.fanout)
 		if fc.Listen != "" {
+			if !loopback(fc.Listen) {
+				// Its own listener has no TLS: records and tokens would
+				// cross the network in clear.
+				return nil, h.configErr("observers.fanout.listen", fmt.Sprintf("%q listens beyond loopback over plain HTTP; listen on 127.0.0.1, or serve the fanout on engine serve --http (fanout: {}), which takes --http-tls-cert and --http-tls-key or --behind-tls-proxy", fc.Listen))
+			}
 			if err := s.listen(h, "observers.fanout.listen", fc.Listen, h.streams(s.fanout.SSEHandler(h.log))); err != nil {
 				return nil, err
 			}
@@ -225,4 +232,17 @@ func (s *observerSet) close(logger *slog.Logger) {
 	if s.metrics != nil {
 		_ = s.metrics.Shutdown(ctx)
 	}
+}
+
+// loopback reports whether addr (host:port) listens on loopback only.
+func loopback(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(h)
+	return err == nil && ip.Unmap().IsLoopback()
 }
