@@ -63,8 +63,7 @@ type Config struct {
 	// processes commit (1s).
 	Poll time.Duration
 	// Limits bound the live streams (the approvals stream, a task's live
-	// timeline, and what [Server.Streams] guards) and the timeouts of
-	// [NewHTTPServer].
+	// timeline): their caps, unless Gate is set, whose caps are used.
 	Limits Limits
 	// Gate, if set, is the authentication and stream caps the server
 	// shares with endpoints served outside it (a host's fanout, guarded by
@@ -130,12 +129,6 @@ func New(cfg Config) (*Server, error) {
 // is bound (an address of port 0 is known only then). Call it before
 // serving.
 func (s *Server) SetListen(addrs ...string) { s.cfg.Listen = addrs }
-
-// Streams guards h, an endpoint served beside the API whose every request
-// is a live stream (serve's /tasks/{id}/events): a request authenticates
-// as an API request does (a token, the trusted proxy, a session) and
-// counts toward the same stream caps as the API's own streams.
-func (s *Server) Streams(h http.Handler) http.Handler { return streamsHandler(s.auth, s.slots, h) }
 
 // LoginToken returns a fresh token that logs in as p once (POST
 // /api/v1/login): engine ui prints it in the login URL, as the local user.
