@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -33,6 +34,10 @@ const (
 	DefaultWriteTimeout = time.Minute
 	// DefaultIdleTimeout bounds a kept-alive connection between requests.
 	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultStreamRecheck is how often a stream a Gate admitted checks
+	// its credentials again: it ends once its session is logged out or
+	// expired.
+	DefaultStreamRecheck = 15 * time.Second
 	// maxHeaderBytes bounds a request's headers.
 	maxHeaderBytes = 64 << 10
 )
@@ -48,6 +53,9 @@ type Limits struct {
 	ReadTimeout            time.Duration
 	WriteTimeout           time.Duration
 	IdleTimeout            time.Duration
+	// StreamRecheck is how often a stream [Gate.Streams] admitted checks
+	// its credentials again (DefaultStreamRecheck).
+	StreamRecheck time.Duration
 }
 
 // Validate names the first field that is negative.
@@ -59,6 +67,7 @@ func (l Limits) Validate() error {
 		{"MaxStreams", int64(l.MaxStreams)}, {"MaxStreamsPerPrincipal", int64(l.MaxStreamsPerPrincipal)},
 		{"ReadHeaderTimeout", int64(l.ReadHeaderTimeout)}, {"ReadTimeout", int64(l.ReadTimeout)},
 		{"WriteTimeout", int64(l.WriteTimeout)}, {"IdleTimeout", int64(l.IdleTimeout)},
+		{"StreamRecheck", int64(l.StreamRecheck)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("webui: Limits.%s is negative", f.name)
@@ -84,6 +93,7 @@ func (l Limits) withDefaults() Limits {
 	defD(&l.ReadTimeout, DefaultReadTimeout)
 	defD(&l.WriteTimeout, DefaultWriteTimeout)
 	defD(&l.IdleTimeout, DefaultIdleTimeout)
+	defD(&l.StreamRecheck, DefaultStreamRecheck)
 	return l
 }
 
@@ -189,8 +199,9 @@ func (s *streamSlots) admit(w http.ResponseWriter, p Principal) (release func(),
 // streams within [Limits]: what guards an endpoint served beside the API
 // (serve's /tasks/{id}/events), or without it (an observer worker's).
 type Gate struct {
-	auth  *authn
-	slots *streamSlots
+	auth    *authn
+	slots   *streamSlots
+	recheck time.Duration
 }
 
 // NewGate returns the gate of the http: section's tokens and trusted
@@ -202,7 +213,8 @@ func NewGate(h config.HTTP, l Limits) *Gate {
 			tokens: h.Tokens, proxy: h.TrustedProxy, ttl: DefaultSessionTTL, now: time.Now,
 			sessions: map[[32]byte]session{}, once: map[[32]byte]Principal{},
 		},
-		slots: newStreamSlots(l),
+		slots:   newStreamSlots(l),
+		recheck: l.withDefaults().StreamRecheck,
 	}
 }
 
@@ -210,11 +222,12 @@ func NewGate(h config.HTTP, l Limits) *Gate {
 // server-sent events): the request must authenticate as an API request
 // does, and is refused with 429 or 503 past the stream caps. A GET or HEAD
 // only: nothing else is a stream.
+//
+// An admitted stream checks its credentials again every StreamRecheck and
+// ends once they fail (a session logged out or expired): it does not
+// outlive the right to read it.
 func (g *Gate) Streams(h http.Handler) http.Handler {
-	return streamsHandler(g.auth, g.slots, h)
-}
-
-func streamsHandler(a *authn, slots *streamSlots, h http.Handler) http.Handler {
+	a, slots := g.auth, g.slots
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, _, err := a.authenticate(r)
 		if err != nil {
@@ -233,7 +246,25 @@ func streamsHandler(a *authn, slots *streamSlots, h http.Handler) http.Handler {
 		}
 		defer release()
 		clearDeadlines(w)
-		h.ServeHTTP(w, r)
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		go func() {
+			// Ends with the request: the handler's return cancels ctx.
+			t := time.NewTicker(g.recheck)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					if _, _, err := a.authenticate(r); err != nil {
+						cancel()
+						return
+					}
+				}
+			}
+		}()
+		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

@@ -232,3 +232,87 @@ func TestCheckListen(t *testing.T) {
 		}
 	}
 }
+
+// TestFanoutStreamEndsAtLogout: a fanout stream opened with a session ends
+// once the session is logged out, as the API's own streams do. Before the
+// fanout asked for a login at all, nothing ended it but the client.
+func TestFanoutStreamEndsAtLogout(t *testing.T) {
+	cfg, err := config.Parse("noeta.yaml", []byte(approvalYAML+"observers:\n  fanout: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := NewGate(testHTTP(), Limits{StreamRecheck: 50 * time.Millisecond})
+	h, err := host.Open(t.Context(), host.Options{DataDir: t.TempDir(), Config: cfg, Workers: 1, ServesHTTP: true,
+		Streams: gate.Streams, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	ui, err := New(Config{Host: h, HTTP: testHTTP(), Gate: gate, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ui.Close)
+	mux := http.NewServeMux()
+	mux.Handle("/tasks/", h.Handler())
+	mux.Handle("/", ui)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ui.SetListen(addr)
+	srv := NewHTTPServer(mux, Limits{})
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	id, _ := submitWaiting(t, h)
+
+	res, err := http.Post("http://"+addr+"/api/v1/login", "application/json", strings.NewReader(`{"token": "`+aliceToken+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	var cookie *http.Cookie
+	for _, c := range res.Cookies() {
+		if c.Name == SessionCookie {
+			cookie = c
+		}
+	}
+	if res.StatusCode != http.StatusOK || cookie == nil {
+		t.Fatalf("login: %d, cookie %v", res.StatusCode, cookie)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/tasks/"+id+"/events", nil)
+	req.AddCookie(cookie)
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("fanout with a session: %d", res.StatusCode)
+	}
+	evs := readEvents(t, res)
+	next(t, evs, "ApprovalRequested")
+
+	lo, _ := http.NewRequest("POST", "http://"+addr+"/api/v1/logout", strings.NewReader("{}"))
+	lo.Header.Set("Content-Type", "application/json")
+	lo.Header.Set("Origin", "http://"+addr)
+	lo.AddCookie(cookie)
+	lres, err := http.DefaultClient.Do(lo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lres.Body.Close()
+	if lres.StatusCode != http.StatusNoContent {
+		t.Fatalf("logout: %d", lres.StatusCode)
+	}
+	for range evs {
+		// Drained once the server ends the stream; the two-minute context
+		// ends it otherwise, and that is the failure below.
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the fanout stream outlived its session's logout")
+	}
+}
