@@ -149,7 +149,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: SessionCookie, Value: cookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil, MaxAge: int(s.cfg.SessionTTL / time.Second),
+		Secure: r.TLS != nil || s.cfg.BehindTLSProxy, MaxAge: int(s.cfg.SessionTTL / time.Second),
 	})
 	writeJSON(w, http.StatusOK, p)
 }

@@ -316,3 +316,30 @@ func TestFanoutStreamEndsAtLogout(t *testing.T) {
 		t.Fatal("the fanout stream outlived its session's logout")
 	}
 }
+
+// TestSessionCookieSecureBehindTLSProxy: behind a TLS-terminating proxy
+// the browser speaks HTTPS, so the session cookie is Secure although the
+// request reaches the server plain. Before, it was Secure only when the
+// server itself spoke TLS, so behind a proxy a browser would also send it
+// over plain HTTP.
+func TestSessionCookieSecureBehindTLSProxy(t *testing.T) {
+	h := openHost(t)
+	for _, behind := range []bool{false, true} {
+		s, err := New(Config{Host: h, HTTP: testHTTP(), Listen: []string{"127.0.0.1:8080"}, BehindTLSProxy: behind, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		w := do(s, req{method: "POST", path: "/api/v1/login", body: `{"token": "` + aliceToken + `"}`, hdr: map[string]string{"Content-Type": "application/json"}})
+		res := w.Result()
+		var secure, found bool
+		for _, c := range res.Cookies() {
+			if c.Name == SessionCookie {
+				found, secure = true, c.Secure
+			}
+		}
+		if w.Code != http.StatusOK || !found || secure != behind {
+			t.Errorf("behind a TLS proxy %v: login %d, cookie found %v secure %v; want secure %v", behind, w.Code, found, secure, behind)
+		}
+	}
+}

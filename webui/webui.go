@@ -70,8 +70,12 @@ type Config struct {
 	// Gate.Streams), so a session logged in here reads those too, and
 	// their streams count toward the same caps. nil: one of HTTP and
 	// Limits.
-	Gate   *Gate
-	Logger *slog.Logger
+	Gate *Gate
+	// BehindTLSProxy says a TLS-terminating proxy is in front: the browser
+	// speaks HTTPS, so the session cookie is Secure though the request
+	// reaching the server is plain.
+	BehindTLSProxy bool
+	Logger         *slog.Logger
 }
 
 // Server serves the API and the page. Close ends its live streams.

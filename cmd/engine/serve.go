@@ -220,7 +220,7 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	var ui *webui.Server
 	httpAddr := ""
 	if ln != nil {
-		ui, err = webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.http}, Limits: o.web.limits(), Gate: gate, Logger: logger})
+		ui, err = webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.http}, Limits: o.web.limits(), Gate: gate, BehindTLSProxy: o.web.behindProxy, Logger: logger})
 		if err != nil {
 			return failErr(err)
 		}

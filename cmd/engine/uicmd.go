@@ -150,7 +150,7 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 	}
 	defer h.Close()
 
-	srv, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.listen}, Limits: o.web.limits(), Gate: gate, Logger: logger})
+	srv, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.listen}, Limits: o.web.limits(), Gate: gate, BehindTLSProxy: o.web.behindProxy, Logger: logger})
 	if err != nil {
 		return failErr(err)
 	}
