@@ -107,11 +107,13 @@ func jsBackendAt(t testing.TB, ttl time.Duration, url string, replicas int, mode
 	settle := time.Now().Add(time.Minute)
 	disp, err := jetstream.OpenDispatcher(t.Context(), nc, jetstream.DispatcherConfig{
 		Prefix: prefix, LeaseTTL: ttl, ReclaimMax: 1000, MaxFailAttempts: 1000, Replicas: replicas,
+		ApproveSubjectAuth: noeta.AuthNATS, // as on a deployment whose broker vouches for approvers
 	})
 	for err != nil && replicas > 1 && time.Now().Before(settle) {
 		time.Sleep(200 * time.Millisecond)
 		disp, err = jetstream.OpenDispatcher(t.Context(), nc, jetstream.DispatcherConfig{
 			Prefix: prefix, LeaseTTL: ttl, ReclaimMax: 1000, MaxFailAttempts: 1000, Replicas: replicas,
+			ApproveSubjectAuth: noeta.AuthNATS, // as on a deployment whose broker vouches for approvers
 		})
 	}
 	if err != nil {

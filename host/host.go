@@ -289,8 +289,19 @@ func (h *Host) openReadOnly(ctx context.Context) error {
 
 // dispatcherConfig is the dispatcher of the host's prefix: every process of
 // one prefix uses the same prefix, replicas and lease TTL.
+//
+// An answer on an approval subject is vouched for by the broker (auth
+// nats) only on a remote NATS, where deploy/nats lets each approver's user
+// publish under its own name alone. The embedded server has one user, the
+// data directory's, who may publish on every approver's subject: there
+// such an answer proves only that its sender holds the data directory
+// (auth local), as an answer through Approve does (docs/adr/0048).
 func (h *Host) dispatcherConfig() jetstream.DispatcherConfig {
-	return jetstream.DispatcherConfig{Prefix: h.opts.Prefix, Replicas: h.opts.Replicas, LeaseTTL: h.opts.LeaseTTL, Logger: h.logger}
+	auth := noeta.AuthNATS
+	if h.opts.embedded() {
+		auth = noeta.AuthLocal
+	}
+	return jetstream.DispatcherConfig{Prefix: h.opts.Prefix, Replicas: h.opts.Replicas, LeaseTTL: h.opts.LeaseTTL, Logger: h.logger, ApproveSubjectAuth: auth}
 }
 
 // newEngine is an engine of the host's governance, tools and policies that

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -13,7 +14,9 @@ import (
 // otherwise), GET /metrics (Prometheus: the metrics observer over the
 // records this process commits, when it runs, and the process's own
 // counters) and, with an observers.fanout section, GET
-// /tasks/{id}/events (a task's records as server-sent events).
+// /tasks/{id}/events (a task's records as server-sent events), guarded by
+// Options.Streams. /healthz and /metrics ask for no login: a liveness
+// probe and a scraper have none, and neither shows a record's content.
 func (h *Host) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -27,7 +30,7 @@ func (h *Host) Handler() http.Handler {
 		mux.Handle("GET /metrics", h.metricsHandler())
 	}
 	if h.obs != nil && h.obs.fanout != nil {
-		mux.Handle("GET /tasks/{id}/events", h.obs.fanout.SSEHandler(h.log))
+		mux.Handle("/tasks/{id}/events", h.streams(h.obs.fanout.SSEHandler(h.log)))
 	}
 	return mux
 }
@@ -39,3 +42,23 @@ func (h *Host) metricsHandler() http.Handler {
 		ErrorHandling: promhttp.ContinueOnError,
 	})
 }
+
+// streams is next guarded by Options.Streams, or refused to everyone.
+func (h *Host) streams(next http.Handler) http.Handler {
+	if h.opts.Streams != nil {
+		return h.opts.Streams(next)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "this endpoint streams whole records and no authentication is configured for it", http.StatusForbidden)
+	})
+}
+
+// Timeouts of the host's own listeners (observers.metrics.listen and
+// observers.fanout.listen): a client that sends its request slowly, or
+// never, is cut off; the fanout's streams lift them once admitted.
+const (
+	listenReadHeaderTimeout = 10 * time.Second
+	listenReadTimeout       = 30 * time.Second
+	listenWriteTimeout      = time.Minute
+	listenIdleTimeout       = 2 * time.Minute
+)

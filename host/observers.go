@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/noeta-go/noeta/observers"
@@ -121,7 +123,12 @@ func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 		s.fanout = observers.NewFanout(observers.FanoutConfig{Logger: h.logger})
 		obs = append(obs, s.fanout)
 		if fc.Listen != "" {
-			if err := s.listen(h, "observers.fanout.listen", fc.Listen, s.fanout.SSEHandler(h.log)); err != nil {
+			if !loopback(fc.Listen) {
+				// Its own listener has no TLS: records and tokens would
+				// cross the network in clear.
+				return nil, h.configErr("observers.fanout.listen", fmt.Sprintf("%q listens beyond loopback over plain HTTP; listen on 127.0.0.1, or serve the fanout on engine serve --http (fanout: {}), which takes --http-tls-cert and --http-tls-key or --behind-tls-proxy", fc.Listen))
+			}
+			if err := s.listen(h, "observers.fanout.listen", fc.Listen, h.streams(s.fanout.SSEHandler(h.log))); err != nil {
 				return nil, err
 			}
 		}
@@ -143,7 +150,8 @@ func (s *observerSet) listen(h *Host, field, addr string, handler http.Handler) 
 	if err != nil {
 		return h.configErr(field, err.Error())
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: listenReadHeaderTimeout, ReadTimeout: listenReadTimeout,
+		WriteTimeout: listenWriteTimeout, IdleTimeout: listenIdleTimeout, MaxHeaderBytes: 64 << 10}
 	s.servers = append(s.servers, srv)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -228,4 +236,17 @@ func (s *observerSet) close(logger *slog.Logger) {
 	if s.metrics != nil {
 		_ = s.metrics.Shutdown(ctx)
 	}
+}
+
+// loopback reports whether addr (host:port) listens on loopback only.
+func loopback(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(h)
+	return err == nil && ip.Unmap().IsLoopback()
 }

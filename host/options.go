@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"time"
 
@@ -120,6 +121,11 @@ type Options struct {
 	// section, and an observers.fanout without a listener of its own is
 	// served there.
 	ServesHTTP bool
+	// Streams guards the fanout's live streams (/tasks/{id}/events, in
+	// [Host.Handler] and on observers.fanout.listen): it authenticates each
+	// request and bounds the streams open at once (webui's Gate.Streams).
+	// nil: they refuse every request, since a stream sends whole records.
+	Streams func(http.Handler) http.Handler
 
 	// Skip turns off parts a host that runs tasks would run: where
 	// observer-workers run them instead.

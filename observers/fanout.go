@@ -371,7 +371,10 @@ func (f *Fanout) serveSSE(w http.ResponseWriter, req *http.Request, r eventlog.R
 	}
 
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives a server's write timeout
+	// A stream outlives a server's write timeout, and its read timeout,
+	// whose passing would end the request's context.
+	_ = rc.SetWriteDeadline(time.Time{})
+	_ = rc.SetReadDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")

@@ -149,7 +149,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: SessionCookie, Value: cookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil, MaxAge: int(s.cfg.SessionTTL / time.Second),
+		Secure: r.TLS != nil || s.cfg.BehindTLSProxy, MaxAge: int(s.cfg.SessionTTL / time.Second),
 	})
 	writeJSON(w, http.StatusOK, p)
 }
@@ -196,7 +196,12 @@ func (s *Server) approvals(w http.ResponseWriter, r *http.Request, _ Principal) 
 
 // approvalsStream sends the current set as one "snapshot" event, then each
 // change as a "put" or "delete" event, with comment lines while idle.
-func (s *Server) approvalsStream(w http.ResponseWriter, r *http.Request, _ Principal) {
+func (s *Server) approvalsStream(w http.ResponseWriter, r *http.Request, p Principal) {
+	release, ok := s.slots.admit(w, p)
+	if !ok {
+		return
+	}
+	defer release()
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
 	changes := make(chan eventlog.WaitingChange, streamQueue)
@@ -380,7 +385,7 @@ func (s *Server) task(w http.ResponseWriter, r *http.Request, _ Principal) {
 // events lists a task's records after ?after (a JSON list, at most
 // MaxEvents), or with Accept: text/event-stream streams them live from
 // Last-Event-ID (a seq) on.
-func (s *Server) events(w http.ResponseWriter, r *http.Request, _ Principal) {
+func (s *Server) events(w http.ResponseWriter, r *http.Request, p Principal) {
 	id := r.PathValue("id")
 	if err := noeta.ValidateTaskID(id); err != nil {
 		problem(w, http.StatusBadRequest, "bad-task", "Bad task id", err.Error())
@@ -414,6 +419,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, _ Principal) {
 		writeJSON(w, http.StatusOK, map[string]any{"events": recs, "more": more})
 		return
 	}
+	release, ok := s.slots.admit(w, p)
+	if !ok {
+		return
+	}
+	defer release()
 	s.followEvents(w, r, id, after)
 }
 

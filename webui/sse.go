@@ -19,6 +19,9 @@ func newSSE(w http.ResponseWriter) *sse {
 }
 
 func (s *sse) header() {
+	// A stream lives as long as its client reads: the server's request
+	// timeouts are not its to end it by.
+	clearDeadlines(s.w)
 	h := s.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")

@@ -61,8 +61,21 @@ type Config struct {
 	KeepAlive time.Duration
 	// Poll is how often a live timeline reads the log for records other
 	// processes commit (1s).
-	Poll   time.Duration
-	Logger *slog.Logger
+	Poll time.Duration
+	// Limits bound the live streams (the approvals stream, a task's live
+	// timeline): their caps, unless Gate is set, whose caps are used.
+	Limits Limits
+	// Gate, if set, is the authentication and stream caps the server
+	// shares with endpoints served outside it (a host's fanout, guarded by
+	// Gate.Streams), so a session logged in here reads those too, and
+	// their streams count toward the same caps. nil: one of HTTP and
+	// Limits.
+	Gate *Gate
+	// BehindTLSProxy says a TLS-terminating proxy is in front: the browser
+	// speaks HTTPS, so the session cookie is Secure though the request
+	// reaching the server is plain.
+	BehindTLSProxy bool
+	Logger         *slog.Logger
 }
 
 // Server serves the API and the page. Close ends its live streams.
@@ -77,6 +90,7 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup
 	files  fs.FS
+	slots  *streamSlots
 }
 
 // New returns a Server; it starts nothing.
@@ -96,17 +110,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
 	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
 	files, err := fs.Sub(assets, "assets")
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Gate == nil {
+		cfg.Gate = NewGate(cfg.HTTP, cfg.Limits)
+	}
+	cfg.Gate.auth.ttl = cfg.SessionTTL
 	base, stop := context.WithCancel(context.Background())
 	s := &Server{
-		cfg: cfg, base: base, stop: stop, files: files,
-		auth: &authn{
-			tokens: cfg.HTTP.Tokens, proxy: cfg.HTTP.TrustedProxy, ttl: cfg.SessionTTL, now: time.Now,
-			sessions: map[[32]byte]session{}, once: map[[32]byte]Principal{},
-		},
+		cfg: cfg, base: base, stop: stop, files: files, slots: cfg.Gate.slots, auth: cfg.Gate.auth,
 	}
 	s.routes()
 	return s, nil

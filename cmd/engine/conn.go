@@ -11,6 +11,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/natsconn"
+	"github.com/noeta-go/noeta/webui"
 )
 
 // connOpts say where the event log and the dispatcher live: the embedded
@@ -80,6 +81,12 @@ func (g *globals) open(ctx context.Context, verb string, o host.Options) (*host.
 	}
 	if o.Logger == nil {
 		o.Logger = g.logger()
+	}
+	if o.Streams == nil && o.Config != nil {
+		// The fanout's streams (observers.fanout.listen) are for the
+		// config's http: principals only; serve and ui pass the gate their
+		// API shares.
+		o.Streams = webui.NewGate(o.Config.HTTP, webui.Limits{}).Streams
 	}
 	if g.conn.embedded() && o.DataDir == "" {
 		data, err := g.dataDir()

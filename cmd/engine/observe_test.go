@@ -19,6 +19,7 @@ import (
 
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
+	"github.com/noeta-go/noeta/webui"
 )
 
 // observedConfig is examples/noeta.yaml with an audit file and a
@@ -199,6 +200,9 @@ func TestBadObserversConfig(t *testing.T) {
 		// A live stream nothing would serve: no listener of its own, and no
 		// HTTP in run (nor in serve --http "").
 		{"fanout with no HTTP", "observers:\n  fanout: {}\n", `:%d: observers.fanout: `},
+		// Its own listener has no TLS; before, it served every record to
+		// anyone on the network.
+		{"fanout beyond loopback", "observers:\n  fanout: {listen: \"0.0.0.0:0\"}\n", `:%d: observers.fanout.listen: "0.0.0.0:0" listens beyond loopback`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -400,7 +404,8 @@ func TestServeRunsConfiguredTelemetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	metricsAddr, httpAddr := freeAddr(t), freeAddr(t)
-	cfg := writeFile(t, "noeta.yaml", string(base)+"observers:\n"+
+	tok, sum := webui.NewToken()
+	cfg := writeFile(t, "noeta.yaml", string(base)+"http:\n  tokens:\n    - {name: alice, sha256: \""+sum+"\"}\n"+"observers:\n"+
 		"  metrics: {listen: \""+metricsAddr+"\"}\n"+
 		"  trace: {otlp_endpoint: \""+otlp.URL+"/v1/traces\", protocol: http, insecure: true}\n"+
 		"  fanout: {}\n")
@@ -413,7 +418,13 @@ func TestServeRunsConfiguredTelemetry(t *testing.T) {
 		t.Fatalf("submit: exit %d\n%s\n%s", code, out, errOut)
 	}
 	get := func(url string) string {
-		resp, err := http.Get(url)
+		req, err := http.NewRequest("GET", url, nil)
+		if err != nil {
+			return ""
+		}
+		// The fanout's streams are for the http: section's principals.
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return ""
 		}

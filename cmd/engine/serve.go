@@ -35,6 +35,7 @@ type serveOpts struct {
 	logFormat   string
 	logLevel    string
 	printConfig bool
+	web         webOpts
 }
 
 // Defaults of serve.
@@ -84,9 +85,12 @@ should be an observer-worker's, or each host's own file.
 --http serves GET /healthz (200 while connected to NATS and the pool runs,
 503 otherwise) and GET /metrics (Prometheus: the metrics observer over the
 records this process commits, and the process's own counters:
-noeta_engine_*, Go and process metrics); on every other path it serves the
-HTTP API and the inbox page (docs/inbox.md) to the people of the config's
-http: section. Logs are structured (log/slog) on stderr, --log-format text
+noeta_engine_*, Go and process metrics), both without a login; on every
+other path (the fanout's /tasks/{id}/events too) it serves the HTTP API and
+the inbox page (docs/inbox.md) to the people of the config's http: section
+only. It listens on loopback unless --http-tls-cert and --http-tls-key make
+it HTTPS or --behind-tls-proxy says a TLS-terminating proxy is in front;
+--max-streams and --max-streams-per-client bound the live streams. Logs are structured (log/slog) on stderr, --log-format text
 or json.
 
 Settings come from flags, then the environment, then the --serve-config file
@@ -122,6 +126,7 @@ The environment variables are NOETA_ and the key in capitals:
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&o.printConfig, "print-config", false, "print the effective settings and where each came from, and exit")
+	o.web.bindFlags(f, "--http")
 	return cmd
 }
 
@@ -177,6 +182,9 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	if err != nil {
 		return err
 	}
+	if err := o.web.check("--http", o.http); err != nil {
+		return err
+	}
 	var ln net.Listener
 	if o.http != "" {
 		if ln, err = net.Listen("tcp", o.http); err != nil {
@@ -190,9 +198,12 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
+	// One gate for the API and the fanout's streams: one login reads both,
+	// and both count toward one set of stream caps.
+	gate := webui.NewGate(cfg.HTTP, o.web.limits())
 	actor := engine.DefaultActor()
 	h, err := g.open(ctx, "serve", host.Options{
-		Config: cfg, Workers: g.workers, Queue: o.queue, Workspace: workspace, Actor: actor,
+		Config: cfg, Workers: g.workers, Queue: o.queue, Workspace: workspace, Actor: actor, Streams: gate.Streams,
 		Name: "serve " + actor, ServesHTTP: ln != nil, RetryStart: true, Stdout: g.stdout, Logger: logger,
 		Skip: host.Skip{ChildLifecycle: !o.child, Hooks: !o.hooks, Audit: !o.audit},
 	})
@@ -209,13 +220,13 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	var ui *webui.Server
 	httpAddr := ""
 	if ln != nil {
-		ui, err = webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.http}, Logger: logger})
+		ui, err = webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.http}, Limits: o.web.limits(), Gate: gate, BehindTLSProxy: o.web.behindProxy, Logger: logger})
 		if err != nil {
 			return failErr(err)
 		}
 		defer ui.Close()
-		srv = &http.Server{Handler: serveMux(h.Handler(), ui), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
+		srv = webui.NewHTTPServer(serveMux(h.Handler(), ui), o.web.limits())
+		go func() { _ = o.web.serve(srv, ln) }()
 		httpAddr = ln.Addr().String()
 		logger.Info("http listening", "addr", httpAddr)
 	}
@@ -260,6 +271,12 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 
 // serveMux serves the host's endpoints (/healthz, /metrics, the fanout's
 // /tasks/{id}/events) and, at every other path, the API and the inbox page.
+// The fanout streams whole records, so the host guards it with the API's
+// gate (host.Options.Streams): it authenticates as the API does and counts
+// toward its stream caps. /healthz (a liveness probe) and /metrics
+// (counters, no record's content; scraped without credentials by
+// convention) stay open, on a listener that is loopback unless TLS or a
+// TLS proxy is in front (docs/adr/0049).
 func serveMux(hostHandler http.Handler, ui http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", hostHandler)

@@ -26,6 +26,7 @@ type uiOpts struct {
 	workspace string
 	hashToken bool
 	name      string
+	web       webOpts
 }
 
 // defaultUIListen is engine ui's listener: loopback only.
@@ -48,6 +49,11 @@ workers like serve, so approved tasks move on. With --nats it is a client of
 the cluster, and people log in with the tokens of the config's http:
 section (or through its trusted proxy).
 
+It listens on loopback unless --http-tls-cert and --http-tls-key make it
+HTTPS or --behind-tls-proxy says a TLS-terminating proxy is in front:
+tokens and session cookies do not cross a network in clear.
+--max-streams and --max-streams-per-client bound the live streams.
+
 --hash-token prints a new random token and the http.tokens line that
 accepts it (the file holds only its hash), and exits.`,
 		Example: `  engine ui --config noeta.yaml
@@ -68,6 +74,7 @@ accepts it (the file holds only its hash), and exits.`,
 	f.StringVar(&o.workspace, "workspace", ".", "directory the file and shell tools work in")
 	f.BoolVar(&o.hashToken, "hash-token", false, "print a new token and its http.tokens line, and exit")
 	f.StringVar(&o.name, "name", "", "with --hash-token: who the token is (default $USER)")
+	o.web.bindFlags(f, "--listen")
 	return cmd
 }
 
@@ -112,6 +119,9 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 	if err != nil {
 		return err
 	}
+	if err := o.web.check("--listen", o.listen); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return failErr(fmt.Errorf("--listen: %w", err))
@@ -119,8 +129,9 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 	defer ln.Close()
 	logger, _ := newLogger(g.stderr, "text", "info")
 	embedded := g.conn.embedded()
+	gate := webui.NewGate(cfg.HTTP, o.web.limits())
 	opts := host.Options{
-		Config: cfg, Workers: g.workers, Workspace: workspace, Actor: engine.DefaultActor(),
+		Config: cfg, Workers: g.workers, Workspace: workspace, Actor: engine.DefaultActor(), Streams: gate.Streams,
 		Name: "ui", Verb: "ui", Stdout: g.stdout, Logger: logger,
 	}
 	if !embedded {
@@ -139,16 +150,16 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 	}
 	defer h.Close()
 
-	srv, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.listen}, Logger: logger})
+	srv, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.listen}, Limits: o.web.limits(), Gate: gate, BehindTLSProxy: o.web.behindProxy, Logger: logger})
 	if err != nil {
 		return failErr(err)
 	}
 	defer srv.Close()
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs := webui.NewHTTPServer(srv, o.web.limits())
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- o.web.serve(hs, ln) }()
 
-	base := "http://" + ln.Addr().String()
+	base := o.web.scheme() + "://" + ln.Addr().String()
 	switch {
 	case h.Embedded():
 		tok := srv.LoginToken(webui.Principal{Name: approver(), Auth: noeta.AuthLocal})

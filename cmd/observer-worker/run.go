@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ import (
 	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/observers/telemetry"
+	"github.com/noeta-go/noeta/webui"
 )
 
 // Exit codes.
@@ -58,7 +60,14 @@ type opts struct {
 	auditStdout  bool
 	auditSubject string
 
-	httpAddr string
+	httpAddr          string
+	httpTLSCert       string
+	httpTLSKey        string
+	behindTLSProxy    bool
+	maxStreams        int
+	maxStreamsPerUser int
+	// gate guards /tasks/{id}/events (set by serve, from --config's http:).
+	gate *webui.Gate
 
 	otlpEndpoint string
 	otlpProtocol string
@@ -113,14 +122,19 @@ JetStream task stream, through one durable consumer group per observer over
 the partitions it is given, and feeds them to its observers: audit (JSON
 Lines file, stdout or a NATS subject, hash-chained per task), metrics
 (Prometheus /metrics), trace (OpenTelemetry spans over OTLP), fanout
-(server-sent events on /tasks/{id}/events), child (hands finished subtasks
+(server-sent events on /tasks/{id}/events, to the principals of --config's
+http: section only), child (hands finished subtasks
 to their parents and wakes them) and hooks (the config's PostToolUse and
 Notification commands).
 
 Run as many as needed: workers of one group share its partitions (each
 record is handled once, in each task's order), and a worker that dies hands
 its records to the others after --ack-wait. SIGTERM or SIGINT stops it after
-the deliveries in hand are handled and acknowledged.`,
+the deliveries in hand are handled and acknowledged.
+
+--http (/healthz and /metrics without a login, the fanout's streams with
+one) listens on loopback unless --http-tls-cert and --http-tls-key make it
+HTTPS or --behind-tls-proxy says a TLS-terminating proxy is in front.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -147,6 +161,11 @@ the deliveries in hand are handled and acknowledged.`,
 	f.BoolVar(&o.auditStdout, "audit-stdout", false, "audit: write records to stdout")
 	f.StringVar(&o.auditSubject, "audit-subject", "", "audit: publish each record on <subject>.<task>")
 	f.StringVar(&o.httpAddr, "http", "127.0.0.1:9464", "listen address of /metrics, /tasks/{id}/events and /healthz (empty: none)")
+	f.StringVar(&o.httpTLSCert, "http-tls-cert", "", "certificate (PEM) to serve --http over HTTPS, with --http-tls-key")
+	f.StringVar(&o.httpTLSKey, "http-tls-key", "", "private key (PEM) of --http-tls-cert")
+	f.BoolVar(&o.behindTLSProxy, "behind-tls-proxy", false, "a TLS-terminating proxy is in front: serve plain HTTP beyond loopback")
+	f.IntVar(&o.maxStreams, "max-streams", webui.DefaultMaxStreams, "fanout: live streams served at once, of everyone")
+	f.IntVar(&o.maxStreamsPerUser, "max-streams-per-client", webui.DefaultMaxStreamsPerPrincipal, "fanout: live streams served at once to one principal")
 	f.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "trace: OTLP endpoint (host:port or URL; default: --config's observers.trace, else OTEL_EXPORTER_OTLP_*)")
 	f.StringVar(&o.otlpProtocol, "otlp-protocol", "grpc", "trace: grpc or http")
 	f.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "trace: no TLS to the OTLP endpoint")
@@ -255,6 +274,10 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 	if err := noeta.ValidateToken("--prefix", o.prefix, 32); err != nil {
 		return usageError{err}
 	}
+	cert, err := o.checkHTTP()
+	if err != nil {
+		return err
+	}
 	var names []string
 	for n := range strings.SplitSeq(o.observers, ",") {
 		n = strings.TrimSpace(n)
@@ -265,6 +288,21 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 			return usageError{fmt.Errorf("--observers: %q is named twice", n)}
 		}
 		names = append(names, n)
+	}
+	if slices.Contains(names, "fanout") {
+		// The live stream sends whole records: only the principals of the
+		// config's http: section may read it, as the API's.
+		if o.config == "" {
+			return usageError{errors.New("fanout needs --config: /tasks/{id}/events is served only to the principals of its http: section (http.tokens or http.trusted_proxy)")}
+		}
+		gov, err := o.loadConfig(ctx)
+		if err != nil {
+			return err
+		}
+		if gov.HTTP.Empty() {
+			return usageError{fmt.Errorf("fanout: --config %s has no http.tokens or http.trusted_proxy, so nobody could read /tasks/{id}/events (engine token prints a token)", o.config)}
+		}
+		o.gate = webui.NewGate(gov.HTTP, webui.Limits{MaxStreams: o.maxStreams, MaxStreamsPerPrincipal: o.maxStreamsPerUser})
 	}
 	if o.instance == "" {
 		host, _ := os.Hostname()
@@ -354,8 +392,13 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("--http: %w", err)
 		}
-		srv := &http.Server{Handler: w.mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
+		srv := webui.NewHTTPServer(w.mux, webui.Limits{})
+		if cert != nil {
+			srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
+			go func() { _ = srv.ServeTLS(ln, "", "") }()
+		} else {
+			go func() { _ = srv.Serve(ln) }()
+		}
 		w.closers = append(w.closers, func(ctx context.Context) error {
 			// Server-sent event streams never end by themselves.
 			_ = srv.Shutdown(ctx)
@@ -479,7 +522,7 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		return t, nil
 	case "fanout":
 		f := observers.NewFanout(observers.FanoutConfig{Logger: w.log})
-		w.mux.Handle("GET /tasks/{id}/events", f.SSEHandler(w.reader))
+		w.mux.Handle("/tasks/{id}/events", o.gate.Streams(f.SSEHandler(w.reader)))
 		w.closers = append(w.closers, func(context.Context) error { return f.Close() })
 		return f, nil
 	case "child":
@@ -517,6 +560,31 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		return h, nil
 	}
 	return nil, usageError{fmt.Errorf("unknown observer %q", name)}
+}
+
+// checkHTTP refuses bad --http settings (a plain listener beyond
+// loopback among them) and loads the TLS certificate, if any.
+func (o opts) checkHTTP() (*tls.Certificate, error) {
+	switch {
+	case (o.httpTLSCert == "") != (o.httpTLSKey == ""):
+		return nil, usageError{errors.New("--http-tls-cert and --http-tls-key go together")}
+	case o.maxStreams < 1:
+		return nil, usageError{fmt.Errorf("--max-streams is %d; it must be at least 1", o.maxStreams)}
+	case o.maxStreamsPerUser < 1:
+		return nil, usageError{fmt.Errorf("--max-streams-per-client is %d; it must be at least 1", o.maxStreamsPerUser)}
+	}
+	var cert *tls.Certificate
+	if o.httpTLSCert != "" {
+		c, err := tls.LoadX509KeyPair(o.httpTLSCert, o.httpTLSKey)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--http-tls-cert / --http-tls-key: %w", err)}
+		}
+		cert = &c
+	}
+	if err := webui.CheckListen("--http", o.httpAddr, cert != nil, o.behindTLSProxy, "--http-tls-cert and --http-tls-key", "--behind-tls-proxy"); err != nil {
+		return nil, usageError{err}
+	}
+	return cert, nil
 }
 
 // loadConfig reads and decodes --config; errors, which name the file, are

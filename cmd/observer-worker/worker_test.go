@@ -444,3 +444,31 @@ func TestAuditFromConfig(t *testing.T) {
 		t.Errorf("the config's audit file was not opened: %v", err)
 	}
 }
+
+// TestHTTPClosedByDefault: observer-worker's --http refuses plain HTTP
+// beyond loopback (exit 2, naming the flag that allows it), and the fanout,
+// which streams whole records on /tasks/{id}/events, starts only with a
+// --config whose http: section says who may read it. Before, the worker
+// served every task's records to anyone who reached the port.
+func TestHTTPClosedByDefault(t *testing.T) {
+	noHTTP := filepath.Join(t.TempDir(), "noeta.yaml")
+	if err := os.WriteFile(noHTTP, []byte("agents: {a: {tools: [echo]}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nats", "nats://x", "--http", "0.0.0.0:0"}, "--behind-tls-proxy"},
+		{[]string{"--nats", "nats://x", "--http", ":9464"}, "--http-tls-cert"},
+		{[]string{"--nats", "nats://x", "--http-tls-key", "k.pem"}, "go together"},
+		{[]string{"--nats", "nats://x", "--max-streams-per-client", "0"}, "--max-streams-per-client"},
+		{[]string{"--nats", "nats://x", "--observers", "fanout"}, "fanout needs --config"},
+		{[]string{"--nats", "nats://x", "--observers", "fanout", "--config", noHTTP}, "no http.tokens or http.trusted_proxy"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), c.args, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+}

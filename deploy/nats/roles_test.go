@@ -64,6 +64,10 @@ func startEngineWith(t testing.TB, urls string, dc jetstream.DispatcherConfig, w
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	nc, errs := connect(t, urls, "engine")
+	if dc.ApproveSubjectAuth == "" {
+		// These accounts let each approver publish under its own name.
+		dc.ApproveSubjectAuth = noeta.AuthNATS
+	}
 	disp, err := jetstream.OpenDispatcher(ctx, nc, dc)
 	if err != nil {
 		t.Fatalf("OpenDispatcher as engine: %v", err)

@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,7 +52,7 @@ func matchedWake(t *testing.T, d *jetstream.Dispatcher, task string) noeta.Wake 
 // as sent: any publisher of wakes could answer as "alice", and could claim
 // to be authenticated by a token or to be the expiry timer.
 func TestApprovalSubjectStampsApprover(t *testing.T) {
-	d := openDispatcher(t, singleURL, 1, dispatcherTestPrefix)
+	d, prefix := openVouchingDispatcher(t, noeta.AuthNATS)
 	js, err := natsjs.New(connect(t, singleURL))
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func TestApprovalSubjectStampsApprover(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			task, cond := suspendOnHandle(t, d)
-			subj, err := jetstream.ApproveSubject(dispatcherTestPrefix, "alice", task)
+			subj, err := jetstream.ApproveSubject(prefix, "alice", task)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +87,7 @@ func TestApprovalSubjectStampsApprover(t *testing.T) {
 	}
 	t.Run("ApprovalPublisher", func(t *testing.T) {
 		task, cond := suspendOnHandle(t, d)
-		p, err := jetstream.NewApprovalPublisher(connect(t, singleURL), dispatcherTestPrefix, "bob")
+		p, err := jetstream.NewApprovalPublisher(connect(t, singleURL), prefix, "bob")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,6 +103,63 @@ func TestApprovalSubjectStampsApprover(t *testing.T) {
 			t.Errorf("applied answer: got %+v, want %+v", got, want)
 		}
 	})
+}
+
+// openVouchingDispatcher opens a dispatcher of a prefix of its own that
+// records answers on approval subjects as authenticated by auth.
+func openVouchingDispatcher(t *testing.T, auth string) (*jetstream.Dispatcher, string) {
+	t.Helper()
+	cfg := testDispatcherConfig(1, uniquePrefix(t, singleURL))
+	cfg.ApproveSubjectAuth = auth
+	precreatePrefix(t, singleURL, cfg)
+	d, err := jetstream.OpenDispatcher(t.Context(), connect(t, singleURL), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d, cfg.Prefix
+}
+
+// TestApprovalSubjectAuthIsTheDeployments: how an answer on an approval
+// subject is recorded as authenticated is what the dispatcher is told the
+// broker vouches for, and by default nothing. Before, every answer on an
+// approval subject was recorded auth nats: on the embedded default, whose
+// one local user may publish on every approver's subject, one process
+// answered as "bob" and then as "carol", both "vouched for by the broker",
+// and met a quorum that counts only broker- or HTTP-authenticated
+// approvers.
+func TestApprovalSubjectAuthIsTheDeployments(t *testing.T) {
+	for _, tc := range []struct{ config, want string }{
+		{"", noeta.AuthNone},
+		{noeta.AuthNone, noeta.AuthNone},
+		{noeta.AuthLocal, noeta.AuthLocal},
+		{noeta.AuthNATS, noeta.AuthNATS},
+	} {
+		t.Run("configured "+tc.config, func(t *testing.T) {
+			d, prefix := openVouchingDispatcher(t, tc.config)
+			js, err := natsjs.New(connect(t, singleURL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			task, cond := suspendOnHandle(t, d)
+			subj, err := jetstream.ApproveSubject(prefix, "bob", task)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := noeta.Wake{Kind: noeta.WakeHumanResponse, Handle: cond.Handle, Decision: "approve", Approver: "bob", Auth: noeta.AuthNATS}
+			if _, err := js.Publish(t.Context(), subj, wakeJSON(t, body)); err != nil {
+				t.Fatal(err)
+			}
+			if got := matchedWake(t, d, task); got.Approver != "bob" || got.Auth != tc.want {
+				t.Errorf("applied answer: approver %q auth %q, want \"bob\" %q", got.Approver, got.Auth, tc.want)
+			}
+		})
+	}
+	for _, bad := range []string{noeta.AuthToken, noeta.AuthProxy, noeta.AuthTimer, "NATS"} {
+		if err := (jetstream.DispatcherConfig{ApproveSubjectAuth: bad}).Validate(); err == nil || !strings.Contains(err.Error(), "ApproveSubjectAuth") {
+			t.Errorf("ApproveSubjectAuth %q: Validate gave %v, want an error naming the field", bad, err)
+		}
+	}
 }
 
 // TestPlainWakeAnswerIsUnauthenticated: a human_response on the plain wake

@@ -111,6 +111,21 @@ type DispatcherConfig struct {
 	// for unknown tasks, side effects that failed after a committed write.
 	// Default slog.Default().
 	Logger *slog.Logger
+	// ApproveSubjectAuth is how an answer that arrives on an approval
+	// subject (ApproveSubject) is recorded as authenticated. The subject
+	// names the approver, but only the broker's permissions make that
+	// name mean anything, and only the deployment knows what they are:
+	//   - noeta.AuthNATS where every user that may publish on
+	//     <prefix>.approve.<approver>.> is that approver's own
+	//     (deploy/nats's approver role): the broker vouches for the name;
+	//   - noeta.AuthLocal on the embedded default, whose one local user
+	//     may publish on every approver's subject: it proves no more than
+	//     that the sender holds the data directory's credentials;
+	//   - noeta.AuthNone, the default: the broker vouches for nothing, and
+	//     an engine that requires authenticated approvals refuses it.
+	// See docs/adr/0048. The default is the one that cannot record a
+	// vouching nobody did.
+	ApproveSubjectAuth string
 }
 
 // Validate reports the first invalid field of c, by name.
@@ -178,6 +193,14 @@ func (c DispatcherConfig) withDefaults() (DispatcherConfig, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	switch c.ApproveSubjectAuth {
+	case "":
+		c.ApproveSubjectAuth = noeta.AuthNone
+	case noeta.AuthNone, noeta.AuthLocal, noeta.AuthNATS:
+	default:
+		return bad("ApproveSubjectAuth is %q, want %q, %q or %q (an approval subject is vouched for by the broker or by nothing)",
+			c.ApproveSubjectAuth, noeta.AuthNATS, noeta.AuthLocal, noeta.AuthNone)
 	}
 	return c, nil
 }

@@ -266,7 +266,7 @@ func (d *Dispatcher) applyWakeMsg(subject string, hdr nats.Header, data []byte, 
 			if legacy && hdr.Get(hdrTimerGen) != "" {
 				err = ev.Validate() // the broker's own copy: kept as fired
 			} else {
-				ev = fromOutside(ev, src.approver)
+				ev = fromOutside(ev, src.approver, d.cfg.ApproveSubjectAuth)
 				if src.approver != "" {
 					err = validApproval(ev)
 				} else {

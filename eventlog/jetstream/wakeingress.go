@@ -72,10 +72,11 @@ func overCap(err error, task string) error {
 
 // ApproveSubject is the approval subject approver answers task's approvals
 // on: <prefix>.approve.<approver>.<p>.<task>. The dispatcher that applies a
-// message from it records approver as the one who answered, authenticated
-// by the broker (noeta.AuthNATS): deploy/nats lets each approver's NATS user
-// publish only under its own name, so the subject, not the body, says who
-// answered.
+// message from it records approver as the one who answered, so the
+// subject, not the body, says who answered; how far that is vouched for is
+// the dispatcher's DispatcherConfig.ApproveSubjectAuth: noeta.AuthNATS
+// where deploy/nats lets each approver's NATS user publish only under its
+// own name, noeta.AuthLocal on the embedded default.
 func ApproveSubject(prefix, approver, task string) (string, error) {
 	if prefix == "" {
 		prefix = "noeta"
@@ -161,15 +162,17 @@ func validApproval(ev noeta.Wake) error {
 // come from the subject it arrived on, never from the sender's body.
 // approver is "" for the plain wake subject, where a human_response proves
 // nothing about who gave it (noeta.AuthNone; the approver it asserts is
-// kept for the record).
-func fromOutside(ev noeta.Wake, approver string) noeta.Wake {
+// kept for the record); on an approval subject the answer is recorded as
+// approver, authenticated as subjectAuth (DispatcherConfig.ApproveSubjectAuth:
+// what the broker's permissions vouch for, never what the body claims).
+func fromOutside(ev noeta.Wake, approver, subjectAuth string) noeta.Wake {
 	ev = ev.WithoutExpiry()
 	if ev.Kind != noeta.WakeHumanResponse {
 		return ev
 	}
 	if approver != "" {
 		ev.Approver = approver
-		ev.Auth = noeta.AuthNATS
+		ev.Auth = subjectAuth
 	} else {
 		ev.Auth = noeta.AuthNone
 	}
