@@ -46,7 +46,7 @@ var versions = map[string]int{
 	"ApprovalResolved":  2, // auth, approvers
 	"TaskCreated":       2, // submitted_by
 	"TaskSuspended":     2, // wake_on.expire_at
-	"TaskWoken":         2, // wake_event.auth
+	"TaskWoken":         3, // wake_event.auth (2), wake_event.received_at (3)
 }
 
 // TypeVersion is the schema version of eventType's records as this package

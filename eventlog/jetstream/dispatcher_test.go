@@ -702,7 +702,7 @@ func TestDispatcherThreeHosts(t *testing.T) {
 		}
 
 		// The same message (same stream sequence), handed over again.
-		jetstream.ApplyWakeForTest(hosts[2], jetstream.WakeSubject(prefix, task), wakeJSON(t, ev), ack.Sequence)
+		jetstream.ApplyWakeForTest(hosts[2], jetstream.WakeSubject(prefix, task), wakeJSON(t, ev), ack.Sequence, time.Now())
 		st = mustInspect(t, hosts[0], task)
 		if st.Status != eventlog.DispatchReady || st.PendingWakes != 0 {
 			t.Errorf("after the redelivery: got %s with %d pending, want ready with none", st.Status, st.PendingWakes)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -157,16 +158,21 @@ func validApproval(ev noeta.Wake) error {
 }
 
 // fromOutside is ev as the ingress applies it: ExpireAt is the engine's to
-// set on a condition and means nothing on an event, and Auth and Approver
-// come from the subject it arrived on, never from the sender's body.
-// approver is "" for the plain wake subject, where a human_response proves
-// nothing about who gave it (noeta.AuthNone; the approver it asserts is
-// kept for the record).
-func fromOutside(ev noeta.Wake, approver string) noeta.Wake {
+// set on a condition and means nothing on an event, and Auth, Approver and
+// ReceivedAt come from the subject it arrived on and the broker's timestamp
+// of the message (stored), never from the sender's body. approver is "" for
+// the plain wake subject, where a human_response proves nothing about who
+// gave it (noeta.AuthNone; the approver it asserts is kept for the record).
+// The stream's timestamp is set by the server that stored the message: a
+// publisher cannot choose it, so it cannot date an answer before an expiry
+// it missed.
+func fromOutside(ev noeta.Wake, approver string, stored time.Time) noeta.Wake {
 	ev = ev.WithoutExpiry()
+	ev.ReceivedAt = time.Time{}
 	if ev.Kind != noeta.WakeHumanResponse {
 		return ev
 	}
+	ev.ReceivedAt = receivedAt(stored)
 	if approver != "" {
 		ev.Approver = approver
 		ev.Auth = noeta.AuthNATS
@@ -174,4 +180,15 @@ func fromOutside(ev noeta.Wake, approver string) noeta.Wake {
 		ev.Auth = noeta.AuthNone
 	}
 	return ev
+}
+
+// receivedAt is t as a wake records it: UTC, without a monotonic reading,
+// to the millisecond (an expiry is recorded to the millisecond). Cut
+// down, not rounded: an answer received in the deadline's millisecond
+// reads as received at it, which is too late.
+func receivedAt(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC().Truncate(time.Millisecond)
 }
