@@ -29,11 +29,44 @@ func validAuth(a string) bool {
 }
 
 // judgement is what one answer to an open approval comes to: exactly one of
-// a refusal, a count toward the quorum, or a resolution.
+// a refusal, a count toward the quorum, or a resolution; or, for an answer
+// received after the request expired (late), the refusal of the answer
+// and the request's resolution as denied by timeout.
 type judgement struct {
 	refused  *noeta.ApprovalRefused
 	counted  *noeta.ApprovalCounted
 	resolved *noeta.ApprovalResolved
+	late     bool
+}
+
+// receivedAt is when the answer w was received, by the clock that decides
+// it against an expiry: the ReceivedAt its dispatcher stamped (the broker's
+// timestamp of the message, or the in-process dispatcher's clock; never the
+// sender's), or, when nothing stamped it, now, the judge's clock, which is
+// never earlier than the answer's arrival: an answer nobody dated is
+// taken to be as late as it can be shown to be.
+func (e *Engine) receivedAt(w noeta.Wake) time.Time {
+	if !w.ReceivedAt.IsZero() {
+		return w.ReceivedAt
+	}
+	return e.cfg.Now()
+}
+
+// expiredBefore returns the judgement of an answer received at at, on or
+// after pa's deadline: refused, and the request resolved as its timer
+// would have, denied by timeout. The deadline recorded on the request
+// decides, not which of the answer and the timer reaches the task first:
+// with no engine running at the deadline, or the timer's whole-second
+// rounding, a late answer used to get there first and was taken.
+func expiredBefore(pa noeta.PendingApproval, w noeta.Wake, at time.Time, refused noeta.ApprovalRefused) judgement {
+	deadline := pa.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	refused.Reason = truncate(fmt.Sprintf("received at %s, after the request expired at %s: an answer counts only if it arrives before the deadline", at.UTC().Format(time.RFC3339Nano), deadline), maxErrorLen)
+	return judgement{
+		late:    true,
+		refused: &refused,
+		resolved: &noeta.ApprovalResolved{Handle: w.Handle, Decision: noeta.ApprovalDeny, Approver: noeta.ApproverTimeout, Auth: noeta.AuthTimer,
+			Reason: "no answer before " + pa.ExpiresAt.UTC().Format(time.RFC3339) + " (an answer received after it is refused)"},
+	}
 }
 
 // approvalRequest is what the approvals rules read of an open request.
@@ -88,6 +121,9 @@ func (e *Engine) judge(ctx context.Context, st *State, pa noeta.PendingApproval,
 	if approver == noeta.ApproverTimeout {
 		return refuse(fmt.Sprintf("the approver %q is the expiry's own; only the request's timer answers as it", noeta.ApproverTimeout)), nil
 	}
+	if at := e.receivedAt(w); !pa.ExpiresAt.IsZero() && !at.Before(pa.ExpiresAt) {
+		return expiredBefore(pa, w, at, *refuse("").refused), nil
+	}
 	if auth == noeta.AuthNone && e.cfg.RequireAuthenticatedApprovals {
 		return refuse(msgUnauthenticated), nil
 	}
@@ -130,6 +166,18 @@ func (g *segment) recordAnswer(pa noeta.PendingApproval, w noeta.Wake) error {
 	j, err := g.e.judge(g.ctx, g.st, pa, w)
 	if err != nil {
 		return err
+	}
+	if j.late {
+		// The refusal first, so the log says whose answer came too late;
+		// then the expiry. A crash between them leaves the request open
+		// past its deadline, and the suspend that follows expires at once.
+		g.e.refusedApprovals.Add(1)
+		if pa.Refused < MaxRefusedPerRequest {
+			if err := g.engineEmit(*j.refused); err != nil {
+				return err
+			}
+		}
+		j.refused = nil
 	}
 	switch {
 	case j.resolved != nil:

@@ -331,6 +331,12 @@ const answerSettle = 30 * time.Second
 // woken, and nothing is sent.
 var ErrApproverNotAllowed = errors.New("engine: approver not allowed")
 
+// ErrRequestExpired is wrapped by Approve when the request's deadline has
+// passed: an answer received now is refused, and the request resolves
+// denied by timeout (its timer's answer, or the woken task's judgement of
+// any late answer).
+var ErrRequestExpired = errors.New("engine: the approval request has expired")
+
 // Approve answers the request behind handle: a human_response wake with the
 // decision, who made it (approver, authenticated as auth: one of the
 // noeta.Auth* constants, set by the trusted caller, never by the sender)
@@ -378,6 +384,9 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 			if err != nil {
 				return err
 			}
+			if j.late {
+				return fmt.Errorf("%w: task %s, %s: %s; nothing was sent, and the request resolves denied by timeout", ErrRequestExpired, task, handle, j.refused.Reason)
+			}
 			if j.refused != nil {
 				return fmt.Errorf("%w: task %s, %s: %s", ErrApproverNotAllowed, task, handle, j.refused.Reason)
 			}
@@ -423,10 +432,14 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 // request open now: an approval requested and not resolved, or the
 // human_response the task is suspended on (a park, a question). If not, the
 // error wraps eventlog.ErrAlreadyAnswered when the log holds the answer to
-// it, and eventlog.ErrNotWaiting otherwise; either names what is open.
+// it (and ErrRequestExpired too when that answer was its expiry), and
+// eventlog.ErrNotWaiting otherwise; either names what is open.
 func OpenRequest(st *State, handle string) error {
 	for i := len(st.Governance.Approvals) - 1; i >= 0; i-- {
 		if a := st.Governance.Approvals[i]; a.Handle == handle {
+			if a.Auth == noeta.AuthTimer {
+				return fmt.Errorf("%w: %w: task %s: %s expired unanswered (denied by %s: %s)", ErrRequestExpired, eventlog.ErrAlreadyAnswered, st.Task, handle, a.Approver, a.Reason)
+			}
 			return fmt.Errorf("%w: task %s: %s was answered already (%s by %s)", eventlog.ErrAlreadyAnswered, st.Task, handle, a.Decision, a.Approver)
 		}
 	}

@@ -130,7 +130,10 @@ func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake) error
 		}
 		if m := ds.MatchedWake; m != nil && m.Kind == noeta.WakeHumanResponse && m.Handle == w.Handle {
 			err := sameAnswer(task, *m, w)
-			if err == nil || !h.quorumOpen(ctx, task, w.Handle) {
+			if err == nil {
+				return h.receivedInTime(ctx, task, *m)
+			}
+			if !h.quorumOpen(ctx, task, w.Handle) {
 				return err
 			}
 			// Another answer is being judged and the request stays open
@@ -152,6 +155,23 @@ func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake) error
 		}
 		pause = min(2*pause, 200*time.Millisecond)
 	}
+}
+
+// receivedInTime is nil unless the answer m, applied to task's row, was
+// received on or after its request's deadline (the broker's timestamp of
+// the message): the task refuses it then and resolves the request denied
+// by timeout, and the sender is told so now.
+func (h *Host) receivedInTime(ctx context.Context, task string, m noeta.Wake) error {
+	st, err := h.Inspect(ctx, task)
+	if err != nil {
+		return nil // the answer went out; only the report is lost
+	}
+	pa, ok := st.Governance.PendingApprovals[m.Handle]
+	if !ok || pa.ExpiresAt.IsZero() || m.ReceivedAt.IsZero() || m.ReceivedAt.Before(pa.ExpiresAt) {
+		return nil
+	}
+	return fmt.Errorf("%w: task %s: %s expired at %s and this answer was received at %s; the task refuses it and the request resolves denied by timeout",
+		engine.ErrRequestExpired, task, m.Handle, pa.ExpiresAt.UTC().Format(time.RFC3339Nano), m.ReceivedAt.UTC().Format(time.RFC3339Nano))
 }
 
 // quorumOpen reports whether task's log holds handle as an open approval
@@ -187,6 +207,11 @@ func (h *Host) answeredBy(ctx context.Context, task string, w noeta.Wake) error 
 		if r := st.Governance.Approvals[i]; r.Handle == w.Handle {
 			if string(r.Decision) == w.Decision && (r.Approver == w.Approver || slices.Contains(r.Approvers, w.Approver)) {
 				return nil
+			}
+			if r.Auth == noeta.AuthTimer {
+				// The answer reached the task after the deadline, or
+				// after the expiry: it did not count.
+				return fmt.Errorf("%w: %w: task %s: %s expired before this answer counted (denied by %s: %s)", engine.ErrRequestExpired, eventlog.ErrAlreadyAnswered, task, w.Handle, r.Approver, r.Reason)
 			}
 			return fmt.Errorf("%w: task %s: %s was answered already (%s by %s)", eventlog.ErrAlreadyAnswered, task, w.Handle, r.Decision, r.Approver)
 		}
