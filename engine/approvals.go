@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/noeta-go/noeta"
@@ -95,9 +96,16 @@ func (e *Engine) judge(ctx context.Context, st *State, pa noeta.PendingApproval,
 	if decision != noeta.ApprovalApprove && decision != noeta.ApprovalDeny {
 		decision, text = noeta.ApprovalDeny, fmt.Sprintf("unrecognised decision %q: taken as deny", w.Decision)
 	}
-	approver := w.Approver
-	if approver == "" {
-		approver = "unknown"
+	raw := w.Approver
+	if raw == "" {
+		raw = "unknown"
+	}
+	// One form of every name, whichever door it came through: compared and
+	// recorded as approvals.Approver has it. A name it refuses is recorded
+	// escaped, so what it hides shows in the log.
+	approver, nameErr := approvals.Approver(raw)
+	if nameErr != nil {
+		approver = truncate(strconv.QuoteToASCII(raw), maxErrorLen)
 	}
 	auth := w.Auth
 	if auth == "" || auth != noeta.AuthTimer && !validAuth(auth) {
@@ -118,8 +126,11 @@ func (e *Engine) judge(ctx context.Context, st *State, pa noeta.PendingApproval,
 		}
 		return judgement{resolved: &noeta.ApprovalResolved{Handle: w.Handle, Decision: noeta.ApprovalDeny, Approver: noeta.ApproverTimeout, Auth: noeta.AuthTimer, Reason: reason}}, nil
 	}
-	if approver == noeta.ApproverTimeout {
-		return refuse(fmt.Sprintf("the approver %q is the expiry's own; only the request's timer answers as it", noeta.ApproverTimeout)), nil
+	if nameErr != nil {
+		return refuse(nameErr.Error()), nil
+	}
+	if approvals.Reserved(approver) {
+		return refuse(fmt.Sprintf("the approver %q reads as %q, the expiry's own; only the request's timer answers as it", approver, noeta.ApproverTimeout)), nil
 	}
 	if at := e.receivedAt(w); !pa.ExpiresAt.IsZero() && !at.Before(pa.ExpiresAt) {
 		return expiredBefore(pa, w, at, *refuse("").refused), nil

@@ -361,8 +361,13 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 	if approver == "" {
 		return fmt.Errorf("%w: approver is empty: an approval must say who gave it", eventlog.ErrInvalidArgument)
 	}
+	name, err := approvals.Approver(approver)
+	if err != nil {
+		return fmt.Errorf("%w: approver: %w", eventlog.ErrInvalidArgument, err)
+	}
+	approver = name
 	switch {
-	case auth == noeta.AuthTimer || approver == noeta.ApproverTimeout:
+	case auth == noeta.AuthTimer || approvals.Reserved(approver):
 		return fmt.Errorf("%w: the approver %q and auth %q are the expiry's own; no one answers as them", eventlog.ErrInvalidArgument, noeta.ApproverTimeout, noeta.AuthTimer)
 	case !validAuth(auth):
 		return fmt.Errorf("%w: auth %q (want nats, token, proxy, local or none)", eventlog.ErrInvalidArgument, auth)

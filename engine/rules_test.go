@@ -565,3 +565,57 @@ func TestQuorumOnePersonTwoDoors(t *testing.T) {
 		t.Fatalf("approvers %v, %d calls; want one approver and nothing run", pa.Approvers, st.Governance.ToolCalls)
 	}
 }
+
+// TestHostileApproverNames: names are compared after one normalisation
+// (approvals.Approver). Before, CLI:bob passed self_approval: deny for the
+// submitter cli:bob, and cli:cli:alice, ALICE and alice with a zero-width
+// space each counted as another person toward a quorum alice had voted in.
+func TestHostileApproverNames(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			doc := quorumConfig + "  self_approval: deny\n"
+			h := newHarness(t, b, doc, withGuards(gate("tool_call")), withApprovals(t, doc))
+			h.start(1)
+			ctx := context.Background()
+			id, err := h.eng.Submit(ctx, engine.Submission{Agent: "boss", Goal: "ask now", SubmittedBy: "cli:bob",
+				Script: json.RawMessage(`[{"tool_calls":[{"tool":"echo","args":{"text":"ran"}}]},{"finish":{"answer":"done"}}]`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			handle := waitOpen(t, h, id, nil).WakeOn.Handle
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "CLI:bob", "mine", noeta.AuthLocal); !errors.Is(err, engine.ErrApproverNotAllowed) {
+				t.Fatalf("CLI:bob approving cli:bob's task = %v; want ErrApproverNotAllowed", err)
+			}
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "ali\u200bce", "hidden", noeta.AuthLocal); !errors.Is(err, eventlog.ErrInvalidArgument) {
+				t.Fatalf("a name with a zero-width space = %v; want ErrInvalidArgument", err)
+			}
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "alice", "one", noeta.AuthLocal); err != nil {
+				t.Fatal(err)
+			}
+			waitOpen(t, h, id, func(s *engine.State) bool { return len(pendingOf(s).Approvers) == 1 })
+			// Delivered as a dispatcher would, past every pre-check: the task
+			// refuses each and records why.
+			for i, name := range []string{"CLI:bob", "cli:cli:alice", "ALICE", "ali\u200bce", "ａｌｉｃｅ", "Timeout"} {
+				answer(t, h, id, handle, name, noeta.AuthNATS, noeta.ApprovalApprove, "again")
+				st := waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == i+1 })
+				if pa := pendingOf(st); len(pa.Approvers) != 1 || st.Governance.ToolCalls != 0 {
+					t.Fatalf("after %q: approvers %q, %d calls; want alice alone and nothing run", name, pa.Approvers, st.Governance.ToolCalls)
+				}
+			}
+			for _, e := range h.log(id) {
+				if p, _, err := e.Decode(); err == nil {
+					if r, ok := p.(*noeta.ApprovalRefused); ok && strings.ContainsRune(r.Approver, '\u200b') {
+						t.Errorf("a refusal records the name with its zero-width space raw: %+q", r.Approver)
+					}
+				}
+			}
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "carol", "two", noeta.AuthLocal); err != nil {
+				t.Fatal(err)
+			}
+			if st := h.waitStatus(id, noeta.StatusTerminal); st.Governance.ToolCalls != 1 {
+				t.Fatalf("%d calls; want the call run once alice and carol approved", st.Governance.ToolCalls)
+			}
+		})
+	}
+}

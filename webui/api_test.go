@@ -186,6 +186,12 @@ func TestAuthRefusals(t *testing.T) {
 		{"proxy header from a trusted peer with two values", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "a b"}}},
 		{"proxy header naming the expiry", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "timeout"}}},
 		{"proxy header naming the local user", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "cli:root"}}},
+		// Before, names were refused only as spelt in lower case: CLI:root
+		// and Timeout were taken.
+		{"proxy header naming the local user in upper case", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "CLI:root"}}},
+		{"proxy header naming the expiry capitalised", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "Timeout"}}},
+		{"proxy header naming the expiry in upper case", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "TIMEOUT"}}},
+		{"proxy header naming the bare door", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "Cli"}}},
 		{"wrong token beside a good cookie is not passed over", req{method: "GET", path: "/api/v1/approvals", hdr: bearer("nope")}},
 		{"unknown session", req{method: "GET", path: "/api/v1/tasks", hdr: map[string]string{"Cookie": SessionCookie + "=forged"}}},
 		{"answer without credentials", req{method: "POST", path: "/api/v1/tasks/x/approvals/h", body: `{"decision":"approve"}`, hdr: jsonPost("", nil)}},

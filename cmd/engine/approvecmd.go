@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
@@ -192,6 +193,13 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	if who == "" {
 		who = approver()
 	}
+	// The name as it is compared and recorded (CLI:alice is cli:alice);
+	// one that hides invisible characters is refused.
+	name, err := approvals.Approver(who)
+	if err != nil {
+		return usageErr("--as: %v", err)
+	}
+	who = name
 	// On the embedded default, approve runs the tree itself unless another
 	// process holds the data directory: then it is that process's client
 	// and only answers.
