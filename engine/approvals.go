@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/noeta-go/noeta"
@@ -243,4 +244,101 @@ func (g *segment) approvalWake(handle string) noeta.Wake {
 		w.ExpireAt = pa.ExpiresAt
 	}
 	return w
+}
+
+// The actions a rule's when sees for a reply that is not an approval: the
+// answer to a model's question, and the resume of a parked task.
+const (
+	ActionQuestion = "question"
+	ActionPark     = "park"
+)
+
+// replyRequest is what the approvals rules read of the question or park
+// the task was suspended on (reason, as its TaskSuspended gave it) when a
+// reply woke it.
+func replyRequest(st *State, reason string) approvals.Request {
+	req := approvals.Request{Task: st.Task, Agent: st.Agent, Action: ActionQuestion, Reason: reason, Submitter: st.SubmittedBy}
+	if isParkReason(reason) {
+		req.Action = ActionPark
+	} else if q, ok := strings.CutPrefix(reason, reasonWaitingHuman); ok {
+		req.Reason = q
+	}
+	return req
+}
+
+// reasonWaitingHuman prefixes the reason of a suspend on a model's question.
+const reasonWaitingHuman = "waiting_human: "
+
+// judgeReply decides whether w, a reply to the question or park the task
+// was suspended on for reason, may be taken: nil if so, else the refusal
+// to record. A reply meets what an answer to an approval meets: a name in
+// its one form, not the expiry's, authenticated where the engine requires
+// it, from someone other than the submitter under self_approval: deny,
+// and allowed by the approvers of every rule whose when holds of it
+// (action "question" or "park"). Quorums and timeouts are an approval's:
+// one allowed reply answers a question. Before, a reply was taken from
+// anyone: the submitter answered their own task's question under
+// self_approval: deny, and a plain wake answered one where approvals had
+// to be authenticated.
+func (e *Engine) judgeReply(st *State, reason string, w noeta.Wake) *noeta.ApprovalRefused {
+	raw := w.Approver
+	if raw == "" {
+		raw = "unknown"
+	}
+	approver, nameErr := approvals.Approver(raw)
+	if nameErr != nil {
+		approver = truncate(strconv.QuoteToASCII(raw), maxErrorLen)
+	}
+	auth := w.Auth
+	if auth == "" || !validAuth(auth) {
+		auth = noeta.AuthNone
+	}
+	decision := noeta.ApprovalDecision(w.Decision)
+	if decision != noeta.ApprovalApprove {
+		decision = noeta.ApprovalDeny
+	}
+	refuse := func(why string) *noeta.ApprovalRefused {
+		return &noeta.ApprovalRefused{Handle: w.Handle, Decision: decision, Approver: approver, Auth: auth, Reason: truncate(why, maxErrorLen), Text: truncate(w.Text, maxErrorLen)}
+	}
+	switch {
+	case w.Auth == noeta.AuthTimer:
+		return refuse("a timer answered a question, which does not expire")
+	case nameErr != nil:
+		return refuse(nameErr.Error())
+	case approvals.Reserved(approver):
+		return refuse(fmt.Sprintf("the approver %q reads as %q, the expiry's own", approver, noeta.ApproverTimeout))
+	case auth == noeta.AuthNone && e.cfg.RequireAuthenticatedApprovals:
+		return refuse(msgUnauthenticated)
+	}
+	req := replyRequest(st, reason)
+	r := e.cfg.Approvals.Require(req)
+	for _, p := range r.Problems {
+		e.log.Warn("an approvals rule's when failed to evaluate; the rule applies", "task", st.Task, "problem", p)
+	}
+	if err := e.cfg.Approvals.Check(req, r.Rules, approver, auth); err != nil {
+		return refuse(err.Error())
+	}
+	return nil
+}
+
+// recordReply judges w, the reply that woke the task from a question or a
+// park: taken, the turn goes on as before; refused, the refusal is
+// recorded and the task suspends on the same handle again.
+func (g *segment) recordReply(w noeta.Wake) error {
+	st := g.st
+	reason := st.WokenFrom
+	if !st.Answered {
+		ref := g.e.judgeReply(st, reason, w)
+		if ref == nil {
+			return nil
+		}
+		g.e.refusedApprovals.Add(1)
+		if err := g.engineEmit(*ref); err != nil {
+			return err
+		}
+	}
+	if reason == "" {
+		reason = reasonWaitingHuman + "(asked again: a reply was refused)"
+	}
+	return g.suspend(reason, noeta.HumanResponseWake(w.Handle))
 }

@@ -384,6 +384,12 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 		if err := OpenRequest(st, handle); err != nil {
 			return err
 		}
+		if _, ok := st.Governance.PendingApprovals[handle]; !ok && st.Status == noeta.StatusSuspended {
+			// A question or a park: judged as the woken task will.
+			if ref := e.judgeReply(st, st.Reason, w); ref != nil {
+				return fmt.Errorf("%w: task %s, %s: %s", ErrApproverNotAllowed, task, handle, ref.Reason)
+			}
+		}
 		if pa, ok := st.Governance.PendingApprovals[handle]; ok {
 			j, err := e.judge(ctx, st, pa, w)
 			if err != nil {

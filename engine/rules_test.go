@@ -619,3 +619,95 @@ func TestHostileApproverNames(t *testing.T) {
 		})
 	}
 }
+
+// questionConfig: self-approval denied; a rule lets only sre and bob
+// answer questions.
+const questionConfig = pathsConfig + `
+approvals:
+  self_approval: deny
+  rules:
+    - name: sre-answers-questions
+      when: 'action == "question"'
+      approvers: 'approver in ["sre", "bob"]'
+`
+
+// TestQuestionObeysRules: a reply to a model's question meets the approvals
+// rules, self-approval and authentication as an approval does: refused, it
+// is recorded and the task asks again; an allowed reply goes on.
+//
+// Before: a question's reply was taken from anyone: the submitter answered
+// their own task's question under self_approval: deny (over HTTP), and an
+// unauthenticated plain wake answered one where approvals had to be
+// authenticated.
+func TestQuestionObeysRules(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			h := newHarness(t, b, questionConfig, withApprovals(t, questionConfig),
+				func(c *engine.Config) { c.RequireAuthenticatedApprovals = true })
+			h.start(1)
+			ctx := context.Background()
+			id, err := h.eng.Submit(ctx, engine.Submission{Agent: "boss", Goal: "ask", SubmittedBy: "cli:bob",
+				Script: json.RawMessage(`[{"yield_for_human":{"question":"which branch?"}},{"finish":{"answer":"done"}}]`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			asked := func(refused int) {
+				t.Helper()
+				h.waitFor(id, "the question asked", func(s *engine.State) bool {
+					return s.Status == noeta.StatusSuspended && s.WakeOn != nil && s.WakeOn.Handle == "question-1" &&
+						s.Reason == "waiting_human: which branch?" && countRefused(h, id) == refused
+				})
+				h.waitReleased(id, eventlog.DispatchSuspended)
+			}
+			asked(0)
+			// In process: refused before anything is sent.
+			for _, who := range []string{"cli:bob", "Bob", "alice"} {
+				if err := h.eng.Approve(ctx, id, "question-1", noeta.ApprovalApprove, who, "main", noeta.AuthToken); !errors.Is(err, engine.ErrApproverNotAllowed) {
+					t.Fatalf("%s's reply in process = %v; want ErrApproverNotAllowed", who, err)
+				}
+			}
+			// As a dispatcher delivers them: refused by the woken task,
+			// recorded, and the question asked again.
+			for i, tc := range []struct{ who, auth, why string }{
+				{"sre", noeta.AuthNone, "proves nothing"},
+				{"cli:bob", noeta.AuthToken, "submitted this task"},
+				{"BOB", noeta.AuthNATS, "submitted this task"},
+				{"alice", noeta.AuthNATS, "rule sre-answers-questions"},
+			} {
+				answer(t, h, id, "question-1", tc.who, tc.auth, noeta.ApprovalApprove, "main")
+				asked(i + 1)
+				var last *noeta.ApprovalRefused
+				for _, e := range h.log(id) {
+					if p, _, err := e.Decode(); err == nil {
+						if r, ok := p.(*noeta.ApprovalRefused); ok {
+							last = r
+						}
+					}
+				}
+				if last == nil || !strings.Contains(last.Reason, tc.why) || last.Handle != "question-1" {
+					t.Fatalf("refusal of %s (%s): %+v; want one saying %q", tc.who, tc.auth, last, tc.why)
+				}
+			}
+			if st, _ := h.eng.Inspect(ctx, id); st.Turn.N != 1 {
+				t.Fatalf("turn %d after the refused replies; want still 1 (nothing decided on them)", st.Turn.N)
+			}
+			if err := h.eng.Approve(ctx, id, "question-1", noeta.ApprovalApprove, "sre", "main", noeta.AuthToken); err != nil {
+				t.Fatal(err)
+			}
+			if st := h.waitStatus(id, noeta.StatusTerminal); string(st.Answer) != `"done"` {
+				t.Fatalf("answer %s after sre's reply; want done\n%s", st.Answer, h.dump(id))
+			}
+		})
+	}
+}
+
+func countRefused(h *harness, id string) int {
+	n := 0
+	for _, e := range h.log(id) {
+		if e.Type == noeta.TypeApprovalRefused {
+			n++
+		}
+	}
+	return n
+}
