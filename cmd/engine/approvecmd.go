@@ -319,7 +319,7 @@ func answerErr(err error, task, handle, where string) error {
 	case errors.Is(err, engine.ErrRequestExpired):
 		return failErr(fmt.Errorf("too late: %s of task %s expired before this answer; it was not applied: %w", handle, task, err))
 	case errors.Is(err, engine.ErrApproverNotAllowed):
-		return failErr(fmt.Errorf("refused by the approvals rules; nothing was sent: %w", err))
+		return failErr(fmt.Errorf("refused by the approvals rules; the answer was not taken: %w", err))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return failErr(fmt.Errorf("answer %s of task %s: stopped before it was applied: %w", handle, task, err))
 	}
