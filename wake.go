@@ -54,6 +54,18 @@ type Wake struct {
 	// task is woken with an answer from AuthTimer (a denial). Not part of
 	// matching.
 	ExpireAt time.Time `json:"expire_at,omitzero"`
+	// ReceivedAt, on a human_response event: when the answer reached the
+	// dispatcher's input, by the clock of whoever received it: the
+	// broker's own timestamp of the message on the wake stream (an
+	// approval subject, the plain wake subject), or the clock of the
+	// dispatcher an in-process answer was handed to. Every dispatcher
+	// overwrites it, never takes it from the sender, so an answerer
+	// cannot date an answer before the request's expiry. The engine
+	// judges an answer against ExpireAt by it, not by when the answer is
+	// judged: an answer received before the deadline counts however late
+	// the task is woken, one received after never does. Not part of
+	// matching.
+	ReceivedAt time.Time `json:"received_at,omitzero"`
 
 	// timer_fired: the recorded deadline, in UTC. A fired timer carries the
 	// deadline it was set for, not the time it fired, so a redelivery is

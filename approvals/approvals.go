@@ -246,9 +246,15 @@ func (r Request) vars() map[string]any {
 			args = m
 		}
 	}
+	submitter := r.Submitter
+	if n, err := Approver(submitter); err == nil {
+		// In the one form approver is in, so submitter == approver holds
+		// of one person through one door however either was spelt.
+		submitter = n
+	}
 	return map[string]any{
 		"task": r.Task, "agent": r.Agent, "action": r.Action, "tool": r.Tool, "args": args,
-		"guard": r.Guard, "reason": r.Reason, "submitter": r.Submitter, "child_agent": r.ChildAgent,
+		"guard": r.Guard, "reason": r.Reason, "submitter": submitter, "child_agent": r.ChildAgent,
 	}
 }
 
@@ -336,6 +342,10 @@ func (p *Policy) SelfApprovalDenied(rules []string) bool {
 // approvers; a rule no longer in the config refuses (the request was made
 // under it, and nothing says who may answer now).
 func (p *Policy) Check(req Request, rules []string, approver, auth string) error {
+	approver, err := Approver(approver)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotAllowed, err)
+	}
 	if p.SelfApprovalDenied(rules) {
 		if req.Submitter == "" {
 			// Nothing says who submitted it, so nothing shows the approver
@@ -375,18 +385,6 @@ func (p *Policy) Check(req Request, rules []string, approver, auth string) error
 		}
 	}
 	return nil
-}
-
-// SamePerson reports whether two principals name the same person however
-// each was authenticated: the embedded CLI's cli:alice, the NATS approver
-// alice and the HTTP token alice are one person. Names are compared without
-// the cli: prefix and without regard to case, so a submitter cannot approve
-// their own task by answering through another door.
-func SamePerson(a, b string) bool {
-	norm := func(s string) string {
-		return strings.ToLower(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "cli:")))
-	}
-	return a != "" && b != "" && norm(a) == norm(b)
 }
 
 // MayAnswer says in words who may answer a request made under rules.

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/approvals"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -59,16 +60,21 @@ func (h HTTP) Empty() bool { return len(h.Tokens) == 0 && h.TrustedProxy == nil 
 var principalName = regexp.MustCompile(`^[A-Za-z0-9_.@:+-]{1,128}$`)
 
 // CheckPrincipal refuses a name an HTTP principal may not have: one that
-// reads as another kind of approver — the expiry's "timeout", or the local
-// user's "cli:…" — or that is not 1 to 128 of A-Z a-z 0-9 _ . @ : + -.
+// is not 1 to 128 of A-Z a-z 0-9 _ . @ : + -, or that reads as another
+// kind of approver in any case — the expiry's "timeout" (Timeout, TIMEOUT),
+// or the local user's "cli:…" (CLI:root) — as approvals.SamePerson
+// compares names.
 func CheckPrincipal(name string) error {
 	switch {
 	case !principalName.MatchString(name):
 		return fmt.Errorf("%q: want 1 to 128 of A-Z a-z 0-9 _ . @ : + -", name)
-	case name == noeta.ApproverTimeout:
-		return fmt.Errorf("%q is the approver recorded for an expired request", name)
-	case name == "cli" || strings.HasPrefix(name, "cli:"):
+	case approvals.Reserved(name):
+		return fmt.Errorf("%q reads as %q, the approver recorded for an expired request", name, noeta.ApproverTimeout)
+	case strings.EqualFold(name, "cli") || len(name) >= len(approvals.CLIPrefix) && strings.EqualFold(name[:len(approvals.CLIPrefix)], approvals.CLIPrefix):
 		return fmt.Errorf("%q reads as the local user of the embedded default (cli:$USER)", name)
+	}
+	if _, err := approvals.Approver(name); err != nil {
+		return err
 	}
 	return nil
 }

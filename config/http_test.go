@@ -45,6 +45,8 @@ func TestParseHTTPErrors(t *testing.T) {
 		{"token name with a space", `http: {tokens: [{name: "a b", sha256: "` + aliceHash + `"}]}`, "http.tokens[0].name", "want 1 to 128"},
 		{"token named as the expiry", `http: {tokens: [{name: timeout, sha256: "` + aliceHash + `"}]}`, "http.tokens[0].name", "expired request"},
 		{"token named as the local user", `http: {tokens: [{name: "cli:root", sha256: "` + aliceHash + `"}]}`, "http.tokens[0].name", "local user"},
+		{"token named as the local user in upper case", `http: {tokens: [{name: "CLI:root", sha256: "` + aliceHash + `"}]}`, "http.tokens[0].name", "local user"},
+		{"token named as the expiry capitalised", `http: {tokens: [{name: "Timeout", sha256: "` + aliceHash + `"}]}`, "http.tokens[0].name", "expired request"},
 		{"token in clear", `http: {tokens: [{name: a, sha256: "s3cret"}]}`, "http.tokens[0].sha256", "64 hex digits"},
 		{"token without hash", `http: {tokens: [{name: a}]}`, "http.tokens[0].sha256", "required"},
 		{"name twice", `http: {tokens: [{name: a, sha256: "` + aliceHash + `"}, {name: a, sha256: "` + strings.Repeat("0", 64) + `"}]}`, "http.tokens[1].name", "twice"},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/noeta-go/noeta"
@@ -29,11 +31,44 @@ func validAuth(a string) bool {
 }
 
 // judgement is what one answer to an open approval comes to: exactly one of
-// a refusal, a count toward the quorum, or a resolution.
+// a refusal, a count toward the quorum, or a resolution; or, for an answer
+// received after the request expired (late), the refusal of the answer
+// and the request's resolution as denied by timeout.
 type judgement struct {
 	refused  *noeta.ApprovalRefused
 	counted  *noeta.ApprovalCounted
 	resolved *noeta.ApprovalResolved
+	late     bool
+}
+
+// receivedAt is when the answer w was received, by the clock that decides
+// it against an expiry: the ReceivedAt its dispatcher stamped (the broker's
+// timestamp of the message, or the in-process dispatcher's clock; never the
+// sender's), or, when nothing stamped it, now, the judge's clock, which is
+// never earlier than the answer's arrival: an answer nobody dated is
+// taken to be as late as it can be shown to be.
+func (e *Engine) receivedAt(w noeta.Wake) time.Time {
+	if !w.ReceivedAt.IsZero() {
+		return w.ReceivedAt
+	}
+	return e.cfg.Now()
+}
+
+// expiredBefore returns the judgement of an answer received at at, on or
+// after pa's deadline: refused, and the request resolved as its timer
+// would have, denied by timeout. The deadline recorded on the request
+// decides, not which of the answer and the timer reaches the task first:
+// with no engine running at the deadline, or the timer's whole-second
+// rounding, a late answer used to get there first and was taken.
+func expiredBefore(pa noeta.PendingApproval, w noeta.Wake, at time.Time, refused noeta.ApprovalRefused) judgement {
+	deadline := pa.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	refused.Reason = truncate(fmt.Sprintf("received at %s, after the request expired at %s: an answer counts only if it arrives before the deadline", at.UTC().Format(time.RFC3339Nano), deadline), maxErrorLen)
+	return judgement{
+		late:    true,
+		refused: &refused,
+		resolved: &noeta.ApprovalResolved{Handle: w.Handle, Decision: noeta.ApprovalDeny, Approver: noeta.ApproverTimeout, Auth: noeta.AuthTimer,
+			Reason: "no answer before " + pa.ExpiresAt.UTC().Format(time.RFC3339) + " (an answer received after it is refused)"},
+	}
 }
 
 // approvalRequest is what the approvals rules read of an open request.
@@ -62,9 +97,16 @@ func (e *Engine) judge(ctx context.Context, st *State, pa noeta.PendingApproval,
 	if decision != noeta.ApprovalApprove && decision != noeta.ApprovalDeny {
 		decision, text = noeta.ApprovalDeny, fmt.Sprintf("unrecognised decision %q: taken as deny", w.Decision)
 	}
-	approver := w.Approver
-	if approver == "" {
-		approver = "unknown"
+	raw := w.Approver
+	if raw == "" {
+		raw = "unknown"
+	}
+	// One form of every name, whichever door it came through: compared and
+	// recorded as approvals.Approver has it. A name it refuses is recorded
+	// escaped, so what it hides shows in the log.
+	approver, nameErr := approvals.Approver(raw)
+	if nameErr != nil {
+		approver = truncate(strconv.QuoteToASCII(raw), maxErrorLen)
 	}
 	auth := w.Auth
 	if auth == "" || auth != noeta.AuthTimer && !validAuth(auth) {
@@ -85,8 +127,14 @@ func (e *Engine) judge(ctx context.Context, st *State, pa noeta.PendingApproval,
 		}
 		return judgement{resolved: &noeta.ApprovalResolved{Handle: w.Handle, Decision: noeta.ApprovalDeny, Approver: noeta.ApproverTimeout, Auth: noeta.AuthTimer, Reason: reason}}, nil
 	}
-	if approver == noeta.ApproverTimeout {
-		return refuse(fmt.Sprintf("the approver %q is the expiry's own; only the request's timer answers as it", noeta.ApproverTimeout)), nil
+	if nameErr != nil {
+		return refuse(nameErr.Error()), nil
+	}
+	if approvals.Reserved(approver) {
+		return refuse(fmt.Sprintf("the approver %q reads as %q, the expiry's own; only the request's timer answers as it", approver, noeta.ApproverTimeout)), nil
+	}
+	if at := e.receivedAt(w); !pa.ExpiresAt.IsZero() && !at.Before(pa.ExpiresAt) {
+		return expiredBefore(pa, w, at, *refuse("").refused), nil
 	}
 	if auth == noeta.AuthNone && e.cfg.RequireAuthenticatedApprovals {
 		return refuse(msgUnauthenticated), nil
@@ -130,6 +178,18 @@ func (g *segment) recordAnswer(pa noeta.PendingApproval, w noeta.Wake) error {
 	j, err := g.e.judge(g.ctx, g.st, pa, w)
 	if err != nil {
 		return err
+	}
+	if j.late {
+		// The refusal first, so the log says whose answer came too late;
+		// then the expiry. A crash between them leaves the request open
+		// past its deadline, and the suspend that follows expires at once.
+		g.e.refusedApprovals.Add(1)
+		if pa.Refused < MaxRefusedPerRequest {
+			if err := g.engineEmit(*j.refused); err != nil {
+				return err
+			}
+		}
+		j.refused = nil
 	}
 	switch {
 	case j.resolved != nil:
@@ -184,4 +244,101 @@ func (g *segment) approvalWake(handle string) noeta.Wake {
 		w.ExpireAt = pa.ExpiresAt
 	}
 	return w
+}
+
+// The actions a rule's when sees for a reply that is not an approval: the
+// answer to a model's question, and the resume of a parked task.
+const (
+	ActionQuestion = "question"
+	ActionPark     = "park"
+)
+
+// replyRequest is what the approvals rules read of the question or park
+// the task was suspended on (reason, as its TaskSuspended gave it) when a
+// reply woke it.
+func replyRequest(st *State, reason string) approvals.Request {
+	req := approvals.Request{Task: st.Task, Agent: st.Agent, Action: ActionQuestion, Reason: reason, Submitter: st.SubmittedBy}
+	if isParkReason(reason) {
+		req.Action = ActionPark
+	} else if q, ok := strings.CutPrefix(reason, reasonWaitingHuman); ok {
+		req.Reason = q
+	}
+	return req
+}
+
+// reasonWaitingHuman prefixes the reason of a suspend on a model's question.
+const reasonWaitingHuman = "waiting_human: "
+
+// judgeReply decides whether w, a reply to the question or park the task
+// was suspended on for reason, may be taken: nil if so, else the refusal
+// to record. A reply meets what an answer to an approval meets: a name in
+// its one form, not the expiry's, authenticated where the engine requires
+// it, from someone other than the submitter under self_approval: deny,
+// and allowed by the approvers of every rule whose when holds of it
+// (action "question" or "park"). Quorums and timeouts are an approval's:
+// one allowed reply answers a question. Before, a reply was taken from
+// anyone: the submitter answered their own task's question under
+// self_approval: deny, and a plain wake answered one where approvals had
+// to be authenticated.
+func (e *Engine) judgeReply(st *State, reason string, w noeta.Wake) *noeta.ApprovalRefused {
+	raw := w.Approver
+	if raw == "" {
+		raw = "unknown"
+	}
+	approver, nameErr := approvals.Approver(raw)
+	if nameErr != nil {
+		approver = truncate(strconv.QuoteToASCII(raw), maxErrorLen)
+	}
+	auth := w.Auth
+	if auth == "" || !validAuth(auth) {
+		auth = noeta.AuthNone
+	}
+	decision := noeta.ApprovalDecision(w.Decision)
+	if decision != noeta.ApprovalApprove {
+		decision = noeta.ApprovalDeny
+	}
+	refuse := func(why string) *noeta.ApprovalRefused {
+		return &noeta.ApprovalRefused{Handle: w.Handle, Decision: decision, Approver: approver, Auth: auth, Reason: truncate(why, maxErrorLen), Text: truncate(w.Text, maxErrorLen)}
+	}
+	switch {
+	case w.Auth == noeta.AuthTimer:
+		return refuse("a timer answered a question, which does not expire")
+	case nameErr != nil:
+		return refuse(nameErr.Error())
+	case approvals.Reserved(approver):
+		return refuse(fmt.Sprintf("the approver %q reads as %q, the expiry's own", approver, noeta.ApproverTimeout))
+	case auth == noeta.AuthNone && e.cfg.RequireAuthenticatedApprovals:
+		return refuse(msgUnauthenticated)
+	}
+	req := replyRequest(st, reason)
+	r := e.cfg.Approvals.Require(req)
+	for _, p := range r.Problems {
+		e.log.Warn("an approvals rule's when failed to evaluate; the rule applies", "task", st.Task, "problem", p)
+	}
+	if err := e.cfg.Approvals.Check(req, r.Rules, approver, auth); err != nil {
+		return refuse(err.Error())
+	}
+	return nil
+}
+
+// recordReply judges w, the reply that woke the task from a question or a
+// park: taken, the turn goes on as before; refused, the refusal is
+// recorded and the task suspends on the same handle again.
+func (g *segment) recordReply(w noeta.Wake) error {
+	st := g.st
+	reason := st.WokenFrom
+	if !st.Answered {
+		ref := g.e.judgeReply(st, reason, w)
+		if ref == nil {
+			return nil
+		}
+		g.e.refusedApprovals.Add(1)
+		if err := g.engineEmit(*ref); err != nil {
+			return err
+		}
+	}
+	if reason == "" {
+		reason = reasonWaitingHuman + "(asked again: a reply was refused)"
+	}
+	return g.suspend(reason, noeta.HumanResponseWake(w.Handle))
 }

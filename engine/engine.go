@@ -331,6 +331,12 @@ const answerSettle = 30 * time.Second
 // woken, and nothing is sent.
 var ErrApproverNotAllowed = errors.New("engine: approver not allowed")
 
+// ErrRequestExpired is wrapped by Approve when the request's deadline has
+// passed: an answer received now is refused, and the request resolves
+// denied by timeout (its timer's answer, or the woken task's judgement of
+// any late answer).
+var ErrRequestExpired = errors.New("engine: the approval request has expired")
+
 // Approve answers the request behind handle: a human_response wake with the
 // decision, who made it (approver, authenticated as auth: one of the
 // noeta.Auth* constants, set by the trusted caller, never by the sender)
@@ -355,8 +361,13 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 	if approver == "" {
 		return fmt.Errorf("%w: approver is empty: an approval must say who gave it", eventlog.ErrInvalidArgument)
 	}
+	name, err := approvals.Approver(approver)
+	if err != nil {
+		return fmt.Errorf("%w: approver: %w", eventlog.ErrInvalidArgument, err)
+	}
+	approver = name
 	switch {
-	case auth == noeta.AuthTimer || approver == noeta.ApproverTimeout:
+	case auth == noeta.AuthTimer || approvals.Reserved(approver):
 		return fmt.Errorf("%w: the approver %q and auth %q are the expiry's own; no one answers as them", eventlog.ErrInvalidArgument, noeta.ApproverTimeout, noeta.AuthTimer)
 	case !validAuth(auth):
 		return fmt.Errorf("%w: auth %q (want nats, token, proxy, local or none)", eventlog.ErrInvalidArgument, auth)
@@ -373,10 +384,19 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 		if err := OpenRequest(st, handle); err != nil {
 			return err
 		}
+		if _, ok := st.Governance.PendingApprovals[handle]; !ok && st.Status == noeta.StatusSuspended {
+			// A question or a park: judged as the woken task will.
+			if ref := e.judgeReply(st, st.Reason, w); ref != nil {
+				return fmt.Errorf("%w: task %s, %s: %s", ErrApproverNotAllowed, task, handle, ref.Reason)
+			}
+		}
 		if pa, ok := st.Governance.PendingApprovals[handle]; ok {
 			j, err := e.judge(ctx, st, pa, w)
 			if err != nil {
 				return err
+			}
+			if j.late {
+				return fmt.Errorf("%w: task %s, %s: %s; nothing was sent, and the request resolves denied by timeout", ErrRequestExpired, task, handle, j.refused.Reason)
 			}
 			if j.refused != nil {
 				return fmt.Errorf("%w: task %s, %s: %s", ErrApproverNotAllowed, task, handle, j.refused.Reason)
@@ -423,10 +443,14 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 // request open now: an approval requested and not resolved, or the
 // human_response the task is suspended on (a park, a question). If not, the
 // error wraps eventlog.ErrAlreadyAnswered when the log holds the answer to
-// it, and eventlog.ErrNotWaiting otherwise; either names what is open.
+// it (and ErrRequestExpired too when that answer was its expiry), and
+// eventlog.ErrNotWaiting otherwise; either names what is open.
 func OpenRequest(st *State, handle string) error {
 	for i := len(st.Governance.Approvals) - 1; i >= 0; i-- {
 		if a := st.Governance.Approvals[i]; a.Handle == handle {
+			if a.Auth == noeta.AuthTimer {
+				return fmt.Errorf("%w: %w: task %s: %s expired unanswered (denied by %s: %s)", ErrRequestExpired, eventlog.ErrAlreadyAnswered, st.Task, handle, a.Approver, a.Reason)
+			}
 			return fmt.Errorf("%w: task %s: %s was answered already (%s by %s)", eventlog.ErrAlreadyAnswered, st.Task, handle, a.Decision, a.Approver)
 		}
 	}

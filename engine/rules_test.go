@@ -565,3 +565,149 @@ func TestQuorumOnePersonTwoDoors(t *testing.T) {
 		t.Fatalf("approvers %v, %d calls; want one approver and nothing run", pa.Approvers, st.Governance.ToolCalls)
 	}
 }
+
+// TestHostileApproverNames: names are compared after one normalisation
+// (approvals.Approver). Before, CLI:bob passed self_approval: deny for the
+// submitter cli:bob, and cli:cli:alice, ALICE and alice with a zero-width
+// space each counted as another person toward a quorum alice had voted in.
+func TestHostileApproverNames(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			doc := quorumConfig + "  self_approval: deny\n"
+			h := newHarness(t, b, doc, withGuards(gate("tool_call")), withApprovals(t, doc))
+			h.start(1)
+			ctx := context.Background()
+			id, err := h.eng.Submit(ctx, engine.Submission{Agent: "boss", Goal: "ask now", SubmittedBy: "cli:bob",
+				Script: json.RawMessage(`[{"tool_calls":[{"tool":"echo","args":{"text":"ran"}}]},{"finish":{"answer":"done"}}]`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			handle := waitOpen(t, h, id, nil).WakeOn.Handle
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "CLI:bob", "mine", noeta.AuthLocal); !errors.Is(err, engine.ErrApproverNotAllowed) {
+				t.Fatalf("CLI:bob approving cli:bob's task = %v; want ErrApproverNotAllowed", err)
+			}
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "ali\u200bce", "hidden", noeta.AuthLocal); !errors.Is(err, eventlog.ErrInvalidArgument) {
+				t.Fatalf("a name with a zero-width space = %v; want ErrInvalidArgument", err)
+			}
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "alice", "one", noeta.AuthLocal); err != nil {
+				t.Fatal(err)
+			}
+			waitOpen(t, h, id, func(s *engine.State) bool { return len(pendingOf(s).Approvers) == 1 })
+			// Delivered as a dispatcher would, past every pre-check: the task
+			// refuses each and records why.
+			for i, name := range []string{"CLI:bob", "cli:cli:alice", "ALICE", "ali\u200bce", "ａｌｉｃｅ", "Timeout"} {
+				answer(t, h, id, handle, name, noeta.AuthNATS, noeta.ApprovalApprove, "again")
+				st := waitOpen(t, h, id, func(s *engine.State) bool { return pendingOf(s).Refused == i+1 })
+				if pa := pendingOf(st); len(pa.Approvers) != 1 || st.Governance.ToolCalls != 0 {
+					t.Fatalf("after %q: approvers %q, %d calls; want alice alone and nothing run", name, pa.Approvers, st.Governance.ToolCalls)
+				}
+			}
+			for _, e := range h.log(id) {
+				if p, _, err := e.Decode(); err == nil {
+					if r, ok := p.(*noeta.ApprovalRefused); ok && strings.ContainsRune(r.Approver, '\u200b') {
+						t.Errorf("a refusal records the name with its zero-width space raw: %+q", r.Approver)
+					}
+				}
+			}
+			if err := h.eng.Approve(ctx, id, handle, noeta.ApprovalApprove, "carol", "two", noeta.AuthLocal); err != nil {
+				t.Fatal(err)
+			}
+			if st := h.waitStatus(id, noeta.StatusTerminal); st.Governance.ToolCalls != 1 {
+				t.Fatalf("%d calls; want the call run once alice and carol approved", st.Governance.ToolCalls)
+			}
+		})
+	}
+}
+
+// questionConfig: self-approval denied; a rule lets only sre and bob
+// answer questions.
+const questionConfig = pathsConfig + `
+approvals:
+  self_approval: deny
+  rules:
+    - name: sre-answers-questions
+      when: 'action == "question"'
+      approvers: 'approver in ["sre", "bob"]'
+`
+
+// TestQuestionObeysRules: a reply to a model's question meets the approvals
+// rules, self-approval and authentication as an approval does: refused, it
+// is recorded and the task asks again; an allowed reply goes on.
+//
+// Before: a question's reply was taken from anyone: the submitter answered
+// their own task's question under self_approval: deny (over HTTP), and an
+// unauthenticated plain wake answered one where approvals had to be
+// authenticated.
+func TestQuestionObeysRules(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			h := newHarness(t, b, questionConfig, withApprovals(t, questionConfig),
+				func(c *engine.Config) { c.RequireAuthenticatedApprovals = true })
+			h.start(1)
+			ctx := context.Background()
+			id, err := h.eng.Submit(ctx, engine.Submission{Agent: "boss", Goal: "ask", SubmittedBy: "cli:bob",
+				Script: json.RawMessage(`[{"yield_for_human":{"question":"which branch?"}},{"finish":{"answer":"done"}}]`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			asked := func(refused int) {
+				t.Helper()
+				h.waitFor(id, "the question asked", func(s *engine.State) bool {
+					return s.Status == noeta.StatusSuspended && s.WakeOn != nil && s.WakeOn.Handle == "question-1" &&
+						s.Reason == "waiting_human: which branch?" && countRefused(h, id) == refused
+				})
+				h.waitReleased(id, eventlog.DispatchSuspended)
+			}
+			asked(0)
+			// In process: refused before anything is sent.
+			for _, who := range []string{"cli:bob", "Bob", "alice"} {
+				if err := h.eng.Approve(ctx, id, "question-1", noeta.ApprovalApprove, who, "main", noeta.AuthToken); !errors.Is(err, engine.ErrApproverNotAllowed) {
+					t.Fatalf("%s's reply in process = %v; want ErrApproverNotAllowed", who, err)
+				}
+			}
+			// As a dispatcher delivers them: refused by the woken task,
+			// recorded, and the question asked again.
+			for i, tc := range []struct{ who, auth, why string }{
+				{"sre", noeta.AuthNone, "proves nothing"},
+				{"cli:bob", noeta.AuthToken, "submitted this task"},
+				{"BOB", noeta.AuthNATS, "submitted this task"},
+				{"alice", noeta.AuthNATS, "rule sre-answers-questions"},
+			} {
+				answer(t, h, id, "question-1", tc.who, tc.auth, noeta.ApprovalApprove, "main")
+				asked(i + 1)
+				var last *noeta.ApprovalRefused
+				for _, e := range h.log(id) {
+					if p, _, err := e.Decode(); err == nil {
+						if r, ok := p.(*noeta.ApprovalRefused); ok {
+							last = r
+						}
+					}
+				}
+				if last == nil || !strings.Contains(last.Reason, tc.why) || last.Handle != "question-1" {
+					t.Fatalf("refusal of %s (%s): %+v; want one saying %q", tc.who, tc.auth, last, tc.why)
+				}
+			}
+			if st, _ := h.eng.Inspect(ctx, id); st.Turn.N != 1 {
+				t.Fatalf("turn %d after the refused replies; want still 1 (nothing decided on them)", st.Turn.N)
+			}
+			if err := h.eng.Approve(ctx, id, "question-1", noeta.ApprovalApprove, "sre", "main", noeta.AuthToken); err != nil {
+				t.Fatal(err)
+			}
+			if st := h.waitStatus(id, noeta.StatusTerminal); string(st.Answer) != `"done"` {
+				t.Fatalf("answer %s after sre's reply; want done\n%s", st.Answer, h.dump(id))
+			}
+		})
+	}
+}
+
+func countRefused(h *harness, id string) int {
+	n := 0
+	for _, e := range h.log(id) {
+		if e.Type == noeta.TypeApprovalRefused {
+			n++
+		}
+	}
+	return n
+}

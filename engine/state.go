@@ -47,6 +47,10 @@ type State struct {
 	// recorded (ApprovalResolved, ApprovalCounted or ApprovalRefused), so a
 	// segment resumed after a crash does not judge it a second time.
 	Answered bool `json:"answered,omitempty"`
+	// WokenFrom is the reason of the suspend the latest TaskWoken ended (a
+	// question's "waiting_human: …", a park's): a reply the rules refuse
+	// suspends the task on it again.
+	WokenFrom string `json:"woken_from,omitempty"`
 	// SuspendedSeq and SuspendedAt are the latest TaskSuspended's: when a
 	// question was asked.
 	SuspendedSeq uint64    `json:"suspended_seq,omitempty"`
@@ -273,6 +277,10 @@ func (s *State) Apply(env eventlog.Envelope) error {
 			pa.Refused++
 			g.PendingApprovals[p.Handle] = pa
 			s.Answered = true
+		} else if s.Status == noeta.StatusRunning && s.LastWake != nil && s.LastWake.Handle == p.Handle {
+			// A reply to a question or a park, refused: the task asks
+			// again.
+			s.Answered = true
 		}
 	case *noeta.SubtaskResultRecorded:
 		g.NoteSubtaskSpend(p.SubtaskID, p.Spend)
@@ -296,6 +304,7 @@ func (s *State) Apply(env eventlog.Envelope) error {
 		}
 	case *noeta.TaskWoken:
 		w := p.WakeEvent.Clone()
+		s.WokenFrom = s.Reason
 		s.Status, s.WakeOn, s.LastWake, s.Reason = noeta.StatusRunning, nil, &w, ""
 		s.Answered = false
 		s.Turn.Seals = 0

@@ -257,9 +257,14 @@ func (g *segment) afterWake(w noeta.Wake) error {
 		return g.recordResults(ids)
 	case noeta.WakeHumanResponse:
 		pa, ok := st.Governance.PendingApprovals[w.Handle]
+		if !ok && st.WokenFrom != ReasonWaitingApproval && !slices.ContainsFunc(st.Governance.Approvals, func(a noeta.ApprovalRecord) bool { return a.Handle == w.Handle }) {
+			// A question or a park: the same doors and rules as an
+			// approval.
+			return g.recordReply(w)
+		}
 		if !ok || st.Answered {
-			// Not an approval (a question, a park), or its answer is
-			// recorded already (by a segment that died after it).
+			// Its answer is recorded already (by a segment that died
+			// after it).
 			return nil
 		}
 		// Refused or counted, the request stays open and the turn, resumed,
@@ -482,7 +487,7 @@ func (g *segment) turn() error {
 	case noeta.DecisionSpawn:
 		return g.spawn(d.Spawn)
 	case noeta.DecisionYieldForHuman:
-		return g.suspend("waiting_human: "+truncate(d.Question, 512), noeta.HumanResponseWake("question-"+strconv.Itoa(n)))
+		return g.suspend(reasonWaitingHuman+truncate(d.Question, 512), noeta.HumanResponseWake("question-"+strconv.Itoa(n)))
 	case noeta.DecisionWaitTimer:
 		at := g.e.cfg.Now().Add(time.Duration(d.WaitSeconds * float64(time.Second)))
 		return g.suspend("waiting_timer", noeta.TimerWake(at))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
@@ -34,6 +35,16 @@ func (h *Host) approveOnSubject(ctx context.Context, task, handle string, a Answ
 	if err := h.awaitWaiting(ctx, task, w); err != nil {
 		return err
 	}
+	var since uint64
+	if st, err := h.Inspect(ctx, task); err == nil {
+		since = st.LastSeq
+		if pa, ok := st.Governance.PendingApprovals[handle]; ok && !pa.ExpiresAt.IsZero() && !time.Now().Before(pa.ExpiresAt) {
+			// By this host's clock; the broker's timestamp of the answer
+			// is what the task judges, so this only spares the send.
+			return fmt.Errorf("%w: task %s: %s expired at %s; nothing was sent, and the request resolves denied by timeout",
+				engine.ErrRequestExpired, task, handle, pa.ExpiresAt.UTC().Format(time.RFC3339Nano))
+		}
+	}
 	p, err := jetstream.NewApprovalPublisher(h.nc, h.opts.Prefix, a.Approver)
 	if err != nil {
 		return err
@@ -41,7 +52,7 @@ func (h *Host) approveOnSubject(ctx context.Context, task, handle string, a Answ
 	if err := p.Answer(ctx, task, handle, a.Decision, a.Reason); err != nil {
 		return err
 	}
-	return h.awaitAnswer(ctx, task, w)
+	return h.awaitAnswer(ctx, task, w, since)
 }
 
 // answerSettle bounds how long Approve waits for a task whose request is
@@ -120,7 +131,12 @@ const answerWait = 10 * time.Second
 // dispatcher applies anything within answerWait (no serve process runs),
 // the answer stays on the wake stream for one to apply, and Approve
 // returns nil.
-func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake) error {
+//
+// since is the last seq of task's log before the answer was sent: a
+// refusal of it recorded after since (the rules refused an approval, or a
+// reply to a question, and the task waits on the handle again) is reported
+// as engine.ErrApproverNotAllowed.
+func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake, since uint64) error {
 	deadline := time.Now().Add(answerWait)
 	pause := 5 * time.Millisecond
 	for {
@@ -130,7 +146,15 @@ func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake) error
 		}
 		if m := ds.MatchedWake; m != nil && m.Kind == noeta.WakeHumanResponse && m.Handle == w.Handle {
 			err := sameAnswer(task, *m, w)
-			if err == nil || !h.quorumOpen(ctx, task, w.Handle) {
+			if err == nil {
+				if err := h.receivedInTime(ctx, task, *m); err != nil {
+					return err
+				}
+				// Ours, applied: the task judges it next. Watch on for
+				// what it comes to (taken: the task moves on; refused: it
+				// waits on the handle again, the refusal in its log), up
+				// to answerWait, after which the answer is left to it.
+			} else if !h.quorumOpen(ctx, task, w.Handle) {
 				return err
 			}
 			// Another answer is being judged and the request stays open
@@ -139,6 +163,10 @@ func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake) error
 		} else if !(ds.Status == eventlog.DispatchSuspended && noeta.Matches(ds.WakeOn, &w)) {
 			// Applied, and the task has moved on: the log says by whom.
 			return h.answeredBy(ctx, task, w)
+		} else if judged, err := h.judgedSince(ctx, task, w, since); judged {
+			// Applied and judged, and the task waits on the handle again:
+			// refused (err), or counted toward a quorum (nil).
+			return err
 		}
 		if time.Now().After(deadline) {
 			return nil
@@ -152,6 +180,56 @@ func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake) error
 		}
 		pause = min(2*pause, 200*time.Millisecond)
 	}
+}
+
+// receivedInTime is nil unless the answer m, applied to task's row, was
+// received on or after its request's deadline (the broker's timestamp of
+// the message): the task refuses it then and resolves the request denied
+// by timeout, and the sender is told so now.
+func (h *Host) receivedInTime(ctx context.Context, task string, m noeta.Wake) error {
+	st, err := h.Inspect(ctx, task)
+	if err != nil {
+		return nil // the answer went out; only the report is lost
+	}
+	pa, ok := st.Governance.PendingApprovals[m.Handle]
+	if !ok || pa.ExpiresAt.IsZero() || m.ReceivedAt.IsZero() || m.ReceivedAt.Before(pa.ExpiresAt) {
+		return nil
+	}
+	return fmt.Errorf("%w: task %s: %s expired at %s and this answer was received at %s; the task refuses it and the request resolves denied by timeout",
+		engine.ErrRequestExpired, task, m.Handle, pa.ExpiresAt.UTC().Format(time.RFC3339Nano), m.ReceivedAt.UTC().Format(time.RFC3339Nano))
+}
+
+// judgedSince reports whether task recorded after seq since what w came
+// to while the request stays open: its refusal (returned as an error
+// wrapping engine.ErrApproverNotAllowed) or its count toward a quorum.
+func (h *Host) judgedSince(ctx context.Context, task string, w noeta.Wake, since uint64) (bool, error) {
+	if h.log == nil {
+		return false, nil
+	}
+	envs, err := h.log.Read(ctx, task, since)
+	if err != nil {
+		return false, nil
+	}
+	for _, env := range envs {
+		if env.Type != noeta.TypeApprovalRefused && env.Type != noeta.TypeApprovalCounted {
+			continue
+		}
+		p, _, err := env.Decode()
+		if err != nil {
+			continue
+		}
+		switch r := p.(type) {
+		case *noeta.ApprovalRefused:
+			if r.Handle == w.Handle && approvals.SamePerson(r.Approver, w.Approver) {
+				return true, fmt.Errorf("%w: task %s, %s: %s", engine.ErrApproverNotAllowed, task, w.Handle, r.Reason)
+			}
+		case *noeta.ApprovalCounted:
+			if r.Handle == w.Handle && approvals.SamePerson(r.Approver, w.Approver) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // quorumOpen reports whether task's log holds handle as an open approval
@@ -187,6 +265,11 @@ func (h *Host) answeredBy(ctx context.Context, task string, w noeta.Wake) error 
 		if r := st.Governance.Approvals[i]; r.Handle == w.Handle {
 			if string(r.Decision) == w.Decision && (r.Approver == w.Approver || slices.Contains(r.Approvers, w.Approver)) {
 				return nil
+			}
+			if r.Auth == noeta.AuthTimer {
+				// The answer reached the task after the deadline, or
+				// after the expiry: it did not count.
+				return fmt.Errorf("%w: %w: task %s: %s expired before this answer counted (denied by %s: %s)", engine.ErrRequestExpired, eventlog.ErrAlreadyAnswered, task, w.Handle, r.Approver, r.Reason)
 			}
 			return fmt.Errorf("%w: task %s: %s was answered already (%s by %s)", eventlog.ErrAlreadyAnswered, task, w.Handle, r.Decision, r.Approver)
 		}

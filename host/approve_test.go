@@ -2,11 +2,14 @@ package host
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
@@ -140,5 +143,58 @@ func TestRemoteApprovals(t *testing.T) {
 	}
 	if resolved == nil || resolved.Approver != "alice" || resolved.Auth != noeta.AuthNATS || resolved.Reason != "looks safe" {
 		t.Errorf("ApprovalResolved %+v, want alice, auth nats, \"looks safe\"", resolved)
+	}
+}
+
+// TestRemoteReplyRefusedIsReported: on a remote NATS a reply to a question
+// sent on the approver's approval subject that the rules refuse is
+// reported to the sender as refused (engine.ErrApproverNotAllowed), and
+// the question stays open for an allowed approver.
+//
+// Before: a reply to a question was taken from any approver the broker
+// let publish, whatever the approvals rules said.
+func TestRemoteReplyRefusedIsReported(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv, err := embedded.Start(ctx, embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	base, err := os.ReadFile("../examples/noeta.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("noeta.yaml", append(base, []byte(`
+approvals:
+  rules:
+    - name: sre-answers-questions
+      when: 'action == "question"'
+      approvers: 'approver == "sre"'
+`)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := Open(ctx, Options{NATS: Connection{URL: srv.ClientURL()}, Prefix: "reply", Config: cfg, Workers: 1, Workspace: t.TempDir(), Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	id, err := h.Submit(ctx, task(t, "agent: researcher\ngoal: g\nscript:\n  - yield_for_human: {question: 'which branch?'}\n  - finish: {answer: done}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := h.Wait(ctx, id); err != nil || rest.Status != RestWaiting {
+		t.Fatalf("the question: %+v, %v", rest, err)
+	}
+	err = h.Approve(ctx, id, "question-1", Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Reason: "main"})
+	if !errors.Is(err, engine.ErrApproverNotAllowed) || !strings.Contains(err.Error(), "sre-answers-questions") {
+		t.Fatalf("alice's reply = %v; want ErrApproverNotAllowed naming the rule", err)
+	}
+	if err := h.Approve(ctx, id, "question-1", Answer{Decision: noeta.ApprovalApprove, Approver: "sre", Reason: "main"}); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := h.Wait(ctx, id); err != nil || rest.Status != RestCompleted {
+		t.Fatalf("after sre's reply: %+v, %v", rest, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/policy"
@@ -55,6 +56,13 @@ func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error
 	if err := taskCheck(task); err != nil {
 		return err
 	}
+	// One form of the name, whichever door: CLI:alice is cli:alice, and a
+	// name hiding invisible characters is refused before anything is sent.
+	name, err := approvals.Approver(a.Approver)
+	if err != nil {
+		return fmt.Errorf("%w: approver: %w", eventlog.ErrInvalidArgument, err)
+	}
+	a.Approver = name
 	if !h.opts.embedded() {
 		switch a.Auth {
 		case "":

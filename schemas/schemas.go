@@ -44,11 +44,11 @@ var versions = map[string]int{
 	"PolicyDecided":         2, // the recorded decision (docs/adr/0027)
 	"ApprovalRequested":     2, // quorum, rules, expiry (docs/adr/0032)
 	"ApprovalResolved":      2, // auth, approvers
-	"TaskCreated":           3, // submitted_by; budget (docs/adr/0054)
+	"TaskCreated":           3, // submitted_by (2); budget (3, docs/adr/0054)
 	"SubtaskSpawned":        2, // budget
 	"SubtaskResultRecorded": 2, // spend
 	"TaskSuspended":         2, // wake_on.expire_at
-	"TaskWoken":             2, // wake_event.auth
+	"TaskWoken":             3, // wake_event.auth (2), wake_event.received_at (3)
 }
 
 // TypeVersion is the schema version of eventType's records as this package

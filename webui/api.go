@@ -540,6 +540,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, p Principal) {
 // refusal of the rules forbidden, a bad argument a bad request.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, what string, err error) {
 	switch {
+	case errors.Is(err, engine.ErrRequestExpired):
+		problem(w, http.StatusConflict, "expired", "The request has expired", err.Error())
 	case errors.Is(err, eventlog.ErrNotWaiting) || errors.Is(err, eventlog.ErrAlreadyAnswered):
 		problem(w, http.StatusConflict, "not-waiting", "Nothing to answer", err.Error())
 	case isForbidden(err):

@@ -186,6 +186,12 @@ func TestAuthRefusals(t *testing.T) {
 		{"proxy header from a trusted peer with two values", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "a b"}}},
 		{"proxy header naming the expiry", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "timeout"}}},
 		{"proxy header naming the local user", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "cli:root"}}},
+		// Before, names were refused only as spelt in lower case: CLI:root
+		// and Timeout were taken.
+		{"proxy header naming the local user in upper case", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "CLI:root"}}},
+		{"proxy header naming the expiry capitalised", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "Timeout"}}},
+		{"proxy header naming the expiry in upper case", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "TIMEOUT"}}},
+		{"proxy header naming the bare door", req{method: "GET", path: "/api/v1/whoami", remote: "10.9.1.1:4000", hdr: map[string]string{"X-Auth-Request-User": "Cli"}}},
 		{"wrong token beside a good cookie is not passed over", req{method: "GET", path: "/api/v1/approvals", hdr: bearer("nope")}},
 		{"unknown session", req{method: "GET", path: "/api/v1/tasks", hdr: map[string]string{"Cookie": SessionCookie + "=forged"}}},
 		{"answer without credentials", req{method: "POST", path: "/api/v1/tasks/x/approvals/h", body: `{"decision":"approve"}`, hdr: jsonPost("", nil)}},
@@ -460,5 +466,61 @@ func TestTasksAndTask(t *testing.T) {
 	w = do(s, req{method: "GET", path: "/api/v1/tasks/" + a + "/events?after=2", hdr: bearer(aliceToken)})
 	if err := json.Unmarshal(w.Body.Bytes(), &evs); err != nil || len(evs.Events) == 0 || !strings.Contains(string(evs.Events[0]), `"seq":3`) {
 		t.Errorf("events after 2: %s %v", w.Body, err)
+	}
+}
+
+// TestQuestionSelfAnswerRefused: under self_approval: deny the submitter of
+// a task may not answer its question over HTTP (403, the question stays
+// open); someone else may.
+//
+// Before: a question's reply was taken from anyone, the submitter
+// included.
+func TestQuestionSelfAnswerRefused(t *testing.T) {
+	h := openHostWith(t, 1, approvalYAML+`
+approvals:
+  self_approval: deny
+`)
+	s, err := New(Config{Host: h, HTTP: config.HTTP{Tokens: []config.HTTPToken{
+		{Name: "alice", SHA256: tokenHash(aliceToken)}, {Name: "sre", SHA256: tokenHash("sre-token")},
+	}}, Listen: []string{"127.0.0.1:8080"}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	tf, err := policy.ParseTaskFile("task.yaml", []byte(`
+agent: assistant
+goal: "ask which branch"
+script:
+  - yield_for_human: {question: "which branch?"}
+  - finish: {answer: done}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := host.TaskFromFile(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.SubmittedBy = "alice"
+	task, err := h.Submit(t.Context(), sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if rest, err := h.Wait(ctx, task); err != nil || rest.Status != host.RestWaiting {
+		t.Fatalf("the task did not come to wait on its question: %+v, %v", rest, err)
+	}
+	path := "/api/v1/tasks/" + task + "/approvals/question-1"
+	w := do(s, req{method: "POST", path: path, body: `{"decision":"approve","reason":"main"}`, hdr: jsonPost(aliceToken, nil)})
+	if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "submitted this task") {
+		t.Fatalf("alice answering her own task's question: %d %s", w.Code, w.Body)
+	}
+	if w := do(s, req{method: "POST", path: path, body: `{"decision":"approve","reason":"main"}`, hdr: jsonPost("sre-token", nil)}); w.Code != http.StatusOK {
+		t.Fatalf("sre: %d %s", w.Code, w.Body)
+	}
+	rest, err := h.Wait(ctx, task)
+	if err != nil || rest.Status != host.RestCompleted {
+		t.Fatalf("after sre's reply: %+v, %v", rest, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/config"
 )
 
@@ -92,7 +93,11 @@ func (a *authn) authenticate(r *http.Request) (Principal, bool, error) {
 			if err := config.CheckPrincipal(v[0]); err != nil {
 				return Principal{}, false, &authError{fmt.Sprintf("the %s header set by the proxy: %v", a.proxy.Header, err)}
 			}
-			return Principal{Name: v[0], Auth: noeta.AuthProxy}, false, nil
+			name, err := approvals.Approver(v[0])
+			if err != nil {
+				return Principal{}, false, &authError{fmt.Sprintf("the %s header set by the proxy: %v", a.proxy.Header, err)}
+			}
+			return Principal{Name: name, Auth: noeta.AuthProxy}, false, nil
 		}
 		// From any other peer the header is ignored: anyone can set it.
 	}

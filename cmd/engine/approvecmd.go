@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
@@ -192,6 +193,13 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	if who == "" {
 		who = approver()
 	}
+	// The name as it is compared and recorded (CLI:alice is cli:alice);
+	// one that hides invisible characters is refused.
+	name, err := approvals.Approver(who)
+	if err != nil {
+		return usageErr("--as: %v", err)
+	}
+	who = name
 	// On the embedded default, approve runs the tree itself unless another
 	// process holds the data directory: then it is that process's client
 	// and only answers.
@@ -275,6 +283,15 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	}
 
 	if err := h.Approve(ctx, task, handle, host.Answer{Decision: decision, Approver: who, Reason: reason}); err != nil {
+		if runs && errors.Is(err, engine.ErrRequestExpired) {
+			// Too late: the request resolves denied by timeout, and
+			// nothing else here would run the task past it. Run it to its
+			// next rest, printing the expiry, then say the answer lost.
+			out, ferr := p.follow(ctx)
+			if ferr == nil {
+				reportOutcome(g.stdout, p.root, g.flags(h), out)
+			}
+		}
 		return answerErr(err, task, handle, g.where(h))
 	}
 	fmt.Fprintf(g.stdout, "%s: task %s was waiting on %s; it is ready to run again (answer by %s)\n", verb, task, handle, who)
@@ -299,8 +316,10 @@ func answerErr(err error, task, handle, where string) error {
 		return failErr(fmt.Errorf("not applied: another answer to %s of task %s came first; yours was not applied: %w", handle, task, err))
 	case errors.Is(err, eventlog.ErrNotWaiting):
 		return failErr(fmt.Errorf("refused: task %s has no open request %s; nothing was answered or kept: %w", task, handle, err))
+	case errors.Is(err, engine.ErrRequestExpired):
+		return failErr(fmt.Errorf("too late: %s of task %s expired before this answer; it was not applied: %w", handle, task, err))
 	case errors.Is(err, engine.ErrApproverNotAllowed):
-		return failErr(fmt.Errorf("refused by the approvals rules; nothing was sent: %w", err))
+		return failErr(fmt.Errorf("refused by the approvals rules; the answer was not taken: %w", err))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return failErr(fmt.Errorf("answer %s of task %s: stopped before it was applied: %w", handle, task, err))
 	}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
@@ -355,5 +358,56 @@ func TestApproveRemoteApprover(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {
 			t.Errorf("approve %v: exit %d, stderr %q, stdout %q; want %d and %q", tc.args, code, errOut, out, exitUsage, tc.want)
 		}
+	}
+}
+
+// TestApproveAfterExpiry: on the embedded default, an approval given after
+// the request's deadline, with nothing running at the deadline, is refused
+// (exit 1, saying it came too late); the request resolves denied by
+// timeout, and the shell command never runs.
+//
+// Before: with no process running at the deadline nothing had expired the
+// request yet, the approval reached the task first and was taken, and the
+// command ran (4 of 4 tries, 6-8 s after the deadline).
+func TestApproveAfterExpiry(t *testing.T) {
+	t.Parallel()
+	data, ws := t.TempDir(), workspace(t)
+	base, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, "noeta.yaml", string(base)+`
+approvals:
+  rules:
+    - name: shell-expires
+      when: 'tool == "shell"'
+      timeout: 1s
+`)
+	task := writeFile(t, "touch.yaml", `agent: researcher
+goal: "Touch a file"
+script:
+  - tool_calls: [{tool: shell, args: {command: "touch ran.txt"}}]
+  - finish: {answer: "asked"}
+`)
+	code, out, errOut := runCmd(t, "run", task, "--config", cfg, "--data", data, "--workspace", ws)
+	if code != exitWaiting {
+		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	id, handle := waitingHandle(t, out, "approval-call-1-0")
+	// Nothing runs while the deadline passes.
+	time.Sleep(1500 * time.Millisecond)
+	code, out, errOut = runCmd(t, "approve", id, handle, "--config", cfg, "--data", data, "--workspace", ws)
+	if code != exitFailed || !strings.Contains(errOut, "too late: "+handle+" of task "+id+" expired before this answer") {
+		t.Fatalf("approve after the deadline: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if strings.Contains(out, "ToolCallStarted") || strings.Contains(out, "approved: task") {
+		t.Errorf("approve after the deadline ran the call or said it was approved:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "ran.txt")); err == nil {
+		t.Fatal("the shell command ran after its approval expired")
+	}
+	code, out, _ = runCmd(t, "inspect", id, "--data", data)
+	if code != 0 || !regexp.MustCompile(`approval `+handle+` +deny by timeout`).MatchString(out) {
+		t.Errorf("inspect: exit %d, want the request denied by timeout\n%s", code, out)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -288,10 +289,17 @@ func configErrors(name string, err error) string {
 	return strings.Join(lines, "\n")
 }
 
-// approver names who answers approvals from this command: cli:$USER, or cli.
+// approver names who answers approvals from this command: cli:$USER, else
+// cli: and the name of the process's user (a shell without USER, a
+// container), or cli when neither is known. Without the fallback every
+// local user of such an environment was the same "cli", and a submitter
+// named so could not be told from anyone else.
 func approver() string {
 	if u := os.Getenv("USER"); u != "" {
 		return "cli:" + u
+	}
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "cli:" + u.Username
 	}
 	return "cli"
 }

@@ -172,7 +172,7 @@ func testAnswerAfterConsumeRefused(t *testing.T, b Backend) {
 	wake(t, b, task, ev, true)
 	l2 := leaseTask(t, b, task)
 	next := humanCond()
-	release(t, b, l2, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &next, Reason: "waiting_approval", ConsumedWake: &ev})
+	release(t, b, l2, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &next, Reason: "waiting_approval", ConsumedWake: l2.Wake})
 	wantRefused(t, b, task, answer(cond, "deny", "bob"), eventlog.ErrNotWaiting, "an answer to a consumed handle")
 	wantStatus(t, b, task, eventlog.DispatchSuspended, "after the refused answer")
 }

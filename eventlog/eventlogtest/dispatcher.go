@@ -83,6 +83,7 @@ var dispatcherCases = []suiteCase{
 	{"TimerAlreadyDue", testTimerAlreadyDue},
 	{"TimerFiresOnce", testTimerFiresOnce},
 	// expiring approvals (expiry.go)
+	{"AnswerReceivedAtStamped", testAnswerReceivedAtStamped},
 	{"ExpiryFiresOnce", testExpiryFiresOnce},
 	{"ExpiryNotAfterAnswer", testExpiryNotAfterAnswer},
 	{"ExpiryRearmedAfterResuspend", testExpiryRearmedAfterResuspend},

@@ -139,3 +139,50 @@ func testExpiryAcrossRestart(t *testing.T, b Backend) {
 	advance(t, b, 2*d)
 	wantQuiet(t, b, task, "after the expiry was consumed, past its deadline again")
 }
+
+// testAnswerReceivedAtStamped: the dispatcher that receives a human answer
+// stamps when it did, by its own clock, whatever the sender put in
+// ReceivedAt, and the lease delivers the stamp with the answer. The engine
+// judges an answer against its request's expiry by that time, so a sender
+// that could set it would date a late answer before the deadline. Before,
+// an answer carried no time of arrival, and the engine took an approval
+// received after the expiry whenever it reached the task before the timer.
+func testAnswerReceivedAtStamped(t *testing.T, b Backend) {
+	task, l := newLeased(t, b)
+	from := grantedAt(t, b, l).UTC().Truncate(time.Millisecond)
+	cond := humanCond()
+	suspendOn(t, b, l, cond)
+	if b.Advance != nil {
+		advance(t, b, 3*time.Second)
+		from = from.Add(3 * time.Second)
+	}
+	ev := answer(cond, "approve", "alice")
+	forged := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	ev.ReceivedAt = forged
+	wake(t, b, task, ev, true)
+	to := from
+	if b.Advance == nil {
+		to = time.Now().UTC()
+	}
+	got := inspect(t, b, task).MatchedWake
+	if got == nil {
+		t.Fatal("no matched wake after the answer")
+	}
+	if at := got.ReceivedAt; at.Equal(forged) || at.Before(from) || at.After(to) {
+		t.Fatalf("ReceivedAt of the matched answer: got %s, want the dispatcher's clock at the answer, in [%s, %s], not the sender's %s",
+			at.Format(time.RFC3339Nano), from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), forged.Format(time.RFC3339))
+	}
+	l = leaseTask(t, b, task)
+	if l.Wake == nil || !l.Wake.ReceivedAt.Equal(got.ReceivedAt) {
+		t.Fatalf("the lease's wake: got %s, want the answer with ReceivedAt %s", wakeString(l.Wake), got.ReceivedAt.Format(time.RFC3339Nano))
+	}
+	// A wake that is not an answer carries no time of arrival.
+	next := eventCond()
+	release(t, b, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &next, Reason: "waiting", ConsumedWake: l.Wake})
+	ext := next.Clone()
+	ext.ReceivedAt = forged
+	wake(t, b, task, ext, true)
+	if got := inspect(t, b, task).MatchedWake; got == nil || !got.ReceivedAt.IsZero() {
+		t.Fatalf("an external event's wake: got %s, want no received_at", wakeString(got))
+	}
+}

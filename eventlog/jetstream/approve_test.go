@@ -71,12 +71,21 @@ func TestApprovalSubjectStampsApprover(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The body dates itself before any deadline; the broker's
+			// timestamp of the message is what counts.
+			forged := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 			body := noeta.Wake{Kind: noeta.WakeHumanResponse, Handle: cond.Handle, Decision: "approve",
-				Approver: tc.bodyApprover, Auth: tc.bodyAuth, Text: "looks fine", ExpireAt: time.Now().Add(time.Hour).UTC()}
+				Approver: tc.bodyApprover, Auth: tc.bodyAuth, Text: "looks fine", ExpireAt: time.Now().Add(time.Hour).UTC(), ReceivedAt: forged}
+			from := time.Now().UTC().Truncate(time.Millisecond)
 			if _, err := js.Publish(t.Context(), subj, wakeJSON(t, body)); err != nil {
 				t.Fatal(err)
 			}
+			to := time.Now().UTC()
 			got := matchedWake(t, d, task)
+			if got.ReceivedAt.Before(from) || got.ReceivedAt.After(to) {
+				t.Errorf("applied answer: received_at %s, want the broker's timestamp of the message, in [%s, %s], not the body's %s",
+					got.ReceivedAt.Format(time.RFC3339Nano), from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), forged.Format(time.RFC3339))
+			}
 			if got.Approver != "alice" || got.Auth != noeta.AuthNATS {
 				t.Errorf("applied answer: approver %q auth %q, want \"alice\" %q (the subject's)", got.Approver, got.Auth, noeta.AuthNATS)
 			}
@@ -98,8 +107,8 @@ func TestApprovalSubjectStampsApprover(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := matchedWake(t, d, task)
-		want := noeta.Wake{Kind: noeta.WakeHumanResponse, Handle: cond.Handle, Decision: "deny", Text: "too risky", Approver: "bob", Auth: noeta.AuthNATS}
-		if !got.Equal(want) {
+		want := noeta.Wake{Kind: noeta.WakeHumanResponse, Handle: cond.Handle, Decision: "deny", Text: "too risky", Approver: "bob", Auth: noeta.AuthNATS, ReceivedAt: got.ReceivedAt}
+		if !got.Equal(want) || got.ReceivedAt.IsZero() {
 			t.Errorf("applied answer: got %+v, want %+v", got, want)
 		}
 	})

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -13,8 +14,9 @@ import (
 // sequence) as the ingress consumer would, so a test can hand a Dispatcher
 // a message a second time (a redelivery) without waiting for the server's
 // ack timeout; the wake stream, a work queue, no longer holds one applied.
-func ApplyWakeForTest(d *Dispatcher, subject string, data []byte, seq uint64) {
-	d.applyWakeMsg(subject, nats.Header{}, data, seq, false)
+// stored is the broker's timestamp the message would carry.
+func ApplyWakeForTest(d *Dispatcher, subject string, data []byte, seq uint64, stored time.Time) {
+	d.applyWakeMsg(subject, nats.Header{}, data, seq, stored, false)
 }
 
 // BufferWakeForTest appends ev to the buffer of task's row as it is stored,

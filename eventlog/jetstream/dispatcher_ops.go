@@ -462,6 +462,13 @@ func (d *Dispatcher) Wake(ctx context.Context, task string, event noeta.Wake) (b
 	if err := event.Validate(); err != nil {
 		return false, fmt.Errorf("%w: wake event for task %q: %w", eventlog.ErrInvalidArgument, task, err)
 	}
+	event = event.Clone()
+	event.ReceivedAt = time.Time{}
+	if event.Kind == noeta.WakeHumanResponse {
+		// Handed over in process: received now, by this dispatcher's clock,
+		// whatever the caller put there.
+		event.ReceivedAt = receivedAt(d.cfg.Now())
+	}
 	var matched bool
 	_, err := d.mutate(ctx, task, func(r *taskRow) (*taskRow, error) {
 		if r == nil {

@@ -172,7 +172,7 @@ func (d *Dispatcher) applyIngress(m jetstream.Msg) {
 	if md.Stream == d.cfg.timerStream() {
 		v = d.applyFiredTimer(m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream)
 	} else {
-		v = d.applyWakeMsg(m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream, false)
+		v = d.applyWakeMsg(m.Subject(), m.Headers(), m.Data(), md.Sequence.Stream, md.Timestamp, false)
 	}
 	switch v {
 	case verdictAck:
@@ -254,8 +254,9 @@ func (d *Dispatcher) timerOutcome(ctx context.Context, task string, seq uint64, 
 // approval. legacy is set for the wake stream of the layout before the
 // split (migrate.go), where fired timers arrived too, marked by their
 // header; on today's wake stream, which any waker writes, that header is a
-// forgery and the message is dropped.
-func (d *Dispatcher) applyWakeMsg(subject string, hdr nats.Header, data []byte, seq uint64, legacy bool) verdict {
+// forgery and the message is dropped. stored is the broker's timestamp of
+// the message, which becomes an answer's ReceivedAt.
+func (d *Dispatcher) applyWakeMsg(subject string, hdr nats.Header, data []byte, seq uint64, stored time.Time, legacy bool) verdict {
 	src, ok := d.subj.parseIngress(subject)
 	task := src.task
 	var ev noeta.Wake
@@ -266,7 +267,7 @@ func (d *Dispatcher) applyWakeMsg(subject string, hdr nats.Header, data []byte, 
 			if legacy && hdr.Get(hdrTimerGen) != "" {
 				err = ev.Validate() // the broker's own copy: kept as fired
 			} else {
-				ev = fromOutside(ev, src.approver, d.cfg.ApproveSubjectAuth)
+				ev = fromOutside(ev, src.approver, d.cfg.ApproveSubjectAuth, stored)
 				if src.approver != "" {
 					err = validApproval(ev)
 				} else {

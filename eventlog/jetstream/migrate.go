@@ -134,7 +134,7 @@ func (d *Dispatcher) migrateLegacyWake(ctx context.Context) (bool, error) {
 			if _, ok := d.subj.taskOfWake(m.Subject); !ok {
 				continue // a schedule: re-armed from its row
 			}
-			if v := d.applyWakeMsg(m.Subject, m.Header, m.Data, seq, true); v == verdictRetry || v == verdictHold {
+			if v := d.applyWakeMsg(m.Subject, m.Header, m.Data, seq, m.Time, true); v == verdictRetry || v == verdictHold {
 				return false, fmt.Errorf("jetstream: migrate %s: message %d could not be applied now; open again to resume", name, seq)
 			}
 		}

@@ -142,7 +142,7 @@ func TestMigrateLegacyWakeStream(t *testing.T) {
 		t.Errorf("the unapplied event: task is %s matched %v, want ready with %v", st.Status, st.MatchedWake, ev)
 	}
 	answer.Auth = noeta.AuthNone
-	if st := mustInspect(t, d2, taskA); st.Status != eventlog.DispatchReady || st.MatchedWake == nil || !st.MatchedWake.Equal(answer) {
+	if st := mustInspect(t, d2, taskA); st.Status != eventlog.DispatchReady || st.MatchedWake == nil || !receivedAs(*st.MatchedWake, answer) {
 		t.Errorf("the unapplied answer: task is %s matched %v, want ready with %v", st.Status, st.MatchedWake, answer)
 	}
 	if st := mustInspect(t, d2, taskX); st.Status != eventlog.DispatchSuspended || st.MatchedWake != nil {

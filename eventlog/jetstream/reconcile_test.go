@@ -306,7 +306,7 @@ func TestRedeliveredWakeResignals(t *testing.T) {
 
 	// The wake stream is a work queue: the applied message is gone, so the
 	// redelivery is handed over as the consumer would, same sequence.
-	jetstream.ApplyWakeForTest(d, jetstream.WakeSubject(prefix, task), wakeJSON(t, noeta.ExternalWake("go")), ack.Sequence)
+	jetstream.ApplyWakeForTest(d, jetstream.WakeSubject(prefix, task), wakeJSON(t, noeta.ExternalWake("go")), ack.Sequence, time.Now())
 	if s := d.Stats(); s.DuplicateWakes != 1 {
 		t.Fatalf("duplicates: got %d, want 1", s.DuplicateWakes)
 	}

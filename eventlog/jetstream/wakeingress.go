@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -158,18 +159,23 @@ func validApproval(ev noeta.Wake) error {
 }
 
 // fromOutside is ev as the ingress applies it: ExpireAt is the engine's to
-// set on a condition and means nothing on an event, and Auth and Approver
-// come from the subject it arrived on, never from the sender's body.
-// approver is "" for the plain wake subject, where a human_response proves
-// nothing about who gave it (noeta.AuthNone; the approver it asserts is
-// kept for the record); on an approval subject the answer is recorded as
-// approver, authenticated as subjectAuth (DispatcherConfig.ApproveSubjectAuth:
-// what the broker's permissions vouch for, never what the body claims).
-func fromOutside(ev noeta.Wake, approver, subjectAuth string) noeta.Wake {
+// set on a condition and means nothing on an event, and Auth, Approver and
+// ReceivedAt come from the subject it arrived on and the broker's timestamp
+// of the message (stored), never from the sender's body. approver is "" for
+// the plain wake subject, where a human_response proves nothing about who
+// gave it (noeta.AuthNone; the approver it asserts is kept for the record);
+// on an approval subject the answer is recorded as approver, authenticated
+// as subjectAuth (DispatcherConfig.ApproveSubjectAuth: what the broker's
+// permissions vouch for, never what the body claims). The stream's
+// timestamp is set by the server that stored the message: a publisher
+// cannot choose it, so it cannot date an answer before an expiry it missed.
+func fromOutside(ev noeta.Wake, approver, subjectAuth string, stored time.Time) noeta.Wake {
 	ev = ev.WithoutExpiry()
+	ev.ReceivedAt = time.Time{}
 	if ev.Kind != noeta.WakeHumanResponse {
 		return ev
 	}
+	ev.ReceivedAt = receivedAt(stored)
 	if approver != "" {
 		ev.Approver = approver
 		ev.Auth = subjectAuth
@@ -177,4 +183,15 @@ func fromOutside(ev noeta.Wake, approver, subjectAuth string) noeta.Wake {
 		ev.Auth = noeta.AuthNone
 	}
 	return ev
+}
+
+// receivedAt is t as a wake records it: UTC, without a monotonic reading,
+// to the millisecond (an expiry is recorded to the millisecond). Cut
+// down, not rounded: an answer received in the deadline's millisecond
+// reads as received at it, which is too late.
+func receivedAt(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC().Truncate(time.Millisecond)
 }

@@ -456,11 +456,17 @@ func (s *Store) Wake(ctx context.Context, task string, event noeta.Wake) (bool, 
 	if r == nil {
 		return false, fmt.Errorf("%w: wake for task %q: the dispatcher does not know the task", eventlog.ErrNotFound, task)
 	}
+	event = event.Clone()
+	event.ReceivedAt = time.Time{}
 	if event.Kind == noeta.WakeHumanResponse {
 		// A human answers what is asked now: never buffered.
 		if err := eventlog.CheckAnswer(task, r.status, r.wakeOn, r.matched, event); err != nil {
 			return false, err
 		}
+		// Received now, by this store's clock, whatever the caller put
+		// there: the engine judges the answer against its request's
+		// expiry by it.
+		event.ReceivedAt = s.clock.Now().UTC().Truncate(time.Millisecond)
 	}
 	if r.status == eventlog.DispatchSuspended && noeta.Matches(r.wakeOn, &event) {
 		// The event, not the condition, becomes the matched wake: it carries

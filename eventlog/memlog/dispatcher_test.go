@@ -436,6 +436,8 @@ func TestDispatcherHeartbeatCap(t *testing.T) {
 				if ok, err := s.Wake(ctx, "t", ev); !ok || err != nil {
 					t.Fatalf("Wake = %v, %v", ok, err)
 				}
+				// The store stamps when the answer arrived.
+				ev.ReceivedAt = clk.Now().UTC().Truncate(time.Millisecond)
 			}
 			l := mustLease(t, s, eventlog.LeaseRequest{Task: "t"})
 			for i := 1; i <= max; i++ {
