@@ -27,10 +27,14 @@ import (
 // fine; with OnCorrupt set, the gap is reported there and the read goes on.
 func TestReadReportsAGap(t *testing.T) {
 	ctx := t.Context()
+	// A prefix of its own: the damage it publishes must not reach the
+	// listings of the suites on the default prefix (on a second run,
+	// -count, it did).
+	prefix := freshPrefix("gap")
 	var reported []error
 	var mu sync.Mutex
-	strict := openLog(t, singleURL, 1, jetstream.Config{})
-	lenient := openLog(t, singleURL, 1, jetstream.Config{OnCorrupt: func(err error) {
+	strict := openLog(t, singleURL, 1, jetstream.Config{Prefix: prefix})
+	lenient := openLog(t, singleURL, 1, jetstream.Config{Prefix: prefix, OnCorrupt: func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		reported = append(reported, err)
@@ -47,7 +51,7 @@ func TestReadReportsAGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := nats.NewMsg(fmt.Sprintf("noeta.t.%d.%s.log", jetstream.Partition(task), task))
+	msg := nats.NewMsg(fmt.Sprintf(prefix+".t.%d.%s.log", jetstream.Partition(task), task))
 	msg.Data = body
 	msg.Header.Set("Noeta-Type", env.Type)
 	msg.Header.Set("Noeta-Seq", strconv.FormatUint(env.Seq, 10))
@@ -100,7 +104,11 @@ func TestReadReportsAGap(t *testing.T) {
 func TestOpenRefusesALostStream(t *testing.T) {
 	ctx := t.Context()
 	nc := connect(t, singleURL)
-	cfg := jetstream.Config{Prefix: "lost", Registry: staleRegistry{}}
+	// A prefix of this run's own: a second run (-count) would find the
+	// first one's buckets without their stream.
+	prefix := freshPrefix("lost")
+	stream := strings.ToUpper(prefix) + "_TASKS"
+	cfg := jetstream.Config{Prefix: prefix, Registry: staleRegistry{}}
 	l, err := jetstream.Open(ctx, nc, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -110,23 +118,23 @@ func TestOpenRefusesALostStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := js.DeleteStream(ctx, "LOST_TASKS"); err != nil {
+	if err := js.DeleteStream(ctx, stream); err != nil {
 		t.Fatal(err)
 	}
 	_, err = jetstream.Open(ctx, nc, cfg)
 	if !errors.Is(err, jetstream.ErrStreamLost) || !errors.Is(err, jetstream.ErrStreamMissing) {
 		t.Fatalf("Open after the stream was removed: got %v, want ErrStreamLost", err)
 	}
-	if !strings.Contains(err.Error(), "LOST_TASKS") {
+	if !strings.Contains(err.Error(), stream) {
 		t.Errorf("error %q does not name the stream", err)
 	}
-	if _, err := js.Stream(ctx, "LOST_TASKS"); !errors.Is(err, natsjs.ErrStreamNotFound) {
+	if _, err := js.Stream(ctx, stream); !errors.Is(err, natsjs.ErrStreamNotFound) {
 		t.Errorf("Open recreated the lost stream (lookup: %v)", err)
 	}
 	if _, err := jetstream.OpenReader(ctx, nc, cfg); !errors.Is(err, jetstream.ErrStreamLost) {
 		t.Errorf("OpenReader after the stream was removed: got %v, want ErrStreamLost", err)
 	}
-	if _, err := jetstream.Open(ctx, nc, jetstream.Config{Prefix: "neverused", Registry: staleRegistry{}}); err != nil {
+	if _, err := jetstream.Open(ctx, nc, jetstream.Config{Prefix: freshPrefix("neverused"), Registry: staleRegistry{}}); err != nil {
 		t.Errorf("Open of a fresh prefix: %v", err)
 	}
 }
@@ -139,12 +147,14 @@ func TestOpenRefusesALostStream(t *testing.T) {
 func TestOpenDispatcherRefusesLostRows(t *testing.T) {
 	ctx := t.Context()
 	nc := connect(t, singleURL)
-	dcfg := testDispatcherConfig(1, "lostrows")
+	prefix := freshPrefix("lostrows")
+	bucket := prefix + "_tasks"
+	dcfg := testDispatcherConfig(1, prefix)
 	d, err := jetstream.OpenDispatcher(ctx, nc, dcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := jetstream.Open(ctx, nc, jetstream.Config{Prefix: "lostrows", Registry: d})
+	l, err := jetstream.Open(ctx, nc, jetstream.Config{Prefix: prefix, Registry: d})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,14 +165,21 @@ func TestOpenDispatcherRefusesLostRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := js.DeleteKeyValue(ctx, "lostrows_tasks"); err != nil {
+	if err := js.DeleteKeyValue(ctx, bucket); err != nil {
 		t.Fatal(err)
 	}
 	_, err = jetstream.OpenDispatcher(ctx, nc, dcfg)
-	if !errors.Is(err, jetstream.ErrStreamLost) || !strings.Contains(err.Error(), "KV_lostrows_tasks") {
+	if !errors.Is(err, jetstream.ErrStreamLost) || !strings.Contains(err.Error(), "KV_"+bucket) {
 		t.Fatalf("OpenDispatcher after the rows were removed: got %v, want ErrStreamLost naming the bucket", err)
 	}
-	if _, err := js.KeyValue(ctx, "lostrows_tasks"); !errors.Is(err, natsjs.ErrBucketNotFound) {
+	if _, err := js.KeyValue(ctx, bucket); !errors.Is(err, natsjs.ErrBucketNotFound) {
 		t.Errorf("OpenDispatcher recreated the lost rows (lookup: %v)", err)
 	}
+}
+
+// freshPrefix is base and a suffix no other run of the test binary used, so
+// that a test which deletes part of a store can run again (-count) on the
+// package's one server.
+func freshPrefix(base string) string {
+	return base + strings.ToLower(noeta.NewID()[20:])
 }

@@ -328,10 +328,14 @@ func TestBadInput(t *testing.T) {
 // on it; nothing panics.
 func TestMalformedRecordOnTaskSubject(t *testing.T) {
 	ctx := t.Context()
+	// A prefix of its own: the damage it publishes must not reach the
+	// listings of the suites on the default prefix (on a second run,
+	// -count, it did).
+	prefix := freshPrefix("junk")
 	var skipped []error
 	var mu sync.Mutex
-	strict := openLog(t, singleURL, 1, jetstream.Config{})
-	lenient := openLog(t, singleURL, 1, jetstream.Config{OnCorrupt: func(err error) {
+	strict := openLog(t, singleURL, 1, jetstream.Config{Prefix: prefix})
+	lenient := openLog(t, singleURL, 1, jetstream.Config{Prefix: prefix, OnCorrupt: func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		skipped = append(skipped, err)
@@ -345,7 +349,7 @@ func TestMalformedRecordOnTaskSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject := fmt.Sprintf("noeta.t.%d.%s.log", jetstream.Partition(task), task)
+	subject := fmt.Sprintf(prefix+".t.%d.%s.log", jetstream.Partition(task), task)
 	ack, err := js.Publish(ctx, subject, []byte("this is not a CloudEvent"))
 	if err != nil {
 		t.Fatalf("raw publish: %v", err)
@@ -373,7 +377,7 @@ func TestMalformedRecordOnTaskSubject(t *testing.T) {
 		t.Errorf("Emit after a corrupt tail: got %v, want ErrCorrupt", err)
 	}
 
-	inbox := fmt.Sprintf("noeta.t.%d.%s.in.junk", jetstream.Partition(task), task)
+	inbox := fmt.Sprintf(prefix+".t.%d.%s.in.junk", jetstream.Partition(task), task)
 	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: inbox, Data: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
