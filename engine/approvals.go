@@ -333,7 +333,10 @@ func (g *segment) recordReply(w noeta.Wake) error {
 			return nil
 		}
 		g.e.refusedApprovals.Add(1)
-		if err := g.engineEmit(*ref); err != nil {
+		if st.ReplyRefusedHandle == w.Handle && st.ReplyRefused >= MaxRefusedPerRequest {
+			g.e.log.Warn("refused a reply; not recorded: the question has had its share of refused replies",
+				"task", st.Task, "handle", w.Handle, "approver", ref.Approver, "auth", ref.Auth, "reason", ref.Reason)
+		} else if err := g.engineEmit(*ref); err != nil {
 			return err
 		}
 	}

@@ -711,3 +711,55 @@ func countRefused(h *harness, id string) int {
 	}
 	return n
 }
+
+// TestRefusedRepliesBounded: a flood of replies the rules refuse (here,
+// unauthenticated ones on a plain wake) records MaxRefusedPerRequest
+// refusals and no more, as refused answers to an approval do. Before, every
+// refused reply to a question added an ApprovalRefused record without end.
+func TestRefusedRepliesBounded(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			h := newHarness(t, b, questionConfig, withApprovals(t, questionConfig),
+				func(c *engine.Config) { c.RequireAuthenticatedApprovals = true })
+			h.start(1)
+			ctx := context.Background()
+			id, err := h.eng.Submit(ctx, engine.Submission{Agent: "boss", Goal: "ask", SubmittedBy: "cli:bob",
+				Script: json.RawMessage(`[{"yield_for_human":{"question":"which branch?"}},{"finish":{"answer":"done"}}]`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			suspends := func() int {
+				n := 0
+				for _, e := range h.log(id) {
+					if e.Type == noeta.TypeTaskSuspended {
+						n++
+					}
+				}
+				return n
+			}
+			asked := func(times int) {
+				t.Helper()
+				h.waitFor(id, "the question asked", func(s *engine.State) bool {
+					return s.Status == noeta.StatusSuspended && s.WakeOn != nil && s.WakeOn.Handle == "question-1" && suspends() == times
+				})
+				h.waitReleased(id, eventlog.DispatchSuspended)
+			}
+			asked(1)
+			const flood = engine.MaxRefusedPerRequest + 4
+			for i := range flood {
+				answer(t, h, id, "question-1", "sre", noeta.AuthNone, noeta.ApprovalApprove, "main")
+				asked(i + 2)
+			}
+			if n := countRefused(h, id); n != engine.MaxRefusedPerRequest {
+				t.Fatalf("%d refused replies recorded after %d sent; want %d", n, flood, engine.MaxRefusedPerRequest)
+			}
+			if err := h.eng.Approve(ctx, id, "question-1", noeta.ApprovalApprove, "sre", "main", noeta.AuthToken); err != nil {
+				t.Fatal(err)
+			}
+			if st := h.waitStatus(id, noeta.StatusTerminal); string(st.Answer) != `"done"` {
+				t.Fatalf("answer %s after sre's reply; want done\n%s", st.Answer, h.dump(id))
+			}
+		})
+	}
+}

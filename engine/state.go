@@ -51,6 +51,12 @@ type State struct {
 	// question's "waiting_human: …", a park's): a reply the rules refuse
 	// suspends the task on it again.
 	WokenFrom string `json:"woken_from,omitempty"`
+	// ReplyRefused counts the ApprovalRefused records of the replies to
+	// the question or park under ReplyRefusedHandle, so that a flood of
+	// refused replies stops being recorded at MaxRefusedPerRequest, as
+	// refused answers to an approval do.
+	ReplyRefusedHandle string `json:"reply_refused_handle,omitempty"`
+	ReplyRefused       int    `json:"reply_refused,omitempty"`
 	// SuspendedSeq and SuspendedAt are the latest TaskSuspended's: when a
 	// question was asked.
 	SuspendedSeq uint64    `json:"suspended_seq,omitempty"`
@@ -281,6 +287,10 @@ func (s *State) Apply(env eventlog.Envelope) error {
 			// A reply to a question or a park, refused: the task asks
 			// again.
 			s.Answered = true
+			if s.ReplyRefusedHandle != p.Handle {
+				s.ReplyRefusedHandle, s.ReplyRefused = p.Handle, 0
+			}
+			s.ReplyRefused++
 		}
 	case *noeta.SubtaskResultRecorded:
 		g.NoteSubtaskSpend(p.SubtaskID, p.Spend)
