@@ -450,8 +450,8 @@ var ErrRequestClosed = errors.New("the request is no longer open (answered elsew
 // a person's time, not a machine's.
 const openPoll = 250 * time.Millisecond
 
-// whileOpen ends ctx with ErrRequestClosed once task no longer waits on
-// handle, checking every openPoll; it returns when ctx ends.
+// whileOpen ends ctx with ErrRequestClosed once handle is no longer an
+// open request of task, checking every openPoll; it returns when ctx ends.
 func (w *Watch) whileOpen(ctx context.Context, cancel context.CancelCauseFunc, task, handle string) {
 	t := time.NewTicker(openPoll)
 	defer t.Stop()
@@ -465,11 +465,21 @@ func (w *Watch) whileOpen(ctx context.Context, cancel context.CancelCauseFunc, t
 		if err != nil {
 			continue // a read that failed says nothing; the next may not
 		}
-		if st.Status != noeta.StatusSuspended || st.Reason != engine.ReasonWaitingApproval || st.WakeOn == nil || st.WakeOn.Handle != handle {
+		if !requestOpen(st, handle) {
 			cancel(ErrRequestClosed)
 			return
 		}
 	}
+}
+
+// requestOpen reports whether handle is still an open request of the task
+// in st. Open means not yet resolved and the task not ended, not "the task
+// is suspended on it this instant": a vote counted toward a quorum or a
+// refused answer wakes the task for a moment and it suspends on the same
+// open request again, which must still be asked.
+func requestOpen(st *engine.State, handle string) bool {
+	_, pending := st.Governance.PendingApprovals[handle]
+	return pending && st.Status != noeta.StatusTerminal
 }
 
 // settled reports whether the tree has come to rest, and how.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -113,3 +114,87 @@ func TestAskDropsTheLineOfAClosedPrompt(t *testing.T) {
 		t.Errorf("the dropped line is not said:\n%s", msgs.String())
 	}
 }
+
+// TestAskStaysOpenWhileTheQuorumGrows: under a quorum of two, another
+// approver's vote given elsewhere counts toward the request, which stays
+// open: the task wakes for a moment and suspends on it again, and the
+// terminal must still be asked. Before, the prompt was closed as soon as
+// the task was not suspended on the handle, and never asked again: the run
+// waited for an answer nobody was asked for.
+func TestAskStaysOpenWhileTheQuorumGrows(t *testing.T) {
+	defer func(r func() bool) { stdinIsTerminal = r }(stdinIsTerminal)
+	defer func(r io.Reader) { stdin = r }(stdin)
+	stdinIsTerminal = func() bool { return true }
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	stdin = pr
+
+	base, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, "noeta.yaml", string(base)+"\napprovals:\n  rules:\n    - name: two-for-shell\n      when: 'tool == \"shell\"'\n      quorum: 2\n")
+	data, ws := t.TempDir(), workspace(t)
+	prompt := regexp.MustCompile(`approval needed: task ([0-9A-Z]{26}) \([^)]*\), (\S+)\n`)
+	asked := make(chan [2]string, 1)
+	var out, errb syncBuffer
+	errb.watch = func(s string) {
+		if m := prompt.FindStringSubmatch(s); m != nil {
+			select {
+			case asked <- [2]string{m[1], m[2]}:
+			default:
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"run", example("06-approval-granted.yaml"), "--config", cfg,
+			"--data", data, "--workspace", ws, "--approvals", "ask"}, &out, &errb)
+	}()
+	var req [2]string
+	select {
+	case req = <-asked:
+	case c := <-code:
+		t.Fatalf("run ended (exit %d) without asking\n%s\n%s", c, out.String(), errb.String())
+	}
+	if c, o, e := runCmd(t, "approve", req[0], req[1], "--as", "cli:someone-else", "--reason", "one of two", "--config", cfg, "--data", data); c != 0 {
+		t.Fatalf("approve: exit %d\n%s\n%s", c, o, e)
+	}
+	// The vote is counted and the task suspends again on the same request;
+	// the prompt is still the one to answer it.
+	deadline := time.Now().Add(time.Minute)
+	// (run's own timeline waits while it prompts: read the log from here.)
+	counted := func() bool {
+		_, o, _ := runCmd(t, "events", req[0], "--data", data)
+		return strings.Contains(o, "ApprovalCounted") && strings.Count(o, "TaskSuspended") >= 2
+	}
+	for !counted() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the vote given elsewhere was not counted\n%s\n%s", out.String(), errb.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(4 * openPollForTest) // let a wrong watcher close the prompt (the test is right either way)
+	if strings.Contains(errb.String(), "no longer open") {
+		t.Fatalf("the prompt was closed while its request was open\n%s", errb.String())
+	}
+	if _, err := io.WriteString(pw, "y\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-code:
+		if c != exitDone {
+			t.Fatalf("run: exit %d, want %d\n%s\n%s", c, exitDone, out.String(), errb.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("run still waits a minute after the second approval was typed\n%s\n%s", out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "ApprovalResolved") {
+		t.Errorf("the timeline lacks the resolution:\n%s", out.String())
+	}
+}
+
+// openPollForTest is host's openPoll, the watcher's period.
+const openPollForTest = 250 * time.Millisecond
