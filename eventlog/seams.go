@@ -153,8 +153,10 @@ type Lease struct {
 	// retryable failures reached the cap, or its leases expired ReclaimMax
 	// times in a row) and why. The holder runs nothing of the task: it
 	// records the end in the task's log and releases it terminal, so no task
-	// ends without a terminal record. If this lease fails or expires too, the
-	// task ends terminal in the dispatcher alone, with Ending as its reason.
+	// ends without a terminal record. An Ending lease that expires or fails
+	// is granted again, under the same caps as any lease (ReclaimMax expiries
+	// in a row, the attempt cap for failures); only past them does the task
+	// end terminal in the dispatcher alone, with Ending as its reason.
 	Ending string
 }
 

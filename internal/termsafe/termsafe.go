@@ -27,7 +27,8 @@ import (
 func Line(s string) string { return escape(s, false) }
 
 // Text is s made safe as lines of output: Line's escapes but for the
-// newline, which is kept.
+// newline and the tab, which are kept (a tab only moves on to the next
+// stop: it cannot take the cursor back over what was printed, as \r can).
 func Text(s string) string { return escape(s, true) }
 
 // Unsafe reports whether r is escaped: C0 and C1 controls and DEL, bidi
@@ -53,7 +54,7 @@ func escape(s string, keepNewline bool) string {
 	clean := true
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
-		if (r == utf8.RuneError && n == 1) || (Unsafe(r) && !(keepNewline && r == '\n')) {
+		if (r == utf8.RuneError && n == 1) || (Unsafe(r) && !(keepNewline && (r == '\n' || r == '\t'))) {
 			clean = false
 			break
 		}
@@ -69,8 +70,8 @@ func escape(s string, keepNewline bool) string {
 		switch {
 		case r == utf8.RuneError && n == 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\n' && keepNewline:
-			b.WriteByte('\n')
+		case (r == '\n' || r == '\t') && keepNewline:
+			b.WriteByte(byte(r))
 		case Unsafe(r):
 			writeRune(&b, r)
 		default:

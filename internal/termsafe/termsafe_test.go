@@ -44,6 +44,14 @@ func TestLine(t *testing.T) {
 
 // An escaped rune inside a JSON string is a JSON escape of the same rune:
 // a JSON document passed through decodes to the same values.
+// TestTextKeepsTabs: a tool's output printed as lines keeps its tabs (they
+// cannot take the cursor back); \r and the rest are still escaped.
+func TestTextKeepsTabs(t *testing.T) {
+	if got, want := Text("a\tb\nc\rd"), "a\tb\nc\\rd"; got != want {
+		t.Errorf("Text = %q, want %q", got, want)
+	}
+}
+
 func TestTextKeepsJSON(t *testing.T) {
 	v := map[string]string{"s": "\u202e\u009b\x7f\u200b\U000E0041 ok"}
 	b, err := json.Marshal(v)
