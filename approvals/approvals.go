@@ -130,7 +130,7 @@ var (
 	}
 	whenEnv = sync.OnceValues(func() (*cel.Env, error) { return cel.NewEnv(reqVars...) })
 	apprEnv = sync.OnceValues(func() (*cel.Env, error) {
-		return cel.NewEnv(append(slices.Clone(reqVars), cel.Variable("approver", cel.StringType), cel.Variable("auth", cel.StringType))...)
+		return cel.NewEnv(append(slices.Clone(reqVars), cel.Variable("approver", cel.StringType), cel.Variable("auth", cel.StringType), cel.Variable("self", cel.BoolType))...)
 	})
 )
 
@@ -375,6 +375,11 @@ func (p *Policy) Check(req Request, rules []string, approver, auth string) error
 		if vars == nil {
 			vars = req.vars()
 			vars["approver"], vars["auth"] = approver, auth
+			// self compares as self_approval does (SamePerson: without the
+			// door's prefix and without case), which a rule's own
+			// approver != submitter does not: CLI:Alice answering for
+			// the token user alice passes that, never !self.
+			vars["self"] = req.Submitter != "" && SamePerson(approver, req.Submitter)
 		}
 		ok, err := eval(r.approvers, vars)
 		if err != nil {

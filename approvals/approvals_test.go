@@ -114,3 +114,26 @@ func TestSelfApprovalAcrossDoors(t *testing.T) {
 		}
 	}
 }
+
+// TestSelfVariable: a rule's approvers can say "not the submitter" with
+// !self, compared as self_approval compares. A rule written as
+// approver != submitter compared two strings: cli:bob's task was approved
+// by Bob through a token (or by bob over NATS), whose names differ.
+func TestSelfVariable(t *testing.T) {
+	p := mustCompile(t, Config{Rules: []Rule{{Name: "not-mine", Approvers: `!self`}}})
+	for _, tc := range []struct {
+		submitter, approver string
+		allowed             bool
+	}{
+		{"cli:bob", "Bob", false},
+		{"cli:bob", "bob", false},
+		{"bob", "cli:bob", false},
+		{"cli:bob", "alice", true},
+		{"", "alice", true}, // no submitter recorded: nobody is the submitter
+	} {
+		err := p.Check(Request{Tool: "shell", Submitter: tc.submitter}, []string{"not-mine"}, tc.approver, "token")
+		if got := err == nil; got != tc.allowed || (err != nil && !errors.Is(err, ErrNotAllowed)) {
+			t.Errorf("submitter %q, approver %q: %v; want allowed=%v", tc.submitter, tc.approver, err, tc.allowed)
+		}
+	}
+}
