@@ -38,6 +38,17 @@ func (l *Log) Get(ctx context.Context, ref noeta.ContentRef) ([]byte, error) {
 		return nil, fmt.Errorf("%w: content %q", eventlog.ErrNotFound, ref.Hash)
 	}
 	b, err := l.content.GetBytes(ctx, ref.Hash)
+	// Put checks, then writes: two processes storing one body at once both
+	// write it, and the second write removes the first one's chunks, which
+	// a Get reading that first version then misses ("digests do not
+	// match"). A body is named by its hash, so every complete version is the
+	// same bytes: read again. A mismatch that stays is a damaged object.
+	for i := 0; i < contentRereads && errors.Is(err, jetstream.ErrDigestMismatch); i++ {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		b, err = l.content.GetBytes(ctx, ref.Hash)
+	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("%w: content %s", eventlog.ErrNotFound, ref.Hash)
 	}
@@ -46,6 +57,10 @@ func (l *Log) Get(ctx context.Context, ref noeta.ContentRef) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// contentRereads is how many times Get reads an object again whose digest
+// did not match, the mark of a concurrent rewrite of the same body.
+const contentRereads = 3
 
 // GetMany implements eventlog.ContentStore.
 func (l *Log) GetMany(ctx context.Context, refs []noeta.ContentRef) (map[string][]byte, error) {
