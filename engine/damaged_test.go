@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
@@ -69,10 +70,14 @@ script:
 	msg.Header.Set("Noeta-Seq", strconv.FormatUint(env.Seq, 10))
 	msg.Header.Set("Noeta-Lease", "L-lost")
 	msg.Header.Set("Noeta-Lease-Gen", "1")
-	if err := nc.PublishMsg(msg); err != nil {
+	// Published through JetStream and acknowledged: a core publish and a
+	// flush only say the server read the message, not that the stream
+	// stored it, and the read below sometimes came first.
+	js, err := natsjs.New(nc)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.Flush(); err != nil {
+	if _, err := js.PublishMsg(t.Context(), msg); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := log.Read(t.Context(), id, 0); !errors.Is(err, eventlog.ErrGap) {

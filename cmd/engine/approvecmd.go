@@ -287,6 +287,10 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 			// Too late: the request resolves denied by timeout, and
 			// nothing else here would run the task past it. Run it to its
 			// next rest, printing the expiry, then say the answer lost.
+			// The expiry's timer fires a moment after this process
+			// started its dispatcher: until it has, the task looks at rest
+			// (suspended on the request), so wait for the resolution first.
+			waitResolved(ctx, h, task, handle, expiryWait)
 			out, ferr := p.follow(ctx)
 			if ferr == nil {
 				reportOutcome(g.stdout, p.root, g.flags(h), out)
@@ -304,6 +308,33 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	}
 	reportOutcome(g.stdout, p.root, g.flags(h), out)
 	return exitCode(restCode(out))
+}
+
+// expiryWait bounds how long approve waits for an expired request's timer
+// to resolve it before following the task.
+const expiryWait = 30 * time.Second
+
+// waitResolved returns once handle is no longer an open request of task
+// (or the task ended), within limit, or when ctx ends.
+func waitResolved(ctx context.Context, h *host.Host, task, handle string, limit time.Duration) {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if st, err := h.Inspect(ctx, task); err == nil {
+			if _, open := st.Governance.PendingApprovals[handle]; !open || st.Status == noeta.StatusTerminal {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // answerErr is the error of an answer Approve refused: exit 1, saying
