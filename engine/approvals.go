@@ -30,6 +30,22 @@ func validAuth(a string) bool {
 	return false
 }
 
+// answerer is the name of who gave w in its one form, whichever door it
+// came through, as it is compared and recorded (approvals.Approver); a name
+// that refuses is returned escaped with the refusal, so that what it hides
+// shows in the log.
+func answerer(w noeta.Wake) (string, error) {
+	raw := w.Approver
+	if raw == "" {
+		raw = "unknown"
+	}
+	approver, err := approvals.Approver(raw)
+	if err != nil {
+		return truncate(strconv.QuoteToASCII(raw), maxErrorLen), err
+	}
+	return approver, nil
+}
+
 // judgement is what one answer to an open approval comes to: exactly one of
 // a refusal, a count toward the quorum, or a resolution; or, for an answer
 // received after the request expired (late), the refusal of the answer
@@ -97,17 +113,7 @@ func (e *Engine) judge(ctx context.Context, st *State, pa noeta.PendingApproval,
 	if decision != noeta.ApprovalApprove && decision != noeta.ApprovalDeny {
 		decision, text = noeta.ApprovalDeny, fmt.Sprintf("unrecognised decision %q: taken as deny", w.Decision)
 	}
-	raw := w.Approver
-	if raw == "" {
-		raw = "unknown"
-	}
-	// One form of every name, whichever door it came through: compared and
-	// recorded as approvals.Approver has it. A name it refuses is recorded
-	// escaped, so what it hides shows in the log.
-	approver, nameErr := approvals.Approver(raw)
-	if nameErr != nil {
-		approver = truncate(strconv.QuoteToASCII(raw), maxErrorLen)
-	}
+	approver, nameErr := answerer(w)
 	auth := w.Auth
 	if auth == "" || auth != noeta.AuthTimer && !validAuth(auth) {
 		// Whoever delivered it did not say, or said something unknown:
@@ -281,14 +287,7 @@ const reasonWaitingHuman = "waiting_human: "
 // self_approval: deny, and a plain wake answered one where approvals had
 // to be authenticated.
 func (e *Engine) judgeReply(st *State, reason string, w noeta.Wake) *noeta.ApprovalRefused {
-	raw := w.Approver
-	if raw == "" {
-		raw = "unknown"
-	}
-	approver, nameErr := approvals.Approver(raw)
-	if nameErr != nil {
-		approver = truncate(strconv.QuoteToASCII(raw), maxErrorLen)
-	}
+	approver, nameErr := answerer(w)
 	auth := w.Auth
 	if auth == "" || !validAuth(auth) {
 		auth = noeta.AuthNone

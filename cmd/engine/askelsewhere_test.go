@@ -21,38 +21,9 @@ import (
 // a late "y" there would have been sent as an answer to a request already
 // closed.
 func TestAskStopsWhenAnsweredElsewhere(t *testing.T) {
-	defer func(r func() bool) { stdinIsTerminal = r }(stdinIsTerminal)
-	defer func(r io.Reader) { stdin = r }(stdin)
-	stdinIsTerminal = func() bool { return true }
-	pr, pw := io.Pipe() // a terminal nobody types on
-	defer pw.Close()
-	stdin = pr
+	r := startAsk(t, exampleConfig)
+	data, req, out, errb, code := r.data, r.req, &r.out, &r.errb, r.code
 
-	data, ws := t.TempDir(), workspace(t)
-	prompt := regexp.MustCompile(`approval needed: task ([0-9A-Z]{26}) \([^)]*\), (\S+)\n`)
-	asked := make(chan [2]string, 1)
-	var out, errb syncBuffer
-	errb.watch = func(s string) {
-		if m := prompt.FindStringSubmatch(s); m != nil {
-			select {
-			case asked <- [2]string{m[1], m[2]}:
-			default:
-			}
-		}
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	code := make(chan int, 1)
-	go func() {
-		code <- run(ctx, []string{"run", example("06-approval-granted.yaml"), "--config", exampleConfig,
-			"--data", data, "--workspace", ws, "--approvals", "ask"}, &out, &errb)
-	}()
-	var req [2]string
-	select {
-	case req = <-asked:
-	case c := <-code:
-		t.Fatalf("run ended (exit %d) without asking\n%s\n%s", c, out.String(), errb.String())
-	}
 	c, o, e := runCmd(t, "approve", req[0], req[1], "--reason", "from another terminal", "--data", data)
 	if c != 0 {
 		t.Fatalf("approve: exit %d\n%s\n%s", c, o, e)
@@ -122,43 +93,14 @@ func TestAskDropsTheLineOfAClosedPrompt(t *testing.T) {
 // the task was not suspended on the handle, and never asked again: the run
 // waited for an answer nobody was asked for.
 func TestAskStaysOpenWhileTheQuorumGrows(t *testing.T) {
-	defer func(r func() bool) { stdinIsTerminal = r }(stdinIsTerminal)
-	defer func(r io.Reader) { stdin = r }(stdin)
-	stdinIsTerminal = func() bool { return true }
-	pr, pw := io.Pipe()
-	defer pw.Close()
-	stdin = pr
-
 	base, err := os.ReadFile(exampleConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := writeFile(t, "noeta.yaml", string(base)+"\napprovals:\n  rules:\n    - name: two-for-shell\n      when: 'tool == \"shell\"'\n      quorum: 2\n")
-	data, ws := t.TempDir(), workspace(t)
-	prompt := regexp.MustCompile(`approval needed: task ([0-9A-Z]{26}) \([^)]*\), (\S+)\n`)
-	asked := make(chan [2]string, 1)
-	var out, errb syncBuffer
-	errb.watch = func(s string) {
-		if m := prompt.FindStringSubmatch(s); m != nil {
-			select {
-			case asked <- [2]string{m[1], m[2]}:
-			default:
-			}
-		}
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	code := make(chan int, 1)
-	go func() {
-		code <- run(ctx, []string{"run", example("06-approval-granted.yaml"), "--config", cfg,
-			"--data", data, "--workspace", ws, "--approvals", "ask"}, &out, &errb)
-	}()
-	var req [2]string
-	select {
-	case req = <-asked:
-	case c := <-code:
-		t.Fatalf("run ended (exit %d) without asking\n%s\n%s", c, out.String(), errb.String())
-	}
+	r := startAsk(t, cfg)
+	data, req, out, errb, code, pw := r.data, r.req, &r.out, &r.errb, r.code, r.pw
+
 	if c, o, e := runCmd(t, "approve", req[0], req[1], "--as", "cli:someone-else", "--reason", "one of two", "--config", cfg, "--data", data); c != 0 {
 		t.Fatalf("approve: exit %d\n%s\n%s", c, o, e)
 	}
@@ -198,3 +140,51 @@ func TestAskStaysOpenWhileTheQuorumGrows(t *testing.T) {
 
 // openPollForTest is host's openPoll, the watcher's period.
 const openPollForTest = 250 * time.Millisecond
+
+// askRun is a run --approvals ask on a terminal nobody types on (pw types),
+// started by startAsk and stopped at its first prompt.
+type askRun struct {
+	data      string
+	req       [2]string // the task and handle asked about
+	out, errb syncBuffer
+	code      chan int
+	pw        *io.PipeWriter
+}
+
+// startAsk runs 06-approval-granted.yaml under cfg with --approvals ask and
+// returns once the run prompts.
+func startAsk(t *testing.T, cfg string) *askRun {
+	t.Helper()
+	prevTerminal, prevStdin := stdinIsTerminal, stdin
+	stdinIsTerminal = func() bool { return true }
+	pr, pw := io.Pipe()
+	stdin = pr
+	t.Cleanup(func() {
+		pw.Close()
+		stdinIsTerminal, stdin = prevTerminal, prevStdin
+	})
+	r := &askRun{data: t.TempDir(), code: make(chan int, 1), pw: pw}
+	prompt := regexp.MustCompile(`approval needed: task ([0-9A-Z]{26}) \([^)]*\), (\S+)\n`)
+	asked := make(chan [2]string, 1)
+	r.errb.watch = func(s string) {
+		if m := prompt.FindStringSubmatch(s); m != nil {
+			select {
+			case asked <- [2]string{m[1], m[2]}:
+			default:
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	t.Cleanup(cancel)
+	ws := workspace(t)
+	go func() {
+		r.code <- run(ctx, []string{"run", example("06-approval-granted.yaml"), "--config", cfg,
+			"--data", r.data, "--workspace", ws, "--approvals", "ask"}, &r.out, &r.errb)
+	}()
+	select {
+	case r.req = <-asked:
+	case c := <-r.code:
+		t.Fatalf("run ended (exit %d) without asking\n%s\n%s", c, r.out.String(), r.errb.String())
+	}
+	return r
+}
