@@ -304,6 +304,9 @@ func TestSubmitApproveRemote(t *testing.T) {
 // Before: approve and run had no deadline; only a signal stopped them (a
 // concurrent approve and deny on one --data were seen hanging 8 minutes).
 func TestFollowTimeout(t *testing.T) {
+	// The timeout bounds the whole command, opening the data directory and
+	// submitting included: at 1s a submit under the suite's own load ran
+	// out before the follow began.
 	t.Parallel()
 	data, ws := t.TempDir(), workspace(t)
 	task := writeFile(t, "wait.yaml", `agent: researcher
@@ -318,18 +321,18 @@ script:
 		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
 	}
 	id, handle := waitingHandle(t, out, "approval-call-1-0")
-	code, out, errOut = runCmd(t, "approve", id, handle, "--timeout", "2s", "--config", exampleConfig, "--data", data, "--workspace", ws)
-	if code != exitFailed || !strings.Contains(out, "interrupted: task "+id+" is left as it is (--timeout 2s reached") ||
+	code, out, errOut = runCmd(t, "approve", id, handle, "--timeout", "5s", "--config", exampleConfig, "--data", data, "--workspace", ws)
+	if code != exitFailed || !strings.Contains(out, "interrupted: task "+id+" is left as it is (--timeout 5s reached") ||
 		!strings.Contains(out, "approved: task "+id+" was waiting on "+handle) {
-		t.Fatalf("approve --timeout 2s: exit %d\n%s\n%s", code, out, errOut)
+		t.Fatalf("approve --timeout 5s: exit %d\n%s\n%s", code, out, errOut)
 	}
 	code, out, errOut = runCmd(t, "run", writeFile(t, "wait2.yaml", `agent: researcher
 goal: "Wait for ever"
 script:
   - wait_external: {event_kind: never-sent}
-`), "--timeout", "1s", "--config", exampleConfig, "--data", data, "--workspace", ws)
-	if code != exitFailed || !strings.Contains(out, "is left as it is (--timeout 1s reached") {
-		t.Fatalf("run --timeout 1s: exit %d\n%s\n%s", code, out, errOut)
+`), "--timeout", "5s", "--config", exampleConfig, "--data", data, "--workspace", ws)
+	if code != exitFailed || !strings.Contains(out, "is left as it is (--timeout 5s reached") {
+		t.Fatalf("run --timeout 5s: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
 
