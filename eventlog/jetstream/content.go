@@ -43,7 +43,10 @@ func (l *Log) Get(ctx context.Context, ref noeta.ContentRef) ([]byte, error) {
 	// a Get reading that first version then misses ("digests do not
 	// match"). A body is named by its hash, so every complete version is the
 	// same bytes: read again. A mismatch that stays is a damaged object.
-	for i := 0; i < contentRereads && errors.Is(err, jetstream.ErrDigestMismatch); i++ {
+	// The same race can also leave the reader waiting for chunks that were
+	// removed until its read times out: any failure but "not found" is read
+	// again, as many times.
+	for i := 0; i < contentRereads && err != nil && !errors.Is(err, jetstream.ErrObjectNotFound); i++ {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, cerr
 		}
