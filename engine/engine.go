@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -217,7 +218,11 @@ func (e *Engine) stack(agent string) (*guards.Stack, error) {
 
 // Submission is a new root task.
 type Submission struct {
-	// ID is the task id; a fresh ULID if empty.
+	// ID is the task id; a fresh ULID if empty. A caller that names the id
+	// may submit again after an error it cannot interpret (a timeout while
+	// the cluster elects a leader): the same submission under the same id
+	// is the same task, returned and not created twice; a different one
+	// fails with eventlog.ErrTaskExists.
 	ID    string
 	Agent string
 	Goal  string
@@ -252,10 +257,41 @@ func (e *Engine) Submit(ctx context.Context, sub Submission) (string, error) {
 	if err := e.fillCreated(ctx, &tc, sub.Goal, sub.Script); err != nil {
 		return "", err
 	}
-	if err := e.create(ctx, tc, eventlog.OriginSystem, eventlog.EnqueueOptions{Queue: sub.Queue}, false); err != nil {
+	opts := eventlog.EnqueueOptions{Queue: sub.Queue}
+	err := e.create(ctx, tc, eventlog.OriginSystem, opts, false)
+	if sub.ID != "" && errors.Is(err, eventlog.ErrTaskExists) {
+		var same bool
+		if same, err = e.sameGenesis(ctx, tc); err == nil {
+			if !same {
+				return "", fmt.Errorf("%w: %s was created by a different submission", eventlog.ErrTaskExists, id)
+			}
+			// A retry: the earlier attempt may have died between the log
+			// and the dispatcher's row, which create(existing) completes.
+			err = e.create(ctx, tc, eventlog.OriginSystem, opts, true)
+		}
+	}
+	if err != nil {
 		return "", err
 	}
 	return id, nil
+}
+
+// sameGenesis reports whether the task's log opens with tc, the TaskCreated
+// a retried submission would write.
+func (e *Engine) sameGenesis(ctx context.Context, tc noeta.TaskCreated) (bool, error) {
+	envs, err := e.cfg.Log.Read(ctx, tc.TaskID, 0)
+	if err != nil {
+		return false, err
+	}
+	if len(envs) == 0 || envs[0].Type != noeta.TypeTaskCreated {
+		return false, nil
+	}
+	p, _, err := envs[0].Decode()
+	if err != nil {
+		return false, err
+	}
+	got, ok := p.(*noeta.TaskCreated)
+	return ok && reflect.DeepEqual(*got, tc), nil
 }
 
 // fillCreated spills the goal and stores the script of a TaskCreated.

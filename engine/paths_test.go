@@ -367,7 +367,8 @@ func TestSubmitRefusals(t *testing.T) {
 		sub  engine.Submission
 		want error
 	}{
-		{"existing id", engine.Submission{ID: "same", Agent: "boss", Goal: "g"}, eventlog.ErrTaskExists},
+		{"existing id, another goal", engine.Submission{ID: "same", Agent: "boss", Goal: "other"}, eventlog.ErrTaskExists},
+		{"existing id, another submitter", engine.Submission{ID: "same", Agent: "boss", Goal: "g", SubmittedBy: "cli:eve"}, eventlog.ErrTaskExists},
 		{"unknown agent", engine.Submission{Agent: "nobody", Goal: "g"}, eventlog.ErrInvalidArgument},
 		{"empty goal", engine.Submission{Agent: "boss"}, eventlog.ErrInvalidArgument},
 		{"bad id", engine.Submission{ID: "a.b", Agent: "boss", Goal: "g"}, eventlog.ErrInvalidArgument},
@@ -383,6 +384,57 @@ func TestSubmitRefusals(t *testing.T) {
 	}
 	if err := h.eng.Approve(ctx, "same", "h", noeta.ApprovalApprove, "", "", noeta.AuthLocal); !errors.Is(err, eventlog.ErrInvalidArgument) {
 		t.Errorf("Approve without approver: %v", err)
+	}
+}
+
+// TestSubmitRetry: a submission retried under the id it chose is the task
+// the first attempt made, not a second one (before, every retry of a submit
+// whose answer was lost ran the task twice, as the chaos run once saw), and
+// a first attempt that stopped between the log and the dispatcher's row is
+// completed by the retry.
+func TestSubmitRetry(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			h := newHarness(t, b, pathsConfig)
+			ctx := context.Background()
+			sub := engine.Submission{ID: noeta.NewTaskID(), Agent: "boss", Goal: "g", SubmittedBy: "cli:alice",
+				Script: json.RawMessage(`[{"finish":{"answer":"done"}}]`)}
+			for i := range 3 {
+				if id, err := h.eng.Submit(ctx, sub); err != nil || id != sub.ID {
+					t.Fatalf("submit #%d: %q, %v", i+1, id, err)
+				}
+			}
+			// A log whose row was never written: the first attempt died.
+			orphan := noeta.TaskCreated{TaskID: noeta.NewTaskID(), Agent: "boss", Goal: "g", SubmittedBy: "cli:alice"}
+			orphan.RootTaskID = orphan.TaskID
+			env, err := eventlog.NewEnvelope(orphan.TaskID, eventlog.OriginSystem, "test", orphan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.log.Create(ctx, env); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.disp.Inspect(ctx, orphan.TaskID); !errors.Is(err, eventlog.ErrNotFound) {
+				t.Fatalf("the orphan has a row: %v", err)
+			}
+			if _, err := h.eng.Submit(ctx, engine.Submission{ID: orphan.TaskID, Agent: "boss", Goal: "g", SubmittedBy: "cli:alice"}); err != nil {
+				t.Fatalf("retry of the orphan: %v", err)
+			}
+			h.start(2)
+			st := h.waitStatus(sub.ID, noeta.StatusTerminal)
+			if string(st.Answer) != `"done"` {
+				t.Errorf("answer %s", st.Answer)
+			}
+			if n := len(h.log(sub.ID)); n > 10 {
+				t.Errorf("the retried task has %d records:\n%s", n, h.dump(sub.ID))
+			}
+			if ds, err := b.disp.Inspect(ctx, orphan.TaskID); err != nil {
+				t.Errorf("the orphan's retry made no row: %v", err)
+			} else if ds.Status == "" {
+				t.Errorf("the orphan's row: %+v", ds)
+			}
+		})
 	}
 }
 

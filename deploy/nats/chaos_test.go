@@ -135,12 +135,17 @@ func TestChaos(t *testing.T) {
 		}
 		return fmt.Sprintf(`[%s,%s,{"tool_calls":[{"tool":"echo","args":{"i":%d}}]},%s,{"finish":{"answer":"done"}}]`, shell(r+"-c0"), timer, i, shell(r+"-c1"))
 	}
+	// A submission that failed may have created its task all the same (a
+	// leader killed after storing the genesis, before answering): it is
+	// retried under the id it chose, which makes the retry the same task
+	// rather than a second one running the same shell calls.
 	submit := func(goal, s string) (string, error) {
 		var err error
+		sub := engine.Submission{ID: noeta.NewTaskID(), Agent: "boss", Goal: goal, Script: json.RawMessage(s)}
 		for range 40 {
 			sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 			var id string
-			id, err = e.eng.Submit(sctx, engine.Submission{Agent: "boss", Goal: goal, Script: json.RawMessage(s)})
+			id, err = e.eng.Submit(sctx, sub)
 			scancel()
 			if err == nil {
 				return id, nil

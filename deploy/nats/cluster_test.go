@@ -101,6 +101,34 @@ func TestSingleNode(t *testing.T) {
 	if b, err := op.Get(ctx, ref); err != nil || !bytes.Equal(b, body) {
 		t.Errorf("operator reads a %d-byte body: %d bytes, %v", len(body), len(b), err)
 	}
+	// Two engines storing one body at once both write it (Put looks, then
+	// writes): the second write purges the first one's chunks, which the
+	// engine's role must allow (the violations check below), or they stay.
+	ejs, err := natsjs.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := ejs.ObjectStore(ctx, "noeta_content")
+	if err != nil {
+		t.Fatalf("engine binds the content store: %v", err)
+	}
+	stored := func() uint64 {
+		info, err := objs.Status(ctx)
+		if err != nil {
+			t.Fatalf("content store status: %v", err)
+		}
+		return info.Size()
+	}
+	before := stored()
+	if _, err := objs.PutBytes(ctx, ref.Hash, body); err != nil {
+		t.Fatalf("engine writes a stored body again: %v", err)
+	}
+	if after := stored(); after > before+4096 {
+		t.Errorf("a body written twice takes %d bytes, once %d: the first write's chunks were not purged", after, before)
+	}
+	if b, err := op.Get(ctx, ref); err != nil || !bytes.Equal(b, body) {
+		t.Errorf("operator reads the body written twice: %d bytes, %v", len(b), err)
+	}
 	if tasks, err := op.Tasks(ctx); err != nil || len(tasks) < 6 {
 		t.Errorf("operator task list: %d tasks, %v", len(tasks), err)
 	}
