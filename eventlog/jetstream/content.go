@@ -61,8 +61,9 @@ func (l *Log) Get(ctx context.Context, ref noeta.ContentRef) ([]byte, error) {
 	return b, nil
 }
 
-// contentRereads is how many times Get reads an object again whose digest
-// did not match, the mark of a concurrent rewrite of the same body.
+// contentRereads is how many times Get reads an object again after a
+// failure other than not-found: a digest that did not match, or a read
+// that lost its chunks, the marks of a concurrent rewrite of the same body.
 const contentRereads = 3
 
 // GetMany implements eventlog.ContentStore.
