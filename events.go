@@ -274,6 +274,25 @@ type ToolCallFinished struct {
 	Error      string          `json:"error,omitempty"`
 	DurationMS int64           `json:"duration_ms"`
 	CostUSD    float64         `json:"cost_usd,omitempty"`
+	// Egress is where the call's sandboxed processes asked to connect
+	// through the egress proxy, one entry per destination and verdict:
+	// the audit of where data went. Absent when nothing asked.
+	Egress []Egress `json:"egress,omitempty"`
+}
+
+// Egress summarises the connections a sandboxed call asked the egress proxy
+// for, to one host:port with one verdict.
+type Egress struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// Allowed says whether the proxy admitted them; Reason says why not.
+	Allowed bool   `json:"allowed"`
+	Reason  string `json:"reason,omitempty"`
+	// Connections is how many there were; BytesOut and BytesIn what crossed
+	// them, from the sandbox and to it.
+	Connections int   `json:"connections"`
+	BytesOut    int64 `json:"bytes_out"`
+	BytesIn     int64 `json:"bytes_in"`
 }
 
 // ToolCallDenied records a guard's DENY of a tool call, naming the guard.

@@ -49,6 +49,7 @@ var versions = map[string]int{
 	"SubtaskResultRecorded": 2, // spend
 	"TaskSuspended":         2, // wake_on.expire_at
 	"TaskWoken":             3, // wake_event.auth (2), wake_event.received_at (3)
+	"ToolCallFinished":      2, // egress (docs/adr/0055)
 }
 
 // TypeVersion is the schema version of eventType's records as this package
