@@ -1,0 +1,50 @@
+package sandbox
+
+import (
+	"os"
+	"syscall"
+
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// initProcAttr starts the sandbox's first process in new user, PID, mount,
+// IPC, UTS and network namespaces. The engine's uid and gid are mapped to 0
+// inside, the only mapping an unprivileged process may write, which gives
+// the first process the capabilities it needs in its namespaces (mount a
+// /proc, bring up its loopback) and none outside them; the second process
+// drops them all before the tool runs. The first process leads a process
+// group of its own and gets SIGKILL when the engine's thread that started
+// it ends: as the PID namespace's init, its death ends everything in it.
+func initProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		Setpgid:                    true,
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+}
+
+// probeKernel reads what the kernel offers without starting anything.
+func probeKernel() Support {
+	var s Support
+	if v, err := ll.LandlockGetABIVersion(); err == nil {
+		s.LandlockABI = v
+	}
+	// PR_GET_SECCOMP fails with EINVAL on a kernel without seccomp.
+	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err == nil {
+		s.Seccomp = true
+	}
+	_, err := os.Stat("/proc/self/ns/user")
+	s.UserNamespaces = err == nil
+	if b, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && len(b) > 0 && b[0] == '0' && os.Geteuid() != 0 {
+		s.UserNamespaces = false
+	}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && len(b) > 0 && b[0] == '0' {
+		s.UserNamespaces = false
+	}
+	return s
+}

@@ -1,0 +1,13 @@
+package sandbox_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/noeta-go/noeta/tools/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	sandbox.Main()
+	os.Exit(m.Run())
+}

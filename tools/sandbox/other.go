@@ -1,0 +1,22 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"os"
+	"syscall"
+)
+
+// Main marks the program as ready for New; off Linux there are no helpers.
+func Main() {
+	switch os.Args[0] {
+	case initName, execName:
+		os.Exit(125)
+	}
+	mainCalled.Store(true)
+}
+
+func initProcAttr() *syscall.SysProcAttr { return nil }
+
+// probeKernel: off Linux, nothing the sandbox needs is there.
+func probeKernel() Support { return Support{} }

@@ -1,0 +1,359 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/noeta-go/noeta"
+)
+
+// ErrUnavailable is wrapped by New, and by Command of a Sandbox that is not
+// there, when this kernel or this process cannot confine a process as the
+// package promises. Nothing then runs unconfined in its place.
+var ErrUnavailable = errors.New("sandbox: unavailable")
+
+// mainCalled is set by Main in a program that is not a sandbox helper: New
+// refuses to work without it, since re-executing a binary whose main never
+// hands over to Main would start the program itself inside the sandbox.
+var mainCalled atomic.Bool
+
+// The names the re-executed binary is started under (its argv[0]), which
+// Main recognises.
+const (
+	initName = "noeta-sandbox-init"
+	execName = "noeta-sandbox-exec"
+)
+
+// Options configure a Sandbox.
+type Options struct {
+	// Executable is the binary re-executed as the sandbox's helpers: one
+	// whose main calls Main first. Default /proc/self/exe, the running one
+	// (which still works if the file was replaced since).
+	Executable string
+	// ProbeTimeout bounds the probe New runs. Default 10s.
+	ProbeTimeout time.Duration
+}
+
+// Sandbox starts confined processes. It is safe for concurrent use.
+type Sandbox struct {
+	exe     string
+	support Support
+}
+
+// Support is what the kernel offers, as New found it.
+type Support struct {
+	// LandlockABI is the Landlock ABI version (0: none).
+	LandlockABI int
+	// Seccomp says whether seccomp filters can be installed.
+	Seccomp bool
+	// UserNamespaces says whether this process may create user namespaces.
+	UserNamespaces bool
+}
+
+// minLandlockABI is the oldest Landlock the sandbox accepts: ABI 3 is the
+// first that controls truncation, without which a tool could truncate a
+// file it may only read (a system binary, for an engine running as root).
+const minLandlockABI = 3
+
+// New probes the kernel and returns a Sandbox, or an error wrapping
+// ErrUnavailable that names what is missing. The probe runs a real
+// confined process (/bin/true), so a refusal that only shows at run time
+// (a user namespace forbidden by policy, a /proc that cannot be mounted)
+// is found here, at start-up, and not at a tool call.
+func New(ctx context.Context, opts Options) (*Sandbox, error) {
+	if !mainCalled.Load() {
+		return nil, fmt.Errorf("%w: the program's main did not call sandbox.Main first", ErrUnavailable)
+	}
+	if opts.Executable == "" {
+		opts.Executable = "/proc/self/exe"
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 10 * time.Second
+	}
+	s := &Sandbox{exe: opts.Executable, support: probeKernel()}
+	var missing []string
+	if !s.support.UserNamespaces {
+		missing = append(missing, "user namespaces (this process may not create them)")
+	}
+	if s.support.LandlockABI < minLandlockABI {
+		missing = append(missing, fmt.Sprintf("Landlock ABI %d or later (the kernel has %d)", minLandlockABI, s.support.LandlockABI))
+	}
+	if !s.support.Seccomp {
+		missing = append(missing, "seccomp filters")
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: the kernel lacks %s", ErrUnavailable, strings.Join(missing, ", "))
+	}
+	pctx, cancel := context.WithTimeout(ctx, opts.ProbeTimeout)
+	defer cancel()
+	if err := s.probe(pctx); err != nil {
+		return nil, fmt.Errorf("%w: a confined /bin/true failed: %v", ErrUnavailable, err)
+	}
+	return s, nil
+}
+
+// Support returns what the kernel offers.
+func (s *Sandbox) Support() Support { return s.support }
+
+func (s *Sandbox) probe(ctx context.Context) error {
+	c, err := s.Command(Policy{Limits: Limits{Wall: time.Minute}}, Spec{Argv: []string{"/bin/true"}, Dir: "/"})
+	if err != nil {
+		return err
+	}
+	var stderr strings.Builder
+	c.Stderr = &limitedWriter{w: &stderr, n: 4096}
+	if err := c.Start(); err != nil {
+		c.Finish()
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = c.Process.Kill()
+		case <-done:
+		}
+	}()
+	werr := c.Wait()
+	close(done)
+	rep := c.Finish()
+	switch {
+	case rep.SetupError != "":
+		return errors.New(rep.SetupError)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case werr != nil:
+		return fmt.Errorf("%v (stderr %q)", werr, stderr.String())
+	}
+	return nil
+}
+
+// Spec is the process to start.
+type Spec struct {
+	// Argv is the program and its arguments; a program without a slash is
+	// looked up in the PATH of Env.
+	Argv []string
+	// Env is the whole environment of the program (nothing of the engine's
+	// is added, but the proxy's variables when the policy allows egress).
+	Env []string
+	// Dir is the working directory and the one directory the process may
+	// write beside the policy's Write: the workspace.
+	Dir string
+}
+
+// wire is what the engine hands the helpers: the spec, the policy, and the
+// proxy's socket.
+type wire struct {
+	Argv   []string `json:"argv"`
+	Env    []string `json:"env"`
+	Dir    string   `json:"dir"`
+	Read   []string `json:"read,omitempty"`
+	Write  []string `json:"write,omitempty"`
+	Proxy  string   `json:"proxy,omitempty"`
+	Limits struct {
+		CPUSeconds int64 `json:"cpu_seconds"`
+		Memory     int64 `json:"memory"`
+		Processes  int   `json:"processes"`
+		FileSize   int64 `json:"file_size"`
+		OpenFiles  int   `json:"open_files"`
+		WallMS     int64 `json:"wall_ms"`
+	} `json:"limits"`
+}
+
+// status is one line the helpers write on the status pipe.
+type status struct {
+	// Error: the sandbox could not be set up; the program never ran.
+	Error string `json:"error,omitempty"`
+	// Limit: the tree was ended for exceeding this limit.
+	Limit string `json:"limit,omitempty"`
+}
+
+// maxWire bounds the spec a helper reads, and maxStatus what the engine
+// reads back.
+const (
+	maxWire   = 1 << 20
+	maxStatus = 64 << 10
+)
+
+// Report is how a confined process ended, beyond its exit status.
+type Report struct {
+	// SetupError is set when the sandbox could not be set up and the
+	// program never ran (fail closed): what went wrong.
+	SetupError string
+	// Limit names the limit the tree was ended for: "processes",
+	// "memory", "wall", "cpu" or "file_size". Empty: none.
+	Limit string
+	// Egress is what the process asked the egress proxy for.
+	Egress []noeta.Egress
+}
+
+// Cmd is a confined process: an exec.Cmd (set Stdin, Stdout and Stderr,
+// then Start and Wait it as any other, or hand it to what expects one)
+// whose Finish, after Wait, tells how the sandbox saw it end.
+type Cmd struct {
+	*exec.Cmd
+
+	status, statusW, specR *os.File
+	proxy                  *Proxy
+	proxyLn                net.Listener
+	proxyDir               string
+	proxyDone              chan struct{}
+	finish                 sync.Once
+	report                 Report
+}
+
+// Command prepares spec to run under p. The process is not started.
+func (s *Sandbox) Command(p Policy, spec Spec) (*Cmd, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: no sandbox", ErrUnavailable)
+	}
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return nil, errors.New("sandbox: no program to run")
+	}
+	if !filepath.IsAbs(spec.Dir) {
+		return nil, fmt.Errorf("sandbox: the working directory %q is not absolute", spec.Dir)
+	}
+	for _, list := range [][]string{p.Read, p.Write} {
+		for _, path := range list {
+			if !filepath.IsAbs(path) {
+				return nil, fmt.Errorf("sandbox: policy path %q is not absolute", path)
+			}
+		}
+	}
+	l := p.Limits.WithDefaults()
+	w := wire{Argv: spec.Argv, Env: slices.Clone(spec.Env), Dir: spec.Dir, Read: p.Read, Write: p.Write}
+	w.Limits.CPUSeconds = int64((l.CPU + time.Second - 1) / time.Second)
+	w.Limits.Memory, w.Limits.Processes, w.Limits.FileSize, w.Limits.OpenFiles = l.Memory, l.Processes, l.FileSize, l.OpenFiles
+	w.Limits.WallMS = l.Wall.Milliseconds()
+
+	c := &Cmd{}
+	var err error
+	if len(p.Allow) > 0 {
+		if c.proxy, err = NewProxy(p.Allow); err != nil {
+			return nil, err
+		}
+		if c.proxyDir, err = os.MkdirTemp("", "noeta-egress-"); err != nil {
+			return nil, fmt.Errorf("sandbox: egress socket: %w", err)
+		}
+		w.Proxy = filepath.Join(c.proxyDir, "egress.sock")
+		if c.proxyLn, err = net.Listen("unix", w.Proxy); err != nil {
+			_ = os.RemoveAll(c.proxyDir)
+			return nil, fmt.Errorf("sandbox: egress socket: %w", err)
+		}
+		c.proxyDone = make(chan struct{})
+		go func() {
+			defer close(c.proxyDone)
+			_ = c.proxy.Serve(c.proxyLn)
+		}()
+	}
+	body, err := json.Marshal(w)
+	if err != nil {
+		c.stopProxy()
+		return nil, err
+	}
+	if len(body) > maxWire {
+		c.stopProxy()
+		return nil, fmt.Errorf("sandbox: the process's spec is %d bytes, over %d", len(body), maxWire)
+	}
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		c.stopProxy()
+		return nil, err
+	}
+	// The spec is written whole before the start: a pipe holds 64 KiB
+	// without a reader, more would block here, so a bigger spec is written
+	// by a goroutine that ends when the helper has read it or died.
+	if len(body) <= 32<<10 {
+		_, _ = specW.Write(body)
+		_ = specW.Close()
+	} else {
+		go func() {
+			_, _ = specW.Write(body)
+			_ = specW.Close()
+		}()
+	}
+	c.specR = specR
+	if c.status, c.statusW, err = os.Pipe(); err != nil {
+		_ = specR.Close()
+		c.stopProxy()
+		return nil, err
+	}
+	cmd := &exec.Cmd{Path: s.exe, Args: []string{initName}, Dir: "/", Env: []string{}}
+	cmd.ExtraFiles = []*os.File{specR, c.statusW}
+	cmd.SysProcAttr = initProcAttr()
+	c.Cmd = cmd
+	return c, nil
+}
+
+// Finish releases what the sandbox held for the process and returns its
+// report. Call it once the process has been waited for (or failed to
+// start); later calls return the same report.
+func (c *Cmd) Finish() Report {
+	c.finish.Do(func() {
+		_ = c.specR.Close()
+		_ = c.statusW.Close()
+		sc := bufio.NewScanner(io.LimitReader(c.status, maxStatus))
+		for sc.Scan() {
+			var st status
+			if json.Unmarshal(sc.Bytes(), &st) != nil {
+				continue
+			}
+			if st.Error != "" && c.report.SetupError == "" {
+				c.report.SetupError = st.Error
+			}
+			if st.Limit != "" && c.report.Limit == "" {
+				c.report.Limit = st.Limit
+			}
+		}
+		_ = c.status.Close()
+		c.stopProxy()
+		if c.proxy != nil {
+			c.report.Egress = c.proxy.Summary()
+		}
+	})
+	return c.report
+}
+
+func (c *Cmd) stopProxy() {
+	if c.proxy == nil {
+		return
+	}
+	_ = c.proxy.Close()
+	if c.proxyLn != nil {
+		_ = c.proxyLn.Close()
+	}
+	if c.proxyDone != nil {
+		<-c.proxyDone
+	}
+	if c.proxyDir != "" {
+		_ = os.RemoveAll(c.proxyDir)
+	}
+}
+
+// limitedWriter keeps the first n bytes written to it.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(l.n, len(p))
+		l.n -= k
+		_, _ = l.w.Write(p[:k])
+	}
+	return len(p), nil
+}
