@@ -790,7 +790,7 @@ func (g *segment) runTool(call noeta.ToolCall) error {
 		return err
 	}
 	start := time.Now()
-	res, err := g.e.cfg.Tools.Run(g.ctx, call, g.e.cfg.Workspace)
+	res, err := g.e.cfg.Tools.RunAs(g.ctx, call, g.e.cfg.Workspace, g.st.Agent)
 	took := time.Since(start)
 	if err != nil {
 		if cause := context.Cause(g.ctx); cause != nil {
@@ -806,7 +806,7 @@ func (g *segment) runTool(call noeta.ToolCall) error {
 	}
 	return g.emitLater(noeta.ToolCallFinished{
 		CallID: call.CallID, Tool: call.Tool, OK: res.OK, Output: out, OutputRef: oref,
-		Error: truncate(res.Error, maxErrorLen), DurationMS: took.Milliseconds(),
+		Error: truncate(res.Error, maxErrorLen), DurationMS: took.Milliseconds(), Egress: res.Egress,
 	}, eventlog.OriginTool, ActorTool)
 }
 

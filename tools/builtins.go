@@ -32,6 +32,11 @@ type BuiltinConfig struct {
 	ShellPath string
 	// MaxSleep is the longest sleep a call may ask for. Default 60s.
 	MaxSleep time.Duration
+	// Sandbox, when set, confines every shell command under the calling
+	// agent's policy (a *sandbox.Scoped); a sandbox that is unavailable
+	// refuses every command. Nil runs commands unconfined: only a caller
+	// that chose so (sandbox: {enabled: false}) leaves it nil.
+	Sandbox Confiner
 }
 
 // withDefaults fills the zero fields.
@@ -91,6 +96,6 @@ func Builtins(cfg BuiltinConfig) ([]Tool, error) {
 		sleepTool{max: cfg.MaxSleep},
 		readFileTool{maxBytes: cfg.MaxReadBytes},
 		writeFileTool{},
-		shellTool{path: cfg.ShellPath, timeout: cfg.ShellTimeout, outputCap: cfg.OutputCap},
+		shellTool{path: cfg.ShellPath, timeout: cfg.ShellTimeout, outputCap: cfg.OutputCap, confine: cfg.Sandbox},
 	}, nil
 }

@@ -185,6 +185,12 @@ func (r *Registry) Names() []string {
 //   - nil output becomes null, output that is not valid JSON is an error
 //     wrapping [ErrBadOutput], and a failed Result with no Error gets one.
 func (r *Registry) Run(ctx context.Context, call noeta.ToolCall, workspace string) (res Result, err error) {
+	return r.RunAs(ctx, call, workspace, "")
+}
+
+// RunAs is Run for a call made by a task of agent, whose sandbox policy
+// confines the processes the call starts.
+func (r *Registry) RunAs(ctx context.Context, call noeta.ToolCall, workspace, agent string) (res Result, err error) {
 	t, ok := r.state().byName[call.Tool]
 	if !ok {
 		return Failf("unknown tool %q", call.Tool), nil
@@ -194,7 +200,7 @@ func (r *Registry) Run(ctx context.Context, call noeta.ToolCall, workspace strin
 			res, err = Result{}, fmt.Errorf("%w: %s: %v", ErrPanicked, call.Tool, p)
 		}
 	}()
-	res, err = t.Run(ctx, Call{ID: call.CallID, Args: call.Args, Workspace: workspace})
+	res, err = t.Run(ctx, Call{ID: call.CallID, Args: call.Args, Workspace: workspace, Agent: agent})
 	if err != nil {
 		return Result{}, err
 	}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/noeta-go/noeta/tools/sandbox"
 )
 
 // shellTool runs {"command": c, "timeout_seconds"?: n} as ShellPath -c c, a
@@ -43,6 +45,15 @@ type shellTool struct {
 	path      string
 	timeout   time.Duration
 	outputCap int
+	// confine, when set, starts every command in the sandbox (package
+	// sandbox) under the calling agent's policy.
+	confine Confiner
+}
+
+// Confiner starts a tool's process confined, under the policy of scope (the
+// calling agent): *sandbox.Scoped.
+type Confiner interface {
+	Command(ctx context.Context, scope string, spec sandbox.Spec) (*sandbox.Cmd, error)
 }
 
 const (
@@ -104,10 +115,23 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(runCtx, t.path, "-c", a.Command)
-	cmd.Dir = dir
-	cmd.Env = shellEnv(dir)
-	cmd.SysProcAttr = toolProcAttr()
+	var cmd *exec.Cmd
+	var confined *sandbox.Cmd
+	if t.confine != nil {
+		if confined, err = t.confine.Command(runCtx, call.Agent, sandbox.Spec{
+			Argv: []string{t.path, "-c", a.Command}, Env: shellEnv(dir), Dir: dir,
+		}); err != nil {
+			// Fail closed: nothing runs unconfined in its place.
+			return Failf("%s: refused: %v", tool, err), nil
+		}
+		cmd = confined.Cmd
+		defer confined.Finish()
+	} else {
+		cmd = exec.CommandContext(runCtx, t.path, "-c", a.Command)
+		cmd.Dir = dir
+		cmd.Env = shellEnv(dir)
+		cmd.SysProcAttr = toolProcAttr()
+	}
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	cmd.WaitDelay = shellWaitDelay
 
@@ -165,6 +189,13 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 	if err := ctxErr(ctx, tool); err != nil {
 		return Result{}, err
 	}
+	var rep sandbox.Report
+	if confined != nil {
+		rep = confined.Finish()
+		if rep.SetupError != "" {
+			return Failf("%s: refused: the sandbox could not be set up: %s", tool, rep.SetupError), nil
+		}
+	}
 	ps := cmd.ProcessState
 	if ps == nil {
 		return Result{}, fmt.Errorf("%s: wait: %w", tool, waitErr)
@@ -180,7 +211,10 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	res.Egress = rep.Egress
 	switch {
+	case rep.Limit != "":
+		res.OK, res.Error = false, fmt.Sprintf("%s: ended by the sandbox's %s limit", tool, rep.Limit)
 	case out.TimedOut:
 		res.OK, res.Error = false, fmt.Sprintf("%s: timed out after %v", tool, timeout)
 	case !ps.Success():

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/noeta-go/noeta"
 )
 
 // Tool is one thing a task can do. Implementations must be safe for
@@ -40,6 +42,9 @@ type Call struct {
 	// Workspace is the task's directory. File tools are confined to it and
 	// shell runs in it.
 	Workspace string
+	// Agent is the agent of the task that makes the call: its sandbox
+	// policy confines the processes the call starts.
+	Agent string
 }
 
 // Result is what a call produced, as the model will see it and as
@@ -51,6 +56,9 @@ type Result struct {
 	OK bool `json:"ok"`
 	// Error says why, when OK is false.
 	Error string `json:"error,omitempty"`
+	// Egress is where the call's sandboxed processes asked to connect
+	// (recorded in ToolCallFinished, not shown to the model).
+	Egress []noeta.Egress `json:"-"`
 }
 
 // Succeed returns an OK result whose output is the JSON encoding of v.

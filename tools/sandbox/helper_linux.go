@@ -136,10 +136,18 @@ func runInit() {
 	for {
 		select {
 		case ws := <-exited:
-			switch {
-			case ws.Signaled() && ws.Signal() == syscall.SIGXCPU:
+			// A process ended by RLIMIT_CPU or RLIMIT_FSIZE gets SIGXCPU or
+			// SIGXFSZ; a shell reports a child's as 128 plus the signal.
+			sig := syscall.Signal(-1)
+			if ws.Signaled() {
+				sig = ws.Signal()
+			} else if ws.Exited() && ws.ExitStatus() > 128 {
+				sig = syscall.Signal(ws.ExitStatus() - 128)
+			}
+			switch sig {
+			case syscall.SIGXCPU:
 				report(status{Limit: "cpu"})
-			case ws.Signaled() && ws.Signal() == syscall.SIGXFSZ:
+			case syscall.SIGXFSZ:
 				report(status{Limit: "file_size"})
 			}
 			if ws.Signaled() {
@@ -327,7 +335,12 @@ func setLimits(w wire) error {
 	if err := set(unix.RLIMIT_CPU, uint64(l.CPUSeconds), uint64(l.CPUSeconds)+1); err != nil {
 		return fmt.Errorf("cpu: %w", err)
 	}
-	if err := set(unix.RLIMIT_AS, uint64(l.Memory), uint64(l.Memory)); err != nil {
+	// The tree's resident memory is what the first process holds to the
+	// limit; a process's writable private memory is also capped, at twice
+	// the limit, so that one growing faster than the first process looks
+	// is stopped all the same. Not the address space: runtimes such as
+	// V8 and Go reserve far more of it than they ever use.
+	if err := set(unix.RLIMIT_DATA, uint64(2*l.Memory), uint64(2*l.Memory)); err != nil {
 		return fmt.Errorf("memory: %w", err)
 	}
 	// Counted per user namespace: the tree's own processes (for an engine

@@ -25,9 +25,9 @@ type Policy struct {
 type Limits struct {
 	// CPU is the processor time of each process (RLIMIT_CPU).
 	CPU time.Duration
-	// Memory is the address space of each process (RLIMIT_AS) and the
-	// resident memory of the whole tree, which the sandbox's first process
-	// watches.
+	// Memory is the resident memory of the whole tree, which the sandbox's
+	// first process watches (every 20ms); each process's writable private
+	// memory is also capped at twice it (RLIMIT_DATA).
 	Memory int64
 	// Processes is how many processes the tree may hold at once.
 	Processes int

@@ -109,7 +109,7 @@ func New(ctx context.Context, opts Options) (*Sandbox, error) {
 func (s *Sandbox) Support() Support { return s.support }
 
 func (s *Sandbox) probe(ctx context.Context) error {
-	c, err := s.Command(Policy{Limits: Limits{Wall: time.Minute}}, Spec{Argv: []string{"/bin/true"}, Dir: "/"})
+	c, err := s.Command(ctx, Policy{Limits: Limits{Wall: time.Minute}}, Spec{Argv: []string{"/bin/true"}, Dir: "/"})
 	if err != nil {
 		return err
 	}
@@ -119,16 +119,7 @@ func (s *Sandbox) probe(ctx context.Context) error {
 		c.Finish()
 		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			_ = c.Process.Kill()
-		case <-done:
-		}
-	}()
 	werr := c.Wait()
-	close(done)
 	rep := c.Finish()
 	switch {
 	case rep.SetupError != "":
@@ -216,7 +207,8 @@ type Cmd struct {
 }
 
 // Command prepares spec to run under p. The process is not started.
-func (s *Sandbox) Command(p Policy, spec Spec) (*Cmd, error) {
+// The context kills the process if it ends first, as exec.CommandContext.
+func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: no sandbox", ErrUnavailable)
 	}
@@ -291,7 +283,8 @@ func (s *Sandbox) Command(p Policy, spec Spec) (*Cmd, error) {
 		c.stopProxy()
 		return nil, err
 	}
-	cmd := &exec.Cmd{Path: s.exe, Args: []string{initName}, Dir: "/", Env: []string{}}
+	cmd := exec.CommandContext(ctx, s.exe)
+	cmd.Args, cmd.Dir, cmd.Env = []string{initName}, "/", []string{}
 	cmd.ExtraFiles = []*os.File{specR, c.statusW}
 	cmd.SysProcAttr = initProcAttr()
 	c.Cmd = cmd

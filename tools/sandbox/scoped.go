@@ -1,0 +1,41 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+)
+
+// Scoped confines each process under the policy of the scope it runs for:
+// an agent's name for its tool calls, an MCP server's for the server. A
+// scope without a policy of its own runs under Default.
+type Scoped struct {
+	// Sandbox starts the processes. Nil with Err set: the sandbox was
+	// asked for and is not there, and every Command fails with Err.
+	Sandbox *Sandbox
+	Err     error
+	Default Policy
+	Scopes  map[string]Policy
+}
+
+// Policy returns the policy of scope.
+func (s *Scoped) Policy(scope string) Policy {
+	if p, ok := s.Scopes[scope]; ok {
+		return p
+	}
+	return s.Default
+}
+
+// Command prepares spec under the policy of scope; it fails, naming what
+// is missing, when the sandbox is unavailable.
+func (s *Scoped) Command(ctx context.Context, scope string, spec Spec) (*Cmd, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: no sandbox", ErrUnavailable)
+	}
+	if s.Sandbox == nil {
+		if s.Err != nil {
+			return nil, s.Err
+		}
+		return nil, fmt.Errorf("%w: no sandbox", ErrUnavailable)
+	}
+	return s.Sandbox.Command(ctx, s.Policy(scope), spec)
+}
