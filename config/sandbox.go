@@ -177,31 +177,31 @@ func (f *File) lineOf(path string) int {
 // mergeSandbox returns top with over's set members over it.
 func mergeSandbox(top, over Sandbox) Sandbox {
 	out := Sandbox{
-		Enabled: cloneInt(top.Enabled, over.Enabled),
+		Enabled: clonePtr(top.Enabled, over.Enabled),
 		Read:    addPaths(top.Read, over.Read),
 		Write:   addPaths(top.Write, over.Write),
 	}
-	net := top.Network
+	nw := top.Network
 	if over.Network != nil {
-		net = over.Network
+		nw = over.Network
 	}
-	if net != nil {
-		out.Network = &SandboxNetwork{None: net.None, Allow: slices.Clone(net.Allow)}
+	if nw != nil {
+		out.Network = &SandboxNetwork{None: nw.None, Allow: slices.Clone(nw.Allow)}
 	}
 	out.Limits = SandboxLimits{
-		CPUSeconds:  cloneInt(top.Limits.CPUSeconds, over.Limits.CPUSeconds),
-		MemoryMB:    cloneInt(top.Limits.MemoryMB, over.Limits.MemoryMB),
-		Processes:   cloneInt(top.Limits.Processes, over.Limits.Processes),
-		FileSizeMB:  cloneInt(top.Limits.FileSizeMB, over.Limits.FileSizeMB),
-		OpenFiles:   cloneInt(top.Limits.OpenFiles, over.Limits.OpenFiles),
-		WallSeconds: cloneInt(top.Limits.WallSeconds, over.Limits.WallSeconds),
+		CPUSeconds:  clonePtr(top.Limits.CPUSeconds, over.Limits.CPUSeconds),
+		MemoryMB:    clonePtr(top.Limits.MemoryMB, over.Limits.MemoryMB),
+		Processes:   clonePtr(top.Limits.Processes, over.Limits.Processes),
+		FileSizeMB:  clonePtr(top.Limits.FileSizeMB, over.Limits.FileSizeMB),
+		OpenFiles:   clonePtr(top.Limits.OpenFiles, over.Limits.OpenFiles),
+		WallSeconds: clonePtr(top.Limits.WallSeconds, over.Limits.WallSeconds),
 	}
 	return out
 }
 
-// cloneInt returns a copy of over when it is set, else of top; nil when
+// clonePtr returns a copy of over when it is set, else of top; nil when
 // neither is.
-func cloneInt[T any](top, over *T) *T {
+func clonePtr[T any](top, over *T) *T {
 	p := top
 	if over != nil {
 		p = over
@@ -271,8 +271,8 @@ func (d *decoder) sandboxNetwork(n *yaml.Node, path string) *SandboxNetwork {
 		return nil
 	}
 	f, ok := d.fields(n, path, "allow")
-	if !ok && f == nil {
-		return nil
+	if !ok {
+		return nil // an unknown key (reported) is likely a misspelt allow
 	}
 	ap := join(path, "allow")
 	if isNull(f["allow"]) {
