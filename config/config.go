@@ -1,8 +1,9 @@
 // Package config is the one decoder of noeta.yaml. It reads the file once,
 // strictly, into the typed values of each part of noeta: the governance
 // (agents:, rules:, guards:) as a compiled *guards.Config, the hooks: section
-// for the hooks observer, and the observers: section for the observers a
-// process runs in process.
+// for the hooks observer, the observers: section for the observers a
+// process runs in process, and the sandbox: section for the processes tools
+// start.
 //
 //	models:
 //	  <name>:
@@ -32,6 +33,7 @@
 //	      require_approval_tools: []
 //	    repetition: {threshold: 3, action: require_approval, window: 8}
 //	    approval_timeout: 1h               # optional: its approval requests expire, denied by timeout
+//	    sandbox: {network: {allow: ["proxy.golang.org:443"]}, limits: {memory_mb: 4096}}   # over sandbox:
 //	rules:                                 # process-wide, priority 100
 //	  - match_tool: "shell"
 //	    match_arg: {path: command, regex: "rm\\s+-rf"}   # or equals: / contains:
@@ -55,8 +57,14 @@
 //	mcp_servers:                           # tools mcp__<server>__<tool>; see MCPServer
 //	  files:  {command: ["npx", "-y", "@modelcontextprotocol/server-filesystem", "."], env: {}, cwd: "."}
 //	  issues: {url: "http://127.0.0.1:9000/mcp", headers: {Authorization: "Bearer ${ISSUES_TOKEN}"}}
+//	  db:     {command: ["./db-mcp"], sandbox: {write: [/srv/shared]}}   # over sandbox:
 //	http:                                  # the HTTP API and the inbox page; see HTTP
 //	  tokens: [{name: alice, sha256: "<64 hex>"}]
+//	sandbox:                               # how tools' processes run (shell, stdio MCP servers); see Sandbox
+//	  enabled: true                        # the default; false runs them unsandboxed, warned about at every start
+//	  network: none                        # the default; or {allow: ["api.github.com:443", "*.internal:8080"]}
+//	  read: [/opt/tools]                   # extra read-only paths; write: [...] extra read-write ones
+//	  limits: {cpu_seconds: 300, memory_mb: 2048, processes: 256, file_size_mb: 1024, open_files: 1024, wall_seconds: 1800}
 //
 // Decoding is strict: an unknown key at any level, a duplicate key, a value of
 // the wrong type, a regex or CEL expression that does not compile, and every
@@ -108,6 +116,13 @@ type File struct {
 	Approvals *approvals.Policy
 	// HTTP is the http: section: who may use the HTTP API (package webui).
 	HTTP HTTP
+	// Sandbox is the sandbox: section: how the processes tools start run,
+	// by default. [File.SandboxFor] and [File.SandboxForMCP] give the
+	// settings in force for an agent or an MCP server.
+	Sandbox Sandbox
+	// AgentSandboxes holds, for each agent that has a sandbox: key, what it
+	// sets over the top-level sandbox:; an agent without one is absent.
+	AgentSandboxes map[string]Sandbox
 
 	pos positions
 }
@@ -154,7 +169,8 @@ func Parse(name string, data []byte) (*File, error) {
 		return nil, err
 	}
 	return &File{Path: name, Governance: gov, Hooks: withHookDefaults(s.hooks), Observers: s.observers,
-		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, Approvals: appr, HTTP: s.http, pos: errs.pos}, nil
+		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, Approvals: appr, HTTP: s.http,
+		Sandbox: s.sandbox, AgentSandboxes: s.agentSandboxes, pos: errs.pos}, nil
 }
 
 // ErrorAt is a mistake found after decoding (an audit file that cannot be

@@ -297,6 +297,10 @@ type sections struct {
 	// approval_timeout.
 	approvals approvals.Config
 	http      HTTP
+	sandbox   Sandbox
+	// agentSandboxes holds the agents' sandbox: keys, for the agents that
+	// have one.
+	agentSandboxes map[string]Sandbox
 }
 
 func (d *decoder) top(root *yaml.Node) sections {
@@ -312,9 +316,12 @@ func (d *decoder) top(root *yaml.Node) sections {
 		return out
 	}
 	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models", "mcp_servers", "approvals",
-		"http")
+		"http", "sandbox")
 	if n, ok := f["http"]; ok && !isNull(n) {
 		out.http = d.http(n, "http")
+	}
+	if n, ok := f["sandbox"]; ok {
+		out.sandbox = d.sandbox(n, "sandbox")
 	}
 	if n, ok := f["observers"]; ok && !isNull(n) {
 		out.observers = d.observers(n, "observers")
@@ -331,7 +338,8 @@ func (d *decoder) top(root *yaml.Node) sections {
 	if n, ok := f["agents"]; ok {
 		out.agentModels = map[string]AgentModel{}
 		out.approvals.AgentTimeouts = map[string]time.Duration{}
-		out.agents = d.agents(n, "agents", out.agentModels, out.approvals.AgentTimeouts)
+		out.agentSandboxes = map[string]Sandbox{}
+		out.agents = d.agents(n, "agents", out.agentModels, out.approvals.AgentTimeouts, out.agentSandboxes)
 	}
 	if n, ok := f["rules"]; ok {
 		out.rules = d.rules(n, "rules")
@@ -358,7 +366,8 @@ func (d *decoder) top(root *yaml.Node) sections {
 	return out
 }
 
-func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel, timeouts map[string]time.Duration) map[string]guards.AgentConfig {
+func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel, timeouts map[string]time.Duration,
+	sandboxes map[string]Sandbox) map[string]guards.AgentConfig {
 	if n = d.enter(n, path); n == nil {
 		return nil
 	}
@@ -369,9 +378,12 @@ func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel
 	for _, p := range ps {
 		ap := join(path, p.key)
 		d.mark(ap, p.keyN)
-		f, ok := d.fields(p.value, ap, "tools", "permission_mode", "budget", "permissions", "repetition", "model", "system_prompt", "max_context_chars", "approval_timeout")
+		f, ok := d.fields(p.value, ap, "tools", "permission_mode", "budget", "permissions", "repetition", "model", "system_prompt", "max_context_chars", "approval_timeout", "sandbox")
 		if !ok && f == nil {
 			continue
+		}
+		if sn, ok := f["sandbox"]; ok && !isNull(sn) {
+			sandboxes[p.key] = d.sandbox(sn, join(ap, "sandbox"))
 		}
 		if t := d.duration(f["approval_timeout"], join(ap, "approval_timeout")); t > 0 {
 			timeouts[p.key] = t

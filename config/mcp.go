@@ -43,6 +43,7 @@ const (
 //	      drop_table: {risk: high}         # low | medium | high; medium by default (see TrustAnnotations)
 //	      format_sql: {risk: low, timeout_seconds: 5}
 //	      write_migration: {edits: true}   # permission mode acceptEdits runs it without asking
+//	    sandbox: {write: [/srv/shared]}    # over the top-level sandbox:; see Sandbox
 type MCPServer struct {
 	// Name is the server's key: a letter, then letters, digits, '-' and
 	// single '_', at most 32 characters.
@@ -74,6 +75,10 @@ type MCPServer struct {
 	TrustAnnotations bool
 	// Tools are per-tool overrides, by the tool's name on the server.
 	Tools map[string]MCPTool
+	// Sandbox is what the server's sandbox: sets over the top-level
+	// sandbox: for the command; [File.SandboxForMCP] gives the settings in
+	// force. A url server has none (sandbox: on one is an error).
+	Sandbox Sandbox
 }
 
 // MCPTool overrides what noeta would otherwise take from an MCP tool's
@@ -169,7 +174,7 @@ func (d *decoder) mcpServers(n *yaml.Node, path string) map[string]MCPServer {
 			d.errs.addf(sp, "a server name must be a letter, then letters, digits, '-' and single '_' (at most %d characters), to make tool names mcp__<server>__<tool>", maxMCPServerName)
 			continue
 		}
-		f, ok := d.fields(p.value, sp, "command", "env", "cwd", "url", "headers", "timeout_seconds", "trust_annotations", "tools")
+		f, ok := d.fields(p.value, sp, "command", "env", "cwd", "url", "headers", "timeout_seconds", "trust_annotations", "tools", "sandbox")
 		if !ok && f == nil {
 			continue
 		}
@@ -202,6 +207,13 @@ func (d *decoder) mcpServers(n *yaml.Node, path string) map[string]MCPServer {
 		}
 		if s.Command != nil && len(s.Headers) > 0 {
 			d.errs.add(join(sp, "headers"), "headers are for a url server; a command takes env")
+		}
+		if sn, ok := f["sandbox"]; ok && !isNull(sn) {
+			if hasURL {
+				d.errs.add(join(sp, "sandbox"), "a url server starts no process to sandbox; sandbox is for a command")
+			} else {
+				s.Sandbox = d.sandbox(sn, join(sp, "sandbox"))
+			}
 		}
 		d.bounded(f["timeout_seconds"], join(sp, "timeout_seconds"), 1, maxMCPTimeoutSeconds, &s.TimeoutSeconds)
 		if e := d.enter(f["trust_annotations"], join(sp, "trust_annotations")); !isNull(e) {
