@@ -158,7 +158,7 @@ func runInit() {
 			report(status{Limit: "wall"})
 			os.Exit(137)
 		case <-tick.C:
-			n, rss := treeUsage()
+			n, rss := treeUsage(w.Limits.Processes)
 			if n > w.Limits.Processes {
 				report(status{Limit: "processes"})
 				os.Exit(137)
@@ -172,21 +172,27 @@ func runInit() {
 }
 
 // treeUsage counts the processes of this PID namespace but its init, and
-// sums their resident memory.
-func treeUsage() (n int, rss int64) {
+// sums their resident memory. Over maxProcs it stops at the count: the tree
+// is ended anyway, and a fork bomb's thousands of processes are not read.
+func treeUsage(maxProcs int) (n int, rss int64) {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return 0, 0
 	}
 	names, _ := d.Readdirnames(-1)
 	_ = d.Close()
-	page := int64(os.Getpagesize())
+	var pids []string
 	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid == 1 {
-			continue
+		if pid, err := strconv.Atoi(name); err == nil && pid != 1 {
+			pids = append(pids, name)
 		}
-		n++
+	}
+	n = len(pids)
+	if n > maxProcs {
+		return n, 0
+	}
+	page := int64(os.Getpagesize())
+	for _, name := range pids {
 		b, err := os.ReadFile("/proc/" + name + "/statm")
 		if err != nil {
 			continue
@@ -324,6 +330,9 @@ func lookPath(name string, env []string) (string, error) {
 	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
 }
 
+// toolNice is the scheduling priority of a tool's processes.
+const toolNice = 10
+
 // setLimits sets the per-process resource limits the tool inherits.
 func setLimits(w wire) error {
 	l := w.Limits
@@ -346,7 +355,12 @@ func setLimits(w wire) error {
 	// Counted per user namespace: the tree's own processes (for an engine
 	// running as root the kernel does not apply it, and the first
 	// process's count is the bound).
-	if err := set(unix.RLIMIT_NPROC, uint64(l.Processes), uint64(l.Processes)); err != nil {
+	// The first process counts processes and ends the tree past the limit;
+	// the kernel's count, a backstop, is of threads (the first process's
+	// own among them), so it has room above: a bomb is held to it even
+	// before the first process looks.
+	nproc := uint64(l.Processes)*4 + 64
+	if err := set(unix.RLIMIT_NPROC, nproc, nproc); err != nil {
 		return fmt.Errorf("processes: %w", err)
 	}
 	if err := set(unix.RLIMIT_FSIZE, uint64(l.FileSize), uint64(l.FileSize)); err != nil {
@@ -357,6 +371,11 @@ func setLimits(w wire) error {
 	}
 	if err := set(unix.RLIMIT_CORE, 0, 0); err != nil {
 		return fmt.Errorf("core: %w", err)
+	}
+	// The tool yields the processor to the engine and to the first process
+	// that watches it: a spinning or forking tree cannot starve either.
+	if err := unix.Setpriority(unix.PRIO_PROCESS, 0, toolNice); err != nil {
+		return fmt.Errorf("priority: %w", err)
 	}
 	return nil
 }
