@@ -100,11 +100,38 @@ func uniquePrefix(t *testing.T, url string) string {
 
 func testQueue() string { return "q-" + noeta.NewID() }
 
+// mustEnqueue enqueues a new task. A cluster that is electing a leader
+// under load answers "temporarily unavailable" or not at all (seen in a
+// clean-clone CI run beside a CPU-bound job), as it would to any client,
+// which tries again: so does this, for up to a minute. Enqueueing a fresh
+// task again is harmless: the first attempt, if it landed, left it ready.
 func mustEnqueue(t *testing.T, d *jetstream.Dispatcher, task string, opts eventlog.EnqueueOptions) {
 	t.Helper()
-	if err := d.Enqueue(t.Context(), task, opts); err != nil {
-		t.Fatalf("Enqueue(%s): %v", task, err)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		err := d.Enqueue(ctx, task, opts)
+		cancel()
+		if err == nil {
+			return
+		}
+		if !transientErr(err) || time.Now().After(deadline) || t.Context().Err() != nil {
+			t.Fatalf("Enqueue(%s): %v", task, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// transientErr is an error a loaded cluster gives for a while.
+func transientErr(err error) bool {
+	var apiErr *natsjs.APIError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.Code == 503 || apiErr.ErrorCode == natsjs.JSErrCodeJetStreamNotEnabled
+	}
+	return strings.Contains(err.Error(), "temporarily unavailable")
 }
 
 func mustLease(t *testing.T, d *jetstream.Dispatcher, req eventlog.LeaseRequest) eventlog.Lease {
