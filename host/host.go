@@ -24,6 +24,7 @@ import (
 	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/tools"
+	"github.com/noeta-go/noeta/tools/sandbox"
 )
 
 // Host is a running noeta: a connection, the log and dispatcher on it, and
@@ -161,7 +162,11 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 	}
 	// A tool the config names that the registry lacks is a mistake of the
 	// config, not a denial to find when a task of the agent runs.
-	if h.tools, h.closeTools, err = buildRegistry(ctx, o.Config, o.Tools, o.Workers > 0, o.LookupEnv, h.logger); err != nil {
+	var sb *sandbox.Scoped
+	if o.Workers > 0 {
+		sb = confinement(ctx, o.Config, hiddenPaths(o), h.logger, true)
+	}
+	if h.tools, h.closeTools, err = buildRegistry(ctx, o.Config, o.Tools, o.Workers > 0, o.LookupEnv, h.logger, sb, o.Workspace); err != nil {
 		return nil, err
 	}
 	h.policies = o.Policies

@@ -12,6 +12,7 @@ import (
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/tools"
 	"github.com/noeta-go/noeta/tools/mcp"
+	"github.com/noeta-go/noeta/tools/sandbox"
 )
 
 // AgentTool is one tool an agent may call.
@@ -39,7 +40,8 @@ type ToolOptions struct {
 // what a model deciding for it is offered. It starts nothing that runs
 // tasks.
 func AgentTools(ctx context.Context, cfg *config.File, o ToolOptions) ([]AgentTool, error) {
-	reg, closeSources, err := buildRegistry(ctx, cfg, o.Tools, true, o.LookupEnv, o.Logger)
+	sb := confinement(ctx, cfg, nil, o.Logger, false)
+	reg, closeSources, err := buildRegistry(ctx, cfg, o.Tools, true, o.LookupEnv, o.Logger, sb, "")
 	if err != nil {
 		return nil, err
 	}
@@ -79,11 +81,18 @@ func toolSource(name string) string {
 // started or listed is reported in the log, naming it, and adds no tools:
 // nothing else is affected, and a call to one of its tools is refused as
 // an unknown tool.
-func buildRegistry(ctx context.Context, cfg *config.File, extra []tools.Tool, sources bool, lookupEnv func(string) (string, bool), logger *slog.Logger) (*tools.Registry, func(), error) {
+//
+// sb confines the shell's commands and the stdio servers (nil: nothing is
+// confined, the config's choice).
+func buildRegistry(ctx context.Context, cfg *config.File, extra []tools.Tool, sources bool, lookupEnv func(string) (string, bool), logger *slog.Logger, sb *sandbox.Scoped, workspace string) (*tools.Registry, func(), error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	builtins, err := tools.Builtins(tools.BuiltinConfig{})
+	bc := tools.BuiltinConfig{}
+	if sb != nil {
+		bc.Sandbox = sb
+	}
+	builtins, err := tools.Builtins(bc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -113,13 +122,17 @@ func buildRegistry(ctx context.Context, cfg *config.File, extra []tools.Tool, so
 		}
 		slices.Sort(names)
 		for _, n := range names {
-			src := mcp.New(cfg.MCPServers[n], mcp.Options{LookupEnv: lookupEnv, Logger: logger,
+			opts := mcp.Options{LookupEnv: lookupEnv, Logger: logger, SandboxScope: mcpScope(n),
 				OnToolsChanged: func(server string) {
 					select {
 					case changed <- server:
 					default: // a refresh is pending already
 					}
-				}})
+				}}
+			if sb != nil {
+				opts.Sandbox, opts.Workspace = sb, workspace
+			}
+			src := mcp.New(cfg.MCPServers[n], opts)
 			srcs = append(srcs, src)
 			ts, err := src.Tools(ctx)
 			if err != nil {

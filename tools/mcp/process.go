@@ -1,14 +1,19 @@
 package mcp
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/noeta-go/noeta/tools/sandbox"
 )
 
 // stderrTail is how much of a stdio server's stderr is kept, for errors:
@@ -19,7 +24,11 @@ const stderrTail = 4 << 10
 // of our own, not exec's: exec.Cmd.Wait would close the stdout pipe while
 // the MCP client still reads the server's last response from it.
 type process struct {
-	cmd    *exec.Cmd
+	cmd *exec.Cmd
+	// confined is the sandbox's view of a confined server; report is how
+	// it saw it end, set before exited is closed.
+	confined *sandbox.Cmd
+	report   sandbox.Report
 	stdin  *os.File // our end: the server reads it
 	stdout *os.File // our end: the server writes it
 	stderr *tail
@@ -34,7 +43,26 @@ type process struct {
 // until the command exits, which is what makes the parent-death signal
 // (serverProcAttr) fire when the engine dies and not when the Go runtime
 // retires a thread.
-func startProcess(argv, env []string, dir string) (*process, error) {
+//
+// With confine set, the process starts in the sandbox under scope's policy,
+// the workspace its writable directory and dir (when set) its working one.
+func startProcess(argv, env []string, dir string, confine Confiner, scope, workspace string) (*process, error) {
+	var confined *sandbox.Cmd
+	if confine != nil {
+		ws, err := filepath.Abs(cmp.Or(workspace, "."))
+		if err != nil {
+			return nil, err
+		}
+		cwd := ""
+		if dir != "" {
+			if cwd, err = filepath.Abs(dir); err != nil {
+				return nil, err
+			}
+		}
+		if confined, err = confine.Command(context.Background(), scope, sandbox.Spec{Argv: argv, Env: env, Dir: ws, Cwd: cwd}); err != nil {
+			return nil, fmt.Errorf("refused: %w", err)
+		}
+	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -49,11 +77,16 @@ func startProcess(argv, env []string, dir string) (*process, error) {
 		closeAll(inR, inW, outR, outW)
 		return nil, err
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env, cmd.Dir = env, dir
+	var cmd *exec.Cmd
+	if confined != nil {
+		cmd = confined.Cmd
+	} else {
+		cmd = exec.Command(argv[0], argv[1:]...)
+		cmd.Env, cmd.Dir = env, dir
+		cmd.SysProcAttr = serverProcAttr()
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	cmd.SysProcAttr = serverProcAttr()
-	p := &process{cmd: cmd, stdin: inW, stdout: outR, stderr: &tail{max: stderrTail},
+	p := &process{cmd: cmd, confined: confined, stdin: inW, stdout: outR, stderr: &tail{max: stderrTail},
 		exited: make(chan struct{}), drained: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
@@ -65,12 +98,18 @@ func startProcess(argv, env []string, dir string) (*process, error) {
 		}
 		started <- nil
 		p.waitErr = cmd.Wait()
+		if confined != nil {
+			p.report = confined.Finish()
+		}
 		close(p.exited)
 	}()
 	err = <-started
 	closeAll(inR, outW, errW) // the child's ends: it has its own copies
 	if err != nil {
 		closeAll(inW, outR, errR)
+		if confined != nil {
+			confined.Finish()
+		}
 		return nil, err
 	}
 	go func() {
@@ -123,6 +162,14 @@ func (p *process) describe() string {
 			parts = append(parts, ee.ProcessState.String())
 		default:
 			parts = append(parts, p.waitErr.Error())
+		}
+	}
+	if p.exitedAlready() {
+		if e := p.report.SetupError; e != "" {
+			parts = append(parts, "the sandbox could not be set up: "+e)
+		}
+		if l := p.report.Limit; l != "" {
+			parts = append(parts, "ended by the sandbox's "+l+" limit")
 		}
 	}
 	if s := p.stderr.String(); s != "" {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/tools"
+	"github.com/noeta-go/noeta/tools/sandbox"
 )
 
 // Defaults of [Options].
@@ -64,6 +65,20 @@ type Options struct {
 	// changed (notifications/tools/list_changed). It runs on the client's
 	// reading goroutine: it must return promptly and not call the Source.
 	OnToolsChanged func(server string)
+	// Sandbox, when set, starts a stdio server's process confined, under
+	// the policy of SandboxScope (a *sandbox.Scoped); a sandbox that is
+	// unavailable refuses to start it. Nil starts it unconfined.
+	Sandbox      Confiner
+	SandboxScope string
+	// Workspace is the directory a confined server may write (and its
+	// working directory unless the config gives one); the engine's working
+	// directory when empty.
+	Workspace string
+}
+
+// Confiner starts a process confined under the policy of scope.
+type Confiner interface {
+	Command(ctx context.Context, scope string, spec sandbox.Spec) (*sandbox.Cmd, error)
 }
 
 // Source is one configured MCP server as a source of tools. It owns the
@@ -328,7 +343,7 @@ func (s *Source) start(ctx context.Context) (*session, error) {
 		for k, v := range env {
 			environ = append(environ, k+"="+v)
 		}
-		p, err := startProcess(s.srv.Command, environ, s.srv.Cwd)
+		p, err := startProcess(s.srv.Command, environ, s.srv.Cwd, s.opts.Sandbox, s.opts.SandboxScope, s.opts.Workspace)
 		if err != nil {
 			return nil, unavailable("mcp server %q: start %q: %w", s.srv.Name, s.srv.Command[0], err)
 		}

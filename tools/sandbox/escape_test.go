@@ -120,8 +120,17 @@ func TestEscapes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The embedded server's data directory under the default workspace,
+	// the working directory.
+	inner := filepath.Join(ws, ".noeta")
+	if err := os.MkdirAll(inner, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(inner, "credentials.json"), []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	probeDir, probe := probeCopy(t)
-	policy := sandbox.Policy{Read: []string{probeDir}}
+	policy := sandbox.Policy{Read: []string{probeDir}, Hide: []string{inner}}
 
 	// The embedded NATS of the engine, and any other port of the host's
 	// loopback.
@@ -161,6 +170,9 @@ func TestEscapes(t *testing.T) {
 		{name: "the real HOME", command: `ls -a /root`, fail: true},
 		{name: "the config beside", command: `cat ` + filepath.Join(conf, "noeta.yaml"), fail: true, notOut: secret},
 		{name: "shadow", command: `cat /etc/shadow`, fail: true},
+		{name: "the data directory inside the workspace", command: `cat .noeta/credentials.json`, fail: true, notOut: secret},
+		{name: "the data directory inside the workspace, written", command: `echo x > .noeta/x`, fail: true, noFile: filepath.Join(inner, "x")},
+		{name: "the data directory inside the workspace, unmounted", command: `umount .noeta; cat .noeta/credentials.json`, fail: true, notOut: secret},
 		{name: "write /tmp", command: `echo x > /tmp/noeta-escape-` + engine, fail: true, noFile: "/tmp/noeta-escape-" + engine},
 		{name: "write /etc", command: `echo x > /etc/noeta-escape-` + engine, fail: true, noFile: "/etc/noeta-escape-" + engine},
 		{name: "write the parent", command: `echo x > ../escape`, fail: true, noFile: filepath.Join(root, "escape")},

@@ -83,6 +83,11 @@ func runInit() {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		fail("mount /proc: %v", err)
 	}
+	for _, p := range w.Hide {
+		if err := hide(p); err != nil {
+			fail("hide %s: %v", p, err)
+		}
+	}
 	_ = unix.Sethostname([]byte("sandbox"))
 	if err := loopbackUp(); err != nil {
 		fail("bring up the loopback: %v", err)
@@ -103,8 +108,12 @@ func runInit() {
 	// Reap every child, the tool's orphans included: as PID 1 they are ours,
 	// and a zombie would count against the process limit.
 	exited := make(chan syscall.WaitStatus, 1)
+	cwd := w.Dir
+	if w.Cwd != "" {
+		cwd = w.Cwd
+	}
 	toolPID, err := syscall.ForkExec("/proc/self/exe", []string{execName}, &syscall.ProcAttr{
-		Dir:   w.Dir,
+		Dir:   cwd,
 		Env:   []string{specEnv + "=" + string(next)},
 		Files: []uintptr{0, 1, 2, ^uintptr(0), statusFD},
 	})
@@ -169,6 +178,27 @@ func runInit() {
 			}
 		}
 	}
+}
+
+// hide covers path in this mount namespace: a directory with an empty
+// read-only tmpfs, a file with /dev/null bound read-only. A path that does
+// not exist has nothing to hide.
+func hide(path string) error {
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	const flags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if fi.IsDir() {
+		return unix.Mount("tmpfs", path, "tmpfs", flags, "size=4k,mode=0555")
+	}
+	if err := unix.Mount("/dev/null", path, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	return unix.Mount("", path, "", unix.MS_REMOUNT|unix.MS_BIND|flags, "")
 }
 
 // treeUsage counts the processes of this PID namespace but its init, and

@@ -28,6 +28,10 @@ func initProcAttr() *syscall.SysProcAttr {
 	}
 }
 
+func plainProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
 // probeKernel reads what the kernel offers without starting anything.
 func probeKernel() Support {
 	var s Support

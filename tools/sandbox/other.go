@@ -18,5 +18,7 @@ func Main() {
 
 func initProcAttr() *syscall.SysProcAttr { return nil }
 
+func plainProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
 // probeKernel: off Linux, nothing the sandbox needs is there.
 func probeKernel() Support { return Support{} }

@@ -12,6 +12,12 @@ type Policy struct {
 	Read []string
 	// Write lists absolute paths it may also write, beside the workspace.
 	Write []string
+	// Hide lists absolute paths the process must not see even where Read
+	// or Write (or the workspace) would let it: each is covered, in the
+	// sandbox's own mount namespace, by an empty read-only directory (or
+	// an empty file). The engine's data directory, which the default
+	// workspace (the working directory) contains, is the case in point.
+	Hide []string
 	// Allow lists the host:port pairs the process may reach through the
 	// egress proxy ("api.github.com:443", "*.internal:8080"). Empty: no
 	// network at all, only a loopback of its own.

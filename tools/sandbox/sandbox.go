@@ -140,9 +140,12 @@ type Spec struct {
 	// Env is the whole environment of the program (nothing of the engine's
 	// is added, but the proxy's variables when the policy allows egress).
 	Env []string
-	// Dir is the working directory and the one directory the process may
-	// write beside the policy's Write: the workspace.
+	// Dir is the one directory the process may write beside the policy's
+	// Write, the workspace, and its working directory unless Cwd is set.
 	Dir string
+	// Cwd, when set, is the working directory instead; the process may
+	// read it.
+	Cwd string
 }
 
 // wire is what the engine hands the helpers: the spec, the policy, and the
@@ -153,6 +156,8 @@ type wire struct {
 	Dir    string   `json:"dir"`
 	Read   []string `json:"read,omitempty"`
 	Write  []string `json:"write,omitempty"`
+	Hide   []string `json:"hide,omitempty"`
+	Cwd    string   `json:"cwd,omitempty"`
 	Proxy  string   `json:"proxy,omitempty"`
 	Limits struct {
 		CPUSeconds int64 `json:"cpu_seconds"`
@@ -204,6 +209,7 @@ type Cmd struct {
 	proxyDone              chan struct{}
 	finish                 sync.Once
 	report                 Report
+	plain                  bool
 }
 
 // Command prepares spec to run under p. The process is not started.
@@ -218,7 +224,10 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 	if !filepath.IsAbs(spec.Dir) {
 		return nil, fmt.Errorf("sandbox: the working directory %q is not absolute", spec.Dir)
 	}
-	for _, list := range [][]string{p.Read, p.Write} {
+	if spec.Cwd != "" && !filepath.IsAbs(spec.Cwd) {
+		return nil, fmt.Errorf("sandbox: the working directory %q is not absolute", spec.Cwd)
+	}
+	for _, list := range [][]string{p.Read, p.Write, p.Hide} {
 		for _, path := range list {
 			if !filepath.IsAbs(path) {
 				return nil, fmt.Errorf("sandbox: policy path %q is not absolute", path)
@@ -226,7 +235,10 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 		}
 	}
 	l := p.Limits.WithDefaults()
-	w := wire{Argv: spec.Argv, Env: slices.Clone(spec.Env), Dir: spec.Dir, Read: p.Read, Write: p.Write}
+	w := wire{Argv: spec.Argv, Env: slices.Clone(spec.Env), Dir: spec.Dir, Cwd: spec.Cwd, Read: p.Read, Write: p.Write, Hide: p.Hide}
+	if spec.Cwd != "" {
+		w.Read = append(slices.Clone(w.Read), spec.Cwd)
+	}
 	w.Limits.CPUSeconds = int64((l.CPU + time.Second - 1) / time.Second)
 	w.Limits.Memory, w.Limits.Processes, w.Limits.FileSize, w.Limits.OpenFiles = l.Memory, l.Processes, l.FileSize, l.OpenFiles
 	w.Limits.WallMS = l.Wall.Milliseconds()
@@ -291,11 +303,27 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 	return c, nil
 }
 
+// plainCommand is a process the policy leaves unconfined (a scope with the
+// sandbox disabled): it leads a process group of its own and dies with the
+// engine's thread, as every tool process does, and nothing more.
+func plainCommand(ctx context.Context, spec Spec) *Cmd {
+	cmd := exec.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
+	cmd.Env, cmd.Dir = spec.Env, spec.Dir
+	if spec.Cwd != "" {
+		cmd.Dir = spec.Cwd
+	}
+	cmd.SysProcAttr = plainProcAttr()
+	return &Cmd{Cmd: cmd, plain: true}
+}
+
 // Finish releases what the sandbox held for the process and returns its
 // report. Call it once the process has been waited for (or failed to
 // start); later calls return the same report.
 func (c *Cmd) Finish() Report {
 	c.finish.Do(func() {
+		if c.plain {
+			return
+		}
 		_ = c.specR.Close()
 		_ = c.statusW.Close()
 		sc := bufio.NewScanner(io.LimitReader(c.status, maxStatus))

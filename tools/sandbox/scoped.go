@@ -15,6 +15,9 @@ type Scoped struct {
 	Err     error
 	Default Policy
 	Scopes  map[string]Policy
+	// Unconfined lists the scopes whose processes run outside the sandbox
+	// (sandbox: {enabled: false} for them): the operator's explicit choice.
+	Unconfined map[string]bool
 }
 
 // Policy returns the policy of scope.
@@ -30,6 +33,12 @@ func (s *Scoped) Policy(scope string) Policy {
 func (s *Scoped) Command(ctx context.Context, scope string, spec Spec) (*Cmd, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: no sandbox", ErrUnavailable)
+	}
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return nil, fmt.Errorf("sandbox: no program to run")
+	}
+	if s.Unconfined[scope] {
+		return plainCommand(ctx, spec), nil
 	}
 	if s.Sandbox == nil {
 		if s.Err != nil {

@@ -1,0 +1,121 @@
+package host
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/tools/sandbox"
+)
+
+// mcpScope is the sandbox scope of an MCP server's process; an agent's
+// scope is its name (agent names have no colon).
+func mcpScope(server string) string { return "mcp:" + server }
+
+// confinement is the sandbox the config asks for: every agent's tool
+// processes and every stdio MCP server under its policy, the sandbox on
+// unless sandbox: {enabled: false} says otherwise. Nil when no scope is
+// confined (the whole sandbox disabled). When the sandbox is asked for and
+// this kernel or program cannot give it, the result holds the reason and
+// every process it should confine is refused: nothing runs unconfined in
+// its place. hide is what no sandboxed process may see (the data
+// directory). With warn, it logs what runs unconfined and what cannot run,
+// as every start of a host that runs tools must.
+func confinement(ctx context.Context, cfg *config.File, hide []string, logger *slog.Logger, warn bool) *sandbox.Scoped {
+	var top config.Sandbox
+	scopes := map[string]config.Sandbox{}
+	if cfg != nil {
+		top = cfg.Sandbox
+		if cfg.Governance != nil {
+			for _, a := range cfg.Governance.Agents() {
+				scopes[a] = cfg.SandboxFor(a)
+			}
+		}
+		for name, srv := range cfg.MCPServers {
+			if srv.Stdio() {
+				scopes[mcpScope(name)] = cfg.SandboxForMCP(name)
+			}
+		}
+	}
+	s := &sandbox.Scoped{Default: policyOf(top, hide), Scopes: map[string]sandbox.Policy{}, Unconfined: map[string]bool{}}
+	confined := top.IsEnabled()
+	for name, sb := range scopes {
+		s.Scopes[name] = policyOf(sb, hide)
+		if sb.IsEnabled() {
+			confined = true
+		} else {
+			s.Unconfined[name] = true
+		}
+	}
+	if warn && cfg != nil {
+		if off := cfg.SandboxDisabled(); len(off) > 0 {
+			logger.Warn("sandbox: disabled by the config; the tools concerned run unconfined, with the engine's reach", "where", off)
+		}
+	}
+	if !confined {
+		return nil
+	}
+	if s.Sandbox, s.Err = sandbox.New(ctx, sandbox.Options{}); s.Err != nil && warn {
+		logger.Error("sandbox: unavailable; every shell command and stdio MCP server it should confine is refused", "err", s.Err)
+	}
+	return s
+}
+
+// policyOf is the sandbox policy of a config level in force.
+func policyOf(c config.Sandbox, hide []string) sandbox.Policy {
+	p := sandbox.Policy{Read: c.Read, Write: c.Write, Hide: hide}
+	if c.Network != nil && !c.Network.None {
+		p.Allow = c.Network.Allow
+	}
+	l := c.Limits
+	seconds := func(v *int) time.Duration {
+		if v == nil {
+			return 0
+		}
+		return time.Duration(*v) * time.Second
+	}
+	mib := func(v *int) int64 {
+		if v == nil {
+			return 0
+		}
+		return int64(*v) << 20
+	}
+	p.Limits = sandbox.Limits{CPU: seconds(l.CPUSeconds), Wall: seconds(l.WallSeconds),
+		Memory: mib(l.MemoryMB), FileSize: mib(l.FileSizeMB)}
+	if l.Processes != nil {
+		p.Limits.Processes = *l.Processes
+	}
+	if l.OpenFiles != nil {
+		p.Limits.OpenFiles = *l.OpenFiles
+	}
+	return p
+}
+
+// hiddenPaths is what no sandboxed process may see even where its policy
+// reaches: the embedded server's data directory (credentials, the lock),
+// which the default workspace, the working directory, contains; and the
+// engine's own NATS credentials and TLS key files.
+func hiddenPaths(o Options) []string {
+	var paths []string
+	add := func(p string) {
+		if p == "" {
+			return
+		}
+		d, err := filepath.Abs(p)
+		if err != nil {
+			return
+		}
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			d = r
+		}
+		paths = append(paths, d)
+	}
+	if o.embedded() {
+		add(o.DataDir)
+	}
+	add(o.NATS.Creds)
+	add(o.NATS.TLSKey)
+	return paths
+}
