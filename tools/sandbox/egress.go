@@ -24,27 +24,20 @@ import (
 	"github.com/noeta-go/noeta"
 )
 
-// The egress proxy's bounds. A sandboxed process is not trusted, so every
-// wait it can cause is bounded.
+// The egress proxy's bounds (see [Proxy]). A sandboxed process is not
+// trusted, so every wait it can cause is bounded.
 const (
-	// MaxHeaderBytes bounds a request's line and header: a larger one gets
-	// 431 and the connection is closed.
-	MaxHeaderBytes = 16 << 10
-	// HeaderTimeout is how long a client has, from connecting, to send its
-	// whole request line and header: a silent or slow client is dropped.
-	HeaderTimeout = 10 * time.Second
-	// DialTimeout bounds resolving and connecting to a destination.
-	DialTimeout = 10 * time.Second
-	// MaxConnections is how many connections one proxy serves at once; over
-	// it a connection gets 503 without its request being read.
-	MaxConnections = 64
-	// MaxSummary is how many entries [Proxy.Summary] returns at most: the
-	// maxItems of ToolCallFinished.egress.
-	MaxSummary = 256
-	// OtherHost is the Host of the summary entries that fold the
-	// destinations beyond what the summary holds.
-	OtherHost = "(other)"
+	maxHeaderBytes       = 16 << 10
+	defaultHeaderTimeout = 10 * time.Second
+	defaultDialTimeout   = 10 * time.Second
+	defaultMaxConns      = 64
+	// maxSummary is the maxItems of ToolCallFinished.egress.
+	maxSummary = 256
 )
+
+// OtherHost is the Host of the [Proxy.Summary] entries that fold the
+// destinations beyond what the summary holds.
+const OtherHost = "(other)"
 
 // After an error answer the proxy reads and drops what the client still
 // sends for a moment before closing: closing a socket with unread input makes
@@ -88,17 +81,18 @@ const (
 // metadata address (fd00:ec2::254, 100.100.100.200). Without this rule a
 // name the operator allowed could be made to resolve to the host's loopback
 // (DNS rebinding) and reach the engine's own ports. The exception is an entry
-// that names the host as an IP literal or as localhost: the operator asked
-// for that host by address, so a test server on 127.0.0.1 can be allowed on
-// purpose.
+// that names the host as an IP literal or as localhost itself (not
+// *.localhost): the operator asked for that host by address, so a test server
+// on 127.0.0.1 can be allowed on purpose.
 //
 // # Bounds
 //
-// A client has [HeaderTimeout] from connecting to send a request line and
-// header of at most [MaxHeaderBytes]; resolving and connecting take at most
-// [DialTimeout]; at most [MaxConnections] connections are served at once.
-// Once a tunnel or a forward is under way it is not timed: it lasts while both
-// sides keep it open, or until [Proxy.Close].
+// A client has 10 seconds from connecting to send a request line and header
+// of at most 16 KiB (or gets 431); resolving and connecting take at most 10
+// seconds; at most 64 connections are served at once, and one more gets 503
+// without its request being read. Once a tunnel or a forward is under way it
+// is not timed: it lasts while both sides keep it open, or until
+// [Proxy.Close].
 //
 // # Accounting
 //
@@ -161,9 +155,9 @@ func NewProxy(allow []string) (*Proxy, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Proxy{
 		rules:         rules,
-		headerTimeout: HeaderTimeout,
-		dialTimeout:   DialTimeout,
-		maxConns:      MaxConnections,
+		headerTimeout: defaultHeaderTimeout,
+		dialTimeout:   defaultDialTimeout,
+		maxConns:      defaultMaxConns,
 		lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		},
@@ -332,7 +326,7 @@ func (p *Proxy) handle(c net.Conn) {
 	// The deadline is set once: it bounds the whole header, so a client
 	// trickling bytes cannot stretch it.
 	c.SetReadDeadline(time.Now().Add(p.headerTimeout))
-	lim := &headerLimit{r: c, n: MaxHeaderBytes}
+	lim := &headerLimit{r: c, n: maxHeaderBytes}
 	br := bufio.NewReader(lim)
 	req, err := http.ReadRequest(br)
 	if err != nil {
@@ -340,7 +334,7 @@ func (p *Proxy) handle(c net.Conn) {
 		switch {
 		case lim.n <= 0:
 			p.refuse(c, http.StatusRequestHeaderFieldsTooLarge,
-				fmt.Sprintf("the request line and header are over %d bytes", MaxHeaderBytes))
+				fmt.Sprintf("the request line and header are over %d bytes", maxHeaderBytes))
 		case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
 			// Silent past the deadline, gone, or closed by Close: nobody to
 			// answer.
@@ -848,7 +842,7 @@ func (p *Proxy) record(dest target, allowed bool, failure string) *stat {
 	k := statKey{host: dest.host, port: dest.port, allowed: allowed}
 	st := p.stats[k]
 	if st == nil {
-		if len(p.stats) < MaxSummary-len(p.other) {
+		if len(p.stats) < maxSummary-len(p.other) {
 			st = new(stat)
 			p.stats[k] = st
 		} else {
@@ -886,10 +880,11 @@ func (p *Proxy) record(dest target, allowed bool, failure string) *stat {
 // ..." with the first failure, followed by "(n of m connections)" when only
 // some failed.
 //
-// It returns at most [MaxSummary] entries: the destinations first seen after
-// MaxSummary-2 others fold, by verdict, into at most two last entries with
-// Host [OtherHost], Port 0 and a Reason saying so. Summary may be called while
-// the proxy serves, and after Close for the final figures.
+// It returns at most 256 entries, the maxItems of ToolCallFinished.egress:
+// the destinations first seen after 254 others fold, by verdict, into at most
+// two last entries with Host [OtherHost], Port 0 and a Reason saying so (two,
+// not one, so that bytes that went out stay apart from refusals). Summary may
+// be called while the proxy serves, and after Close for the final figures.
 func (p *Proxy) Summary() []noeta.Egress {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -911,7 +906,7 @@ func (p *Proxy) Summary() []noeta.Egress {
 	for i, st := range p.other {
 		if st != nil {
 			e := st.egress(OtherHost, 0, i == 1)
-			e.Reason = fmt.Sprintf("destinations beyond the first %d, folded into one entry", MaxSummary-len(p.other))
+			e.Reason = fmt.Sprintf("destinations beyond the first %d, folded into one entry", maxSummary-len(p.other))
 			out = append(out, e)
 		}
 	}

@@ -305,7 +305,7 @@ func TestNewProxyAcceptsEntries(t *testing.T) {
 }
 
 func TestMatch(t *testing.T) {
-	p, err := NewProxy([]string{"*.example.test:80", "exact.test:443", "127.0.0.1:8080", "[::1]:8080", "localhost:9"})
+	p, err := NewProxy([]string{"*.example.test:80", "exact.test:443", "127.0.0.1:8080", "[::1]:8080", "localhost:9", "*.localhost:9"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestMatch(t *testing.T) {
 		{"[::ffff:127.0.0.1]:8080", false, false},
 		{"localhost:9", true, true},
 		{"localhost.:9", true, true},
-		{"a.localhost:9", false, false},
+		{"a.localhost:9", true, false}, // a wildcard names no address
 	}
 	for _, tt := range tests {
 		t.Run(tt.dest, func(t *testing.T) {
@@ -492,6 +492,35 @@ func TestForward(t *testing.T) {
 	want := noeta.Egress{Host: "127.0.0.1", Port: port + 1, Reason: "not in the allow list", Connections: 1}
 	if sum[1] != want {
 		t.Errorf("summary[1] = %+v, want %+v", sum[1], want)
+	}
+}
+
+// TestForwardStreams checks that a response reaches the client as the
+// destination sends it: the destination holds back its end until the client
+// has read the first part, so a proxy that waited for the whole response
+// would never finish.
+func TestForwardStreams(t *testing.T) {
+	release := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "first\n")
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "last\n")
+	}))
+	defer ts.Close()
+	h := startProxy(t, []string{hostport("127.0.0.1", serverPort(t, ts))})
+	resp, err := h.client().Get(ts.URL + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); line != "first\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	close(release)
+	if rest, err := io.ReadAll(br); string(rest) != "last\n" || err != nil {
+		t.Errorf("rest %q, %v; want %q", rest, err, "last\n")
 	}
 }
 
@@ -737,8 +766,8 @@ func TestSummaryFoldsAndReasons(t *testing.T) {
 	// A destination seen before the summary filled keeps its own entry.
 	p.record(target{host: "h000.test", port: 443}, true, "dial failed: refused")
 	sum := p.Summary()
-	if len(sum) != MaxSummary {
-		t.Fatalf("%d entries, want %d", len(sum), MaxSummary)
+	if len(sum) != maxSummary {
+		t.Fatalf("%d entries, want %d", len(sum), maxSummary)
 	}
 	total := 0
 	for _, e := range sum {
@@ -754,8 +783,8 @@ func TestSummaryFoldsAndReasons(t *testing.T) {
 	if last[0].Host != OtherHost || last[0].Allowed || last[1].Host != OtherHost || !last[1].Allowed || last[0].Port != 0 {
 		t.Errorf("last entries %+v, want the two folded ones", last)
 	}
-	if got := last[0].Connections + last[1].Connections; got != n-(MaxSummary-2) {
-		t.Errorf("%d folded connections, want %d", got, n-(MaxSummary-2))
+	if got := last[0].Connections + last[1].Connections; got != n-(maxSummary-2) {
+		t.Errorf("%d folded connections, want %d", got, n-(maxSummary-2))
 	}
 	if !slices.IsSortedFunc(sum[:len(sum)-2], func(a, b noeta.Egress) int { return strings.Compare(a.Host, b.Host) }) {
 		t.Error("entries are not sorted by host")
