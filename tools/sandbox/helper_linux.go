@@ -286,11 +286,6 @@ func relay(sock string) (string, error) {
 	return ln.Addr().String(), nil
 }
 
-func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-	}
-}
 
 // runExec is the sandbox's second process: on the one thread that will
 // exec the tool it sets the limits, drops every capability, sets
