@@ -31,12 +31,15 @@ package main
 
 import (
 	"context"
+	"github.com/noeta-go/noeta/tools/sandbox"
 	"os"
 	"os/signal"
 	"syscall"
 )
 
 func main() {
+	// First: a re-executed binary may be the sandbox's helper, not the engine.
+	sandbox.Main()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

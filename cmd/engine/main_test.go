@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/noeta-go/noeta/tools/sandbox"
 	"io"
 	"os"
 	"os/exec"
@@ -21,7 +22,10 @@ import (
 // that run it as a subprocess (serve on several "hosts").
 var engineBin string
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+func TestMain(m *testing.M) {
+	sandbox.Main()
+	os.Exit(testMain(m))
+}
 
 func testMain(m *testing.M) int {
 	// Whatever the test binary's stdin is, --approvals defaults to leave.

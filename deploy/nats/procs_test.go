@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/noeta-go/noeta/tools/sandbox"
 	"net"
 	"net/http"
 	"os"
@@ -47,7 +48,10 @@ var passwords = map[string]string{
 // module; engineBin is cmd/engine, built from this checkout.
 var natsServerBin, engineBin string
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+func TestMain(m *testing.M) {
+	sandbox.Main()
+	os.Exit(testMain(m))
+}
 
 func testMain(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "noeta-deploy-nats-")

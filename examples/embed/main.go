@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/noeta-go/noeta/tools/sandbox"
 	"io"
 	"os"
 	"os/signal"
@@ -34,6 +35,9 @@ script:
 `
 
 func main() {
+	// First: the sandbox that confines the tools re-executes this binary
+	// as its helper (package sandbox).
+	sandbox.Main()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, "examples/noeta.yaml", os.Stdout); err != nil {

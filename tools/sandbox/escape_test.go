@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -292,5 +294,57 @@ func TestEscapesUnprivileged(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestEscapes") || !strings.Contains(string(out), "--- PASS: TestLimits") {
 		t.Fatalf("as uid 65534: %v\n%s", err, out)
+	}
+}
+
+// TestEgress: under an allow list the sandbox's one way out is the egress
+// proxy; an allowed host:port works through it, any other is refused, a
+// direct connection goes nowhere, and the report accounts for each.
+func TestEgress(t *testing.T) {
+	sb := newSandbox(t)
+	ws := t.TempDir()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "hello from outside")
+	}))
+	defer srv.Close()
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	allowed := strings.TrimPrefix(srv.URL, "http://")
+	p := sandbox.Policy{Allow: []string{allowed}}
+	curl := `curl -sS --max-time 10 --noproxy '' -x "$HTTP_PROXY" `
+
+	r := run(t, sb, p, ws, curl+srv.URL+`/`)
+	if r.err != nil || r.stdout != "hello from outside" {
+		t.Fatalf("the allowed host through the proxy: %v %q %q", r.err, r.stdout, r.stderr)
+	}
+	host, port, _ := net.SplitHostPort(allowed)
+	if len(r.rep.Egress) != 1 || r.rep.Egress[0].Host != host || fmt.Sprint(r.rep.Egress[0].Port) != port ||
+		!r.rep.Egress[0].Allowed || r.rep.Egress[0].Connections != 1 || r.rep.Egress[0].BytesIn == 0 || r.rep.Egress[0].BytesOut == 0 {
+		t.Errorf("egress of the allowed call: %+v", r.rep.Egress)
+	}
+
+	r = run(t, sb, p, ws, curl+`-f http://`+other.Addr().String()+`/`)
+	if r.err == nil {
+		t.Errorf("a host:port not allowed was reached: %q", r.stdout)
+	}
+	if len(r.rep.Egress) != 1 || r.rep.Egress[0].Allowed || r.rep.Egress[0].Reason == "" {
+		t.Errorf("egress of the refused call: %+v", r.rep.Egress)
+	}
+
+	r = run(t, sb, p, ws, `curl -sS --max-time 5 --noproxy '*' `+srv.URL+`/`)
+	if r.err == nil {
+		t.Errorf("a direct connection to the allowed host went out: %q", r.stdout)
+	}
+	if len(r.rep.Egress) != 0 {
+		t.Errorf("a direct connection shows in the proxy's account: %+v", r.rep.Egress)
+	}
+
+	// Without an allow list there is no proxy at all.
+	r = run(t, sb, sandbox.Policy{}, ws, `echo "[$HTTP_PROXY]"; `+curl+srv.URL+`/`)
+	if r.err == nil || !strings.HasPrefix(r.stdout, "[]") {
+		t.Errorf("network none reached out: %v %q", r.err, r.stdout)
 	}
 }
