@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,6 +126,11 @@ const agentReadTimeout = 5 * time.Second
 //     failed.
 //   - noeta_tool_call_duration_seconds{tool}: histogram of ToolCallFinished
 //     duration_ms.
+//   - noeta_sandbox_egress_connections_total{tool, destination, allowed}:
+//     the connections a call's sandboxed processes asked the egress proxy
+//     for (ToolCallFinished egress), destination host:port, allowed true or
+//     false; noeta_sandbox_egress_bytes_total{tool, destination, direction}:
+//     what crossed them, direction out (from the sandbox) or in.
 //   - noeta_tasks_total{status}: terminal records; status completed, failed
 //     or cancelled.
 //   - noeta_leases_total: LeaseGranted (one per lease generation).
@@ -155,6 +162,7 @@ type Metrics struct {
 	closed   atomic.Bool
 
 	events, guardDecisions, approvals, toolCalls, tasks, leases, wakes metric.Int64Counter
+	egressConns, egressBytes                                           metric.Int64Counter
 	lag, toolDuration                                                  metric.Float64Histogram
 	// What deciding turns took: model calls, tokens and cost, by agent,
 	// provider and model.
@@ -263,6 +271,8 @@ func (m *Metrics) instruments() error {
 	m.approvals = counter("noeta.approvals", "{approval}", "Approvals resolved, by action and decision.")
 	m.toolCalls = counter("noeta.tool.calls", "{call}", "Tool calls finished, by tool and outcome (ok, failed).")
 	m.tasks = counter("noeta.tasks", "{task}", "Tasks ended, by status (completed, failed, cancelled).")
+	m.egressConns = counter("noeta.sandbox.egress.connections", "{connection}", "Connections a call's sandboxed processes asked the egress proxy for, by tool, destination and whether they were allowed.")
+	m.egressBytes = counter("noeta.sandbox.egress.bytes", "By", "Bytes through the egress proxy, by tool, destination and direction (out of the sandbox, in).")
 	m.leases = counter("noeta.leases", "{lease}", "Lease generations granted (LeaseGranted records).")
 	m.wakes = counter("noeta.wakes", "{wake}", "Wakes consumed (TaskWoken records), by kind.")
 	m.modelCalls = counter("noeta.gen_ai.calls", "{call}", "Turns a policy decided, by agent, provider and model (scripted: provider and model empty).")
@@ -424,6 +434,12 @@ func (m *Metrics) Observe(ctx context.Context, env eventlog.Envelope) error {
 		}
 		m.toolCalls.Add(ctx, 1, m.attrs("tool", p.Tool, "outcome", outcome))
 		m.toolDuration.Record(ctx, float64(p.DurationMS)/1000, m.attrs("tool", p.Tool))
+		for _, e := range p.Egress {
+			dest := net.JoinHostPort(e.Host, strconv.Itoa(e.Port))
+			m.egressConns.Add(ctx, int64(e.Connections), m.attrs("tool", p.Tool, "destination", dest, "allowed", strconv.FormatBool(e.Allowed)))
+			m.egressBytes.Add(ctx, e.BytesOut, m.attrs("tool", p.Tool, "destination", dest, "direction", "out"))
+			m.egressBytes.Add(ctx, e.BytesIn, m.attrs("tool", p.Tool, "destination", dest, "direction", "in"))
+		}
 	case *noeta.TaskCompleted:
 		m.ended(ctx, env.Task, noeta.SubtaskStatusCompleted)
 	case *noeta.TaskFailed:

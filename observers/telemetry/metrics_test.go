@@ -466,6 +466,35 @@ func TestMetricsLabelValuesAreBounded(t *testing.T) {
 	})
 }
 
+// TestMetricsEgress: where a call's sandboxed processes connected, from its
+// ToolCallFinished, is counted by destination and verdict.
+func TestMetricsEgress(t *testing.T) {
+	m, srv := newTestMetrics(t, MetricsConfig{})
+	env, err := eventlog.NewEnvelope("t1", eventlog.OriginTool, "x", noeta.ToolCallFinished{CallID: "c", Tool: "shell", OK: true,
+		Egress: []noeta.Egress{
+			{Host: "api.github.com", Port: 443, Allowed: true, Connections: 2, BytesOut: 100, BytesIn: 5000},
+			{Host: "evil.example", Port: 80, Allowed: false, Reason: "not in the allow list", Connections: 1},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Seq = 2
+	if err := m.Observe(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, srv)
+	wantSeries(t, fams, "noeta_sandbox_egress_connections_total", map[string]float64{
+		"allowed=true,destination=api.github.com:443,tool=shell": 2,
+		"allowed=false,destination=evil.example:80,tool=shell":   1,
+	})
+	wantSeries(t, fams, "noeta_sandbox_egress_bytes_total", map[string]float64{
+		"destination=api.github.com:443,direction=out,tool=shell": 100,
+		"destination=api.github.com:443,direction=in,tool=shell":  5000,
+		"destination=evil.example:80,direction=out,tool=shell":    0,
+		"destination=evil.example:80,direction=in,tool=shell":     0,
+	})
+}
+
 func TestMetricsBoundsWhatItRemembers(t *testing.T) {
 	m, _ := newTestMetrics(t, MetricsConfig{MaxTasks: 2})
 	for i, task := range []string{"t1", "t2", "t3"} {
