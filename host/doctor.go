@@ -39,6 +39,9 @@ type DoctorReport struct {
 	Records  int       `json:"records"`
 	Rows     int       `json:"rows"`
 	Problems []Finding `json:"problems"`
+	// Sandbox is the sandbox's state on this machine, when checked
+	// (CheckSandbox).
+	Sandbox *SandboxReport `json:"sandbox,omitempty"`
 }
 
 // add records f, once: a corrupt last record is met by the index and by the

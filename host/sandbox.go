@@ -119,3 +119,43 @@ func hiddenPaths(o Options) []string {
 	add(o.NATS.TLSKey)
 	return paths
 }
+
+// SandboxReport is what engine doctor says of the sandbox.
+type SandboxReport struct {
+	// Enabled: the config (or its absence: the default) confines some
+	// tool process.
+	Enabled bool `json:"enabled"`
+	// Available: a confined process ran here; Error says why not.
+	Available      bool   `json:"available"`
+	Error          string `json:"error,omitempty"`
+	LandlockABI    int    `json:"landlock_abi"`
+	Seccomp        bool   `json:"seccomp"`
+	UserNamespaces bool   `json:"user_namespaces"`
+	// Disabled lists where the config turns the sandbox off.
+	Disabled []string `json:"disabled,omitempty"`
+}
+
+// CheckSandbox probes the sandbox cfg asks for (nil: the default, on) and
+// records it in the report; a sandbox that is asked for and unavailable is
+// a problem (sandbox_unavailable): every tool process it should confine
+// would be refused.
+func (r *DoctorReport) CheckSandbox(ctx context.Context, cfg *config.File) {
+	sr := &SandboxReport{}
+	r.Sandbox = sr
+	if cfg != nil {
+		sr.Disabled = cfg.SandboxDisabled()
+	}
+	s := confinement(ctx, cfg, nil, slog.New(slog.DiscardHandler), false)
+	if s == nil {
+		return
+	}
+	sr.Enabled = true
+	if s.Err != nil {
+		sr.Error = s.Err.Error()
+		r.add(Finding{Kind: "sandbox_unavailable", Detail: sr.Error})
+		return
+	}
+	sr.Available = true
+	sup := s.Sandbox.Support()
+	sr.LandlockABI, sr.Seccomp, sr.UserNamespaces = sup.LandlockABI, sup.Seccomp, sup.UserNamespaces
+}

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/termsafe"
@@ -20,6 +22,7 @@ import (
 
 func newDoctorCmd(g *globals) *cobra.Command {
 	var asJSON bool
+	var configPath string
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check a store: every task's log dense and decodable, rows consistent with logs, content present",
@@ -39,6 +42,10 @@ func newDoctorCmd(g *globals) *cobra.Command {
   content_missing   a content ref (goal, args, output, snapshot…) whose body
                     is not in the content store
   inbox_corrupt     an inbox record that does not decode
+  sandbox_unavailable  the sandbox the config asks for (on by default) cannot
+                    be had on this machine: every shell command and stdio MCP
+                    server it should confine would be refused (--config names
+                    the config; without it, the default)
 
 The server repairs what it can when it starts (it skips a message whose
 checksum fails, drops what a truncated block held); doctor reports what that
@@ -49,10 +56,18 @@ Exit status: 0 the store is clean, 1 problems were found (or the store could
 not be read), 2 bad usage. --json prints one JSON object instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var cfg *config.File
+			if configPath != "" {
+				var err error
+				if cfg, err = loadConfig(cmd.Context(), configPath); err != nil {
+					return usageErr("%v", err)
+				}
+			}
 			rep, err := runDoctor(cmd.Context(), g)
 			if err != nil {
 				return err
 			}
+			rep.CheckSandbox(cmd.Context(), cfg)
 			if asJSON {
 				b, err := json.MarshalIndent(rep, "", "  ")
 				if err != nil {
@@ -69,6 +84,7 @@ not be read), 2 bad usage. --json prints one JSON object instead.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as one JSON object")
+	cmd.Flags().StringVar(&configPath, "config", "", "the config whose sandbox: section to check (default: the default, sandbox on)")
 	return cmd
 }
 
@@ -86,6 +102,14 @@ func printReport(w io.Writer, r *host.DoctorReport) {
 		}
 		// A detail may quote a damaged record's bytes.
 		fmt.Fprintln(w, termsafe.Line(line+": "+p.Detail))
+	}
+	if sb := r.Sandbox; sb != nil {
+		switch {
+		case !sb.Enabled:
+			fmt.Fprintf(w, "sandbox: disabled by the config (%s): tools run unconfined\n", strings.Join(sb.Disabled, ", "))
+		case sb.Available:
+			fmt.Fprintf(w, "sandbox: available (Landlock ABI %d, seccomp, user namespaces)\n", sb.LandlockABI)
+		}
 	}
 	if r.Clean {
 		fmt.Fprintf(w, "clean: %d tasks, %d records, %d dispatcher rows\n", r.Tasks, r.Records, r.Rows)

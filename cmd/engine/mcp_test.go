@@ -36,6 +36,18 @@ func everythingEntry(t *testing.T) (node, entry string) {
 	return node, entry
 }
 
+// everythingSandbox is the sandbox: entry that lets the confined server
+// read its program and its package, wherever npm and node put them (the
+// system's directories are readable already).
+func everythingSandbox(node, entry string) string {
+	modules, _, _ := strings.Cut(entry, string(filepath.Separator)+"@modelcontextprotocol"+string(filepath.Separator))
+	read := []string{modules}
+	if real, err := filepath.EvalSymlinks(node); err == nil {
+		read = append(read, filepath.Dir(real))
+	}
+	return "sandbox: {read: [" + strings.Join(read, ", ") + "]}"
+}
+
 // TestGovernedMCPCalls: the tools of an MCP server no one here wrote,
 // governed like every other tool: a call its annotations mark read-only
 // runs (the config trusts the server's annotations); a rule over mcp__*__trigger* denies; a tool with no read-only hint
@@ -47,7 +59,7 @@ func TestGovernedMCPCalls(t *testing.T) {
 	node, entry := everythingEntry(t)
 	cfg := writeFile(t, "noeta.yaml", `
 mcp_servers:
-  everything: {command: [`+node+`, `+entry+`, stdio], trust_annotations: true}
+  everything: {command: [`+node+`, `+entry+`, stdio], trust_annotations: true, `+everythingSandbox(node, entry)+`}
 agents:
   a:
     tools: ["mcp__everything__*"]
@@ -99,7 +111,7 @@ func TestMCPCallInterruptedByAKill(t *testing.T) {
 	node, entry := everythingEntry(t)
 	cfg := writeFile(t, "noeta.yaml", `
 mcp_servers:
-  everything: {command: [`+node+`, `+entry+`, stdio]}
+  everything: {command: [`+node+`, `+entry+`, stdio], `+everythingSandbox(node, entry)+`}
 agents:
   a:
     tools: ["mcp__everything__*"]
