@@ -326,3 +326,66 @@ func TestModelMalformedArgsRun(t *testing.T) {
 		t.Errorf("doctor: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
+
+// TestModelShellContained: a model-decided agent whose shell tries to read
+// the engine's environment (its API key), the data directory's credentials
+// (inside the workspace, where the default layout puts it) and to write
+// outside the workspace gets nothing: no secret reaches any record, the
+// model, or the output, and nothing is written outside.
+func TestModelShellContained(t *testing.T) {
+	const secret = "sk-model-key-0123456789"
+	t.Setenv("OPENAI_API_KEY", secret)
+	ws := workspace(t)
+	data := ws + "/.noeta"
+	escape := fmt.Sprintf("/tmp/noeta-model-escape-%d", os.Getpid())
+	attacks := []string{
+		`cat /proc/$PPID/environ /proc/1/environ /proc/*/environ | tr '\0' '\n'; env`,
+		`cat .noeta/credentials.json; ls -la .noeta; cat ` + data + `/engine.lock`,
+		`echo pwn > ` + escape + `; echo pwn > ../escaped`,
+		`cat /proc/self/status | grep Cap; ls /proc`,
+	}
+	f := newFakeOpenAI(t, func(req chatRequest) chatReply {
+		if n := req.turn(); n < len(attacks) {
+			args := fmt.Sprintf(`{"command":%q}`, attacks[n])
+			return chatReply{ToolCalls: [][2]string{{"shell", args}}, In: 10, Out: 10}
+		}
+		return chatReply{Text: "done", In: 10, Out: 1}
+	})
+	code, out, errOut := runCmd(t, "run", modelTask(t), "--config", modelConfig(t, f, ""), "--data", data,
+		"--workspace", ws, "--approvals", "approve")
+	if code != exitDone {
+		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	m := regexp.MustCompile(`task (\S+) answered`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no task id in:\n%s", out)
+	}
+	code, events, errOut := runCmd(t, "events", m[1], "--json", "--data", data)
+	if code != 0 || !strings.Contains(events, `"noeta.ToolCallFinished"`) {
+		t.Fatalf("events %s: exit %d\n%s\n%s\nrun:\n%s", m[1], code, events, errOut, out)
+	}
+	if n := strings.Count(events, `"type":"noeta.ToolCallFinished"`); n != len(attacks) {
+		t.Errorf("%d shell calls finished, want %d:\n%s", n, len(attacks), events)
+	}
+	var sent strings.Builder
+	for _, r := range f.requests() {
+		sent.WriteString(r.lastTool())
+	}
+	for what, text := range map[string]string{"the records": events, "the output": out + errOut, "the model": sent.String()} {
+		if strings.Contains(text, secret) {
+			t.Errorf("the API key is in %s", what)
+		}
+		if strings.Contains(text, `"password"`) {
+			t.Errorf("the data directory's credentials are in %s", what)
+		}
+	}
+	if !strings.Contains(sent.String(), "CapEff:\t0000000000000000") && !strings.Contains(sent.String(), `CapEff:\t0000000000000000`) {
+		t.Errorf("the shell ran with capabilities, or not at all: %s", sent.String())
+	}
+	for _, p := range []string{escape, ws + "/../escaped"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("the shell wrote %s", p)
+			_ = os.Remove(p)
+		}
+	}
+}
