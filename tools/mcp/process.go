@@ -29,9 +29,9 @@ type process struct {
 	// it saw it end, set before exited is closed.
 	confined *sandbox.Cmd
 	report   sandbox.Report
-	stdin  *os.File // our end: the server reads it
-	stdout *os.File // our end: the server writes it
-	stderr *tail
+	stdin    *os.File // our end: the server reads it
+	stdout   *os.File // our end: the server writes it
+	stderr   *tail
 	// exited is closed once the command has exited; waitErr is its status.
 	exited  chan struct{}
 	waitErr error

@@ -286,7 +286,6 @@ func relay(sock string) (string, error) {
 	return ln.Addr().String(), nil
 }
 
-
 // runExec is the sandbox's second process: on the one thread that will
 // exec the tool it sets the limits, drops every capability, sets
 // no_new_privs, enforces Landlock and the seccomp filter, and executes the
