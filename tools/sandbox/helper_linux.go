@@ -73,6 +73,9 @@ func runInit() {
 	if err := json.Unmarshal(body, &w); err != nil {
 		fail("decode the spec: %v", err)
 	}
+	if w.Version != wireVersion {
+		fail("the helper binary speaks version %d of the spec, the engine %d: install the noeta-sandbox built with this engine", wireVersion, w.Version)
+	}
 	unix.CloseOnExec(statusFD)
 
 	// Mounts made here stay here; then a /proc of this PID namespace, in

@@ -39,9 +39,11 @@ const (
 
 // Options configure a Sandbox.
 type Options struct {
-	// Executable is the binary re-executed as the sandbox's helpers: one
-	// whose main calls Main first. Default /proc/self/exe, the running one
-	// (which still works if the file was replaced since).
+	// Executable is the binary started as the sandbox's helpers: one whose
+	// main calls Main first. Default: noeta-sandbox beside the running
+	// binary (cmd/noeta-sandbox, small, so a call does not pay a large
+	// program's start-up twice) when it is there, else the running binary
+	// itself (/proc/self/exe, which still works if the file was replaced).
 	Executable string
 	// ProbeTimeout bounds the probe New runs. Default 10s.
 	ProbeTimeout time.Duration
@@ -78,7 +80,7 @@ func New(ctx context.Context, opts Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("%w: the program's main did not call sandbox.Main first", ErrUnavailable)
 	}
 	if opts.Executable == "" {
-		opts.Executable = "/proc/self/exe"
+		opts.Executable = defaultExecutable()
 	}
 	if opts.ProbeTimeout <= 0 {
 		opts.ProbeTimeout = 10 * time.Second
@@ -104,6 +106,23 @@ func New(ctx context.Context, opts Options) (*Sandbox, error) {
 	}
 	return s, nil
 }
+
+// HelperName is the sandbox's helper binary, looked for beside the running
+// one.
+const HelperName = "noeta-sandbox"
+
+func defaultExecutable() string {
+	if self, err := os.Executable(); err == nil {
+		helper := filepath.Join(filepath.Dir(self), HelperName)
+		if fi, err := os.Stat(helper); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return helper
+		}
+	}
+	return "/proc/self/exe"
+}
+
+// Executable is the binary the sandbox starts as its helpers.
+func (s *Sandbox) Executable() string { return s.exe }
 
 // Support returns what the kernel offers.
 func (s *Sandbox) Support() Support { return s.support }
@@ -151,15 +170,18 @@ type Spec struct {
 // wire is what the engine hands the helpers: the spec, the policy, and the
 // proxy's socket.
 type wire struct {
-	Argv   []string `json:"argv"`
-	Env    []string `json:"env"`
-	Dir    string   `json:"dir"`
-	Read   []string `json:"read,omitempty"`
-	Write  []string `json:"write,omitempty"`
-	Hide   []string `json:"hide,omitempty"`
-	Cwd    string   `json:"cwd,omitempty"`
-	Proxy  string   `json:"proxy,omitempty"`
-	Limits struct {
+	// Version is wireVersion: a helper binary from another build refuses
+	// a spec it may read differently.
+	Version int      `json:"version"`
+	Argv    []string `json:"argv"`
+	Env     []string `json:"env"`
+	Dir     string   `json:"dir"`
+	Read    []string `json:"read,omitempty"`
+	Write   []string `json:"write,omitempty"`
+	Hide    []string `json:"hide,omitempty"`
+	Cwd     string   `json:"cwd,omitempty"`
+	Proxy   string   `json:"proxy,omitempty"`
+	Limits  struct {
 		CPUSeconds int64 `json:"cpu_seconds"`
 		Memory     int64 `json:"memory"`
 		Processes  int   `json:"processes"`
@@ -168,6 +190,9 @@ type wire struct {
 		WallMS     int64 `json:"wall_ms"`
 	} `json:"limits"`
 }
+
+// wireVersion changes whenever wire or the helpers' behaviour does.
+const wireVersion = 1
 
 // status is one line the helpers write on the status pipe.
 type status struct {
@@ -235,7 +260,7 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 		}
 	}
 	l := p.Limits.WithDefaults()
-	w := wire{Argv: spec.Argv, Env: slices.Clone(spec.Env), Dir: spec.Dir, Cwd: spec.Cwd, Read: p.Read, Write: p.Write, Hide: p.Hide}
+	w := wire{Version: wireVersion, Argv: spec.Argv, Env: slices.Clone(spec.Env), Dir: spec.Dir, Cwd: spec.Cwd, Read: p.Read, Write: p.Write, Hide: p.Hide}
 	if spec.Cwd != "" {
 		w.Read = append(slices.Clone(w.Read), spec.Cwd)
 	}

@@ -1,0 +1,95 @@
+package sandbox_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/noeta-go/noeta/tools/sandbox"
+)
+
+// BenchmarkShellEcho is what the sandbox adds to a shell call: `sh -c
+// "echo hi"` started, run and waited for, confined and not. It reports
+// the median and the 99th percentile of one call besides the mean.
+//
+//	go test -run '^$' -bench ShellEcho -count 6 ./tools/sandbox/
+func BenchmarkShellEcho(b *testing.B) {
+	ws := b.TempDir()
+	spec := sandbox.Spec{Argv: []string{"/bin/sh", "-c", "echo hi"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: ws}
+	b.Run("plain", func(b *testing.B) {
+		percentiles(b, func() error {
+			cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+			cmd.Dir, cmd.Env = ws, spec.Env
+			_, err := cmd.Output()
+			return err
+		})
+	})
+	b.Run("sandboxed", func(b *testing.B) {
+		sb, err := sandbox.New(context.Background(), sandbox.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		percentiles(b, func() error {
+			c, err := sb.Command(context.Background(), sandbox.Policy{}, spec)
+			if err != nil {
+				return err
+			}
+			_, err = c.Output()
+			c.Finish()
+			return err
+		})
+	})
+	if helper := os.Getenv("NOETA_SANDBOX_HELPER"); helper != "" {
+		b.Run("sandboxed-helper", func(b *testing.B) {
+			sb, err := sandbox.New(context.Background(), sandbox.Options{Executable: helper})
+			if err != nil {
+				b.Fatal(err)
+			}
+			percentiles(b, func() error {
+				c, err := sb.Command(context.Background(), sandbox.Policy{}, spec)
+				if err != nil {
+					return err
+				}
+				_, err = c.Output()
+				c.Finish()
+				return err
+			})
+		})
+	}
+	b.Run("sandboxed-egress", func(b *testing.B) {
+		sb, err := sandbox.New(context.Background(), sandbox.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		percentiles(b, func() error {
+			c, err := sb.Command(context.Background(), sandbox.Policy{Allow: []string{"example.com:443"}}, spec)
+			if err != nil {
+				return err
+			}
+			_, err = c.Output()
+			c.Finish()
+			return err
+		})
+	})
+}
+
+// percentiles runs f b.N times and reports p50 and p99 of one run.
+func percentiles(b *testing.B, f func() error) {
+	b.Helper()
+	took := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		start := time.Now()
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	if len(took) > 0 {
+		b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
+	}
+}
