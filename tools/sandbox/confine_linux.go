@@ -9,7 +9,6 @@ import (
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"github.com/landlock-lsm/go-landlock/landlock"
-	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -33,12 +32,12 @@ var systemEtc = []string{
 // devices are the device files a tool may read and write.
 var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
 
-// restrictFiles enforces the Landlock ruleset on the calling thread: the
-// workspace and the policy's write paths read-write, the system's program
-// and library directories, the policy's read paths and this namespace's
-// /proc read-only, nothing else. Signals and abstract Unix sockets are
-// scoped to the sandbox where the kernel can (ABI 6).
-func restrictFiles(w wire) error {
+// rulesetFD builds the Landlock ruleset: the workspace and the policy's
+// write paths read-write, the system's program and library directories,
+// the policy's read paths and this namespace's /proc read-only, nothing
+// else. Signals and abstract Unix sockets are scoped to the sandbox where
+// the kernel can (ABI 6).
+func rulesetFD(w wire) (int, uint32, error) {
 	cfg := landlock.Config{HandledAccessFS: landlock.V7.HandledAccessFS, Scoped: landlock.V7.Scoped}.BestEffort()
 	rules := []landlock.Rule{
 		landlock.RODirs(systemDirs...).IgnoreIfMissing(),
@@ -50,14 +49,10 @@ func restrictFiles(w wire) error {
 	rules = append(rules, pathRules(w.Read, false)...)
 	rules = append(rules, pathRules(w.Write, true)...)
 	fd, flags, err := cfg.NewRulesetFD(rules...)
-	if err != nil {
-		return err
+	if err == nil && fd < 0 {
+		err = fmt.Errorf("the kernel has no Landlock")
 	}
-	if fd < 0 {
-		return fmt.Errorf("the kernel has no Landlock")
-	}
-	defer unix.Close(fd)
-	return ll.LandlockRestrictSelf(fd, flags)
+	return fd, flags, err
 }
 
 // pathRules turns paths into read-only (or, with write, read-write) rules,
@@ -142,15 +137,15 @@ func seccompFilter() ([]bpf.RawInstruction, error) {
 	return bpf.Assemble(prog)
 }
 
-// loadSeccomp installs the filter on the calling thread (no_new_privs is
-// set already).
+// loadSeccomp installs the filter on every thread of the process
+// (no_new_privs is set already).
 func loadSeccomp(raw []bpf.RawInstruction) error {
 	filter := make([]syscall.SockFilter, len(raw))
 	for i, r := range raw {
 		filter[i] = syscall.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
 	prog := syscall.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	_, _, errno := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog)))
+	_, _, errno := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
 	if errno != 0 {
 		return errno
 	}

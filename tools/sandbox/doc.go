@@ -3,22 +3,24 @@
 // the `shell` tool's commands and stdio MCP servers alike.
 //
 // A sandboxed process starts in new user, PID, mount, IPC, UTS and network
-// namespaces, under a first process of the engine's own binary (re-executed
-// as "noeta-sandbox-init") that mounts a /proc of its own, brings up a
-// loopback of its own, relays the egress proxy and watches the tree's
-// process count, memory and wall time. That first process starts a second
-// ("noeta-sandbox-exec") which, on the one thread that will exec the tool,
-// sets the resource limits, drops every capability, sets no_new_privs,
-// enforces a Landlock ruleset (the workspace read-write, the system's
-// program and library directories read-only, nothing else) and a seccomp
-// filter, then executes the tool. When the tool's main process exits, the
-// first process exits and the kernel ends every process left in the PID
-// namespace: nothing a call starts outlives it.
+// namespaces, under a first process: the small helper binary
+// (cmd/noeta-sandbox) or the engine's own, started as
+// "noeta-sandbox-init". As PID 1 of its namespaces it mounts a /proc of
+// its own, covers what must stay hidden, brings up a loopback of its own
+// and relays the egress proxy; then, on every one of its threads, it sets
+// the resource limits, drops every capability, sets no_new_privs, enforces
+// a Landlock ruleset (the workspace read-write, the system's program and
+// library directories read-only, nothing else) and a seccomp filter, and
+// starts the tool, which inherits all of them and can undo none. It then
+// watches the tree's process count, memory, processor time and wall time.
+// When the tool's main process exits, the first process exits and the
+// kernel ends every process left in the PID namespace: nothing a call
+// starts outlives it.
 //
 // A program that creates a [Sandbox] must call [Main] first thing in its
-// main function (and a test binary in TestMain): that is where the
-// re-executed binary becomes the sandbox's first or second process instead
-// of the program. [New] refuses to build a Sandbox otherwise.
+// main function (and a test binary in TestMain): that is where a
+// re-executed binary becomes the sandbox's first process instead of the
+// program. [New] refuses to build a Sandbox otherwise.
 //
 // Network egress is governed: a process has no route out but the [Proxy]
 // the engine runs for its call, which admits only the host:port pairs the

@@ -8,14 +8,17 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
 // Main hands over to the sandbox's helpers when the program was started as
@@ -26,8 +29,6 @@ func Main() {
 	switch os.Args[0] {
 	case initName:
 		runInit()
-	case execName:
-		runExec()
 	}
 	mainCalled.Store(true)
 }
@@ -37,10 +38,6 @@ const (
 	specFD   = 3
 	statusFD = 4
 )
-
-// specEnv carries the spec from the first process to the second, whose
-// environment the tool's replaces at exec.
-const specEnv = "NOETA_SANDBOX_SPEC"
 
 // fail reports a set-up failure on the status pipe and exits: the program
 // never runs.
@@ -105,28 +102,63 @@ func runInit() {
 		env = append(env, "HTTP_PROXY="+url, "HTTPS_PROXY="+url, "http_proxy="+url, "https_proxy="+url,
 			"ALL_PROXY="+url, "all_proxy="+url, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
 	}
-	w.Env = env
-	next, _ := json.Marshal(w)
-
-	// Reap every child, the tool's orphans included: as PID 1 they are ours,
-	// and a zombie would count against the process limit.
-	exited := make(chan syscall.WaitStatus, 1)
 	cwd := w.Dir
 	if w.Cwd != "" {
 		cwd = w.Cwd
 	}
-	toolPID, err := syscall.ForkExec("/proc/self/exe", []string{execName}, &syscall.ProcAttr{
+	path := w.Argv[0]
+	if !strings.Contains(path, "/") {
+		p, err := lookPath(path, env)
+		if err != nil {
+			fail("%v", err)
+		}
+		path = p
+	}
+
+	// Confine this process, every thread of it, and so whatever it starts.
+	filter, err := seccompFilter()
+	if err != nil {
+		fail("build the seccomp filter: %v", err)
+	}
+	ruleset, rulesetFlags, err := rulesetFD(w)
+	if err != nil {
+		fail("build the Landlock ruleset: %v", err)
+	}
+	if err := setLimits(w); err != nil {
+		fail("set the limits: %v", err)
+	}
+	if err := dropCapabilities(); err != nil {
+		fail("drop the capabilities: %v", err)
+	}
+	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
+		fail("set no_new_privs: %v", err)
+	}
+	if err := ll.AllThreadsLandlockRestrictSelf(ruleset, rulesetFlags); err != nil {
+		fail("enforce Landlock: %v", err)
+	}
+	_ = unix.Close(ruleset)
+	if err := loadSeccomp(filter); err != nil {
+		fail("load the seccomp filter: %v", err)
+	}
+
+	// Reap every child, the tool's orphans included: as PID 1 they are ours,
+	// and a zombie would count against the process limit. What the orphans
+	// used of the processor counts against the CPU limit.
+	exited := make(chan syscall.WaitStatus, 1)
+	var reapedCPU atomic.Int64 // clock ticks
+	toolPID, err := syscall.ForkExec(path, w.Argv, &syscall.ProcAttr{
 		Dir:   cwd,
-		Env:   []string{specEnv + "=" + string(next)},
-		Files: []uintptr{0, 1, 2, ^uintptr(0), statusFD},
+		Env:   env,
+		Files: []uintptr{0, 1, 2},
 	})
 	if err != nil {
-		fail("start the confined process: %v", err)
+		fail("exec %s: %v", path, err)
 	}
 	go func() {
 		for {
 			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, 0, nil)
+			var ru syscall.Rusage
+			pid, err := syscall.Wait4(-1, &ws, 0, &ru)
 			if errors.Is(err, syscall.EINTR) {
 				continue
 			}
@@ -137,6 +169,7 @@ func runInit() {
 				exited <- ws
 				return
 			}
+			reapedCPU.Add((ru.Utime.Nano() + ru.Stime.Nano()) / (1e9 / clockTicks))
 		}
 	}()
 
@@ -148,18 +181,9 @@ func runInit() {
 	for {
 		select {
 		case ws := <-exited:
-			// A process ended by RLIMIT_CPU or RLIMIT_FSIZE gets SIGXCPU or
-			// SIGXFSZ; a shell reports a child's as 128 plus the signal.
-			sig := syscall.Signal(-1)
-			if ws.Signaled() {
-				sig = ws.Signal()
-			} else if ws.Exited() && ws.ExitStatus() > 128 {
-				sig = syscall.Signal(ws.ExitStatus() - 128)
-			}
-			switch sig {
-			case syscall.SIGXCPU:
-				report(status{Limit: "cpu"})
-			case syscall.SIGXFSZ:
+			// A process ended by RLIMIT_FSIZE gets SIGXFSZ; a shell reports
+			// a child's as 128 plus the signal.
+			if ws.Signaled() && ws.Signal() == syscall.SIGXFSZ || ws.Exited() && ws.ExitStatus() == 128+int(syscall.SIGXFSZ) {
 				report(status{Limit: "file_size"})
 			}
 			if ws.Signaled() {
@@ -170,17 +194,35 @@ func runInit() {
 			report(status{Limit: "wall"})
 			os.Exit(137)
 		case <-tick.C:
-			n, rss := treeUsage(w.Limits.Processes)
-			if n > w.Limits.Processes {
+			u := treeUsage(w.Limits.Processes)
+			switch {
+			case u.processes > w.Limits.Processes:
 				report(status{Limit: "processes"})
 				os.Exit(137)
-			}
-			if w.Limits.Memory > 0 && rss > w.Limits.Memory {
+			case w.Limits.Memory > 0 && u.rss > w.Limits.Memory:
 				report(status{Limit: "memory"})
+				os.Exit(137)
+			case w.Limits.CPUSeconds > 0 && u.cpu+reapedCPU.Load() > w.Limits.CPUSeconds*clockTicks:
+				report(status{Limit: "cpu"})
 				os.Exit(137)
 			}
 		}
 	}
+}
+
+// clockTicks is USER_HZ, the unit of /proc's times: 100 on every Linux
+// architecture Go supports.
+const clockTicks = 100
+
+// allThreads makes a system call on every thread of the process: the
+// credentials and no_new_privs it sets are each thread's own, and the Go
+// runtime may start the tool from any of them.
+func allThreads(nr, a1, a2, a3 uintptr) error {
+	// Six arguments, the last zero: prctl reads all five of its own.
+	if _, _, errno := psx.Syscall6(nr, a1, a2, a3, 0, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // hide covers path in this mount namespace: a directory with an empty
@@ -204,13 +246,21 @@ func hide(path string) error {
 	return unix.Mount("", path, "", unix.MS_REMOUNT|unix.MS_BIND|flags, "")
 }
 
-// treeUsage counts the processes of this PID namespace but its init, and
-// sums their resident memory. Over maxProcs it stops at the count: the tree
-// is ended anyway, and a fork bomb's thousands of processes are not read.
-func treeUsage(maxProcs int) (n int, rss int64) {
+// usage is what the tree holds and has used.
+type usage struct {
+	processes int
+	rss       int64 // bytes
+	cpu       int64 // clock ticks, the waited-for children's included
+}
+
+// treeUsage reads the processes of this PID namespace but its init from
+// /proc/<pid>/stat. Over maxProcs it stops at the count: the tree is ended
+// anyway, and a fork bomb's thousands of processes are not read.
+func treeUsage(maxProcs int) usage {
+	var u usage
 	d, err := os.Open("/proc")
 	if err != nil {
-		return 0, 0
+		return u
 	}
 	names, _ := d.Readdirnames(-1)
 	_ = d.Close()
@@ -220,24 +270,37 @@ func treeUsage(maxProcs int) (n int, rss int64) {
 			pids = append(pids, name)
 		}
 	}
-	n = len(pids)
-	if n > maxProcs {
-		return n, 0
+	u.processes = len(pids)
+	if u.processes > maxProcs {
+		return u
 	}
 	page := int64(os.Getpagesize())
 	for _, name := range pids {
-		b, err := os.ReadFile("/proc/" + name + "/statm")
+		b, err := os.ReadFile("/proc/" + name + "/stat")
 		if err != nil {
 			continue
 		}
-		f := strings.Fields(string(b))
-		if len(f) > 1 {
-			if pages, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-				rss += pages * page
+		// The fields after the command, whose name may hold anything:
+		// state is the first, utime the 12th, stime, cutime, cstime the
+		// next three, rss the 22nd.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 22 {
+			continue
+		}
+		for _, k := range []int{11, 12, 13, 14} {
+			if v, err := strconv.ParseInt(f[k], 10, 64); err == nil {
+				u.cpu += v
 			}
 		}
+		if v, err := strconv.ParseInt(f[21], 10, 64); err == nil {
+			u.rss += v * page
+		}
 	}
-	return n, rss
+	return u
 }
 
 // loopbackUp brings up lo, the network namespace's only interface.
@@ -289,54 +352,6 @@ func relay(sock string) (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// runExec is the sandbox's second process: on the one thread that will
-// exec the tool it sets the limits, drops every capability, sets
-// no_new_privs, enforces Landlock and the seccomp filter, and executes the
-// tool, which inherits all of them and can undo none.
-func runExec() {
-	runtime.LockOSThread() // the credentials below are this thread's
-	var w wire
-	if err := json.Unmarshal([]byte(os.Getenv(specEnv)), &w); err != nil {
-		fail("decode the spec: %v", err)
-	}
-	unix.CloseOnExec(statusFD)
-	path := w.Argv[0]
-	if !strings.Contains(path, "/") {
-		p, err := lookPath(path, w.Env)
-		if err != nil {
-			fail("%v", err)
-		}
-		path = p
-	}
-	filter, err := seccompFilter()
-	if err != nil {
-		fail("build the seccomp filter: %v", err)
-	}
-	if err := dropCapabilities(); err != nil {
-		fail("drop the capabilities: %v", err)
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		fail("set no_new_privs: %v", err)
-	}
-	if err := restrictFiles(w); err != nil {
-		fail("enforce Landlock: %v", err)
-	}
-	if err := loadSeccomp(filter); err != nil {
-		fail("load the seccomp filter: %v", err)
-	}
-	// Nothing but stdin, stdout and stderr reaches the tool.
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		fail("mark descriptors close-on-exec: %v", err)
-	}
-	// Last, as little Go as possible runs under them: a small address
-	// space limit could fail the runtime's own next allocation.
-	if err := setLimits(w); err != nil {
-		fail("set the limits: %v", err)
-	}
-	err = syscall.Exec(path, w.Argv, w.Env)
-	fail("exec %s: %v", path, err)
-}
-
 // lookPath finds name in the PATH of env, as a shell would.
 func lookPath(name string, env []string) (string, error) {
 	pathVar := "/usr/local/bin:/usr/bin:/bin"
@@ -360,32 +375,20 @@ func lookPath(name string, env []string) (string, error) {
 // toolNice is the scheduling priority of a tool's processes.
 const toolNice = 10
 
-// setLimits sets the per-process resource limits the tool inherits.
+// setLimits sets the resource limits the first process and the tool share.
+// Not the processor time and the memory: this process, which watches the
+// tree for the whole call, would spend its own share of them, and the Go
+// runtime reserves memory beyond any small limit; the first process holds
+// the tree to both instead (treeUsage).
 func setLimits(w wire) error {
 	l := w.Limits
 	set := func(res int, cur, max uint64) error {
 		return unix.Setrlimit(res, &unix.Rlimit{Cur: cur, Max: max})
 	}
-	// SIGXCPU at the limit, SIGKILL a second later for a process that
-	// ignores it.
-	if err := set(unix.RLIMIT_CPU, uint64(l.CPUSeconds), uint64(l.CPUSeconds)+1); err != nil {
-		return fmt.Errorf("cpu: %w", err)
-	}
-	// The tree's resident memory is what the first process holds to the
-	// limit; a process's writable private memory is also capped, at twice
-	// the limit, so that one growing faster than the first process looks
-	// is stopped all the same. Not the address space: runtimes such as
-	// V8 and Go reserve far more of it than they ever use.
-	if err := set(unix.RLIMIT_DATA, uint64(2*l.Memory), uint64(2*l.Memory)); err != nil {
-		return fmt.Errorf("memory: %w", err)
-	}
-	// Counted per user namespace: the tree's own processes (for an engine
-	// running as root the kernel does not apply it, and the first
-	// process's count is the bound).
 	// The first process counts processes and ends the tree past the limit;
-	// the kernel's count, a backstop, is of threads (the first process's
-	// own among them), so it has room above: a bomb is held to it even
-	// before the first process looks.
+	// the kernel's count, a backstop, is of threads (the first process's own
+	// among them), per user namespace, and not applied to root: it has room
+	// above, and a bomb is held to it even between two looks.
 	nproc := uint64(l.Processes)*4 + 64
 	if err := set(unix.RLIMIT_NPROC, nproc, nproc); err != nil {
 		return fmt.Errorf("processes: %w", err)
@@ -393,24 +396,30 @@ func setLimits(w wire) error {
 	if err := set(unix.RLIMIT_FSIZE, uint64(l.FileSize), uint64(l.FileSize)); err != nil {
 		return fmt.Errorf("file size: %w", err)
 	}
-	if err := set(unix.RLIMIT_NOFILE, uint64(l.OpenFiles), uint64(l.OpenFiles)); err != nil {
+	// The relay holds two descriptors a proxied connection: never fewer
+	// than it needs for a few.
+	files := uint64(max(l.OpenFiles, 64))
+	if err := set(unix.RLIMIT_NOFILE, files, files); err != nil {
 		return fmt.Errorf("open files: %w", err)
 	}
 	if err := set(unix.RLIMIT_CORE, 0, 0); err != nil {
 		return fmt.Errorf("core: %w", err)
 	}
-	// The tool yields the processor to the engine and to the first process
-	// that watches it: a spinning or forking tree cannot starve either.
+	// The tool yields the processor to the engine: a spinning or forking
+	// tree cannot starve it.
 	if err := unix.Setpriority(unix.PRIO_PROCESS, 0, toolNice); err != nil {
 		return fmt.Errorf("priority: %w", err)
 	}
 	return nil
 }
 
-// dropCapabilities leaves the thread with no capability, none to regain:
-// the securebits make uid 0 ordinary across exec, the bounding set is
-// emptied, and the effective, permitted, inheritable and ambient sets are
-// cleared.
+// dropCapabilities leaves every thread with no capability, none to regain:
+// the securebits make uid 0 ordinary across exec, and the effective,
+// permitted, inheritable and ambient sets are cleared. The bounding set is
+// left: it only bounds what an exec could grant, and with uid 0 ordinary,
+// no file capabilities under no_new_privs and nothing permitted or
+// inheritable, an exec grants nothing (dropping it would cost 41 calls on
+// every thread, a millisecond of every call).
 func dropCapabilities() error {
 	// linux/securebits.h: NOROOT, NO_SETUID_FIXUP, KEEP_CAPS (off) and
 	// NO_CAP_AMBIENT_RAISE, each with its lock.
@@ -425,21 +434,13 @@ func dropCapabilities() error {
 	)
 	const bits = secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLocked |
 		secbitKeepCapsLocked | secbitNoAmbientRaise | secbitNoAmbientRaiseLock
-	if err := unix.Prctl(unix.PR_SET_SECUREBITS, bits, 0, 0, 0); err != nil {
+	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits, 0); err != nil {
 		return fmt.Errorf("securebits: %w", err)
 	}
-	for c := 0; c <= 63; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-			if errors.Is(err, unix.EINVAL) {
-				break // past the kernel's last capability
-			}
-			return fmt.Errorf("bounding set: %w", err)
-		}
-	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
 		return fmt.Errorf("ambient: %w", err)
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
-	return unix.Capset(&hdr, &data[0])
+	return allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
 }

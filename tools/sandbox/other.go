@@ -10,7 +10,7 @@ import (
 // Main marks the program as ready for New; off Linux there are no helpers.
 func Main() {
 	switch os.Args[0] {
-	case initName, execName:
+	case initName:
 		os.Exit(125)
 	}
 	mainCalled.Store(true)

@@ -30,12 +30,9 @@ var ErrUnavailable = errors.New("sandbox: unavailable")
 // hands over to Main would start the program itself inside the sandbox.
 var mainCalled atomic.Bool
 
-// The names the re-executed binary is started under (its argv[0]), which
-// Main recognises.
-const (
-	initName = "noeta-sandbox-init"
-	execName = "noeta-sandbox-exec"
-)
+// initName is the name the helper binary is started under (its argv[0]),
+// which Main recognises.
+const initName = "noeta-sandbox-init"
 
 // Options configure a Sandbox.
 type Options struct {
