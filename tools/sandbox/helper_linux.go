@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -83,6 +84,15 @@ func runInit() {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		fail("mount /proc: %v", err)
 	}
+	// A hard bound on the tree, whoever runs the engine: the namespace's
+	// own pid_max (Linux 6.14), so that no more than that many processes
+	// and threads can exist in it at once. RLIMIT_NPROC does not bound an
+	// engine running as root (the kernel exempts the host's root user),
+	// and the first process's count alone, every 20ms, let a fork bomb
+	// take every pid of the host in between. On an older kernel the write
+	// fails and the count and RLIMIT_NPROC remain.
+	pidMax := max(w.Limits.Processes*4+64, minPidMax)
+	_ = os.WriteFile("/proc/sys/kernel/pid_max", []byte(strconv.Itoa(pidMax)), 0)
 	for _, p := range w.Hide {
 		if err := hide(p); err != nil {
 			fail("hide %s: %v", p, err)
@@ -146,13 +156,20 @@ func runInit() {
 	// used of the processor counts against the CPU limit.
 	exited := make(chan syscall.WaitStatus, 1)
 	var reapedCPU atomic.Int64 // clock ticks
-	toolPID, err := syscall.ForkExec(path, w.Argv, &syscall.ProcAttr{
-		Dir:   cwd,
-		Env:   env,
-		Files: []uintptr{0, 1, 2},
-	})
+	toolPID, err := startTool(path, w.Argv, env, cwd)
 	if err != nil {
 		fail("exec %s: %v", path, err)
+	}
+	// The first process counts processes and ends the tree past the limit;
+	// the kernel's count, a backstop that holds a bomb even between two
+	// looks, is of the threads of the namespace's user, this process's
+	// among them: set on the tool only (the tree inherits it), never on
+	// this process, whose runtime must always be able to start a thread.
+	// The tool has not forked yet (it is exec'ing); should it have, the
+	// count still ends the tree.
+	nproc := uint64(w.Limits.Processes)*4 + 64
+	if err := unix.Prlimit(toolPID, unix.RLIMIT_NPROC, &unix.Rlimit{Cur: nproc, Max: nproc}, nil); err != nil {
+		fail("limit the processes: %v", err)
 	}
 	go func() {
 		for {
@@ -167,7 +184,7 @@ func runInit() {
 			}
 			if pid == toolPID {
 				exited <- ws
-				return
+				continue // and reap on, for endTree
 			}
 			reapedCPU.Add((ru.Utime.Nano() + ru.Stime.Nano()) / (1e9 / clockTicks))
 		}
@@ -187,27 +204,65 @@ func runInit() {
 				report(status{Limit: "file_size"})
 			}
 			if ws.Signaled() {
-				os.Exit(128 + int(ws.Signal()))
+				endTree(128 + int(ws.Signal()))
 			}
-			os.Exit(ws.ExitStatus())
+			endTree(ws.ExitStatus())
 		case <-wall:
 			report(status{Limit: "wall"})
-			os.Exit(137)
+			endTree(137)
 		case <-tick.C:
 			u := treeUsage(w.Limits.Processes)
 			switch {
 			case u.processes > w.Limits.Processes:
 				report(status{Limit: "processes"})
-				os.Exit(137)
+				endTree(137)
 			case w.Limits.Memory > 0 && u.rss > w.Limits.Memory:
 				report(status{Limit: "memory"})
-				os.Exit(137)
+				endTree(137)
 			case w.Limits.CPUSeconds > 0 && u.cpu+reapedCPU.Load() > w.Limits.CPUSeconds*clockTicks:
 				report(status{Limit: "cpu"})
-				os.Exit(137)
+				endTree(137)
 			}
 		}
 	}
+}
+
+// startTool starts the tool at a lower priority than this process, which
+// must keep the processor it needs to watch the tree: from a thread of its
+// own whose priority is lowered first (a thread's, on Linux, and what a
+// fork inherits), and which then ends with its goroutine, since nothing
+// may raise its priority again.
+func startTool(path string, argv, env []string, dir string) (int, error) {
+	type started struct {
+		pid int
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		if err := unix.Setpriority(unix.PRIO_PROCESS, 0, toolNice); err != nil {
+			ch <- started{err: fmt.Errorf("priority: %w", err)}
+			return
+		}
+		pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: []uintptr{0, 1, 2}})
+		ch <- started{pid, err}
+	}()
+	r := <-ch
+	return r.pid, r.err
+}
+
+// endTree kills every other process of the namespace until none is left
+// (its reaper takes the dead), then exits with code: what the kernel does
+// once the namespace's init exits, but a tree that is still forking was
+// seen to take the kernel seconds to bring down that way.
+func endTree(code int) {
+	for range 2000 {
+		if err := unix.Kill(-1, unix.SIGKILL); errors.Is(err, unix.ESRCH) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	os.Exit(code)
 }
 
 // clockTicks is USER_HZ, the unit of /proc's times: 100 on every Linux
@@ -372,6 +427,9 @@ func lookPath(name string, env []string) (string, error) {
 	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
 }
 
+// minPidMax is the smallest pid_max the kernel accepts.
+const minPidMax = 301
+
 // toolNice is the scheduling priority of a tool's processes.
 const toolNice = 10
 
@@ -385,14 +443,6 @@ func setLimits(w wire) error {
 	set := func(res int, cur, max uint64) error {
 		return unix.Setrlimit(res, &unix.Rlimit{Cur: cur, Max: max})
 	}
-	// The first process counts processes and ends the tree past the limit;
-	// the kernel's count, a backstop, is of threads (the first process's own
-	// among them), per user namespace, and not applied to root: it has room
-	// above, and a bomb is held to it even between two looks.
-	nproc := uint64(l.Processes)*4 + 64
-	if err := set(unix.RLIMIT_NPROC, nproc, nproc); err != nil {
-		return fmt.Errorf("processes: %w", err)
-	}
 	if err := set(unix.RLIMIT_FSIZE, uint64(l.FileSize), uint64(l.FileSize)); err != nil {
 		return fmt.Errorf("file size: %w", err)
 	}
@@ -404,11 +454,6 @@ func setLimits(w wire) error {
 	}
 	if err := set(unix.RLIMIT_CORE, 0, 0); err != nil {
 		return fmt.Errorf("core: %w", err)
-	}
-	// The tool yields the processor to the engine: a spinning or forking
-	// tree cannot starve it.
-	if err := unix.Setpriority(unix.PRIO_PROCESS, 0, toolNice); err != nil {
-		return fmt.Errorf("priority: %w", err)
 	}
 	return nil
 }
