@@ -29,7 +29,7 @@ import (
 // testdata/install-everything.sh (which .ci/run calls). A machine without
 // them fails these tests: a governance product's MCP client is not
 // "tested" by a skip.
-func everything(t *testing.T) (node, entry string) {
+func everything(t testing.TB) (node, entry string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {

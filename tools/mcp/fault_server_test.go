@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/noeta-go/noeta/tools/sandbox"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 const faultEnv = "NOETA_MCP_FAULT_SERVER"
 
 func TestMain(m *testing.M) {
+	sandbox.Main() // the confined servers' helper is this binary
 	if mode, ok := os.LookupEnv(faultEnv); ok {
 		os.Exit(runFaultServer(mode))
 	}
