@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/noeta-go/noeta/config"
@@ -42,7 +43,18 @@ func confinement(ctx context.Context, cfg *config.File, hide []string, logger *s
 	s := &sandbox.Scoped{Default: policyOf(top, hide), Scopes: map[string]sandbox.Policy{}, Unconfined: map[string]bool{}}
 	confined := top.IsEnabled()
 	for name, sb := range scopes {
-		s.Scopes[name] = policyOf(sb, hide)
+		p := policyOf(sb, hide)
+		if strings.HasPrefix(name, "mcp:") {
+			// A server lives as long as the engine: its processor time
+			// and wall time are bounded only where the config says so.
+			if sb.Limits.CPUSeconds == nil {
+				p.Limits.CPU = -1
+			}
+			if sb.Limits.WallSeconds == nil {
+				p.Limits.Wall = -1
+			}
+		}
+		s.Scopes[name] = p
 		if sb.IsEnabled() {
 			confined = true
 		} else {

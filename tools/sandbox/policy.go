@@ -27,7 +27,8 @@ type Policy struct {
 }
 
 // Limits bound what a sandboxed process tree may use. Zero is the default,
-// which [Limits.WithDefaults] fills in.
+// which [Limits.WithDefaults] fills in; a negative CPU or Wall is no limit
+// (a long-lived MCP server's).
 type Limits struct {
 	// CPU is the processor time of each process (RLIMIT_CPU).
 	CPU time.Duration
@@ -59,7 +60,7 @@ const (
 
 // WithDefaults returns l with every zero member set to its default.
 func (l Limits) WithDefaults() Limits {
-	if l.CPU <= 0 {
+	if l.CPU == 0 {
 		l.CPU = DefaultCPU
 	}
 	if l.Memory <= 0 {
@@ -74,7 +75,7 @@ func (l Limits) WithDefaults() Limits {
 	if l.OpenFiles <= 0 {
 		l.OpenFiles = DefaultOpenFiles
 	}
-	if l.Wall <= 0 {
+	if l.Wall == 0 {
 		l.Wall = DefaultWall
 	}
 	return l

@@ -261,9 +261,9 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 	if spec.Cwd != "" {
 		w.Read = append(slices.Clone(w.Read), spec.Cwd)
 	}
-	w.Limits.CPUSeconds = int64((l.CPU + time.Second - 1) / time.Second)
+	w.Limits.CPUSeconds = max(0, int64((l.CPU+time.Second-1)/time.Second))
 	w.Limits.Memory, w.Limits.Processes, w.Limits.FileSize, w.Limits.OpenFiles = l.Memory, l.Processes, l.FileSize, l.OpenFiles
-	w.Limits.WallMS = l.Wall.Milliseconds()
+	w.Limits.WallMS = max(0, l.Wall.Milliseconds())
 
 	c := &Cmd{}
 	var err error
