@@ -40,7 +40,10 @@ type ToolOptions struct {
 // what a model deciding for it is offered. It starts nothing that runs
 // tasks.
 func AgentTools(ctx context.Context, cfg *config.File, o ToolOptions) ([]AgentTool, error) {
-	sb := confinement(ctx, cfg, nil, o.Logger, false)
+	// The servers it starts to list their tools are confined as a host's
+	// are, the default data directory hidden: it is in the working
+	// directory, their default workspace.
+	sb := confinement(ctx, cfg, hiddenPaths(Options{DataDir: DefaultDataDir}), o.Logger, false)
 	reg, closeSources, err := buildRegistry(ctx, cfg, o.Tools, true, o.LookupEnv, o.Logger, sb, "")
 	if err != nil {
 		return nil, err
