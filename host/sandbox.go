@@ -11,9 +11,18 @@ import (
 	"github.com/noeta-go/noeta/tools/sandbox"
 )
 
-// mcpScope is the sandbox scope of an MCP server's process; an agent's
-// scope is its name (agent names have no colon).
+// mcpScope and agentScope are the sandbox scopes of an MCP server's
+// process and of an agent's tool calls: prefixed both, so that no agent's
+// name can be taken for a server's.
 func mcpScope(server string) string { return "mcp:" + server }
+func agentScope(agent string) string { return "agent:" + agent }
+
+// agentConfiner gives the shell the policy of the calling agent's scope.
+type agentConfiner struct{ s *sandbox.Scoped }
+
+func (c agentConfiner) Command(ctx context.Context, agent string, spec sandbox.Spec) (*sandbox.Cmd, error) {
+	return c.s.Command(ctx, agentScope(agent), spec)
+}
 
 // confinement is the sandbox the config asks for: every agent's tool
 // processes and every stdio MCP server under its policy, the sandbox on
@@ -31,7 +40,7 @@ func confinement(ctx context.Context, cfg *config.File, hide []string, logger *s
 		top = cfg.Sandbox
 		if cfg.Governance != nil {
 			for _, a := range cfg.Governance.Agents() {
-				scopes[a] = cfg.SandboxFor(a)
+				scopes[agentScope(a)] = cfg.SandboxFor(a)
 			}
 		}
 		for name, srv := range cfg.MCPServers {

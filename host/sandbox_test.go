@@ -37,12 +37,12 @@ mcp_servers:
 	if s == nil || s.Err != nil || s.Sandbox == nil {
 		t.Fatalf("confinement: %+v", s)
 	}
-	coder := s.Policy("coder")
+	coder := s.Policy(agentScope("coder"))
 	if len(coder.Allow) != 1 || coder.Limits.CPU != 7*time.Second || coder.Limits.Memory != 100<<20 ||
 		len(coder.Read) != 1 || coder.Read[0] != "/opt/tools" || len(coder.Hide) != 1 || coder.Hide[0] != "/data" {
 		t.Errorf("coder's policy: %+v", coder)
 	}
-	if !s.Unconfined["loose"] || s.Unconfined["coder"] {
+	if !s.Unconfined[agentScope("loose")] || s.Unconfined[agentScope("coder")] {
 		t.Errorf("unconfined scopes: %v", s.Unconfined)
 	}
 	files := s.Policy(mcpScope("files"))
@@ -51,6 +51,20 @@ mcp_servers:
 	}
 	if d := s.Policy("nobody"); len(d.Allow) != 0 || d.Limits.Memory != 100<<20 {
 		t.Errorf("the default policy: %+v", d)
+	}
+
+	// An agent named as a server's scope would be is still an agent.
+	clash, err := config.Parse("noeta.yaml", []byte(`
+agents:
+  "mcp:files": {tools: [shell]}
+mcp_servers:
+  files: {command: [/bin/cat], sandbox: {enabled: false}}
+`))
+	if err == nil {
+		s := confinement(context.Background(), clash, nil, logger, false)
+		if s == nil || s.Unconfined[agentScope("mcp:files")] || !s.Unconfined[mcpScope("files")] {
+			t.Errorf("an agent named mcp:files took the server's scope: %+v", s)
+		}
 	}
 
 	off, err := config.Parse("noeta.yaml", []byte("sandbox: {enabled: false}\nagents: {a: {tools: [shell]}}\n"))

@@ -93,7 +93,7 @@ func buildRegistry(ctx context.Context, cfg *config.File, extra []tools.Tool, so
 	}
 	bc := tools.BuiltinConfig{}
 	if sb != nil {
-		bc.Sandbox = sb
+		bc.Sandbox = agentConfiner{sb}
 	}
 	builtins, err := tools.Builtins(bc)
 	if err != nil {

@@ -83,7 +83,8 @@ func pathRules(paths []string, write bool) []landlock.Rule {
 // processes or the kernel's configuration: debugging and memory of other
 // processes, mounts and namespaces, keyrings, BPF, performance counters,
 // kernel modules and kexec, clocks, swap, reboot, accounting, and the
-// io_uring interface, whose operations a seccomp filter does not see.
+// io_uring interface, whose operations a seccomp filter does not see, and
+// anonymous memory files.
 // They fail with EPERM.
 var deniedSyscalls = []string{
 	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
@@ -92,6 +93,9 @@ var deniedSyscalls = []string{
 	"open_by_handle_at", "name_to_handle_at",
 	"keyctl", "add_key", "request_key",
 	"bpf", "perf_event_open", "userfaultfd",
+	// Memory a tree could hold outside the resident memory the first
+	// process counts.
+	"memfd_create", "memfd_secret",
 	"init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
 	"reboot", "swapon", "swapoff", "acct", "quotactl", "syslog", "vhangup",
 	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex",

@@ -151,6 +151,25 @@ func TestEscapes(t *testing.T) {
 		}
 	}()
 	engine := fmt.Sprint(os.Getpid())
+	// A Unix socket of a host service (docker.sock, systemd's, D-Bus'),
+	// which neither the network namespace nor Landlock ABI 7 governs.
+	sockDir := t.TempDir()
+	sock := filepath.Join(sockDir, "host.sock")
+	unixLn, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unixLn.Close()
+	go func() {
+		for {
+			c, err := unixLn.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	victim := filepath.Join(outside, "victim")
 
 	cases := []struct {
 		name    string
@@ -191,6 +210,12 @@ func TestEscapes(t *testing.T) {
 		{name: "signal the engine", command: probe + ` probe kill ` + engine, fail: true},
 		{name: "a new user namespace", command: probe + ` probe unshare x`, fail: true},
 		{name: "mount", command: probe + ` probe mount ` + ws, fail: true},
+		{name: "a host Unix socket", command: probe + ` probe unix ` + sock, fail: true},
+		{name: "chmod outside", command: `chmod 4777 ` + victim + ` || touch -d 2001-01-01 ` + victim, fail: true, victims: true},
+		{name: "the status pipe", command: probe + ` probe status '{"error":"forged"}'`, fail: true},
+		{name: "an anonymous memory file", command: probe + ` probe memfd x`, fail: true},
+		{name: "a host sysctl", command: `echo 10 > /proc/sys/kernel/printk_ratelimit`, fail: true},
+		{name: "a set-uid bit in the workspace", command: `cp /bin/sh mysh && chmod u+s mysh && ./mysh -c 'grep CapEff /proc/self/status'`, want: "CapEff:\t0000000000000000"},
 		{name: "no capability", command: `grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status`, want: "CapEff:\t0000000000000000"},
 		{name: "the workspace is writable", command: `echo ok > f && cat f && mkdir -p d/e && mv f d/e/g && cat d/e/g`, want: "ok\nok"},
 	}
@@ -216,8 +241,11 @@ func TestEscapes(t *testing.T) {
 				}
 			}
 			if c.victims {
-				if b, _ := os.ReadFile(filepath.Join(outside, "victim")); string(b) != "untouched" {
+				if b, _ := os.ReadFile(victim); string(b) != "untouched" {
 					t.Errorf("%q changed a file outside: %q", c.command, b)
+				}
+				if fi, err := os.Stat(victim); err != nil || fi.Mode() != 0o644 || fi.ModTime().Year() < 2020 {
+					t.Errorf("%q changed the mode or time of a file outside: %v %v", c.command, fi.Mode(), fi.ModTime())
 				}
 			}
 		})
@@ -346,5 +374,68 @@ func TestEgress(t *testing.T) {
 	r = run(t, sb, sandbox.Policy{}, ws, `echo "[$HTTP_PROXY]"; `+curl+srv.URL+`/`)
 	if r.err == nil || !strings.HasPrefix(r.stdout, "[]") {
 		t.Errorf("network none reached out: %v %q", r.err, r.stdout)
+	}
+}
+
+// TestHiddenStaysHidden: a hidden path cannot be moved from under its
+// cover by one call to be read by the next (before, renaming its parent
+// directory did), and a call whose hidden path is gone is refused.
+func TestHiddenStaysHidden(t *testing.T) {
+	sb := newSandbox(t)
+	ws := t.TempDir()
+	const secret = "NATS-CREDS-SECRET"
+	for _, d := range []string{"secrets", "state/noeta", ".noeta"} {
+		if err := os.MkdirAll(filepath.Join(ws, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := []string{"secrets/nats.creds", "state/noeta/credentials.json", ".noeta/credentials.json"}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(ws, f), []byte(secret), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := sandbox.Policy{Hide: []string{filepath.Join(ws, "secrets", "nats.creds"), filepath.Join(ws, "state", "noeta"), filepath.Join(ws, ".noeta")}}
+	r := run(t, sb, p, ws, `cat `+strings.Join(files, " ")+`; mv secrets s2; mv state st2; mv .noeta n2; cat s2/nats.creds st2/noeta/credentials.json n2/credentials.json`)
+	if strings.Contains(r.stdout, secret) {
+		t.Fatalf("a hidden secret was read: %q", r.stdout)
+	}
+	r = run(t, sb, p, ws, `cat s2/nats.creds st2/noeta/credentials.json n2/credentials.json `+strings.Join(files, " "))
+	if strings.Contains(r.stdout, secret) {
+		t.Fatalf("a hidden secret was read by the next call: %q", r.stdout)
+	}
+	for _, f := range files {
+		if b, err := os.ReadFile(filepath.Join(ws, f)); err != nil || string(b) != secret {
+			t.Errorf("%s moved or changed: %q %v", f, b, err)
+		}
+	}
+	missing := sandbox.Policy{Hide: []string{filepath.Join(ws, "gone")}}
+	if r := run(t, sb, missing, ws, `echo ran`); r.rep.SetupError == "" || strings.Contains(r.stdout, "ran") {
+		t.Errorf("a call whose hidden path is gone ran: %+v", r)
+	}
+}
+
+// TestSandboxRefusesWhatUndoesIt: a workspace or write path that is the
+// root or a system directory, or a read of the whole root, is refused
+// before anything starts.
+func TestSandboxRefusesWhatUndoesIt(t *testing.T) {
+	sb := newSandbox(t)
+	ws := t.TempDir()
+	cases := []struct {
+		name string
+		p    sandbox.Policy
+		dir  string
+	}{
+		{"workspace /", sandbox.Policy{}, "/"},
+		{"workspace /usr/local", sandbox.Policy{}, "/usr/local"},
+		{"workspace /etc", sandbox.Policy{}, "/etc"},
+		{"write /proc/sys", sandbox.Policy{Write: []string{"/proc/sys"}}, ws},
+		{"write /", sandbox.Policy{Write: []string{"/"}}, ws},
+		{"read /", sandbox.Policy{Read: []string{"/"}}, ws},
+	}
+	for _, c := range cases {
+		if _, err := sb.Command(context.Background(), c.p, sandbox.Spec{Argv: []string{"/bin/true"}, Dir: c.dir}); err == nil {
+			t.Errorf("%s: accepted", c.name)
+		}
 	}
 }

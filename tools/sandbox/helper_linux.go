@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -93,10 +94,9 @@ func runInit() {
 	// fails and the count and RLIMIT_NPROC remain.
 	pidMax := max(w.Limits.Processes*4+64, minPidMax)
 	_ = os.WriteFile("/proc/sys/kernel/pid_max", []byte(strconv.Itoa(pidMax)), 0)
-	for _, p := range w.Hide {
-		if err := hide(p); err != nil {
-			fail("hide %s: %v", p, err)
-		}
+	proxyDir, err := newRoot(w)
+	if err != nil {
+		fail("build the sandbox's root: %v", err)
 	}
 	_ = unix.Sethostname([]byte("sandbox"))
 	if err := loopbackUp(); err != nil {
@@ -104,7 +104,7 @@ func runInit() {
 	}
 	env := w.Env
 	if w.Proxy != "" {
-		addr, err := relay(w.Proxy)
+		addr, err := relay(fmt.Sprintf("/proc/self/fd/%d/%s", proxyDir, filepath.Base(w.Proxy)))
 		if err != nil {
 			fail("start the egress relay: %v", err)
 		}
@@ -156,6 +156,12 @@ func runInit() {
 	// used of the processor counts against the CPU limit.
 	exited := make(chan syscall.WaitStatus, 1)
 	var reapedCPU atomic.Int64 // clock ticks
+	// Nothing of this process is the tool's to open: not its descriptors
+	// (the status pipe, the egress socket's directory) through
+	// /proc/1/fd, not its memory, though both run as one uid.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fail("make the first process undumpable: %v", err)
+	}
 	toolPID, err := startTool(path, w.Argv, env, cwd)
 	if err != nil {
 		fail("exec %s: %v", path, err)
@@ -170,6 +176,12 @@ func runInit() {
 	nproc := uint64(w.Limits.Processes)*4 + 64
 	if err := unix.Prlimit(toolPID, unix.RLIMIT_NPROC, &unix.Rlimit{Cur: nproc, Max: nproc}, nil); err != nil {
 		fail("limit the processes: %v", err)
+	}
+	// Open files likewise: the tool's own, never this process's, whose
+	// relay and /proc reads need descriptors whatever the tool holds.
+	files := uint64(w.Limits.OpenFiles)
+	if err := unix.Prlimit(toolPID, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: files, Max: files}, nil); err != nil {
+		fail("limit the open files: %v", err)
 	}
 	go func() {
 		for {
@@ -211,8 +223,12 @@ func runInit() {
 			report(status{Limit: "wall"})
 			endTree(137)
 		case <-tick.C:
-			u := treeUsage(w.Limits.Processes)
+			u, ok := treeUsage(w.Limits.Processes)
 			switch {
+			case !ok:
+				// Blind, it cannot hold the tree to its limits: end it.
+				report(status{Error: "the sandbox could not read its /proc"})
+				endTree(137)
 			case u.processes > w.Limits.Processes:
 				report(status{Limit: "processes"})
 				endTree(137)
@@ -280,27 +296,6 @@ func allThreads(nr, a1, a2, a3 uintptr) error {
 	return nil
 }
 
-// hide covers path in this mount namespace: a directory with an empty
-// read-only tmpfs, a file with /dev/null bound read-only. A path that does
-// not exist has nothing to hide.
-func hide(path string) error {
-	fi, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	const flags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	if fi.IsDir() {
-		return unix.Mount("tmpfs", path, "tmpfs", flags, "size=4k,mode=0555")
-	}
-	if err := unix.Mount("/dev/null", path, "", unix.MS_BIND, ""); err != nil {
-		return err
-	}
-	return unix.Mount("", path, "", unix.MS_REMOUNT|unix.MS_BIND|flags, "")
-}
-
 // usage is what the tree holds and has used.
 type usage struct {
 	processes int
@@ -311,14 +306,17 @@ type usage struct {
 // treeUsage reads the processes of this PID namespace but its init from
 // /proc/<pid>/stat. Over maxProcs it stops at the count: the tree is ended
 // anyway, and a fork bomb's thousands of processes are not read.
-func treeUsage(maxProcs int) usage {
+func treeUsage(maxProcs int) (usage, bool) {
 	var u usage
 	d, err := os.Open("/proc")
 	if err != nil {
-		return u
+		return u, false
 	}
-	names, _ := d.Readdirnames(-1)
+	names, err := d.Readdirnames(-1)
 	_ = d.Close()
+	if err != nil {
+		return u, false
+	}
 	var pids []string
 	for _, name := range names {
 		if pid, err := strconv.Atoi(name); err == nil && pid != 1 {
@@ -327,7 +325,7 @@ func treeUsage(maxProcs int) usage {
 	}
 	u.processes = len(pids)
 	if u.processes > maxProcs {
-		return u
+		return u, true
 	}
 	page := int64(os.Getpagesize())
 	for _, name := range pids {
@@ -355,7 +353,7 @@ func treeUsage(maxProcs int) usage {
 			u.rss += v * page
 		}
 	}
-	return u
+	return u, true
 }
 
 // loopbackUp brings up lo, the network namespace's only interface.
@@ -378,34 +376,50 @@ func loopbackUp() error {
 
 // relay listens on the sandbox's loopback and carries every connection to
 // the engine's egress proxy on its Unix socket: the one way out.
+//
+// At most relayConns connections at once (the proxy admits fewer); one
+// over is closed at once. A connection ends when the proxy's side does:
+// the proxy drops a client that says nothing, and a tunnel ends with its
+// destination, so a tool holding connections open holds nothing of this
+// process's for long.
 func relay(sock string) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
+	slots := make(chan struct{}, relayConns)
 	go func() {
 		for {
 			in, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			select {
+			case slots <- struct{}{}:
+			default:
+				_ = in.Close()
+				continue
+			}
 			go func() {
+				defer func() { <-slots }()
 				defer in.Close()
 				out, err := net.Dial("unix", sock)
 				if err != nil {
 					return
 				}
 				defer out.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(out, in); closeWrite(out); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(in, out); closeWrite(in); done <- struct{}{} }()
-				<-done
-				<-done
+				back := make(chan struct{})
+				go func() { _, _ = io.Copy(out, in); closeWrite(out) }()
+				go func() { _, _ = io.Copy(in, out); close(back) }()
+				<-back // the proxy's side ended: so does the connection
 			}()
 		}
 	}()
 	return ln.Addr().String(), nil
 }
+
+// relayConns bounds the relay's connections at once.
+const relayConns = 64
 
 // lookPath finds name in the PATH of env, as a shell would.
 func lookPath(name string, env []string) (string, error) {
@@ -445,12 +459,6 @@ func setLimits(w wire) error {
 	}
 	if err := set(unix.RLIMIT_FSIZE, uint64(l.FileSize), uint64(l.FileSize)); err != nil {
 		return fmt.Errorf("file size: %w", err)
-	}
-	// The relay holds two descriptors a proxied connection: never fewer
-	// than it needs for a few.
-	files := uint64(max(l.OpenFiles, 64))
-	if err := set(unix.RLIMIT_NOFILE, files, files); err != nil {
-		return fmt.Errorf("open files: %w", err)
 	}
 	if err := set(unix.RLIMIT_CORE, 0, 0); err != nil {
 		return fmt.Errorf("core: %w", err)

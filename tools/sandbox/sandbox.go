@@ -125,7 +125,12 @@ func (s *Sandbox) Executable() string { return s.exe }
 func (s *Sandbox) Support() Support { return s.support }
 
 func (s *Sandbox) probe(ctx context.Context) error {
-	c, err := s.Command(ctx, Policy{Limits: Limits{Wall: time.Minute}}, Spec{Argv: []string{"/bin/true"}, Dir: "/"})
+	dir, err := os.MkdirTemp("", "noeta-sandbox-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	c, err := s.Command(ctx, Policy{Limits: Limits{Wall: time.Minute}}, Spec{Argv: []string{"/bin/true"}, Dir: dir})
 	if err != nil {
 		return err
 	}
@@ -256,6 +261,19 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 			}
 		}
 	}
+	// A workspace or a write path that is the root, or that holds the
+	// system's programs or the kernel's interfaces, would undo the
+	// sandbox: refused, as is reading the whole root.
+	for _, path := range append([]string{spec.Dir}, p.Write...) {
+		if err := writable(path); err != nil {
+			return nil, err
+		}
+	}
+	for _, path := range append([]string{spec.Cwd}, p.Read...) {
+		if path != "" && filepath.Clean(path) == "/" {
+			return nil, errors.New("sandbox: the whole file system may not be readable (a read path or the working directory is /)")
+		}
+	}
 	l := p.Limits.WithDefaults()
 	w := wire{Version: wireVersion, Argv: spec.Argv, Env: slices.Clone(spec.Env), Dir: spec.Dir, Cwd: spec.Cwd, Read: p.Read, Write: p.Write, Hide: p.Hide}
 	if spec.Cwd != "" {
@@ -323,6 +341,23 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 	cmd.SysProcAttr = initProcAttr()
 	c.Cmd = cmd
 	return c, nil
+}
+
+// systemRoots are what no workspace or write path may be, hold or lie in.
+var systemRoots = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/boot", "/proc", "/sys", "/dev"}
+
+// writable refuses a path the sandbox must not let a tool write.
+func writable(path string) error {
+	clean := filepath.Clean(path)
+	if clean == "/" {
+		return errors.New("sandbox: the workspace or a write path is /, the whole file system")
+	}
+	for _, r := range systemRoots {
+		if clean == r || strings.HasPrefix(clean, r+"/") {
+			return fmt.Errorf("sandbox: the workspace or write path %s is in %s, which a tool may not write", path, r)
+		}
+	}
+	return nil
 }
 
 // plainCommand is a process the policy leaves unconfined (a scope with the
