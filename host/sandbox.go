@@ -128,10 +128,11 @@ func hiddenPaths(o Options) []string {
 		if err != nil {
 			return
 		}
-		if r, err := filepath.EvalSymlinks(d); err == nil {
-			d = r
+		r, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			return // nothing there to hide; a confined call fails if one appears and goes
 		}
-		paths = append(paths, d)
+		paths = append(paths, r)
 	}
 	if o.embedded() {
 		add(o.DataDir)

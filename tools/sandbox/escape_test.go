@@ -206,7 +206,7 @@ func TestEscapes(t *testing.T) {
 		{name: "an outside address", command: probe + ` probe connect 192.0.2.1:80`, fail: true},
 		{name: "ptrace the first process", command: probe + ` probe ptrace 1`, fail: true},
 		{name: "read another process's memory", command: probe + ` probe vmread 1`, fail: true},
-		{name: "signal the first process", command: probe + ` probe kill 1`, fail: true},
+		{name: "signal the first process", command: probe + ` probe kill 1; sleep 0.3; echo alive`, want: "alive"},
 		{name: "signal the engine", command: probe + ` probe kill ` + engine, fail: true},
 		{name: "a new user namespace", command: probe + ` probe unshare x`, fail: true},
 		{name: "mount", command: probe + ` probe mount ` + ws, fail: true},

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -76,6 +77,18 @@ func runInit() {
 		fail("the helper binary speaks version %d of the spec, the engine %d: install the noeta-sandbox built with this engine", wireVersion, w.Version)
 	}
 	unix.CloseOnExec(statusFD)
+	// The signals the Go runtime would end this process on are caught and
+	// dropped, so that the tool cannot end its own watcher and leave the
+	// call unaccounted. Caught, not ignored: an ignored signal would stay
+	// ignored in the tool across exec, a caught one is reset.
+	drop := make(chan os.Signal, 16)
+	signal.Notify(drop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
+		syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGXCPU,
+		syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGIO, syscall.SIGPWR, syscall.SIGSTKFLT)
+	go func() {
+		for range drop {
+		}
+	}()
 
 	// Mounts made here stay here; then a /proc of this PID namespace, in
 	// which the engine and every process outside are not.
