@@ -14,7 +14,7 @@ import (
 // mcpScope and agentScope are the sandbox scopes of an MCP server's
 // process and of an agent's tool calls: prefixed both, so that no agent's
 // name can be taken for a server's.
-func mcpScope(server string) string { return "mcp:" + server }
+func mcpScope(server string) string  { return "mcp:" + server }
 func agentScope(agent string) string { return "agent:" + agent }
 
 // agentConfiner gives the shell the policy of the calling agent's scope.
