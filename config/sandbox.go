@@ -90,11 +90,11 @@ type SandboxNetwork struct {
 // sandbox's own default then applies). Each is a positive integer with a
 // maximum that refuses a mistake rather than bounds a need.
 type SandboxLimits struct {
-	// CPUSeconds is the processor time of each process; at most a week
+	// CPUSeconds is the processor time of the whole tree; at most a week
 	// (604800).
 	CPUSeconds *int
-	// MemoryMB is, in MiB, the address space of each process and the
-	// resident memory of the whole tree; at most 1048576 (1 TiB).
+	// MemoryMB is, in MiB, the resident memory of the whole tree; at most
+	// 1048576 (1 TiB).
 	MemoryMB *int
 	// Processes is how many processes the tree may hold at once; at most
 	// 65536.

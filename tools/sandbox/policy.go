@@ -30,11 +30,12 @@ type Policy struct {
 // which [Limits.WithDefaults] fills in; a negative CPU or Wall is no limit
 // (a long-lived MCP server's).
 type Limits struct {
-	// CPU is the processor time of each process (RLIMIT_CPU).
+	// CPU is the processor time of the whole tree, which the sandbox's
+	// first process watches (every 20ms).
 	CPU time.Duration
-	// Memory is the resident memory of the whole tree, which the sandbox's
-	// first process watches (every 20ms); each process's writable private
-	// memory is also capped at twice it (RLIMIT_DATA).
+	// Memory is the resident memory of the whole tree, watched likewise;
+	// memory a tree could hold beside it (anonymous memory files) is
+	// refused.
 	Memory int64
 	// Processes is how many processes the tree may hold at once.
 	Processes int
