@@ -59,9 +59,9 @@ func report(st status) {
 }
 
 // runInit is the sandbox's first process: PID 1 of its namespaces, with
-// their capabilities. It sets the namespaces up, starts the second process
-// and watches the tree until the tool's main process exits, then exits with
-// its status, which ends everything else in the PID namespace.
+// their capabilities. It sets the namespaces and the tool's root up,
+// confines itself, starts the tool and watches the tree until the tool's
+// main process exits, then ends what is left and exits with its status.
 func runInit() {
 	spec := os.NewFile(specFD, "spec")
 	body, err := io.ReadAll(io.LimitReader(spec, maxWire+1))
