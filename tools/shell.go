@@ -239,6 +239,11 @@ func shellDir(ws string) (string, error) {
 	if !fi.IsDir() {
 		return "", fmt.Errorf("%w: shell: %s is not a directory", ErrNoWorkspace, dir)
 	}
+	// Its real path: a sandbox shows the workspace there, and compares it
+	// with the real paths of what it hides.
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
 	return dir, nil
 }
 

@@ -421,6 +421,10 @@ func TestHiddenStaysHidden(t *testing.T) {
 func TestSandboxRefusesWhatUndoesIt(t *testing.T) {
 	sb := newSandbox(t)
 	ws := t.TempDir()
+	usrLink := filepath.Join(ws, "usr")
+	if err := os.Symlink("/usr", usrLink); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		p    sandbox.Policy
@@ -432,10 +436,36 @@ func TestSandboxRefusesWhatUndoesIt(t *testing.T) {
 		{"write /proc/sys", sandbox.Policy{Write: []string{"/proc/sys"}}, ws},
 		{"write /", sandbox.Policy{Write: []string{"/"}}, ws},
 		{"read /", sandbox.Policy{Read: []string{"/"}}, ws},
+		{"a workspace that links to /usr", sandbox.Policy{}, usrLink},
 	}
 	for _, c := range cases {
 		if _, err := sb.Command(context.Background(), c.p, sandbox.Spec{Argv: []string{"/bin/true"}, Dir: c.dir}); err == nil {
 			t.Errorf("%s: accepted", c.name)
 		}
+	}
+}
+
+// TestHiddenUnderALinkedWorkspace: a workspace named through a link still
+// has the data directory inside it hidden (its real path is what the
+// engine hides).
+func TestHiddenUnderALinkedWorkspace(t *testing.T) {
+	sb := newSandbox(t)
+	root := t.TempDir()
+	real := filepath.Join(root, "real")
+	if err := os.MkdirAll(filepath.Join(real, "ws", ".noeta"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(real, "ws", ".noeta", "credentials.json"), []byte("LINKED-SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(root, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	// A link in the middle of the workspace's name, not at its end.
+	ws := filepath.Join(link, "ws")
+	r := run(t, sb, sandbox.Policy{Hide: []string{filepath.Join(real, "ws", ".noeta")}}, ws, `cat .noeta/credentials.json `+ws+`/.noeta/credentials.json`)
+	if strings.Contains(r.stdout, "LINKED-SECRET") {
+		t.Fatalf("the data directory was read through the linked workspace: %q", r.stdout)
 	}
 }

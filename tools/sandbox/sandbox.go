@@ -261,6 +261,12 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 			}
 		}
 	}
+	// Real paths: the sandbox binds each where it really is, and a hidden
+	// path (resolved by its owner) must be found under the bind that shows
+	// it, whatever links the names given went through.
+	spec.Dir, spec.Cwd = realPath(spec.Dir), realPath(spec.Cwd)
+	p.Read, p.Write, p.Hide = realPaths(p.Read), realPaths(p.Write), realPaths(p.Hide)
+	// (Checked on the real paths: a link to /usr is /usr.)
 	// A workspace or a write path that is the root, or that holds the
 	// system's programs or the kernel's interfaces, would undo the
 	// sandbox: refused, as is reading the whole root.
@@ -341,6 +347,26 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 	cmd.SysProcAttr = initProcAttr()
 	c.Cmd = cmd
 	return c, nil
+}
+
+// realPath resolves path's links; a path that does not resolve (missing)
+// stays as given.
+func realPath(path string) string {
+	if path == "" {
+		return ""
+	}
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		return r
+	}
+	return path
+}
+
+func realPaths(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = realPath(p)
+	}
+	return out
 }
 
 // systemRoots are what no workspace or write path may be, hold or lie in.
