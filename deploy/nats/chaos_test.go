@@ -275,6 +275,7 @@ func TestChaos(t *testing.T) {
 			}
 			inbox, _ := e.log.Inbox(ctx, id)
 			t.Logf("  its inbox: %d records", len(inbox))
+			chaosReadyState(ctx, t, js, id)
 			for _, c := range st.Turn.Spawned {
 				cds, cerr := e.disp.Inspect(ctx, c)
 				cenvs, _ := e.log.Read(ctx, c, 0)
@@ -446,4 +447,37 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// chaosReadyState logs what the ready stream holds for a stalled task (its
+// signals, back and front, with their epochs and ages) and the state of the
+// ready queue's consumers: what a stall's cause is read from.
+func chaosReadyState(ctx context.Context, t *testing.T, js natsjs.JetStream, task string) {
+	t.Helper()
+	stream, err := js.Stream(ctx, "NOETA_READY")
+	if err != nil {
+		t.Logf("  ready stream: %v", err)
+		return
+	}
+	back := fmt.Sprintf("noeta.ready.default.%d.%s", noeta.Partition(task), task)
+	for _, subj := range []string{back, back + ".front"} {
+		m, err := stream.GetLastMsgForSubject(ctx, subj)
+		if err != nil {
+			t.Logf("  signal %s: %v", subj, err)
+			continue
+		}
+		t.Logf("  signal %s: seq %d epoch %s, %v old", subj, m.Sequence, m.Data, time.Since(m.Time).Round(time.Millisecond))
+	}
+	info, err := stream.Info(ctx, natsjs.WithSubjectFilter("noeta.ready.>"))
+	if err == nil {
+		for subj, n := range info.State.Subjects {
+			if strings.Contains(subj, task) {
+				t.Logf("  ready subject %s: %d messages", subj, n)
+			}
+		}
+	}
+	for name := range stream.ListConsumers(ctx).Info() {
+		t.Logf("  consumer %s: pending %d, ack pending %d, waiting %d, delivered stream seq %d, ack floor stream seq %d",
+			name.Name, name.NumPending, name.NumAckPending, name.NumWaiting, name.Delivered.Stream, name.AckFloor.Stream)
+	}
 }
