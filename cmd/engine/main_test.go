@@ -50,6 +50,17 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "build engine:", err)
 		return 1
 	}
+	// The sandbox's helper, for the engines these tests run in process
+	// and as processes alike: without it every shell call re-executes
+	// this (race-built, large) binary.
+	helper := filepath.Join(dir, sandbox.HelperName)
+	build = exec.Command("go", "build", "-o", helper, "../noeta-sandbox")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build noeta-sandbox:", err)
+		return 1
+	}
+	os.Setenv(sandbox.HelperEnv, helper)
 	return m.Run()
 }
 

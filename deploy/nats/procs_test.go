@@ -65,6 +65,9 @@ func testMain(m *testing.M) int {
 	for _, b := range []struct{ out, pkg string }{
 		{natsServerBin, "github.com/nats-io/nats-server/v2"},
 		{engineBin, "github.com/noeta-go/noeta/cmd/engine"},
+		// The sandbox's helper beside the engine, as a deployment installs
+		// it: without it every shell call re-executes the engine.
+		{filepath.Join(dir, "noeta-sandbox"), "github.com/noeta-go/noeta/cmd/noeta-sandbox"},
 	} {
 		build := exec.Command("go", "build", "-o", b.out, b.pkg)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr

@@ -37,8 +37,8 @@ const initName = "noeta-sandbox-init"
 // Options configure a Sandbox.
 type Options struct {
 	// Executable is the binary started as the sandbox's helpers: one whose
-	// main calls Main first. Default: noeta-sandbox beside the running
-	// binary (cmd/noeta-sandbox, small, so a call does not pay a large
+	// main calls Main first. Default: $NOETA_SANDBOX_HELPER, else
+	// noeta-sandbox beside the running binary (cmd/noeta-sandbox, small, so a call does not pay a large
 	// program's start-up twice) when it is there, else the running binary
 	// itself (/proc/self/exe, which still works if the file was replaced).
 	Executable string
@@ -105,10 +105,17 @@ func New(ctx context.Context, opts Options) (*Sandbox, error) {
 }
 
 // HelperName is the sandbox's helper binary, looked for beside the running
-// one.
-const HelperName = "noeta-sandbox"
+// one; HelperEnv, when set, names the helper wherever it is installed
+// (/usr/libexec/noeta-sandbox, say).
+const (
+	HelperName = "noeta-sandbox"
+	HelperEnv  = "NOETA_SANDBOX_HELPER"
+)
 
 func defaultExecutable() string {
+	if helper := os.Getenv(HelperEnv); helper != "" {
+		return helper
+	}
 	if self, err := os.Executable(); err == nil {
 		helper := filepath.Join(filepath.Dir(self), HelperName)
 		if fi, err := os.Stat(helper); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
