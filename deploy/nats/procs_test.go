@@ -70,6 +70,7 @@ func testMain(m *testing.M) int {
 		{filepath.Join(dir, "noeta-sandbox"), "github.com/noeta-go/noeta/cmd/noeta-sandbox"},
 	} {
 		build := exec.Command("go", "build", "-o", b.out, b.pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0") // static binaries, as released
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "build", b.pkg+":", err)

@@ -207,6 +207,9 @@ func TestEscapes(t *testing.T) {
 		{name: "ptrace the first process", command: probe + ` probe ptrace 1`, fail: true},
 		{name: "read another process's memory", command: probe + ` probe vmread 1`, fail: true},
 		{name: "signal the first process", command: probe + ` probe kill 1; sleep 0.3; echo alive`, want: "alive"},
+		// Every signal but SIGKILL and SIGSTOP, the ones the Go runtime
+		// would crash or stop on among them.
+		{name: "every signal to the first process", command: `for s in $(seq 1 31) $(seq 34 64); do [ $s = 9 ] || [ $s = 19 ] || kill -$s 1; done; sleep 0.3; echo alive`, want: "alive"},
 		{name: "signal the engine", command: probe + ` probe kill ` + engine, fail: true},
 		{name: "a new user namespace", command: probe + ` probe unshare x`, fail: true},
 		{name: "mount", command: probe + ` probe mount ` + ws, fail: true},

@@ -3,18 +3,11 @@
 package sandbox
 
 import (
-	"os"
+	"errors"
 	"syscall"
-)
 
-// Main marks the program as ready for New; off Linux there are no helpers.
-func Main() {
-	switch os.Args[0] {
-	case initName:
-		os.Exit(125)
-	}
-	mainCalled.Store(true)
-}
+	"github.com/noeta-go/noeta/internal/sandboxinit"
+)
 
 func initProcAttr() *syscall.SysProcAttr { return nil }
 
@@ -22,3 +15,5 @@ func plainProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid:
 
 // probeKernel: off Linux, nothing the sandbox needs is there.
 func probeKernel() Support { return Support{} }
+
+func seccompFilter() ([]sandboxinit.Insn, error) { return nil, errors.New("no seccomp off Linux") }

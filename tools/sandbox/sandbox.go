@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/internal/sandboxinit"
 )
 
 // ErrUnavailable is wrapped by New, and by Command of a Sandbox that is not
@@ -30,9 +31,16 @@ var ErrUnavailable = errors.New("sandbox: unavailable")
 // hands over to Main would start the program itself inside the sandbox.
 var mainCalled atomic.Bool
 
-// initName is the name the helper binary is started under (its argv[0]),
-// which Main recognises.
-const initName = "noeta-sandbox-init"
+// Main hands over to the sandbox's helper when the program was started as
+// one, and never returns then. Otherwise it returns at once, and New may
+// be used. Call it first thing in main (and in TestMain), before anything
+// reads flags or starts goroutines of its own.
+func Main() {
+	if len(os.Args) > 0 && os.Args[0] == sandboxinit.Name {
+		sandboxinit.Run()
+	}
+	mainCalled.Store(true)
+}
 
 // Options configure a Sandbox.
 type Options struct {
@@ -50,6 +58,7 @@ type Options struct {
 type Sandbox struct {
 	exe     string
 	support Support
+	filter  []sandboxinit.Insn // the seccomp filter every process gets
 }
 
 // Support is what the kernel offers, as New found it.
@@ -95,6 +104,10 @@ func New(ctx context.Context, opts Options) (*Sandbox, error) {
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: the kernel lacks %s", ErrUnavailable, strings.Join(missing, ", "))
+	}
+	var err error
+	if s.filter, err = seccompFilter(); err != nil {
+		return nil, fmt.Errorf("%w: build the seccomp filter: %v", ErrUnavailable, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, opts.ProbeTimeout)
 	defer cancel()
@@ -176,48 +189,6 @@ type Spec struct {
 	Cwd string
 }
 
-// wire is what the engine hands the helpers: the spec, the policy, and the
-// proxy's socket.
-type wire struct {
-	// Version is wireVersion: a helper binary from another build refuses
-	// a spec it may read differently.
-	Version int      `json:"version"`
-	Argv    []string `json:"argv"`
-	Env     []string `json:"env"`
-	Dir     string   `json:"dir"`
-	Read    []string `json:"read,omitempty"`
-	Write   []string `json:"write,omitempty"`
-	Hide    []string `json:"hide,omitempty"`
-	Cwd     string   `json:"cwd,omitempty"`
-	Proxy   string   `json:"proxy,omitempty"`
-	Limits  struct {
-		CPUSeconds int64 `json:"cpu_seconds"`
-		Memory     int64 `json:"memory"`
-		Processes  int   `json:"processes"`
-		FileSize   int64 `json:"file_size"`
-		OpenFiles  int   `json:"open_files"`
-		WallMS     int64 `json:"wall_ms"`
-	} `json:"limits"`
-}
-
-// wireVersion changes whenever wire or the helpers' behaviour does.
-const wireVersion = 1
-
-// status is one line the helpers write on the status pipe.
-type status struct {
-	// Error: the sandbox could not be set up; the program never ran.
-	Error string `json:"error,omitempty"`
-	// Limit: the tree was ended for exceeding this limit.
-	Limit string `json:"limit,omitempty"`
-}
-
-// maxWire bounds the spec a helper reads, and maxStatus what the engine
-// reads back.
-const (
-	maxWire   = 1 << 20
-	maxStatus = 64 << 10
-)
-
 // Report is how a confined process ended, beyond its exit status.
 type Report struct {
 	// SetupError is set when the sandbox could not be set up and the
@@ -288,7 +259,7 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 		}
 	}
 	l := p.Limits.WithDefaults()
-	w := wire{Version: wireVersion, Argv: spec.Argv, Env: slices.Clone(spec.Env), Dir: spec.Dir, Cwd: spec.Cwd, Read: p.Read, Write: p.Write, Hide: p.Hide}
+	w := sandboxinit.Wire{Version: sandboxinit.Version, Seccomp: s.filter, Argv: spec.Argv, Env: slices.Clone(spec.Env), Dir: spec.Dir, Cwd: spec.Cwd, Read: p.Read, Write: p.Write, Hide: p.Hide}
 	if spec.Cwd != "" {
 		w.Read = append(slices.Clone(w.Read), spec.Cwd)
 	}
@@ -321,9 +292,9 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 		c.stopProxy()
 		return nil, err
 	}
-	if len(body) > maxWire {
+	if len(body) > sandboxinit.MaxWire {
 		c.stopProxy()
-		return nil, fmt.Errorf("sandbox: the process's spec is %d bytes, over %d", len(body), maxWire)
+		return nil, fmt.Errorf("sandbox: the process's spec is %d bytes, over %d", len(body), sandboxinit.MaxWire)
 	}
 	specR, specW, err := os.Pipe()
 	if err != nil {
@@ -349,7 +320,7 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, s.exe)
-	cmd.Args, cmd.Dir, cmd.Env = []string{initName}, "/", []string{}
+	cmd.Args, cmd.Dir, cmd.Env = []string{sandboxinit.Name}, "/", []string{}
 	cmd.ExtraFiles = []*os.File{specR, c.statusW}
 	cmd.SysProcAttr = initProcAttr()
 	c.Cmd = cmd
@@ -416,9 +387,9 @@ func (c *Cmd) Finish() Report {
 		}
 		_ = c.specR.Close()
 		_ = c.statusW.Close()
-		sc := bufio.NewScanner(io.LimitReader(c.status, maxStatus))
+		sc := bufio.NewScanner(io.LimitReader(c.status, sandboxinit.MaxStatus))
 		for sc.Scan() {
-			var st status
+			var st sandboxinit.Status
 			if json.Unmarshal(sc.Bytes(), &st) != nil {
 				continue
 			}

@@ -1,4 +1,4 @@
-package sandbox
+package sandboxinit
 
 import (
 	"errors"
@@ -38,7 +38,7 @@ type bind struct {
 // owner, which Landlock does not govern). It returns an O_PATH descriptor
 // of the directory of the egress socket, for the relay, which has no path
 // in the new root.
-func newRoot(w wire) (proxyDir int, err error) {
+func newRoot(w Wire) (proxyDir int, err error) {
 	proxyDir = -1
 	var binds []bind
 	var links [][2]string // path, target: the symbolic links among the system's paths
@@ -127,6 +127,7 @@ func newRoot(w wire) (proxyDir int, err error) {
 	// Binds of the broadest paths first, so that a narrower one (a write
 	// path inside a read path) lands on top.
 	slices.SortStableFunc(binds, func(a, b bind) int { return strings.Count(a.path, "/") - strings.Count(b.path, "/") })
+	binds = dedupe(binds)
 	for _, b := range binds {
 		target := filepath.Join(root, b.path)
 		if err := mkTarget(b.fd, target); err != nil {
@@ -257,4 +258,27 @@ func hide(root, path string, binds []bind) error {
 		return err
 	}
 	return unix.MountSetattr(-1, target, 0, &unix.MountAttr{Attr_set: attrRO})
+}
+
+// dedupe drops the binds that would show nothing new: a path under a
+// broader bind of the same kind, with no bind of another kind between
+// (Debian's /bin is /usr/bin, already shown by /usr). Every mount costs the
+// call's start and its end. binds is sorted broadest first.
+func dedupe(binds []bind) []bind {
+	kept := binds[:0]
+	for _, b := range binds {
+		var under *bind
+		for i := range kept {
+			k := &kept[i]
+			if (b.path == k.path || strings.HasPrefix(b.path, k.path+"/")) && (under == nil || len(k.path) >= len(under.path)) {
+				under = k
+			}
+		}
+		if under != nil && under.attr == b.attr {
+			_ = unix.Close(b.fd)
+			continue
+		}
+		kept = append(kept, b)
+	}
+	return kept
 }

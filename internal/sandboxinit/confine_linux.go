@@ -1,15 +1,13 @@
-package sandbox
+package sandboxinit
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
 	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
-	"github.com/elastic/go-seccomp-bpf/arch"
 	"github.com/landlock-lsm/go-landlock/landlock"
-	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,7 +35,7 @@ var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/d
 // the policy's read paths and this namespace's /proc read-only, nothing
 // else. Signals and abstract Unix sockets are scoped to the sandbox where
 // the kernel can (ABI 6).
-func rulesetFD(w wire) (int, uint32, error) {
+func rulesetFD(w Wire) (int, uint32, error) {
 	cfg := landlock.Config{HandledAccessFS: landlock.V7.HandledAccessFS, Scoped: landlock.V7.Scoped}.BestEffort()
 	rules := []landlock.Rule{
 		landlock.RODirs(systemDirs...).IgnoreIfMissing(),
@@ -79,74 +77,15 @@ func pathRules(paths []string, write bool) []landlock.Rule {
 	return rules
 }
 
-// deniedSyscalls are what a tool never needs and what reaches into other
-// processes or the kernel's configuration: debugging and memory of other
-// processes, mounts and namespaces, keyrings, BPF, performance counters,
-// kernel modules and kexec, clocks, swap, reboot, accounting, and the
-// io_uring interface, whose operations a seccomp filter does not see, and
-// anonymous memory files.
-// They fail with EPERM.
-var deniedSyscalls = []string{
-	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-	"mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
-	"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
-	"open_by_handle_at", "name_to_handle_at",
-	"keyctl", "add_key", "request_key",
-	"bpf", "perf_event_open", "userfaultfd",
-	// Memory a tree could hold outside the resident memory the first
-	// process counts.
-	"memfd_create", "memfd_secret",
-	"init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
-	"reboot", "swapon", "swapoff", "acct", "quotactl", "syslog", "vhangup",
-	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-	"iopl", "ioperm", "uselib", "personality",
-	"io_uring_setup", "io_uring_enter", "io_uring_register",
-}
-
-const errnoEPERM = seccomp.Action(unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM))
-const errnoENOSYS = seccomp.Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
-
-// seccompFilter assembles the filter: the denied calls fail with EPERM; a
-// clone that asks for a new user namespace too; clone3, whose flags a
-// filter cannot read, fails with ENOSYS so that the C library falls back
-// to clone; and a call made through another architecture's interface
-// (32-bit x86 on x86-64, which numbers calls differently) kills the
-// process, since a deny list read by one numbering would not hold for the
-// other.
-func seccompFilter() ([]bpf.RawInstruction, error) {
-	info, err := arch.GetInfo("")
-	if err != nil {
-		return nil, err
-	}
-	p := seccomp.Policy{
-		DefaultAction: seccomp.ActionAllow,
-		Syscalls: []seccomp.SyscallGroup{
-			{Names: deniedSyscalls, Action: errnoEPERM},
-			{NamesWithCondtions: []seccomp.NameWithConditions{{Name: "clone", Conditions: seccomp.ArgumentConditions{
-				{Argument: 0, Operation: seccomp.BitsSet, Value: unix.CLONE_NEWUSER},
-			}}}, Action: errnoEPERM},
-			{Names: []string{"clone3"}, Action: errnoENOSYS},
-		},
-	}
-	insts, err := p.Assemble()
-	if err != nil {
-		return nil, err
-	}
-	const archOffset = 4 // offsetof(struct seccomp_data, arch)
-	prog := append([]bpf.Instruction{
-		bpf.LoadAbsolute{Off: archOffset, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_PROCESS},
-	}, insts...)
-	return bpf.Assemble(prog)
-}
-
 // loadSeccomp installs the filter on every thread of the process
 // (no_new_privs is set already).
-func loadSeccomp(raw []bpf.RawInstruction) error {
+func loadSeccomp(raw []Insn) error {
+	if len(raw) == 0 {
+		return errors.New("the spec carries no seccomp filter")
+	}
 	filter := make([]syscall.SockFilter, len(raw))
 	for i, r := range raw {
-		filter[i] = syscall.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+		filter[i] = syscall.SockFilter{Code: r.Code, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
 	prog := syscall.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	_, _, errno := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))

@@ -1,14 +1,12 @@
-package sandbox
+package sandboxinit
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -24,18 +22,6 @@ import (
 	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
-// Main hands over to the sandbox's helpers when the program was started as
-// one, and never returns then. Otherwise it returns at once, and New may
-// be used. Call it first thing in main (and in TestMain), before anything
-// reads flags or starts goroutines of its own.
-func Main() {
-	switch os.Args[0] {
-	case initName:
-		runInit()
-	}
-	mainCalled.Store(true)
-}
-
 // The helpers' file descriptors: the spec (init only) and the status pipe.
 const (
 	specFD   = 3
@@ -45,50 +31,51 @@ const (
 // fail reports a set-up failure on the status pipe and exits: the program
 // never runs.
 func fail(format string, args ...any) {
-	report(status{Error: fmt.Sprintf(format, args...)})
+	report(Status{Error: fmt.Sprintf(format, args...)})
 	os.Exit(125)
 }
 
 var statusMu sync.Mutex
 
-func report(st status) {
+func report(st Status) {
 	b, _ := json.Marshal(st)
 	statusMu.Lock()
 	defer statusMu.Unlock()
 	_, _ = unix.Write(statusFD, append(b, '\n'))
 }
 
-// runInit is the sandbox's first process: PID 1 of its namespaces, with
+// Run is the sandbox's first process: PID 1 of its namespaces, with
 // their capabilities. It sets the namespaces and the tool's root up,
 // confines itself, starts the tool and watches the tree until the tool's
 // main process exits, then ends what is left and exits with its status.
-func runInit() {
+func Run() {
 	spec := os.NewFile(specFD, "spec")
-	body, err := io.ReadAll(io.LimitReader(spec, maxWire+1))
+	body, err := io.ReadAll(io.LimitReader(spec, MaxWire+1))
 	_ = spec.Close()
-	if err != nil || len(body) > maxWire {
+	if err != nil || len(body) > MaxWire {
 		fail("read the spec: %v (%d bytes)", err, len(body))
 	}
-	var w wire
+	var w Wire
 	if err := json.Unmarshal(body, &w); err != nil {
 		fail("decode the spec: %v", err)
 	}
-	if w.Version != wireVersion {
-		fail("the helper binary speaks version %d of the spec, the engine %d: install the noeta-sandbox built with this engine", wireVersion, w.Version)
+	if w.Version != Version {
+		fail("the helper binary speaks version %d of the spec, the engine %d: install the noeta-sandbox built with this engine", Version, w.Version)
 	}
 	unix.CloseOnExec(statusFD)
-	// The signals the Go runtime would end this process on are caught and
-	// dropped, so that the tool cannot end its own watcher and leave the
-	// call unaccounted. Caught, not ignored: an ignored signal would stay
-	// ignored in the tool across exec, a caught one is reset.
-	drop := make(chan os.Signal, 16)
-	signal.Notify(drop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
-		syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGXCPU,
-		syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGIO, syscall.SIGPWR, syscall.SIGSTKFLT)
-	go func() {
-		for range drop {
+	// The signals on which the Go runtime would end this process are set
+	// back to the kernel's default, which the kernel never delivers to
+	// the first process of a PID namespace from inside it: the tool cannot
+	// end its own watcher and leave the call unaccounted. (Caught by
+	// os/signal instead, each costs a round trip to the runtime's signal
+	// thread, half a millisecond of every call; ignored, they would stay
+	// ignored in the tool across exec.) A fault of this process's own is
+	// forced by the kernel and still ends it.
+	for _, sig := range fatalSignals {
+		if err := defaultSignal(sig); err != nil {
+			fail("reset %v: %v", sig, err)
 		}
-	}()
+	}
 
 	// Mounts made here stay here; then a /proc of this PID namespace, in
 	// which the engine and every process outside are not.
@@ -139,10 +126,6 @@ func runInit() {
 	}
 
 	// Confine this process, every thread of it, and so whatever it starts.
-	filter, err := seccompFilter()
-	if err != nil {
-		fail("build the seccomp filter: %v", err)
-	}
 	ruleset, rulesetFlags, err := rulesetFD(w)
 	if err != nil {
 		fail("build the Landlock ruleset: %v", err)
@@ -160,7 +143,7 @@ func runInit() {
 		fail("enforce Landlock: %v", err)
 	}
 	_ = unix.Close(ruleset)
-	if err := loadSeccomp(filter); err != nil {
+	if err := loadSeccomp(w.Seccomp); err != nil {
 		fail("load the seccomp filter: %v", err)
 	}
 
@@ -226,30 +209,30 @@ func runInit() {
 			// A process ended by RLIMIT_FSIZE gets SIGXFSZ; a shell reports
 			// a child's as 128 plus the signal.
 			if ws.Signaled() && ws.Signal() == syscall.SIGXFSZ || ws.Exited() && ws.ExitStatus() == 128+int(syscall.SIGXFSZ) {
-				report(status{Limit: "file_size"})
+				report(Status{Limit: "file_size"})
 			}
 			if ws.Signaled() {
 				endTree(128 + int(ws.Signal()))
 			}
 			endTree(ws.ExitStatus())
 		case <-wall:
-			report(status{Limit: "wall"})
+			report(Status{Limit: "wall"})
 			endTree(137)
 		case <-tick.C:
 			u, ok := treeUsage(w.Limits.Processes)
 			switch {
 			case !ok:
 				// Blind, it cannot hold the tree to its limits: end it.
-				report(status{Error: "the sandbox could not read its /proc"})
+				report(Status{Error: "the sandbox could not read its /proc"})
 				endTree(137)
 			case u.processes > w.Limits.Processes:
-				report(status{Limit: "processes"})
+				report(Status{Limit: "processes"})
 				endTree(137)
 			case w.Limits.Memory > 0 && u.rss > w.Limits.Memory:
-				report(status{Limit: "memory"})
+				report(Status{Limit: "memory"})
 				endTree(137)
 			case w.Limits.CPUSeconds > 0 && u.cpu+reapedCPU.Load() > w.Limits.CPUSeconds*clockTicks:
-				report(status{Limit: "cpu"})
+				report(Status{Limit: "cpu"})
 				endTree(137)
 			}
 		}
@@ -388,7 +371,9 @@ func loopbackUp() error {
 }
 
 // relay listens on the sandbox's loopback and carries every connection to
-// the engine's egress proxy on its Unix socket: the one way out.
+// the engine's egress proxy on its Unix socket: the one way out. Written on
+// the system calls rather than package net, which would link the C
+// library's resolver into the helper and slow every call's start.
 //
 // At most relayConns connections at once (the proxy admits fewer); one
 // over is closed at once. A connection ends when the proxy's side does:
@@ -396,17 +381,37 @@ func loopbackUp() error {
 // destination, so a tool holding connections open holds nothing of this
 // process's for long.
 func relay(sock string) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return "", err
+	}
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return "", err
+	}
+	if err := unix.Listen(ln, relayConns); err != nil {
+		return "", err
+	}
+	sa, err := unix.Getsockname(ln)
+	if err != nil {
+		return "", err
+	}
+	addr, ok := sa.(*unix.SockaddrInet4)
+	if !ok {
+		return "", fmt.Errorf("the relay's address is %T", sa)
 	}
 	slots := make(chan struct{}, relayConns)
 	go func() {
 		for {
-			in, err := ln.Accept()
+			// A blocking accept holds one thread for the call; the
+			// connections are non-blocking, on the runtime's poller.
+			c, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
+				continue
+			}
 			if err != nil {
 				return
 			}
+			in := os.NewFile(uintptr(c), "relay")
 			select {
 			case slots <- struct{}{}:
 			default:
@@ -416,19 +421,47 @@ func relay(sock string) (string, error) {
 			go func() {
 				defer func() { <-slots }()
 				defer in.Close()
-				out, err := net.Dial("unix", sock)
+				out, err := dialUnix(sock)
 				if err != nil {
 					return
 				}
 				defer out.Close()
 				back := make(chan struct{})
-				go func() { _, _ = io.Copy(out, in); closeWrite(out) }()
+				go func() { _, _ = io.Copy(out, in); shutdownWrite(out) }()
 				go func() { _, _ = io.Copy(in, out); close(back) }()
 				<-back // the proxy's side ended: so does the connection
 			}()
 		}
 	}()
-	return ln.Addr().String(), nil
+	return fmt.Sprintf("127.0.0.1:%d", addr.Port), nil
+}
+
+// dialUnix connects to the Unix socket at path, non-blocking once
+// connected.
+func dialUnix(path string) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		_ = unix.Close(fd)
+		return nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		_ = unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "egress"), nil
+}
+
+// shutdownWrite ends f's sending side: the proxy reads the end of the
+// request while the answer can still come back.
+func shutdownWrite(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_WR) })
 }
 
 // relayConns bounds the relay's connections at once.
@@ -465,7 +498,7 @@ const toolNice = 10
 // tree for the whole call, would spend its own share of them, and the Go
 // runtime reserves memory beyond any small limit; the first process holds
 // the tree to both instead (treeUsage).
-func setLimits(w wire) error {
+func setLimits(w Wire) error {
 	l := w.Limits
 	set := func(res int, cur, max uint64) error {
 		return unix.Setrlimit(res, &unix.Rlimit{Cur: cur, Max: max})
@@ -509,4 +542,26 @@ func dropCapabilities() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	return allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+}
+
+// fatalSignals are the signals the Go runtime ends a process on (exits,
+// throws or stops) when the program does not ask for them: every one the
+// runtime's own working does not need (not SIGURG, its preemption, nor the
+// signal its all-threads system calls use, nor SIGPROF, SIGCHLD, SIGPIPE
+// or SIGWINCH, which it handles harmlessly).
+var fatalSignals = []unix.Signal{
+	unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP, unix.SIGABRT, unix.SIGBUS,
+	unix.SIGFPE, unix.SIGUSR1, unix.SIGSEGV, unix.SIGUSR2, unix.SIGALRM, unix.SIGTERM, unix.SIGSTKFLT,
+	unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGVTALRM, unix.SIGIO,
+	unix.SIGPWR, unix.SIGSYS,
+}
+
+// defaultSignal sets sig's disposition to the kernel's default behind the
+// Go runtime's back (rt_sigaction with a zeroed action: SIG_DFL).
+func defaultSignal(sig unix.Signal) error {
+	var act [4]uint64 // struct sigaction: handler, flags, restorer, mask
+	if _, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act[0])), 0, 8, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
 }
