@@ -167,7 +167,17 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 		sb = confinement(ctx, o.Config, hiddenPaths(o), h.logger, true)
 	}
 	if h.tools, h.closeTools, err = buildRegistry(ctx, o.Config, o.Tools, o.Workers > 0, o.LookupEnv, h.logger, sb, o.Workspace); err != nil {
+		_ = sb.Close()
 		return nil, err
+	}
+	if sb != nil {
+		// The sandbox's helper waiting for the next call ends with the
+		// tools.
+		closeTools := h.closeTools
+		h.closeTools = func() {
+			closeTools()
+			_ = sb.Close()
+		}
 	}
 	h.policies = o.Policies
 	if h.policies == nil {

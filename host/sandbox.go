@@ -20,8 +20,8 @@ func agentScope(agent string) string { return "agent:" + agent }
 // agentConfiner gives the shell the policy of the calling agent's scope.
 type agentConfiner struct{ s *sandbox.Scoped }
 
-func (c agentConfiner) Command(ctx context.Context, agent string, spec sandbox.Spec) (*sandbox.Cmd, error) {
-	return c.s.Command(ctx, agentScope(agent), spec)
+func (c agentConfiner) Start(ctx context.Context, agent string, spec sandbox.Spec, stdio sandbox.Stdio) (*sandbox.Process, error) {
+	return c.s.Start(ctx, agentScope(agent), spec, stdio)
 }
 
 // confinement is the sandbox the config asks for: every agent's tool

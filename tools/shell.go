@@ -53,7 +53,7 @@ type shellTool struct {
 // Confiner starts a tool's process confined, under the policy of scope (the
 // calling agent): *sandbox.Scoped.
 type Confiner interface {
-	Command(ctx context.Context, scope string, spec sandbox.Spec) (*sandbox.Cmd, error)
+	Start(ctx context.Context, scope string, spec sandbox.Spec, stdio sandbox.Stdio) (*sandbox.Process, error)
 }
 
 const (
@@ -115,25 +115,6 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var cmd *exec.Cmd
-	var confined *sandbox.Cmd
-	if t.confine != nil {
-		if confined, err = t.confine.Command(runCtx, call.Agent, sandbox.Spec{
-			Argv: []string{t.path, "-c", a.Command}, Env: shellEnv(dir), Dir: dir,
-		}); err != nil {
-			// Fail closed: nothing runs unconfined in its place.
-			return Failf("%s: refused: %v", tool, err), nil
-		}
-		cmd = confined.Cmd
-		defer confined.Finish()
-	} else {
-		cmd = exec.CommandContext(runCtx, t.path, "-c", a.Command)
-		cmd.Dir = dir
-		cmd.Env = shellEnv(dir)
-		cmd.SysProcAttr = toolProcAttr()
-	}
-	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
-	cmd.WaitDelay = shellWaitDelay
 
 	// Our own pipes rather than io.Writers in cmd.Stdout: then Wait returns
 	// when the shell exits, not when the last holder of the pipe does, and
@@ -148,34 +129,69 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 		outW.Close()
 		return Result{}, fmt.Errorf("%s: %w", tool, err)
 	}
-	cmd.Stdout, cmd.Stderr = outW, errW
-	// The parent-death signal follows the forking thread: hold it until the
-	// shell is reaped.
-	unlock := lockThread()
-	defer unlock()
-	err = cmd.Start()
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		if err := ctxErr(ctx, tool); err != nil {
-			return Result{}, err
+	var (
+		wait func() (*os.ProcessState, error)
+		kill func() error // the whole tree, once the shell exited
+	)
+	var confined *sandbox.Process
+	if t.confine != nil {
+		confined, err = t.confine.Start(runCtx, call.Agent, sandbox.Spec{
+			Argv: []string{t.path, "-c", a.Command}, Env: shellEnv(dir), Dir: dir,
+		}, sandbox.Stdio{Stdout: outW, Stderr: errW})
+		outW.Close()
+		errW.Close()
+		if err != nil {
+			outR.Close()
+			errR.Close()
+			if err := ctxErr(ctx, tool); err != nil {
+				return Result{}, err
+			}
+			// Fail closed: nothing runs unconfined in its place.
+			return Failf("%s: refused: %v", tool, err), nil
 		}
-		if runCtx.Err() != nil { // a timeout too short to start in
-			res, err := Succeed(shellOutput{ExitCode: -1, TimedOut: true})
-			res.OK, res.Error = false, fmt.Sprintf("%s: timed out after %v", tool, timeout)
-			return res, err
+		defer confined.Finish()
+		wait, kill = confined.Wait, confined.Kill
+	} else {
+		cmd := exec.CommandContext(runCtx, t.path, "-c", a.Command)
+		cmd.Dir = dir
+		cmd.Env = shellEnv(dir)
+		cmd.SysProcAttr = toolProcAttr()
+		cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
+		cmd.WaitDelay = shellWaitDelay
+		cmd.Stdout, cmd.Stderr = outW, errW
+		// The parent-death signal follows the forking thread: hold it until
+		// the shell is reaped.
+		unlock := lockThread()
+		defer unlock()
+		err = cmd.Start()
+		outW.Close()
+		errW.Close()
+		if err != nil {
+			outR.Close()
+			errR.Close()
+			if err := ctxErr(ctx, tool); err != nil {
+				return Result{}, err
+			}
+			if runCtx.Err() != nil { // a timeout too short to start in
+				res, err := Succeed(shellOutput{ExitCode: -1, TimedOut: true})
+				res.OK, res.Error = false, fmt.Sprintf("%s: timed out after %v", tool, timeout)
+				return res, err
+			}
+			return Result{}, fmt.Errorf("%s: start %s: %w", tool, t.path, err)
 		}
-		return Result{}, fmt.Errorf("%s: start %s: %w", tool, t.path, err)
+		wait = func() (*os.ProcessState, error) {
+			err := cmd.Wait()
+			return cmd.ProcessState, err
+		}
+		kill = func() error { return killGroup(cmd.Process.Pid) }
 	}
 	stdout, stderr := &capWriter{max: t.outputCap}, &capWriter{max: t.outputCap}
 	var wg sync.WaitGroup
 	wg.Go(func() { io.Copy(stdout, outR) })
 	wg.Go(func() { io.Copy(stderr, errR) })
 
-	waitErr := cmd.Wait()
-	killGroup(cmd.Process.Pid) // the group outlives the shell; end it
+	ps, waitErr := wait()
+	_ = kill() // the group outlives the shell; end it
 	grace := time.AfterFunc(pipeGrace, func() {
 		now := time.Now()
 		outR.SetReadDeadline(now)
@@ -196,7 +212,6 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 			return Failf("%s: refused: the sandbox could not be set up: %s", tool, rep.SetupError), nil
 		}
 	}
-	ps := cmd.ProcessState
 	if ps == nil {
 		return Result{}, fmt.Errorf("%s: wait: %w", tool, waitErr)
 	}

@@ -11,25 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// systemDirs are the program and library directories a tool may read and
-// execute.
-var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
-
-// systemEtc is what of /etc a tool may read: what the dynamic loader, the
-// C library's name service, TLS clients and Debian's alternatives need.
-// Not /etc as a whole: it holds the host's secrets too (shadow, ssh host
-// keys, whatever an operator put there).
-var systemEtc = []string{
-	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-	"/etc/ssl", "/etc/ca-certificates", "/etc/ca-certificates.conf", "/etc/pki",
-	"/etc/localtime", "/etc/timezone", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
-	"/etc/hosts", "/etc/host.conf", "/etc/services", "/etc/protocols", "/etc/mime.types",
-	"/etc/inputrc", "/etc/bash.bashrc", "/etc/profile", "/etc/terminfo", "/etc/magic",
-}
-
-// devices are the device files a tool may read and write.
-var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
-
 // rulesetFD builds the Landlock ruleset: the workspace and the policy's
 // write paths read-write, the system's program and library directories,
 // the policy's read paths and this namespace's /proc read-only, nothing

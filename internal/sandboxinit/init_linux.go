@@ -45,23 +45,13 @@ func report(st Status) {
 }
 
 // Run is the sandbox's first process: PID 1 of its namespaces, with
-// their capabilities. It sets the namespaces and the tool's root up,
-// confines itself, starts the tool and watches the tree until the tool's
-// main process exits, then ends what is left and exits with its status.
+// their capabilities. It sets the namespaces and the skeleton of the
+// tool's root up, then reads the call's spec (a helper started ahead of
+// a call waits there), finishes the root, confines itself, starts the
+// tool and watches the tree until the tool's main process exits, then
+// ends what is left and exits with its status.
 func Run() {
-	spec := os.NewFile(specFD, "spec")
-	body, err := io.ReadAll(io.LimitReader(spec, MaxWire+1))
-	_ = spec.Close()
-	if err != nil || len(body) > MaxWire {
-		fail("read the spec: %v (%d bytes)", err, len(body))
-	}
-	var w Wire
-	if err := json.Unmarshal(body, &w); err != nil {
-		fail("decode the spec: %v", err)
-	}
-	if w.Version != Version {
-		fail("the helper binary speaks version %d of the spec, the engine %d: install the noeta-sandbox built with this engine", Version, w.Version)
-	}
+	unix.CloseOnExec(specFD)
 	unix.CloseOnExec(statusFD)
 	// The signals on which the Go runtime would end this process are set
 	// back to the kernel's default, which the kernel never delivers to
@@ -85,6 +75,25 @@ func Run() {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		fail("mount /proc: %v", err)
 	}
+	sys, err := skeleton()
+	if err != nil {
+		fail("build the sandbox's root: %v", err)
+	}
+	// Decoding a spec the first time costs the decoder's set-up; paid
+	// here, it is paid before the call when the helper was started ahead.
+	var warm Wire
+	_ = json.Unmarshal(warmSpec, &warm)
+
+	w, err := readSpec()
+	if err != nil {
+		fail("%v", err)
+	}
+	if w.Version != Version {
+		fail("the helper binary speaks version %d of the spec, the engine %d: install the noeta-sandbox built with this engine", Version, w.Version)
+	}
+	if len(w.Argv) == 0 {
+		fail("the spec has no program")
+	}
 	// A hard bound on the tree, whoever runs the engine: the namespace's
 	// own pid_max (Linux 6.14), so that no more than that many processes
 	// and threads can exist in it at once. RLIMIT_NPROC does not bound an
@@ -94,7 +103,7 @@ func Run() {
 	// fails and the count and RLIMIT_NPROC remain.
 	pidMax := max(w.Limits.Processes*4+64, minPidMax)
 	_ = os.WriteFile("/proc/sys/kernel/pid_max", []byte(strconv.Itoa(pidMax)), 0)
-	proxyDir, err := newRoot(w)
+	proxyDir, err := newRoot(w, sys)
 	if err != nil {
 		fail("build the sandbox's root: %v", err)
 	}
@@ -564,4 +573,92 @@ func defaultSignal(sig unix.Signal) error {
 		return errno
 	}
 	return nil
+}
+
+// warmSpec is a spec with every field set, decoded once before the real
+// one arrives.
+var warmSpec = []byte(`{"version":0,"argv":["x"],"env":["A=b"],"dir":"/x","read":["/x"],"write":["/x"],"hide":["/x"],"cwd":"/x","proxy":"/x","seccomp":[{"c":1,"t":1,"f":1,"k":1}],"limits":{"cpu_seconds":1,"memory":1,"processes":1,"file_size":1,"open_files":1,"wall_ms":1}}`)
+
+// readSpec reads the call's spec from the spec socket: the engine's whole
+// message until it shuts its end, whose first part carries the tool's
+// standard input, output and error when the helper was started ahead of
+// the call (SCM_RIGHTS); they replace this process's own.
+func readSpec() (Wire, error) {
+	var w Wire
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	var body []byte
+	var fds []int
+	for received := false; ; {
+		var n int
+		var err error
+		if !received {
+			var oobn int
+			n, oobn, _, _, err = unix.Recvmsg(specFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
+			if err == nil {
+				received = true
+				if fds, err = unixRights(oob[:oobn]); err != nil {
+					return w, err
+				}
+			}
+		} else {
+			n, err = unix.Read(specFD, buf)
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return w, fmt.Errorf("read the spec: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		if len(body)+n > MaxWire {
+			return w, fmt.Errorf("the spec is over %d bytes", MaxWire)
+		}
+		body = append(body, buf[:n]...)
+	}
+	_ = unix.Close(specFD)
+	switch len(fds) {
+	case 0:
+	case 3:
+		for i, fd := range fds {
+			if fd == i {
+				if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+					return w, fmt.Errorf("take the tool's descriptor %d: %w", i, err)
+				}
+				continue
+			}
+			if err := unix.Dup3(fd, i, 0); err != nil {
+				return w, fmt.Errorf("take the tool's descriptor %d: %w", i, err)
+			}
+			_ = unix.Close(fd)
+		}
+	default:
+		return w, fmt.Errorf("the spec carries %d descriptors, not 3", len(fds))
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		return w, fmt.Errorf("decode the spec: %w", err)
+	}
+	return w, nil
+}
+
+// unixRights is the descriptors an SCM_RIGHTS message carried.
+func unixRights(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("read the spec's descriptors: %w", err)
+	}
+	var fds []int
+	for _, m := range msgs {
+		got, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			return nil, fmt.Errorf("read the spec's descriptors: %w", err)
+		}
+		fds = append(fds, got...)
+	}
+	return fds, nil
 }

@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +30,7 @@ func newSandbox(t *testing.T) *sandbox.Sandbox {
 	if err != nil {
 		t.Fatalf("sandbox.New: %v", err)
 	}
+	t.Cleanup(func() { _ = sb.Close() })
 	return sb
 }
 
@@ -37,8 +40,19 @@ type ran struct {
 	rep            sandbox.Report
 }
 
-// run runs command with /bin/sh -c in the sandbox, in ws, under p.
-func run(t *testing.T, sb *sandbox.Sandbox, p sandbox.Policy, ws, command string) ran {
+// starter runs command with /bin/sh -c in the sandbox, in ws, under p.
+type starter func(t *testing.T, sb *sandbox.Sandbox, p sandbox.Policy, ws, command string) ran
+
+// bothStarts runs test with each way a process is started: Command (a
+// helper started for the call, as MCP servers are) and Start (a helper
+// started ahead, as the shell's calls are; the second call on takes one).
+func bothStarts(t *testing.T, test func(t *testing.T, run starter)) {
+	t.Run("command", func(t *testing.T) { test(t, runCommand) })
+	t.Run("started", func(t *testing.T) { test(t, runStarted) })
+}
+
+// runCommand runs command through Command.
+func runCommand(t *testing.T, sb *sandbox.Sandbox, p sandbox.Policy, ws, command string) ran {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -51,6 +65,41 @@ func run(t *testing.T, sb *sandbox.Sandbox, p sandbox.Policy, ws, command string
 	c.Stdout, c.Stderr = &out, &errb
 	err = c.Run()
 	return ran{stdout: clip(out.String()), stderr: clip(errb.String()), err: err, rep: c.Finish()}
+}
+
+// runStarted runs command through Start, on a helper started ahead when
+// sb has one ready.
+func runStarted(t *testing.T, sb *sandbox.Sandbox, p sandbox.Policy, ws, command string) ran {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	defer errR.Close()
+	pr, err := sb.Start(ctx, p, sandbox.Spec{Argv: []string{"/bin/sh", "-c", command},
+		Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + ws, "LANG=C"}, Dir: ws}, sandbox.Stdio{Stdout: outW, Stderr: errW})
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	var out, errb bytes.Buffer
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = io.Copy(&out, outR) })
+	wg.Go(func() { _, _ = io.Copy(&errb, errR) })
+	ps, err := pr.Wait()
+	wg.Wait()
+	if err == nil && !ps.Success() {
+		err = errors.New(ps.String())
+	}
+	return ran{stdout: clip(out.String()), stderr: clip(errb.String()), err: err, rep: pr.Finish()}
 }
 
 // clip keeps a failure message readable when a command printed a lot.
@@ -94,7 +143,9 @@ func probeCopy(t *testing.T) (dir, bin string) {
 // lists: the engine's secrets and process, its data directory and the
 // operator's files, writes outside the workspace, the network, other
 // processes, and the kernel's own interfaces. Each must be refused.
-func TestEscapes(t *testing.T) {
+func TestEscapes(t *testing.T) { bothStarts(t, testEscapes) }
+
+func testEscapes(t *testing.T, run starter) {
 	sb := newSandbox(t)
 	const secret = "sk-noeta-test-0123456789abcdef"
 	t.Setenv("NOETA_TEST_API_KEY", secret) // the engine's environment
@@ -258,7 +309,9 @@ func TestEscapes(t *testing.T) {
 // TestLimits: a fork bomb, a memory bomb, a disk fill, a CPU spin, a
 // command that outlives its wall time and one that double-forks to outlive
 // the call, each ended by its limit or at the end of the call, and named.
-func TestLimits(t *testing.T) {
+func TestLimits(t *testing.T) { bothStarts(t, testLimits) }
+
+func testLimits(t *testing.T, run starter) {
 	sb := newSandbox(t)
 	ws := t.TempDir()
 	cases := []struct {
@@ -334,7 +387,9 @@ func TestEscapesUnprivileged(t *testing.T) {
 // TestEgress: under an allow list the sandbox's one way out is the egress
 // proxy; an allowed host:port works through it, any other is refused, a
 // direct connection goes nowhere, and the report accounts for each.
-func TestEgress(t *testing.T) {
+func TestEgress(t *testing.T) { bothStarts(t, testEgress) }
+
+func testEgress(t *testing.T, run starter) {
 	sb := newSandbox(t)
 	ws := t.TempDir()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -386,7 +441,9 @@ func TestEgress(t *testing.T) {
 // TestHiddenStaysHidden: a hidden path cannot be moved from under its
 // cover by one call to be read by the next (before, renaming its parent
 // directory did), and a call whose hidden path is gone is refused.
-func TestHiddenStaysHidden(t *testing.T) {
+func TestHiddenStaysHidden(t *testing.T) { bothStarts(t, testHiddenStaysHidden) }
+
+func testHiddenStaysHidden(t *testing.T, run starter) {
 	sb := newSandbox(t)
 	ws := t.TempDir()
 	const secret = "NATS-CREDS-SECRET"
@@ -454,7 +511,9 @@ func TestSandboxRefusesWhatUndoesIt(t *testing.T) {
 // TestHiddenUnderALinkedWorkspace: a workspace named through a link still
 // has the data directory inside it hidden (its real path is what the
 // engine hides).
-func TestHiddenUnderALinkedWorkspace(t *testing.T) {
+func TestHiddenUnderALinkedWorkspace(t *testing.T) { bothStarts(t, testHiddenUnderALinkedWorkspace) }
+
+func testHiddenUnderALinkedWorkspace(t *testing.T, run starter) {
 	sb := newSandbox(t)
 	root := t.TempDir()
 	real := filepath.Join(root, "real")

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 
@@ -51,4 +52,19 @@ func probeKernel() Support {
 		s.UserNamespaces = false
 	}
 	return s
+}
+
+// specSocket is a connected pair for the spec: the engine's end (on the
+// runtime's poller, so that sending has a deadline) and the helper's.
+func specSocket() (mine, child *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: spec socket: %w", err)
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		_ = unix.Close(fds[0])
+		_ = unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("sandbox: spec socket: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "spec"), os.NewFile(uintptr(fds[1]), "spec"), nil
 }

@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"errors"
+	"os"
 	"syscall"
 
 	"github.com/noeta-go/noeta/internal/sandboxinit"
@@ -17,3 +18,7 @@ func plainProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid:
 func probeKernel() Support { return Support{} }
 
 func seccompFilter() ([]sandboxinit.Insn, error) { return nil, errors.New("no seccomp off Linux") }
+
+func specSocket() (mine, child *os.File, err error) {
+	return nil, nil, errors.New("sandbox: no helper off Linux")
+}

@@ -59,6 +59,10 @@ type Sandbox struct {
 	exe     string
 	support Support
 	filter  []sandboxinit.Insn // the seccomp filter every process gets
+
+	mu     sync.Mutex
+	spare  *spare // the next call's helper, started ahead
+	closed bool
 }
 
 // Support is what the kernel offers, as New found it.
@@ -203,18 +207,26 @@ type Report struct {
 
 // Cmd is a confined process: an exec.Cmd (set Stdin, Stdout and Stderr,
 // then Start and Wait it as any other, or hand it to what expects one)
-// whose Finish, after Wait, tells how the sandbox saw it end.
+// whose Finish, after Wait, tells how the sandbox saw it end. Every Cmd
+// starts its helper when it starts; Sandbox.Start takes one started ahead.
 type Cmd struct {
 	*exec.Cmd
+	*call
 
-	status, statusW, specR *os.File
-	proxy                  *Proxy
-	proxyLn                net.Listener
-	proxyDir               string
-	proxyDone              chan struct{}
-	finish                 sync.Once
-	report                 Report
-	plain                  bool
+	statusW, specChild *os.File
+	plain              bool
+}
+
+// call is what the engine holds for one confined process beside the
+// process: the status pipe's read end and the egress proxy.
+type call struct {
+	status    *os.File
+	proxy     *Proxy
+	proxyLn   net.Listener
+	proxyDir  string
+	proxyDone chan struct{}
+	finish    sync.Once
+	report    Report
 }
 
 // Command prepares spec to run under p. The process is not started.
@@ -223,19 +235,70 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 	if s == nil {
 		return nil, fmt.Errorf("%w: no sandbox", ErrUnavailable)
 	}
+	w, c, err := s.prepare(p, spec)
+	if err != nil {
+		return nil, err
+	}
+	cmd := &Cmd{call: c}
+	body, err := encodeSpec(w)
+	if err != nil {
+		cmd.stopProxy()
+		return nil, err
+	}
+	mine, child, err := specSocket()
+	if err != nil {
+		cmd.stopProxy()
+		return nil, err
+	}
+	// The spec is sent before the start: a socket holds this much without
+	// a reader, more would block here, so a bigger spec is sent by a
+	// goroutine that ends when the helper has read it or died (its end
+	// closed: Finish closes the last copy).
+	if len(body) <= 32<<10 {
+		err = sendSpec(mine, body, nil)
+		_ = mine.Close()
+		if err != nil {
+			_ = child.Close()
+			cmd.stopProxy()
+			return nil, err
+		}
+	} else {
+		go func() {
+			_ = sendSpec(mine, body, nil)
+			_ = mine.Close()
+		}()
+	}
+	cmd.specChild = child
+	if cmd.status, cmd.statusW, err = os.Pipe(); err != nil {
+		_ = child.Close()
+		cmd.stopProxy()
+		return nil, err
+	}
+	ec := exec.CommandContext(ctx, s.exe)
+	ec.Args, ec.Dir, ec.Env = []string{sandboxinit.Name}, "/", []string{}
+	ec.ExtraFiles = []*os.File{child, cmd.statusW}
+	ec.SysProcAttr = initProcAttr()
+	cmd.Cmd = ec
+	return cmd, nil
+}
+
+// prepare checks spec and p and makes the helper's spec; the call holds
+// the egress proxy when p allows any.
+func (s *Sandbox) prepare(p Policy, spec Spec) (sandboxinit.Wire, *call, error) {
+	var w sandboxinit.Wire
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
-		return nil, errors.New("sandbox: no program to run")
+		return w, nil, errors.New("sandbox: no program to run")
 	}
 	if !filepath.IsAbs(spec.Dir) {
-		return nil, fmt.Errorf("sandbox: the working directory %q is not absolute", spec.Dir)
+		return w, nil, fmt.Errorf("sandbox: the working directory %q is not absolute", spec.Dir)
 	}
 	if spec.Cwd != "" && !filepath.IsAbs(spec.Cwd) {
-		return nil, fmt.Errorf("sandbox: the working directory %q is not absolute", spec.Cwd)
+		return w, nil, fmt.Errorf("sandbox: the working directory %q is not absolute", spec.Cwd)
 	}
 	for _, list := range [][]string{p.Read, p.Write, p.Hide} {
 		for _, path := range list {
 			if !filepath.IsAbs(path) {
-				return nil, fmt.Errorf("sandbox: policy path %q is not absolute", path)
+				return w, nil, fmt.Errorf("sandbox: policy path %q is not absolute", path)
 			}
 		}
 	}
@@ -250,16 +313,16 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 	// sandbox: refused, as is reading the whole root.
 	for _, path := range append([]string{spec.Dir}, p.Write...) {
 		if err := writable(path); err != nil {
-			return nil, err
+			return w, nil, err
 		}
 	}
 	for _, path := range append([]string{spec.Cwd}, p.Read...) {
 		if path != "" && filepath.Clean(path) == "/" {
-			return nil, errors.New("sandbox: the whole file system may not be readable (a read path or the working directory is /)")
+			return w, nil, errors.New("sandbox: the whole file system may not be readable (a read path or the working directory is /)")
 		}
 	}
 	l := p.Limits.WithDefaults()
-	w := sandboxinit.Wire{Version: sandboxinit.Version, Seccomp: s.filter, Argv: spec.Argv, Env: slices.Clone(spec.Env), Dir: spec.Dir, Cwd: spec.Cwd, Read: p.Read, Write: p.Write, Hide: p.Hide}
+	w = sandboxinit.Wire{Version: sandboxinit.Version, Seccomp: s.filter, Argv: spec.Argv, Env: slices.Clone(spec.Env), Dir: spec.Dir, Cwd: spec.Cwd, Read: p.Read, Write: p.Write, Hide: p.Hide}
 	if spec.Cwd != "" {
 		w.Read = append(slices.Clone(w.Read), spec.Cwd)
 	}
@@ -267,19 +330,19 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 	w.Limits.Memory, w.Limits.Processes, w.Limits.FileSize, w.Limits.OpenFiles = l.Memory, l.Processes, l.FileSize, l.OpenFiles
 	w.Limits.WallMS = max(0, l.Wall.Milliseconds())
 
-	c := &Cmd{}
-	var err error
+	c := &call{}
 	if len(p.Allow) > 0 {
+		var err error
 		if c.proxy, err = NewProxy(p.Allow); err != nil {
-			return nil, err
+			return w, nil, err
 		}
 		if c.proxyDir, err = os.MkdirTemp("", "noeta-egress-"); err != nil {
-			return nil, fmt.Errorf("sandbox: egress socket: %w", err)
+			return w, nil, fmt.Errorf("sandbox: egress socket: %w", err)
 		}
 		w.Proxy = filepath.Join(c.proxyDir, "egress.sock")
 		if c.proxyLn, err = net.Listen("unix", w.Proxy); err != nil {
 			_ = os.RemoveAll(c.proxyDir)
-			return nil, fmt.Errorf("sandbox: egress socket: %w", err)
+			return w, nil, fmt.Errorf("sandbox: egress socket: %w", err)
 		}
 		c.proxyDone = make(chan struct{})
 		go func() {
@@ -287,44 +350,20 @@ func (s *Sandbox) Command(ctx context.Context, p Policy, spec Spec) (*Cmd, error
 			_ = c.proxy.Serve(c.proxyLn)
 		}()
 	}
+	return w, c, nil
+}
+
+// encodeSpec is the helper's spec as sent, refused over the size the
+// helper reads.
+func encodeSpec(w sandboxinit.Wire) ([]byte, error) {
 	body, err := json.Marshal(w)
 	if err != nil {
-		c.stopProxy()
 		return nil, err
 	}
 	if len(body) > sandboxinit.MaxWire {
-		c.stopProxy()
 		return nil, fmt.Errorf("sandbox: the process's spec is %d bytes, over %d", len(body), sandboxinit.MaxWire)
 	}
-	specR, specW, err := os.Pipe()
-	if err != nil {
-		c.stopProxy()
-		return nil, err
-	}
-	// The spec is written whole before the start: a pipe holds 64 KiB
-	// without a reader, more would block here, so a bigger spec is written
-	// by a goroutine that ends when the helper has read it or died.
-	if len(body) <= 32<<10 {
-		_, _ = specW.Write(body)
-		_ = specW.Close()
-	} else {
-		go func() {
-			_, _ = specW.Write(body)
-			_ = specW.Close()
-		}()
-	}
-	c.specR = specR
-	if c.status, c.statusW, err = os.Pipe(); err != nil {
-		_ = specR.Close()
-		c.stopProxy()
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, s.exe)
-	cmd.Args, cmd.Dir, cmd.Env = []string{sandboxinit.Name}, "/", []string{}
-	cmd.ExtraFiles = []*os.File{specR, c.statusW}
-	cmd.SysProcAttr = initProcAttr()
-	c.Cmd = cmd
-	return c, nil
+	return body, nil
 }
 
 // realPath resolves path's links; a path that does not resolve (missing)
@@ -381,26 +420,34 @@ func plainCommand(ctx context.Context, spec Spec) *Cmd {
 // report. Call it once the process has been waited for (or failed to
 // start); later calls return the same report.
 func (c *Cmd) Finish() Report {
+	if c.plain {
+		return Report{}
+	}
+	_ = c.specChild.Close()
+	_ = c.statusW.Close()
+	return c.call.done()
+}
+
+// done reads the status the helper left, stops the proxy and makes the
+// report, once; the status pipe's writers must all be closed.
+func (c *call) done() Report {
 	c.finish.Do(func() {
-		if c.plain {
-			return
+		if c.status != nil {
+			sc := bufio.NewScanner(io.LimitReader(c.status, sandboxinit.MaxStatus))
+			for sc.Scan() {
+				var st sandboxinit.Status
+				if json.Unmarshal(sc.Bytes(), &st) != nil {
+					continue
+				}
+				if st.Error != "" && c.report.SetupError == "" {
+					c.report.SetupError = st.Error
+				}
+				if st.Limit != "" && c.report.Limit == "" {
+					c.report.Limit = st.Limit
+				}
+			}
+			_ = c.status.Close()
 		}
-		_ = c.specR.Close()
-		_ = c.statusW.Close()
-		sc := bufio.NewScanner(io.LimitReader(c.status, sandboxinit.MaxStatus))
-		for sc.Scan() {
-			var st sandboxinit.Status
-			if json.Unmarshal(sc.Bytes(), &st) != nil {
-				continue
-			}
-			if st.Error != "" && c.report.SetupError == "" {
-				c.report.SetupError = st.Error
-			}
-			if st.Limit != "" && c.report.Limit == "" {
-				c.report.Limit = st.Limit
-			}
-		}
-		_ = c.status.Close()
 		c.stopProxy()
 		if c.proxy != nil {
 			c.report.Egress = c.proxy.Summary()
@@ -409,7 +456,7 @@ func (c *Cmd) Finish() Report {
 	return c.report
 }
 
-func (c *Cmd) stopProxy() {
+func (c *call) stopProxy() {
 	if c.proxy == nil {
 		return
 	}

@@ -48,3 +48,33 @@ func (s *Scoped) Command(ctx context.Context, scope string, spec Spec) (*Cmd, er
 	}
 	return s.Sandbox.Command(ctx, s.Policy(scope), spec)
 }
+
+// Start starts spec under the policy of scope, on a helper started ahead
+// (Sandbox.Start); it fails, naming what is missing, when the sandbox is
+// unavailable.
+func (s *Scoped) Start(ctx context.Context, scope string, spec Spec, stdio Stdio) (*Process, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: no sandbox", ErrUnavailable)
+	}
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return nil, fmt.Errorf("sandbox: no program to run")
+	}
+	if s.Unconfined[scope] {
+		return startPlain(ctx, spec, stdio)
+	}
+	if s.Sandbox == nil {
+		if s.Err != nil {
+			return nil, s.Err
+		}
+		return nil, fmt.Errorf("%w: no sandbox", ErrUnavailable)
+	}
+	return s.Sandbox.Start(ctx, s.Policy(scope), spec, stdio)
+}
+
+// Close ends the sandbox's helper waiting for the next call.
+func (s *Scoped) Close() error {
+	if s == nil {
+		return nil
+	}
+	return s.Sandbox.Close()
+}
