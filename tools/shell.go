@@ -130,7 +130,7 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 		return Result{}, fmt.Errorf("%s: %w", tool, err)
 	}
 	var (
-		wait func() (*os.ProcessState, error)
+		wait func() (exitState, error)
 		kill func() error // the whole tree, once the shell exited
 	)
 	var confined *sandbox.Process
@@ -150,7 +150,8 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 			return Failf("%s: refused: %v", tool, err), nil
 		}
 		defer confined.Finish()
-		wait, kill = confined.Wait, confined.Kill
+		wait = func() (exitState, error) { return confined.Wait() }
+		kill = confined.Kill
 	} else {
 		cmd := exec.CommandContext(runCtx, t.path, "-c", a.Command)
 		cmd.Dir = dir
@@ -179,8 +180,11 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 			}
 			return Result{}, fmt.Errorf("%s: start %s: %w", tool, t.path, err)
 		}
-		wait = func() (*os.ProcessState, error) {
+		wait = func() (exitState, error) {
 			err := cmd.Wait()
+			if cmd.ProcessState == nil {
+				return nil, err
+			}
 			return cmd.ProcessState, err
 		}
 		kill = func() error { return killGroup(cmd.Process.Pid) }
@@ -236,6 +240,15 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 		res.OK, res.Error = false, ps.String()
 	}
 	return res, nil
+}
+
+// exitState is how the shell ended: an *os.ProcessState, or a
+// sandbox.State for a confined one.
+type exitState interface {
+	ExitCode() int
+	Exited() bool
+	Success() bool
+	String() string
 }
 
 // shellDir returns the workspace as an absolute directory.

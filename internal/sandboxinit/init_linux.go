@@ -167,10 +167,20 @@ func Run() {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		fail("make the first process undumpable: %v", err)
 	}
+	null, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		fail("open /dev/null: %v", err)
+	}
 	toolPID, err := startTool(path, w.Argv, env, cwd)
 	if err != nil {
 		fail("exec %s: %v", path, err)
 	}
+	// The tool's standard input, output and error are the tool's alone
+	// now: its output ends when its tree does, not when this process does.
+	for fd := range 3 {
+		_ = unix.Dup3(null, fd, 0)
+	}
+	_ = unix.Close(null)
 	// The first process counts processes and ends the tree past the limit;
 	// the kernel's count, a backstop that holds a bomb even between two
 	// looks, is of the threads of the namespace's user, this process's
@@ -279,6 +289,8 @@ func startTool(path string, argv, env []string, dir string) (int, error) {
 func endTree(code int) {
 	for range 2000 {
 		if err := unix.Kill(-1, unix.SIGKILL); errors.Is(err, unix.ESRCH) {
+			// Nothing of the tool's is left: the engine may go on.
+			report(Status{Exit: &code})
 			break
 		}
 		time.Sleep(time.Millisecond)

@@ -61,6 +61,10 @@ type Status struct {
 	Error string `json:"error,omitempty"`
 	// Limit: the tree was ended for exceeding this limit.
 	Limit string `json:"limit,omitempty"`
+	// Exit: every process of the tree is gone and the helper exits with
+	// this code, the last thing it writes: what it has left to do (its
+	// namespaces' teardown) need not be waited for.
+	Exit *int `json:"exit,omitempty"`
 }
 
 // systemDirs are the program and library directories a tool may read and

@@ -436,14 +436,8 @@ func (c *call) done() Report {
 			sc := bufio.NewScanner(io.LimitReader(c.status, sandboxinit.MaxStatus))
 			for sc.Scan() {
 				var st sandboxinit.Status
-				if json.Unmarshal(sc.Bytes(), &st) != nil {
-					continue
-				}
-				if st.Error != "" && c.report.SetupError == "" {
-					c.report.SetupError = st.Error
-				}
-				if st.Limit != "" && c.report.Limit == "" {
-					c.report.Limit = st.Limit
+				if json.Unmarshal(sc.Bytes(), &st) == nil {
+					c.note(st)
 				}
 			}
 			_ = c.status.Close()
@@ -454,6 +448,16 @@ func (c *call) done() Report {
 		}
 	})
 	return c.report
+}
+
+// note takes what a status line says into the report.
+func (c *call) note(st sandboxinit.Status) {
+	if st.Error != "" && c.report.SetupError == "" {
+		c.report.SetupError = st.Error
+	}
+	if st.Limit != "" && c.report.Limit == "" {
+		c.report.Limit = st.Limit
+	}
 }
 
 func (c *call) stopProxy() {

@@ -1,7 +1,12 @@
 package sandbox
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"io"
+	"strconv"
+	"syscall"
 	"errors"
 	"fmt"
 	"os"
@@ -31,6 +36,42 @@ type Process struct {
 	call *call
 	// plain: an unconfined process (a scope with the sandbox disabled).
 	plain bool
+
+	// The helper's status, read as it comes (read): ended is closed when
+	// it said the tree is gone and with which code (exit), or when the
+	// status ended without saying so.
+	read  chan struct{}
+	ended chan struct{}
+	exit  *int
+}
+
+// State is how a process started by Start ended.
+type State struct {
+	code   int            // -1: ended by a signal
+	signal syscall.Signal // when code is -1
+}
+
+func stateOf(ps *os.ProcessState) State {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return State{code: -1, signal: ws.Signal()}
+	}
+	return State{code: ps.ExitCode()}
+}
+
+// ExitCode is the exit code, or -1 when a signal ended the process.
+func (s State) ExitCode() int { return s.code }
+
+// Exited says whether the process exited (not ended by a signal).
+func (s State) Exited() bool { return s.code >= 0 }
+
+// Success says whether the process exited with code 0.
+func (s State) Success() bool { return s.code == 0 }
+
+func (s State) String() string {
+	if s.code < 0 {
+		return "signal: " + s.signal.String()
+	}
+	return "exit status " + strconv.Itoa(s.code)
 }
 
 // Start starts spec under p, as Command and Cmd.Start would, but on a
@@ -74,8 +115,8 @@ func (s *Sandbox) Start(ctx context.Context, p Policy, spec Spec, stdio Stdio) (
 		err = sendSpec(sp.spec, body, files)
 		_ = sp.spec.Close()
 		if err == nil {
-			c.status = sp.status
-			pr := &Process{sb: s, sp: sp, call: c}
+			pr := &Process{sb: s, sp: sp, call: c, read: make(chan struct{}), ended: make(chan struct{})}
+			go pr.readStatus()
 			go pr.watch(ctx)
 			return pr, nil
 		}
@@ -91,10 +132,44 @@ func (s *Sandbox) Start(ctx context.Context, p Policy, spec Spec, stdio Stdio) (
 // every process of the sandbox.
 func (p *Process) Pid() int { return p.sp.proc.Pid }
 
-// Wait waits for the process to exit.
-func (p *Process) Wait() (*os.ProcessState, error) {
+// Wait waits for the process to end: confined, until its helper said
+// every process of the tree is gone (what is left of the helper, its
+// namespaces' teardown, goes on unwaited for) or exited.
+func (p *Process) Wait() (State, error) {
+	if !p.plain {
+		select {
+		case <-p.ended:
+			if p.exit != nil {
+				return State{code: *p.exit}, nil
+			}
+		case <-p.sp.done:
+		}
+	}
 	<-p.sp.done
-	return p.sp.state, p.sp.waitErr
+	if p.sp.waitErr != nil {
+		return State{code: -1, signal: syscall.SIGKILL}, p.sp.waitErr
+	}
+	return stateOf(p.sp.state), nil
+}
+
+// readStatus reads the helper's status lines until it said the tree is
+// gone or the pipe ended (the helper exited).
+func (p *Process) readStatus() {
+	defer close(p.read)
+	defer close(p.ended)
+	defer p.sp.status.Close()
+	sc := bufio.NewScanner(io.LimitReader(p.sp.status, sandboxinit.MaxStatus))
+	for sc.Scan() {
+		var st sandboxinit.Status
+		if json.Unmarshal(sc.Bytes(), &st) != nil {
+			continue
+		}
+		p.call.note(st)
+		if st.Exit != nil {
+			p.exit = st.Exit
+			return
+		}
+	}
 }
 
 // Kill ends the process and, confined, every process of its sandbox; an
@@ -121,7 +196,7 @@ func (p *Process) Finish() Report {
 	if p.plain {
 		return Report{}
 	}
-	<-p.sp.done
+	<-p.read
 	return p.call.done()
 }
 
@@ -364,6 +439,7 @@ func (sp *spare) discard() {
 	sp.closeFiles()
 }
 
+// closeFiles releases the engine's ends of the helper's pipes.
 func (sp *spare) closeFiles() {
 	for _, f := range []*os.File{sp.spec, sp.status, sp.mounts} {
 		if f != nil {
