@@ -63,6 +63,10 @@ type Sandbox struct {
 	mu     sync.Mutex
 	spare  *spare // the next call's helper, started ahead
 	closed bool
+	// systemPaths are the paths every helper binds whatever the policy
+	// (sandboxinit.SystemPaths), checked before a helper started ahead
+	// takes a call.
+	systemPaths []string
 }
 
 // Support is what the kernel offers, as New found it.
@@ -95,7 +99,7 @@ func New(ctx context.Context, opts Options) (*Sandbox, error) {
 	if opts.ProbeTimeout <= 0 {
 		opts.ProbeTimeout = 10 * time.Second
 	}
-	s := &Sandbox{exe: opts.Executable, support: probeKernel()}
+	s := &Sandbox{exe: opts.Executable, support: probeKernel(), systemPaths: sandboxinit.SystemPaths()}
 	var missing []string
 	if !s.support.UserNamespaces {
 		missing = append(missing, "user namespaces (this process may not create them)")

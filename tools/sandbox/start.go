@@ -292,7 +292,8 @@ type spare struct {
 	waitErr error
 
 	mounts *os.File // the engine's mount table, opened before the start
-	system []fileID // the shared paths, as they were before the start
+	paths  []string // the shared paths it binds
+	system []fileID // and what they were before the start
 }
 
 // take returns a helper for a call: the one started ahead when it is
@@ -342,7 +343,8 @@ func (s *Sandbox) startSpare() *spare {
 		if sp.mounts, err = os.Open("/proc/self/mountinfo"); err != nil {
 			return err
 		}
-		sp.system = identify(sandboxinit.SystemPaths())
+		sp.paths = s.systemPaths
+		sp.system = identify(sp.paths)
 		if specMine, specChild, err = specSocket(); err != nil {
 			return err
 		}
@@ -426,7 +428,7 @@ func (sp *spare) fit() bool {
 		_ = sp.mounts.Close()
 		sp.mounts = nil
 	}
-	return slices.Equal(identify(sandboxinit.SystemPaths()), sp.system)
+	return slices.Equal(identify(sp.paths), sp.system)
 }
 
 // discard ends a helper that will take no call and releases it.
