@@ -13,7 +13,7 @@ import (
 // IPC, UTS and network namespaces. The engine's uid and gid are mapped to 0
 // inside, the only mapping an unprivileged process may write, which gives
 // the first process the capabilities it needs in its namespaces (mount a
-// /proc, bring up its loopback) and none outside them; the second process
+// /proc, bring up its loopback) and none outside them; it
 // drops them all before the tool runs. The first process leads a process
 // group of its own and gets SIGKILL when the engine's thread that started
 // it ends: as the PID namespace's init, its death ends everything in it.
