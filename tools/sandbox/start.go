@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -232,6 +234,12 @@ func startPlain(ctx context.Context, spec Spec, stdio Stdio) (*Process, error) {
 		dir = spec.Cwd
 	}
 	path := spec.Argv[0]
+	if !strings.Contains(path, "/") {
+		// As os/exec would: the engine's PATH.
+		if path, err = exec.LookPath(path); err != nil {
+			return nil, err
+		}
+	}
 	sp := launch(func() (*os.Process, error) {
 		return os.StartProcess(path, spec.Argv, &os.ProcAttr{Dir: dir, Env: spec.Env, Files: files, Sys: plainProcAttr()})
 	}, nil)

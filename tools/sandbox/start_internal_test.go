@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -131,5 +132,37 @@ func TestSpareUnfitWhenASystemFileIsReplaced(t *testing.T) {
 	// And a call still runs, on a new helper.
 	if out, st := shell(t, sb, ws, "echo ok"); !st.Success() || strings.TrimSpace(out) != "ok" {
 		t.Errorf("the call after: %v %q", st, out)
+	}
+}
+
+// A scope the operator left unconfined starts its process outside the
+// sandbox through Start too, and a confined scope's does not: the engine
+// is visible to the first, not to the second.
+func TestScopedStart(t *testing.T) {
+	sb, err := New(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	s := &Scoped{Sandbox: sb, Unconfined: map[string]bool{"loose": true}}
+	ws := t.TempDir()
+	see := "test -d /proc/" + strconv.Itoa(os.Getpid()) + " && echo sees-the-engine || echo blind"
+	for scope, want := range map[string]string{"loose": "sees-the-engine", "tight": "blind"} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, err := s.Start(context.Background(), scope, Spec{Argv: []string{"sh", "-c", see}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: ws}, Stdio{Stdout: w})
+		w.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", scope, err)
+		}
+		out, _ := io.ReadAll(r)
+		r.Close()
+		st, err := pr.Wait()
+		pr.Finish()
+		if err != nil || !st.Success() || strings.TrimSpace(string(out)) != want {
+			t.Errorf("%s: %v %v %q, want %q", scope, st, err, out, want)
+		}
 	}
 }
