@@ -77,10 +77,13 @@ const (
 // vetted, never to the name again, so the answer it checked is the one it
 // uses. It refuses the connection (403) when any address the name resolves to
 // is loopback, unspecified (0.0.0.0/8, ::), link-local (169.254.0.0/16,
-// fe80::/10: the cloud metadata endpoints), multicast, or another known cloud
-// metadata address (fd00:ec2::254, 100.100.100.200). Without this rule a
-// name the operator allowed could be made to resolve to the host's loopback
-// (DNS rebinding) and reach the engine's own ports. The exception is an entry
+// fe80::/10: the cloud metadata endpoints), multicast, another known cloud
+// metadata address (fd00:ec2::254, 100.100.100.200), or an address of one of
+// the host's own interfaces (a server listening on all of them, the
+// embedded NATS among them, answers there as on its loopback). Without this
+// rule a name the operator allowed could be made to resolve to the host
+// (DNS rebinding) and reach the engine's own ports. Other private addresses
+// stay reachable: an allowed internal service lives there. The exception is an entry
 // that names the host as an IP literal or as localhost itself (not
 // *.localhost): the operator asked for that host by address, so a test server
 // on 127.0.0.1 can be allowed on purpose.
@@ -117,6 +120,7 @@ type Proxy struct {
 	maxConns      int
 	lookup        func(ctx context.Context, host string) ([]netip.Addr, error)
 	dial          func(ctx context.Context, network, address string) (net.Conn, error)
+	ownAddrs      func() ([]netip.Addr, error) // the host's interfaces' addresses
 
 	// ctx ends at Close, so that lookups and dials in flight end with it.
 	ctx    context.Context
@@ -162,6 +166,7 @@ func NewProxy(allow []string) (*Proxy, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		},
 		dial:      (&net.Dialer{}).DialContext,
+		ownAddrs:  interfaceAddrs,
 		ctx:       ctx,
 		cancel:    cancel,
 		listeners: make(map[net.Listener]struct{}),
@@ -424,8 +429,18 @@ func (p *Proxy) connect(dest target) (up net.Conn, st *stat, code int, msg strin
 		}
 	}
 	if !exempt {
+		own, err := p.ownAddrs()
+		if err != nil {
+			// Blind to the host's addresses, it cannot vet: refused.
+			p.record(dest, false, "the host's addresses unknown")
+			return nil, nil, http.StatusForbidden, "the sandbox's egress proxy could not list the host's addresses: " + err.Error()
+		}
 		for _, a := range addrs {
-			if kind := forbidden(a); kind != "" {
+			kind := forbidden(a)
+			if kind == "" && slices.Contains(own, a.Unmap().WithZone("")) {
+				kind = "the host's own"
+			}
+			if kind != "" {
 				why := fmt.Sprintf("resolves to %s address (%s)", kind, a)
 				p.record(dest, false, why)
 				return nil, nil, http.StatusForbidden,
@@ -478,6 +493,21 @@ func (p *Proxy) match(dest target) (ok, exempt bool) {
 		ok = true
 	}
 	return ok, false
+}
+
+// interfaceAddrs lists the addresses of the host's interfaces.
+func interfaceAddrs() ([]netip.Addr, error) {
+	ifas, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(ifas))
+	for _, ifa := range ifas {
+		if pfx, err := netip.ParsePrefix(ifa.String()); err == nil {
+			out = append(out, pfx.Addr().Unmap().WithZone(""))
+		}
+	}
+	return out, nil
 }
 
 // Cloud metadata services outside the link-local range.

@@ -567,6 +567,7 @@ func TestResolvedAddressVetting(t *testing.T) {
 		"ll6.test":    {"fe80::1"},
 		"a.localhost": {"127.0.0.1"},
 		"localhost":   {"127.0.0.1"},
+		"self.test":   {"198.51.100.7"},
 	}
 	var allow []string
 	for n := range names {
@@ -575,7 +576,14 @@ func TestResolvedAddressVetting(t *testing.T) {
 		}
 	}
 	allow = append(allow, hostport("*.localhost", port), hostport("127.0.0.1", port))
-	h := startProxy(t, allow, resolver(names))
+	h := startProxy(t, allow, func(p *Proxy) {
+		resolver(names)(p)
+		// The host's own interface address: a server on all interfaces
+		// (the embedded NATS) answers there as on its loopback.
+		p.ownAddrs = func() ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("198.51.100.7")}, nil
+		}
+	})
 
 	tests := []struct {
 		host   string
@@ -591,6 +599,7 @@ func TestResolvedAddressVetting(t *testing.T) {
 		{"mcast.test", 403, "resolves to a multicast address (224.0.0.1)"},
 		{"ll6.test", 403, "resolves to a link-local address (fe80::1)"},
 		{"a.localhost", 403, "resolves to a loopback address (127.0.0.1)"},
+		{"self.test", 403, "resolves to the host's own address (198.51.100.7)"},
 		// Entries that name the host by address are the operator's choice.
 		{"localhost", 200, ""},
 		{"127.0.0.1", 200, ""},
@@ -788,5 +797,24 @@ func TestSummaryFoldsAndReasons(t *testing.T) {
 	}
 	if !slices.IsSortedFunc(sum[:len(sum)-2], func(a, b noeta.Egress) int { return strings.Compare(a.Host, b.Host) }) {
 		t.Error("entries are not sorted by host")
+	}
+}
+
+// The host's addresses the proxy vets against are its interfaces': the
+// loopback among them, and every address the kernel lists.
+func TestInterfaceAddrs(t *testing.T) {
+	own, err := interfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(own, netip.MustParseAddr("127.0.0.1")) {
+		t.Errorf("the host's addresses %v lack the loopback", own)
+	}
+	ifas, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(own) != len(ifas) {
+		t.Errorf("%d addresses, the kernel lists %d: %v", len(own), len(ifas), ifas)
 	}
 }

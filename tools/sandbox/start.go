@@ -299,7 +299,10 @@ type spare struct {
 	// waitErr is what reaping it returned.
 	waitErr error
 
-	mounts *os.File // the engine's mount table, opened before the start
+	// mounts is the engine's mount table, opened before the start: a raw
+	// descriptor, never on the runtime's poller, whose epoll would take the
+	// change event before fit looks.
+	mounts int
 	paths  []string // the shared paths it binds
 	system []fileID // and what they were before the start
 }
@@ -348,8 +351,9 @@ func (s *Sandbox) startSpare() *spare {
 		// Opened before the start: a mount made or taken away after this
 		// is seen at the take (the file's priority event), and so is one
 		// between this and the start, needlessly but safely.
-		if sp.mounts, err = os.Open("/proc/self/mountinfo"); err != nil {
-			return err
+		if sp.mounts, err = unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			sp.mounts = -1
+			return fmt.Errorf("sandbox: the engine's mount table: %w", err)
 		}
 		sp.paths = s.systemPaths
 		sp.system = identify(sp.paths)
@@ -390,7 +394,7 @@ func (s *Sandbox) startSpare() *spare {
 // locked it) and kill the process with it. around, when set, runs before
 // the start (started false; an error fails it) and after (started true).
 func launch(start func() (*os.Process, error), around func(sp *spare, started bool) error) *spare {
-	sp := &spare{ready: make(chan struct{}), done: make(chan struct{})}
+	sp := &spare{ready: make(chan struct{}), done: make(chan struct{}), mounts: -1}
 	go func() {
 		defer close(sp.done)
 		runtime.LockOSThread()
@@ -425,16 +429,17 @@ func (sp *spare) fit() bool {
 		return false
 	default:
 	}
-	if sp.mounts != nil {
-		// The mount table's priority event: a mount made or taken away
-		// in the engine's namespace since the file was opened.
-		fds := []unix.PollFd{{Fd: int32(sp.mounts.Fd()), Events: unix.POLLPRI}}
-		n, err := unix.Poll(fds, 0)
-		if err != nil || n > 0 && fds[0].Revents&(unix.POLLPRI|unix.POLLERR) != 0 {
-			return false
-		}
-		_ = sp.mounts.Close()
-		sp.mounts = nil
+	if sp.mounts < 0 {
+		return false // fit is asked once; without the table, not fit
+	}
+	// The mount table's priority event: a mount made or taken away in the
+	// engine's namespace since the file was opened.
+	fds := []unix.PollFd{{Fd: int32(sp.mounts), Events: unix.POLLPRI}}
+	n, err := unix.Poll(fds, 0)
+	_ = unix.Close(sp.mounts)
+	sp.mounts = -1
+	if err != nil || n > 0 && fds[0].Revents&(unix.POLLPRI|unix.POLLERR) != 0 {
+		return false
 	}
 	return slices.Equal(identify(sp.paths), sp.system)
 }
@@ -451,10 +456,14 @@ func (sp *spare) discard() {
 
 // closeFiles releases the engine's ends of the helper's pipes.
 func (sp *spare) closeFiles() {
-	for _, f := range []*os.File{sp.spec, sp.status, sp.mounts} {
+	for _, f := range []*os.File{sp.spec, sp.status} {
 		if f != nil {
 			_ = f.Close()
 		}
+	}
+	if sp.mounts >= 0 {
+		_ = unix.Close(sp.mounts)
+		sp.mounts = -1
 	}
 }
 
