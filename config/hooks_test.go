@@ -229,28 +229,6 @@ func TestHooksValidate(t *testing.T) {
 	}
 }
 
-// TestResolveHeaders: env:NAME values are read from the environment once;
-// a missing variable, or one holding a line break (a header injection), is
-// an error naming the header and the variable and never the value.
-func TestResolveHeaders(t *testing.T) {
-	env := map[string]string{"TOKEN": "Bearer s3cret", "BAD": "x\r\nX-Evil: 1"}
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	n := NotificationHook{Headers: map[string]string{"Authorization": "env:TOKEN", "X-Team": "sre"}}
-	got, err := n.ResolveHeaders(lookup)
-	if err != nil || !reflect.DeepEqual(got, map[string]string{"Authorization": "Bearer s3cret", "X-Team": "sre"}) {
-		t.Fatalf("ResolveHeaders: %v, %v", got, err)
-	}
-	for _, c := range []struct{ header, want string }{
-		{"env:MISSING", "header X-A: environment variable MISSING is not set"},
-		{"env:BAD", "header X-A: environment variable BAD holds a control character"},
-	} {
-		_, err := NotificationHook{Headers: map[string]string{"X-A": c.header}}.ResolveHeaders(lookup)
-		if err == nil || err.Error() != c.want {
-			t.Errorf("ResolveHeaders(%s): %v, want %q", c.header, err, c.want)
-		}
-	}
-}
-
 // TestHookURLErrorHidesTheURL: a webhook URL that does not parse is
 // refused saying why, without quoting it (its path or query may be the
 // hook's credential). Before, the error quoted url.Parse's message, which

@@ -53,7 +53,7 @@ type MCPServer struct {
 	// Env is added to the command's environment, which otherwise has only
 	// the engine's HOME, LOGNAME, PATH, SHELL, TERM, USER, LANG and TMPDIR
 	// (not its API keys). Values may hold ${VAR}, expanded from the
-	// engine's environment when the server starts ([MCPServer.ExpandEnv]);
+	// engine's environment when the server starts (package tools/mcp);
 	// they are never printed.
 	Env map[string]string
 	// Cwd is the command's working directory; the engine's when empty, and
@@ -62,7 +62,7 @@ type MCPServer struct {
 	// URL is the endpoint of a streamable HTTP server.
 	URL string
 	// Headers are sent with every request to URL, ${VAR} expanded like Env
-	// ([MCPServer.ExpandHeaders]); they are never printed.
+	// when the server starts; they are never printed.
 	Headers map[string]string
 	// TimeoutSeconds bounds one call.
 	TimeoutSeconds int
@@ -97,49 +97,9 @@ type MCPTool struct {
 // Stdio reports a server the engine starts as a command.
 func (s MCPServer) Stdio() bool { return len(s.Command) > 0 }
 
-// ExpandEnv returns Env with each ${VAR} replaced by lookup(VAR). A
-// variable lookup does not have is an error naming the key and the
-// variable, never the value: a server must not start with half a secret.
-func (s MCPServer) ExpandEnv(lookup func(string) (string, bool)) (map[string]string, error) {
-	return expandAll(s.Name, "env", s.Env, lookup)
-}
-
-// ExpandHeaders is [MCPServer.ExpandEnv] for Headers.
-func (s MCPServer) ExpandHeaders(lookup func(string) (string, bool)) (map[string]string, error) {
-	return expandAll(s.Name, "headers", s.Headers, lookup)
-}
-
-func expandAll(server, field string, m map[string]string, lookup func(string) (string, bool)) (map[string]string, error) {
-	out := make(map[string]string, len(m))
-	for _, k := range sortedKeys(m) {
-		v, err := expandVars(m[k], lookup)
-		if err != nil {
-			return nil, fmt.Errorf("mcp server %q: %s.%s: %w", server, field, k, err)
-		}
-		out[k] = v
-	}
-	return out, nil
-}
-
-// varRef is one ${VAR}; validated at decode time, so expansion meets only
-// well-formed references.
+// varRef is one ${VAR}; validated at decode time, so the expansion when a
+// server starts (package tools/mcp) meets only well-formed references.
 var varRef = regexp.MustCompile(`\$\{([^}]*)\}`)
-
-func expandVars(v string, lookup func(string) (string, bool)) (string, error) {
-	var err error
-	out := varRef.ReplaceAllStringFunc(v, func(ref string) string {
-		name := ref[2 : len(ref)-1]
-		val, ok := lookup(name)
-		if !ok && err == nil {
-			err = fmt.Errorf("environment variable %s is not set", name)
-		}
-		return val
-	})
-	if err != nil {
-		return "", err
-	}
-	return out, nil
-}
 
 // checkVars reports a value whose ${...} references are not all variable
 // names, or that has a '$' followed by '{' without a closing '}'. The value

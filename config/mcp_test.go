@@ -108,30 +108,6 @@ func TestParseMCPServersBad(t *testing.T) {
 	}
 }
 
-// TestMCPExpand: ${VAR} in env and headers is expanded when the server
-// starts; a variable that is not set is an error naming the key and the
-// variable, never the rest of the value.
-func TestMCPExpand(t *testing.T) {
-	t.Parallel()
-	s := MCPServer{Name: "issues", Headers: map[string]string{"Authorization": "Bearer ${TOKEN}", "X-Plain": "a$b"},
-		Env: map[string]string{"A": "${HOME_DIR}/x ${HOME_DIR}"}}
-	env := map[string]string{"TOKEN": "t0k", "HOME_DIR": "/h"}
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	h, err := s.ExpandHeaders(lookup)
-	if err != nil || !reflect.DeepEqual(h, map[string]string{"Authorization": "Bearer t0k", "X-Plain": "a$b"}) {
-		t.Errorf("ExpandHeaders = %v, %v", h, err)
-	}
-	e, err := s.ExpandEnv(lookup)
-	if err != nil || e["A"] != "/h/x /h" {
-		t.Errorf("ExpandEnv = %v, %v", e, err)
-	}
-	delete(env, "TOKEN")
-	_, err = s.ExpandHeaders(lookup)
-	if err == nil || err.Error() != `mcp server "issues": headers.Authorization: environment variable TOKEN is not set` {
-		t.Errorf("unset variable: %v", err)
-	}
-}
-
 // TestCheckToolsMCP: agents' tools and rules' patterns under
 // mcp__<server>__ are accepted for a configured server, though its tools
 // are only known at run time, and refused naming the server otherwise.

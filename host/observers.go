@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta/observers"
+	"github.com/noeta-go/noeta/observers/configured"
 	"github.com/noeta-go/noeta/observers/telemetry"
 )
 
@@ -54,82 +55,82 @@ func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 	if err := h.checkSkipped(); err != nil {
 		return nil, err
 	}
-	var obs []observers.Observer
-	if ac := oc.Audit; ac != nil && !o.Skip.Audit {
-		if ac.Stdout && o.Verb != "" {
-			return nil, h.configErr("observers.audit.stdout",
-				fmt.Sprintf("engine %s prints its own output on stdout, which the audit records would be mixed into; write them to a file or a subject", o.Verb))
-		}
-		stdout := o.Stdout
-		if stdout == nil {
-			stdout = os.Stdout
-		}
-		a, field, err := observers.NewAuditFromConfig(*ac, observers.AuditDeps{
-			Stdout: stdout, Publisher: h.nc, SyncEvery: time.Second, Log: h.log, Logger: h.logger,
-			// In process, the audit sees only what this process commits.
-			PartialFeed: true,
-		})
-		if err != nil {
-			return nil, h.configErr(field, err.Error())
-		}
-		s.audit = a
-		obs = append(obs, a)
+	stdout := o.Stdout
+	if stdout == nil {
+		stdout = os.Stdout
 	}
-	if hc := cfg.Hooks; !o.Skip.Hooks && !hc.Empty() {
-		hk, err := observers.NewHooksFromConfig(hc, h.hooksConfig())
-		if err != nil {
-			return nil, h.configErr("hooks", err.Error())
-		}
-		registerHookMetrics(h.reg, hk)
-		s.hooks = hk
-		obs = append(obs, hk)
-	}
-	if (oc.Metrics != nil || o.ServesHTTP) && !o.Skip.Metrics {
+	opts := configured.Options{
+		Logger: h.logger, Log: h.log, Stdout: stdout, Publisher: h.nc, AuditSyncEvery: time.Second,
+		// In process, the audit sees only what this process commits.
+		PartialFeed: true,
 		// In process, the metrics see only what this process commits: the
 		// agent of a task submitted elsewhere is read from its log.
-		m, err := telemetry.NewMetrics(telemetry.MetricsConfig{Registry: h.reg, Logger: h.logger, Log: h.log})
-		if err != nil {
-			return nil, err
+		Registry:  h.reg,
+		Workspace: o.Workspace, LookupEnv: o.LookupEnv,
+	}
+	var obs []observers.Observer
+	for _, name := range configured.Names {
+		if h.skips(name) {
+			continue
 		}
-		s.metrics = m
-		obs = append(obs, m)
-		if oc.Metrics != nil {
-			if err := s.listen(h, "observers.metrics.listen", oc.Metrics.Listen, h.metricsHandler()); err != nil {
-				return nil, err
+		switch name {
+		case configured.Metrics:
+			// Served on the host's HTTP listener even when not configured.
+			if oc.Metrics == nil && !o.ServesHTTP {
+				continue
+			}
+		case configured.Audit:
+			if oc.Audit != nil && oc.Audit.Stdout && o.Verb != "" {
+				return nil, h.configErr("observers.audit.stdout",
+					fmt.Sprintf("engine %s prints its own output on stdout, which the audit records would be mixed into; write them to a file or a subject", o.Verb))
+			}
+			fallthrough
+		default:
+			if !configured.In(cfg, name) {
+				continue
 			}
 		}
-	}
-	if tc := oc.Trace; tc != nil && !o.Skip.Trace {
-		exp, err := telemetry.NewOTLPExporter(ctx, telemetry.OTLPConfig{Protocol: tc.Protocol, Endpoint: tc.Endpoint, Insecure: tc.Insecure})
-		if err != nil {
-			return nil, h.configErr("observers.trace", err.Error())
-		}
-		t, err := telemetry.NewTrace(telemetry.TraceConfig{Exporter: exp, Log: h.log, Logger: h.logger})
-		if err != nil {
-			_ = exp.Shutdown(ctx)
-			return nil, h.configErr("observers.trace", err.Error())
-		}
-		s.trace = t
-		obs = append(obs, t)
-	}
-	if fc := oc.Fanout; fc != nil && !o.Skip.Fanout {
-		if fc.Listen == "" && !o.ServesHTTP {
+		if fc := oc.Fanout; name == configured.Fanout && fc.Listen == "" && !o.ServesHTTP {
 			what := "this process"
 			if o.Verb != "" {
 				what = "engine " + o.Verb
 			}
 			return nil, h.configErr("observers.fanout", what+" serves no HTTP for its live stream: give it a listener of its own (listen: HOST:PORT), or run it in engine serve --http")
 		}
-		s.fanout = observers.NewFanout(observers.FanoutConfig{Logger: h.logger})
-		obs = append(obs, s.fanout)
-		if fc.Listen != "" {
-			if !loopback(fc.Listen) {
-				// Its own listener has no TLS: records and tokens would
-				// cross the network in clear.
-				return nil, h.configErr("observers.fanout.listen", fmt.Sprintf("%q listens beyond loopback over plain HTTP; listen on 127.0.0.1, or serve the fanout on engine serve --http (fanout: {}), which takes --http-tls-cert and --http-tls-key or --behind-tls-proxy", fc.Listen))
+		ob, err := configured.New(ctx, cfg, name, opts)
+		if err != nil {
+			if ce, ok := errors.AsType[*configured.Error](err); ok {
+				return nil, h.configErr(ce.Field, ce.Err.Error())
 			}
-			if err := s.listen(h, "observers.fanout.listen", fc.Listen, h.streams(s.fanout.SSEHandler(h.log))); err != nil {
-				return nil, err
+			return nil, err
+		}
+		obs = append(obs, ob)
+		switch ob := ob.(type) {
+		case *observers.Audit:
+			s.audit = ob
+		case *observers.Hooks:
+			registerHookMetrics(h.reg, ob)
+			s.hooks = ob
+		case *telemetry.Metrics:
+			s.metrics = ob
+			if oc.Metrics != nil {
+				if err := s.listen(h, "observers.metrics.listen", oc.Metrics.Listen, h.metricsHandler()); err != nil {
+					return nil, err
+				}
+			}
+		case *telemetry.Trace:
+			s.trace = ob
+		case *observers.Fanout:
+			s.fanout = ob
+			if fc := oc.Fanout; fc.Listen != "" {
+				if !loopback(fc.Listen) {
+					// Its own listener has no TLS: records and tokens would
+					// cross the network in clear.
+					return nil, h.configErr("observers.fanout.listen", fmt.Sprintf("%q listens beyond loopback over plain HTTP; listen on 127.0.0.1, or serve the fanout on engine serve --http (fanout: {}), which takes --http-tls-cert and --http-tls-key or --behind-tls-proxy", fc.Listen))
+				}
+				if err := s.listen(h, "observers.fanout.listen", fc.Listen, h.streams(ob.SSEHandler(h.log))); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -162,6 +163,25 @@ func (s *observerSet) listen(h *Host, field, addr string, handler http.Handler) 
 	return nil
 }
 
+// skips reports whether this process leaves the observer name to
+// observer-workers (Options.Skip).
+func (h *Host) skips(name string) bool {
+	sk := h.opts.Skip
+	switch name {
+	case configured.Audit:
+		return sk.Audit
+	case configured.Hooks:
+		return sk.Hooks
+	case configured.Metrics:
+		return sk.Metrics
+	case configured.Trace:
+		return sk.Trace
+	case configured.Fanout:
+		return sk.Fanout
+	}
+	return false
+}
+
 // checkSkipped refuses to leave a configured observer to other processes on
 // the embedded default, where none can connect: it would silently never
 // run.
@@ -170,19 +190,9 @@ func (h *Host) checkSkipped() error {
 	if !o.embedded() {
 		return nil
 	}
-	oc := o.Config.Observers
-	for _, c := range []struct {
-		skip, set bool
-		field     string
-	}{
-		{o.Skip.Hooks, !o.Config.Hooks.Empty(), "hooks"},
-		{o.Skip.Audit, oc.Audit != nil, "observers.audit"},
-		{o.Skip.Metrics, oc.Metrics != nil, "observers.metrics"},
-		{o.Skip.Trace, oc.Trace != nil, "observers.trace"},
-		{o.Skip.Fanout, oc.Fanout != nil, "observers.fanout"},
-	} {
-		if c.skip && c.set {
-			return h.configErr(c.field, "configured, but nothing would run it: this process was told to leave it to observer-workers, and none can connect to the embedded server; run it here or use a NATS cluster (--nats)")
+	for _, name := range []string{configured.Hooks, configured.Audit, configured.Metrics, configured.Trace, configured.Fanout} {
+		if h.skips(name) && configured.In(o.Config, name) {
+			return h.configErr(configured.Field(name), "configured, but nothing would run it: this process was told to leave it to observer-workers, and none can connect to the embedded server; run it here or use a NATS cluster (--nats)")
 		}
 	}
 	return nil

@@ -135,7 +135,7 @@ func buildRegistry(ctx context.Context, cfg *config.File, extra []tools.Tool, so
 			if sb != nil {
 				opts.Sandbox, opts.Workspace = sb, workspace
 			}
-			src := mcp.New(cfg.MCPServers[n], opts)
+			src := mcp.New(mcpServer(cfg.MCPServers[n]), opts)
 			srcs = append(srcs, src)
 			ts, err := src.Tools(ctx)
 			if err != nil {
@@ -197,3 +197,19 @@ func refreshTools(ctx context.Context, reg *tools.Registry, srcs map[string]*mcp
 
 // mcpCloseWait bounds how long the MCP servers have to stop.
 const mcpCloseWait = 10 * time.Second
+
+// mcpServer converts an mcp_servers: entry to the source's [mcp.Server].
+// Its sandbox: is the host's to apply (mcpScope), not the source's.
+func mcpServer(s config.MCPServer) mcp.Server {
+	out := mcp.Server{
+		Name: s.Name, Command: s.Command, Env: s.Env, Cwd: s.Cwd, URL: s.URL, Headers: s.Headers,
+		TimeoutSeconds: s.TimeoutSeconds, TrustAnnotations: s.TrustAnnotations,
+	}
+	if s.Tools != nil {
+		out.Tools = make(map[string]mcp.ToolOverride, len(s.Tools))
+		for name, t := range s.Tools {
+			out.Tools[name] = mcp.ToolOverride{Risk: t.Risk, Edits: t.Edits, TimeoutSeconds: t.TimeoutSeconds}
+		}
+	}
+	return out
+}

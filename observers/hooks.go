@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/internal/glob"
+	"github.com/noeta-go/noeta/internal/hookspec"
 )
 
 // Defaults and limits of the hooks observer.
@@ -50,16 +50,37 @@ const (
 	hookPipeGrace = time.Second
 )
 
-// HooksObserverConfig configures [NewHooks]. The hooks are package config's
-// (the hooks: section of noeta.yaml, or built in Go), checked by
-// config.Hooks.Validate. A PostToolUse hook runs after every ToolCallFinished
+// ToolHook is a PostToolUse hook: a command run after every
+// ToolCallFinished of a tool its MatchTool matches. It is the type the
+// hooks: section of noeta.yaml decodes into, so both are checked by the same
+// rules (package internal/hookspec).
+type ToolHook = hookspec.ToolHook
+
+// NotificationHook is a Notification hook: a command or a webhook run on
+// the events its On names (NotifyOnApproval, …). See [ToolHook].
+type NotificationHook = hookspec.NotificationHook
+
+// The events a [NotificationHook] runs on.
+const (
+	NotifyOnApproval = hookspec.OnApproval
+	NotifyOnQuestion = hookspec.OnQuestion
+	NotifyOnParked   = hookspec.OnParked
+	NotifyOnFailed   = hookspec.OnFailed
+)
+
+// DefaultHookTimeout bounds a hook's run when its Timeout is 0.
+const DefaultHookTimeout = hookspec.DefaultTimeout
+
+// HooksObserverConfig configures [NewHooks]. NewHooks checks the hooks
+// (an error names the field as noeta.yaml writes it,
+// hooks.notification[0].url). A PostToolUse hook runs after every ToolCallFinished
 // whose tool matches its MatchTool, a glob read exactly as rules' match_tool
 // is; a Notification hook runs on the events its On names: approval (an
 // ApprovalRequested), question (a yield_for_human suspend), parked (the park
 // suspend), failed (a TaskFailed).
 type HooksObserverConfig struct {
-	PostToolUse  []config.ToolHook
-	Notification []config.NotificationHook
+	PostToolUse  []ToolHook
+	Notification []NotificationHook
 	// QueueSize bounds the runs waiting for a worker
 	// (DefaultHooksQueueSize); a run that finds the queue full is dropped
 	// and counted.
@@ -146,13 +167,13 @@ type Hooks struct {
 
 // notifyHook is a Notification hook with its headers resolved.
 type notifyHook struct {
-	config.NotificationHook
+	NotificationHook
 	headers map[string]string
 }
 
 // postHook is a PostToolUse hook with its pattern compiled.
 type postHook struct {
-	config.ToolHook
+	ToolHook
 	match glob.Pattern
 }
 
@@ -185,14 +206,14 @@ func NewHooks(cfg HooksObserverConfig) (*Hooks, error) {
 		cfg.Logger = slog.Default()
 	}
 	var errs []error
-	if err := (config.Hooks{PostToolUse: cfg.PostToolUse, Notification: cfg.Notification}).Validate(); err != nil {
+	if err := hookspec.Validate(cfg.PostToolUse, cfg.Notification); err != nil {
 		errs = append(errs, err)
 	}
 	post := make([]postHook, len(cfg.PostToolUse))
 	for i, s := range cfg.PostToolUse {
 		s.Command = slices.Clone(s.Command)
 		if s.Timeout == 0 {
-			s.Timeout = config.DefaultHookTimeout
+			s.Timeout = DefaultHookTimeout
 		}
 		post[i] = postHook{ToolHook: s, match: glob.Compile(s.MatchTool)}
 	}
@@ -207,7 +228,7 @@ func NewHooks(cfg HooksObserverConfig) (*Hooks, error) {
 		s.Command = slices.Clone(s.Command)
 		s.On = slices.Clone(s.On)
 		if s.Timeout == 0 {
-			s.Timeout = config.DefaultHookTimeout
+			s.Timeout = DefaultHookTimeout
 		}
 		headers, err := s.ResolveHeaders(cfg.LookupEnv)
 		if err != nil {
@@ -350,7 +371,7 @@ func notificationOf(env eventlog.Envelope) (string, *Notification, error) {
 		if err := json.Unmarshal(env.Payload, &p); err != nil {
 			return bad(err)
 		}
-		n.Event, n.Handle, n.Tool, n.CallID, n.Guard, n.Reason = config.HookOnApproval, p.Handle, p.Tool, p.CallID, p.Guard, p.Reason
+		n.Event, n.Handle, n.Tool, n.CallID, n.Guard, n.Reason = NotifyOnApproval, p.Handle, p.Tool, p.CallID, p.Guard, p.Reason
 		n.Action, n.ChildAgent = string(p.Action), p.Agent
 		n.Args, n.ArgsCut = cutNoticeArgs(p.Args)
 		n.ArgsCut = n.ArgsCut || p.ArgsRef != nil
@@ -362,9 +383,9 @@ func notificationOf(env eventlog.Envelope) (string, *Notification, error) {
 		head, rest, _ := strings.Cut(p.Reason, ":")
 		switch head {
 		case questionReason:
-			n.Event, n.Question = config.HookOnQuestion, strings.TrimSpace(rest)
+			n.Event, n.Question = NotifyOnQuestion, strings.TrimSpace(rest)
 		case parkedReason:
-			n.Event, n.Reason = config.HookOnParked, strings.TrimSpace(rest)
+			n.Event, n.Reason = NotifyOnParked, strings.TrimSpace(rest)
 		default:
 			return "", nil, nil
 		}
@@ -374,7 +395,7 @@ func notificationOf(env eventlog.Envelope) (string, *Notification, error) {
 		if err := json.Unmarshal(env.Payload, &p); err != nil {
 			return bad(err)
 		}
-		n.Event, n.Error, n.Guard = config.HookOnFailed, p.Error, p.Guard
+		n.Event, n.Error, n.Guard = NotifyOnFailed, p.Error, p.Guard
 	default:
 		return "", nil, nil
 	}

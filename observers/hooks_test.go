@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
 )
 
@@ -181,7 +180,7 @@ func TestHooksPostToolUse(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "env.sh", envScript)
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []config.ToolHook{{MatchTool: "ec*", Command: append(cmd, "post")}},
+		PostToolUse: []ToolHook{{MatchTool: "ec*", Command: append(cmd, "post")}},
 		Workspace:   ws,
 		Env:         []string{"EXTRA=given"},
 	})
@@ -236,7 +235,7 @@ func TestHooksGlobMatching(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "log.sh", `echo "$1 $NOETA_TOOL" >> runs.log`+"\n")
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []config.ToolHook{
+		PostToolUse: []ToolHook{
 			{MatchTool: "*", Command: append(cmd, "all")},
 			{MatchTool: "read_*", Command: append(cmd, "reads")},
 			{MatchTool: "?cho", Command: append(cmd, "echoes")},
@@ -275,7 +274,7 @@ func TestHooksNotificationOnApproval(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "env.sh", envScript)
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		Notification: []config.NotificationHook{{On: []string{config.HookOnApproval}, Command: append(cmd, "page"), Timeout: 5 * time.Second}},
+		Notification: []NotificationHook{{On: []string{NotifyOnApproval}, Command: append(cmd, "page"), Timeout: 5 * time.Second}},
 		Workspace:    ws,
 	})
 	hx := newHarness(t)
@@ -310,7 +309,7 @@ func TestHooksTimeoutKillsTheProcessGroup(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "hang.sh", "echo $$ > pgid\nsleep 30 &\nsleep 30\nwait\n")
 	h, logs := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []config.ToolHook{{MatchTool: "*", Command: cmd, Timeout: 300 * time.Millisecond}},
+		PostToolUse: []ToolHook{{MatchTool: "*", Command: cmd, Timeout: 300 * time.Millisecond}},
 		Workspace:   ws,
 	})
 	start := time.Now()
@@ -336,7 +335,7 @@ func TestHooksFailureAndOutput(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "fail.sh", "echo $$ > pgid\nsleep 30 &\nhead -c 10000 /dev/zero | tr '\\0' x\necho oops >&2\nexit 3\n")
 	h, logs := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []config.ToolHook{{MatchTool: "*", Command: cmd}, {MatchTool: "*", Command: []string{"./missing-program"}}},
+		PostToolUse: []ToolHook{{MatchTool: "*", Command: cmd}, {MatchTool: "*", Command: []string{"./missing-program"}}},
 		Workspace:   ws,
 	})
 	if err := h.Observe(t.Context(), hookRecord(t, "t1", 3, finished("c1", "echo"))); err != nil {
@@ -365,7 +364,7 @@ func TestHooksFullQueueDrops(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "block.sh", "touch started-$NOETA_SEQ\nwhile [ ! -f release ]; do sleep 0.02; done\n")
 	h, logs := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []config.ToolHook{{MatchTool: "*", Command: cmd, Timeout: 30 * time.Second}},
+		PostToolUse: []ToolHook{{MatchTool: "*", Command: cmd, Timeout: 30 * time.Second}},
 		QueueSize:   1,
 		Workspace:   ws,
 	})
@@ -415,7 +414,7 @@ func TestHooksCloseWaits(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "slow.sh", "sleep 0.3\ntouch done-$NOETA_SEQ\n")
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []config.ToolHook{{MatchTool: "*", Command: cmd}},
+		PostToolUse: []ToolHook{{MatchTool: "*", Command: cmd}},
 		Workspace:   ws,
 	})
 	for seq := uint64(1); seq <= 2; seq++ {
@@ -447,7 +446,7 @@ func TestHooksCloseGivesUp(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "hang.sh", "echo $$ > pgid-$NOETA_SEQ\nsleep 30 &\nsleep 30\n")
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		PostToolUse: []config.ToolHook{{MatchTool: "*", Command: cmd, Timeout: time.Minute}},
+		PostToolUse: []ToolHook{{MatchTool: "*", Command: cmd, Timeout: time.Minute}},
 		Workspace:   ws,
 	})
 	for seq := uint64(1); seq <= 3; seq++ {
@@ -477,8 +476,8 @@ func TestHooksCloseGivesUp(t *testing.T) {
 
 func TestHooksIgnoresOtherRecords(t *testing.T) {
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		PostToolUse:  []config.ToolHook{{MatchTool: "*", Command: []string{"/bin/true"}}},
-		Notification: []config.NotificationHook{{On: []string{config.HookOnApproval}, Command: []string{"/bin/true"}}},
+		PostToolUse:  []ToolHook{{MatchTool: "*", Command: []string{"/bin/true"}}},
+		Notification: []NotificationHook{{On: []string{NotifyOnApproval}, Command: []string{"/bin/true"}}},
 	})
 	for _, p := range []noeta.Payload{
 		noeta.TurnStarted{Turn: 1},
@@ -514,12 +513,12 @@ func TestNewHooksConfig(t *testing.T) {
 		cfg  HooksObserverConfig
 		want string
 	}{
-		{"empty command", HooksObserverConfig{PostToolUse: []config.ToolHook{{MatchTool: "*"}}}, "hooks.post_tool_use[0].command: required"},
-		{"empty program", HooksObserverConfig{Notification: []config.NotificationHook{{On: []string{"approval"}, Command: []string{""}}}}, "hooks.notification[0].command[0]: the program must not be empty"},
-		{"no pattern", HooksObserverConfig{PostToolUse: []config.ToolHook{{Command: []string{"x"}}}}, `hooks.post_tool_use[0].match_tool: required: a glob over tool names ("*" for every tool)`},
-		{"negative timeout", HooksObserverConfig{PostToolUse: []config.ToolHook{{MatchTool: "*", Command: []string{"x"}, Timeout: -1}}}, "hooks.post_tool_use[0].timeout_seconds: must be > 0"},
-		{"over an hour", HooksObserverConfig{PostToolUse: []config.ToolHook{{MatchTool: "*", Command: []string{"x"}, Timeout: 2 * time.Hour}}}, "hooks.post_tool_use[0].timeout_seconds: must be at most 3600"},
-		{"unknown on", HooksObserverConfig{Notification: []config.NotificationHook{{On: []string{"suspend"}, Command: []string{"x"}}}}, `hooks.notification[0].on[0]: must be one of approval, question, parked, failed, not "suspend"`},
+		{"empty command", HooksObserverConfig{PostToolUse: []ToolHook{{MatchTool: "*"}}}, "hooks.post_tool_use[0].command: required"},
+		{"empty program", HooksObserverConfig{Notification: []NotificationHook{{On: []string{"approval"}, Command: []string{""}}}}, "hooks.notification[0].command[0]: the program must not be empty"},
+		{"no pattern", HooksObserverConfig{PostToolUse: []ToolHook{{Command: []string{"x"}}}}, `hooks.post_tool_use[0].match_tool: required: a glob over tool names ("*" for every tool)`},
+		{"negative timeout", HooksObserverConfig{PostToolUse: []ToolHook{{MatchTool: "*", Command: []string{"x"}, Timeout: -1}}}, "hooks.post_tool_use[0].timeout_seconds: must be > 0"},
+		{"over an hour", HooksObserverConfig{PostToolUse: []ToolHook{{MatchTool: "*", Command: []string{"x"}, Timeout: 2 * time.Hour}}}, "hooks.post_tool_use[0].timeout_seconds: must be at most 3600"},
+		{"unknown on", HooksObserverConfig{Notification: []NotificationHook{{On: []string{"suspend"}, Command: []string{"x"}}}}, `hooks.notification[0].on[0]: must be one of approval, question, parked, failed, not "suspend"`},
 		{"bad env", HooksObserverConfig{Env: []string{"NOVALUE"}}, `Env[0] "NOVALUE" is not KEY=VALUE`},
 		{"workspace missing", HooksObserverConfig{Workspace: filepath.Join(file, "nope")}, "Workspace:"},
 		{"workspace a file", HooksObserverConfig{Workspace: file}, "is not a directory"},
@@ -542,19 +541,19 @@ func TestNewHooksConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A class is a pattern like any other (rules' match_tool reads it so).
-	hc, err := NewHooks(HooksObserverConfig{PostToolUse: []config.ToolHook{{MatchTool: "[rw]*", Command: []string{"x"}}}})
+	hc, err := NewHooks(HooksObserverConfig{PostToolUse: []ToolHook{{MatchTool: "[rw]*", Command: []string{"x"}}}})
 	if err != nil {
 		t.Fatalf("a class: %v", err)
 	}
 	hc.Close(t.Context())
 	// The specs are the caller's: changing them afterwards changes nothing.
-	spec := []config.ToolHook{{MatchTool: "*", Command: []string{"/bin/true"}}}
+	spec := []ToolHook{{MatchTool: "*", Command: []string{"/bin/true"}}}
 	h2, err := NewHooks(HooksObserverConfig{PostToolUse: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec[0].Command[0] = "/bin/false"
-	if h2.post[0].Command[0] != "/bin/true" || h2.post[0].Timeout != config.DefaultHookTimeout {
+	if h2.post[0].Command[0] != "/bin/true" || h2.post[0].Timeout != DefaultHookTimeout {
 		t.Errorf("specs: %+v", h2.post)
 	}
 	h2.Close(t.Context())

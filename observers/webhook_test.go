@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
 )
 
@@ -65,11 +64,11 @@ func (s *hookServer) requests() []hookRequest {
 	return append([]hookRequest(nil), s.got...)
 }
 
-func webhook(url string, retries int, on ...string) config.NotificationHook {
-	return config.NotificationHook{On: on, URL: url, Retries: retries, Timeout: 5 * time.Second}
+func webhook(url string, retries int, on ...string) NotificationHook {
+	return NotificationHook{On: on, URL: url, Retries: retries, Timeout: 5 * time.Second}
 }
 
-func testWebhooks(t *testing.T, hooks ...config.NotificationHook) (*Hooks, *logSink) {
+func testWebhooks(t *testing.T, hooks ...NotificationHook) (*Hooks, *logSink) {
 	t.Helper()
 	return newTestHooks(t, HooksObserverConfig{Notification: hooks, WebhookBackoff: 5 * time.Millisecond,
 		LookupEnv: func(k string) (string, bool) {
@@ -244,7 +243,7 @@ func TestWebhookTimeout(t *testing.T) {
 func TestWebhookHeaderFromMissingEnv(t *testing.T) {
 	wh := webhook("https://hooks.example.com/x", 0, "failed")
 	wh.Headers = map[string]string{"Authorization": "env:NOT_SET_ANYWHERE"}
-	_, err := NewHooks(HooksObserverConfig{Notification: []config.NotificationHook{wh}, LookupEnv: func(string) (string, bool) { return "", false }})
+	_, err := NewHooks(HooksObserverConfig{Notification: []NotificationHook{wh}, LookupEnv: func(string) (string, bool) { return "", false }})
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "header Authorization: environment variable NOT_SET_ANYWHERE is not set") {
 		t.Fatalf("NewHooks: %v", err)
 	}
@@ -256,7 +255,7 @@ func TestNotificationCommand(t *testing.T) {
 	ws := t.TempDir()
 	cmd := writeHookScript(t, ws, "n.sh", `echo "$NOETA_NOTIFICATION $NOETA_HANDLE" >> events; cat >> records`+"\n")
 	h, _ := newTestHooks(t, HooksObserverConfig{
-		Notification: []config.NotificationHook{{On: []string{"question", "failed"}, Command: cmd, Timeout: 5 * time.Second}},
+		Notification: []NotificationHook{{On: []string{"question", "failed"}, Command: cmd, Timeout: 5 * time.Second}},
 		Workspace:    ws,
 	})
 	observeAll(t, h,

@@ -28,6 +28,7 @@ import (
 	"github.com/noeta-go/noeta/internal/natsconn"
 	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/observers"
+	"github.com/noeta-go/noeta/observers/configured"
 	"github.com/noeta-go/noeta/observers/telemetry"
 	"github.com/noeta-go/noeta/webui"
 )
@@ -82,8 +83,9 @@ type opts struct {
 	trace      string
 }
 
-// knownObservers, in the order they are started.
-var knownObservers = []string{"audit", "metrics", "trace", "fanout", "child", "hooks"}
+// knownObservers are those noeta.yaml can configure and child, which hands
+// finished subtasks to their parents (listed before hooks).
+var knownObservers = slices.Insert(slices.Clone(configured.Names), slices.Index(configured.Names, configured.Hooks), "child")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runEnv(ctx, args, stdout, stderr, os.LookupEnv)
@@ -431,8 +433,20 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 }
 
 // observer builds one observer and registers what it serves and how it
-// closes.
+// closes. What the flags say wins over --config; the rest is built from
+// --config as a host builds it (package observers/configured).
 func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Writer) (observers.Observer, error) {
+	co := configured.Options{
+		Logger: w.log, Stdout: stdout, Publisher: w.nc, AuditSyncEvery: o.auditSync, Registry: w.reg,
+		// Webhooks read their env:NAME headers here, once.
+		Workspace: o.workspace, LookupEnv: o.lookupEnv,
+	}
+	if w.reader != nil {
+		// A task whose TaskCreated an observer did not see (or forgot) is
+		// named by its log.
+		co.Log = w.reader
+	}
+	var gov *config.File
 	switch name {
 	case "audit":
 		var sinks []observers.AuditSink
@@ -455,19 +469,13 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		}
 		if len(sinks) == 0 && o.config != "" {
 			// No sink flag: the config's observers.audit, as serve runs it.
-			gov, err := o.loadConfig(ctx)
+			f, err := o.loadConfig(ctx)
 			if err != nil {
 				return nil, err
 			}
-			if ac := gov.Observers.Audit; ac != nil {
-				a, field, err := observers.NewAuditFromConfig(*ac, observers.AuditDeps{
-					Stdout: stdout, Publisher: w.nc, SyncEvery: o.auditSync, Log: w.reader, Logger: w.log,
-				})
-				if err != nil {
-					return nil, usageError{fmt.Errorf("--config: %w", gov.ErrorAt(field, err.Error()))}
-				}
-				w.closers = append(w.closers, func(context.Context) error { return a.Close() })
-				return a, nil
+			if configured.In(f, configured.Audit) {
+				gov = f
+				break
 			}
 		}
 		if len(sinks) != 1 {
@@ -483,22 +491,8 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 		}
 		w.closers = append(w.closers, func(context.Context) error { return a.Close() })
 		return a, nil
-	case "metrics":
-		mc := telemetry.MetricsConfig{Logger: w.log, Registry: w.reg}
-		if w.reader != nil {
-			// A task whose TaskCreated the metrics forgot (more tasks than
-			// they remember) is named by its log.
-			mc.Log = w.reader
-		}
-		m, err := telemetry.NewMetrics(mc)
-		if err != nil {
-			return nil, err
-		}
-		w.mux.Handle("GET /metrics", m.Handler())
-		w.closers = append(w.closers, m.Shutdown)
-		return m, nil
 	case "trace":
-		oc := telemetry.OTLPConfig{Protocol: o.otlpProtocol, Endpoint: o.otlpEndpoint, Insecure: o.otlpInsecure}
+		co.OTLP = &telemetry.OTLPConfig{Protocol: o.otlpProtocol, Endpoint: o.otlpEndpoint, Insecure: o.otlpInsecure}
 		if o.otlpEndpoint == "" && o.config != "" {
 			// No endpoint flag: the config's observers.trace, as serve
 			// runs it.
@@ -506,60 +500,73 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 			if err != nil {
 				return nil, err
 			}
-			if tc := f.Observers.Trace; tc != nil {
-				oc = telemetry.OTLPConfig{Protocol: tc.Protocol, Endpoint: tc.Endpoint, Insecure: tc.Insecure}
+			if configured.In(f, configured.Trace) {
+				gov, co.OTLP = f, nil
 			}
 		}
-		exp, err := telemetry.NewOTLPExporter(ctx, oc)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("trace: %w", err)}
-		}
-		t, err := telemetry.NewTrace(telemetry.TraceConfig{Exporter: exp, Log: w.reader, Logger: w.log})
-		if err != nil {
-			return nil, err
-		}
-		w.closers = append(w.closers, t.Shutdown)
-		return t, nil
-	case "fanout":
-		f := observers.NewFanout(observers.FanoutConfig{Logger: w.log})
-		w.mux.Handle("/tasks/{id}/events", o.gate.Streams(f.SSEHandler(w.reader)))
-		w.closers = append(w.closers, func(context.Context) error { return f.Close() })
-		return f, nil
 	case "child":
 		waker, err := jetstream.NewWakePublisher(w.nc, o.prefix)
 		if err != nil {
 			return nil, err
 		}
 		return observers.NewChildLifecycle(observers.ChildLifecycleConfig{Log: w.reader, Index: w.reader, Waker: waker, Logger: w.log})
+	case "metrics", "fanout":
+		// Nothing of --config: the flags and the worker's listener say it all.
 	case "hooks":
 		if o.config == "" {
 			return nil, usageError{errors.New("hooks needs --config: the noeta.yaml whose hooks: section to run")}
 		}
-		gov, err := o.loadConfig(ctx)
-		if err != nil {
-			return nil, err
+		fallthrough
+	default:
+		if o.config != "" {
+			f, err := o.loadConfig(ctx)
+			if err != nil {
+				return nil, err
+			}
+			gov = f
 		}
-		// Webhooks read their env:NAME headers here, once; a notification
-		// names the task's agent, read from the log when the worker did not
-		// see the task created.
-		hc := observers.HooksObserverConfig{Workspace: o.workspace, Logger: w.log, LookupEnv: o.lookupEnv}
-		if w.reader != nil {
-			hc.Log = w.reader
+	}
+	obs, err := configured.New(ctx, gov, name, co)
+	if ce, ok := errors.AsType[*configured.Error](err); ok {
+		switch name {
+		case "audit":
+			return nil, usageError{fmt.Errorf("--config: %w", gov.ErrorAt(ce.Field, ce.Err.Error()))}
+		case "trace":
+			return nil, usageError{fmt.Errorf("trace: %w", ce.Err)}
 		}
-		h, err := observers.NewHooksFromConfig(gov.Hooks, hc)
-		if err != nil {
-			return nil, usageError{err}
-		}
+		return nil, usageError{ce.Err}
+	}
+	if errors.Is(err, configured.ErrUnknown) {
+		return nil, usageError{fmt.Errorf("unknown observer %q", name)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch obs := obs.(type) {
+	case *observers.Audit:
+		w.closers = append(w.closers, func(context.Context) error { return obs.Close() })
+	case *telemetry.Metrics:
+		w.mux.Handle("GET /metrics", obs.Handler())
+		w.closers = append(w.closers, obs.Shutdown)
+	case *telemetry.Trace:
+		w.closers = append(w.closers, obs.Shutdown)
+	case *observers.Fanout:
+		w.mux.Handle("/tasks/{id}/events", o.gate.Streams(obs.SSEHandler(w.reader)))
+		w.closers = append(w.closers, func(context.Context) error { return obs.Close() })
+	case *observers.Hooks:
 		// Served when the metrics observer runs too.
-		w.reg.MustRegister(telemetry.HookRuns("noeta_observer_hook_runs_total", h.Stats)...)
+		w.reg.MustRegister(telemetry.HookRuns("noeta_observer_hook_runs_total", obs.Stats)...)
 		w.closers = append(w.closers, func(ctx context.Context) error {
-			err := h.Close(ctx)
-			w.log.Info("hooks stopped", "stats", fmt.Sprintf("%+v", h.Stats()))
+			err := obs.Close(ctx)
+			w.log.Info("hooks stopped", "stats", fmt.Sprintf("%+v", obs.Stats()))
 			return err
 		})
-		return h, nil
+	default:
+		if c, ok := obs.(interface{ Close(context.Context) error }); ok {
+			w.closers = append(w.closers, c.Close)
+		}
 	}
-	return nil, usageError{fmt.Errorf("unknown observer %q", name)}
+	return obs, nil
 }
 
 // checkHTTP refuses bad --http settings (a plain listener beyond

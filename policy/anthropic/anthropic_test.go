@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/policy/anthropic"
 	"github.com/noeta-go/noeta/policy/llm"
 )
@@ -46,7 +45,7 @@ func TestTwoTurns(t *testing.T) {
 		}
 		return 200, toolCallsReply(100, 20, [2]string{"echo", `{"text":"hi"}`})
 	})
-	p := newPolicy(t, srv.model(), config.AgentModel{Model: "fast", SystemPrompt: "You are careful."})
+	p := newPolicy(t, srv.model(), llm.Agent{Model: "fast", SystemPrompt: "You are careful."})
 	ctx := context.Background()
 
 	in := noeta.PolicyInput{Task: "t1", Turn: 1, Agent: "researcher", Context: goal("say hi"), Tools: []noeta.ToolSpec{echoSpec}}
@@ -120,7 +119,7 @@ func TestTwoTurns(t *testing.T) {
 // gets an error result rather than a request the API refuses.
 func TestDenialAndOrder(t *testing.T) {
 	srv := newServer(t, func(req map[string]any, n int) (int, string) { return 200, textReply(1, 1, "ok") })
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	in := noeta.PolicyInput{Task: "t1", Turn: 2, Context: &noeta.Transcript{Messages: []noeta.Message{
 		{Role: noeta.RoleUser, Text: "clean up"},
 		{Role: noeta.RoleAssistant, ToolCalls: []noeta.ToolCall{
@@ -185,7 +184,7 @@ func TestRetries(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newServer(t, func(_ map[string]any, n int) (int, string) { return tt.respond(n) })
-			p := newPolicy(t, srv.model(), config.AgentModel{})
+			p := newPolicy(t, srv.model(), llm.Agent{})
 			d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g")})
 			if err != nil {
 				t.Fatal(err)
@@ -214,7 +213,7 @@ func TestCallsThatCannotRun(t *testing.T) {
 	srv := newServer(t, func(req map[string]any, n int) (int, string) {
 		return 200, toolCallsReply(1, 1, [2]string{"echo", `{"text": "unterminated`}, [2]string{"nope", `{}`}, [2]string{"echo", `{"text":"ok"}`})
 	})
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 2, Context: goal("g"), Tools: []noeta.ToolSpec{echoSpec}})
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +235,7 @@ func TestCacheTokensCounted(t *testing.T) {
 	srv := newServer(t, func(req map[string]any, n int) (int, string) {
 		return 200, `{"id":"m","type":"message","role":"assistant","model":"claude-test","content":[{"type":"text","text":"x"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1,"cache_creation_input_tokens":1000,"cache_read_input_tokens":500}}`
 	})
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g")})
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +256,7 @@ func TestCredentialsOnlyFromConfig(t *testing.T) {
 	srv := newServer(t, func(req map[string]any, n int) (int, string) {
 		return 403, errorReply("key "+testKey+" may not use this model", "permission_error")
 	})
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g")})
 	if err != nil {
 		t.Fatal(err)
@@ -275,11 +274,11 @@ func TestCredentialsOnlyFromConfig(t *testing.T) {
 	}
 	m := srv.model()
 	m.APIKeyEnv, m.BaseURL = "", ""
-	if _, err := anthropic.New(m, config.AgentModel{}, anthropic.Options{LookupEnv: func(string) (string, bool) { return "", false }}); !errors.Is(err, llm.ErrConfig) || !strings.Contains(err.Error(), "ANTHROPIC_API_KEY") {
+	if _, err := anthropic.New(m, llm.Agent{}, anthropic.Options{LookupEnv: func(string) (string, bool) { return "", false }}); !errors.Is(err, llm.ErrConfig) || !strings.Contains(err.Error(), "ANTHROPIC_API_KEY") {
 		t.Errorf("New without a key: %v", err)
 	}
-	m.Provider = config.ProviderOpenAI
-	if _, err := anthropic.New(m, config.AgentModel{}, anthropic.Options{LookupEnv: env}); !errors.Is(err, llm.ErrConfig) {
+	m.Provider = "openai"
+	if _, err := anthropic.New(m, llm.Agent{}, anthropic.Options{LookupEnv: env}); !errors.Is(err, llm.ErrConfig) {
 		t.Errorf("New of an openai model: %v", err)
 	}
 }
@@ -289,7 +288,7 @@ func TestCredentialsOnlyFromConfig(t *testing.T) {
 // model's mistake does not fail every later turn with a 400.
 func TestBadNameInHistory(t *testing.T) {
 	srv := newServer(t, func(req map[string]any, n int) (int, string) { return 200, textReply(1, 1, "ok") })
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	in := noeta.PolicyInput{Task: "t1", Turn: 2, Context: &noeta.Transcript{Messages: []noeta.Message{
 		{Role: noeta.RoleUser, Text: "g"},
 		{Role: noeta.RoleAssistant, ToolCalls: []noeta.ToolCall{{CallID: "call-1-0", Tool: "functions.echo", Invalid: "unknown tool"}}},
@@ -336,7 +335,7 @@ func TestArgsThatCannotBeRecorded(t *testing.T) {
 			srv := newServer(t, func(req map[string]any, n int) (int, string) {
 				return 200, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-test","content":[{"type":"tool_use","id":"toolu_0","name":"echo","input":` + tt.input + `}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}`
 			})
-			p := newPolicy(t, srv.model(), config.AgentModel{})
+			p := newPolicy(t, srv.model(), llm.Agent{})
 			d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g"), Tools: []noeta.ToolSpec{echoSpec}})
 			if err != nil {
 				t.Fatal(err)

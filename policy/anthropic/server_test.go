@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/policy/anthropic"
+	"github.com/noeta-go/noeta/policy/llm"
 )
 
 // fakeServer speaks the Messages wire format
@@ -66,11 +66,11 @@ func (f *fakeServer) requests() []recorded {
 }
 
 // model is a model entry pointing at the fake server.
-func (f *fakeServer) model() config.Model {
-	return config.Model{
-		Name: "fast", Provider: config.ProviderAnthropic, Model: "claude-test", BaseURL: f.srv.URL,
+func (f *fakeServer) model() llm.Model {
+	return llm.Model{
+		Name: "fast", Provider: anthropic.Provider, Model: "claude-test", BaseURL: f.srv.URL,
 		APIKeyEnv: "TEST_ANTHROPIC_KEY", MaxTokens: 256, TimeoutSeconds: 30, MaxRetries: 2,
-		MaxContextChars: 100_000, Price: config.Price{InputPerMTok: 2, OutputPerMTok: 8},
+		MaxContextChars: 100_000, Price: llm.Price{InputPerMTok: 2, OutputPerMTok: 8},
 	}
 }
 
@@ -85,7 +85,7 @@ func env(name string) (string, bool) {
 
 func noWait(int) time.Duration { return 0 }
 
-func newPolicy(t testing.TB, m config.Model, a config.AgentModel) *anthropic.Policy {
+func newPolicy(t testing.TB, m llm.Model, a llm.Agent) *anthropic.Policy {
 	t.Helper()
 	p, err := anthropic.New(m, a, anthropic.Options{LookupEnv: env, Backoff: noWait})
 	if err != nil {

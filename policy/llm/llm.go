@@ -1,5 +1,5 @@
 // Package llm is what the model-backed policies (policy/openai,
-// policy/anthropic) share: their settings resolved from the config, the
+// policy/anthropic) share: their settings ([Model], [Agent]), the
 // bounded retry loop, the tools a model is offered beside the agent's own
 // (spawn_subtask, ask_human), the transcript put in the order providers
 // accept, and the reply turned into a [noeta.Decision] with its cost.
@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/internal/redact"
 	"github.com/noeta-go/noeta/policy"
 )
@@ -32,8 +31,70 @@ import (
 // ErrConfig is wrapped by New for a model or agent it cannot run with.
 var ErrConfig = errors.New("model policy: bad config")
 
-// Options are what a model policy takes beside its configuration; the zero
-// value is the production setting.
+// Model is the model a policy sends to, and what it costs: a models: entry
+// of noeta.yaml, converted by the composition layer (policy/models), or
+// built in Go.
+type Model struct {
+	// Name names the model in messages (the entry's key in models:).
+	Name string
+	// Provider is the provider package's name (openai, anthropic).
+	Provider string
+	// Model is the provider's model name (gpt-4.1-mini, claude-sonnet-4-5).
+	Model string
+	// BaseURL is the API's base URL; "" is the provider's own.
+	BaseURL string
+	// APIKeyEnv names the environment variable holding the API key; "" is
+	// the provider's usual one.
+	APIKeyEnv string
+	// MaxTokens bounds each reply (>= 1).
+	MaxTokens int
+	// TimeoutSeconds bounds each attempt of a call (>= 1).
+	TimeoutSeconds int
+	// MaxRetries is how many times a call is retried after a 429, a 5xx or
+	// a connection error (0: never).
+	MaxRetries int
+	// MaxContextChars is the transcript budget in characters: past it the
+	// oldest tool outputs are elided (0: DefaultMaxContextChars).
+	MaxContextChars int
+	// Price is what the model's tokens cost.
+	Price Price
+}
+
+// DefaultMaxContextChars is the transcript budget of a Model and an Agent
+// that give none.
+const DefaultMaxContextChars = 200_000
+
+// Price is a model's price per million tokens. A model has one or says it
+// is free: an unpriced model would make max_cost_usd a budget that never
+// spends.
+type Price struct {
+	// Free: the model costs nothing, said explicitly.
+	Free          bool
+	InputPerMTok  float64
+	OutputPerMTok float64
+}
+
+// Cost is the price of a call's usage in USD.
+func (p Price) Cost(inputTokens, outputTokens int64) float64 {
+	if p.Free {
+		return 0
+	}
+	return (float64(inputTokens)*p.InputPerMTok + float64(outputTokens)*p.OutputPerMTok) / 1e6
+}
+
+// Agent is what a policy tells the model for one agent.
+type Agent struct {
+	// Model is the Model's Name ("": not checked).
+	Model string
+	// SystemPrompt is the agent's system prompt.
+	SystemPrompt string
+	// MaxContextChars overrides the model's transcript budget (0: the
+	// model's).
+	MaxContextChars int
+}
+
+// Options are what a model policy takes beside its model and agent; the
+// zero value is the production setting.
 type Options struct {
 	// HTTPClient makes the calls; nil is a client of its own with no
 	// overall timeout (each attempt has the model's timeout_seconds).
@@ -119,12 +180,12 @@ type Provider interface {
 // decision.
 type Policy struct {
 	provider, model string
-	agent           config.AgentModel
+	agent           Agent
 	maxTokens       int
 	maxContext      int
 	timeout         time.Duration
 	maxRetries      int
-	price           config.Price
+	price           Price
 	backoff         func(int) time.Duration
 	now             func() time.Time
 	secret          string
@@ -135,7 +196,7 @@ type Policy struct {
 // defaultEnv. A variable named by api_key_env must be set; the default one
 // may be absent when base_url names another server (a local one needs no
 // key). The key is returned only to be handed to the SDK.
-func Key(m config.Model, defaultEnv string, lookup func(string) (string, bool)) (string, error) {
+func Key(m Model, defaultEnv string, lookup func(string) (string, bool)) (string, error) {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
@@ -155,7 +216,7 @@ func Key(m config.Model, defaultEnv string, lookup func(string) (string, bool)) 
 
 // New checks m and a for provider and returns a policy sending through p.
 // key is the API key (only used to keep it out of every message).
-func New(provider string, m config.Model, a config.AgentModel, key string, p Provider, opts Options) (*Policy, error) {
+func New(provider string, m Model, a Agent, key string, p Provider, opts Options) (*Policy, error) {
 	switch {
 	case m.Provider != provider:
 		return nil, fmt.Errorf("%w: model %s has provider %q, not %s", ErrConfig, m.Name, m.Provider, provider)
@@ -164,7 +225,7 @@ func New(provider string, m config.Model, a config.AgentModel, key string, p Pro
 	case a.Model != "" && a.Model != m.Name:
 		return nil, fmt.Errorf("%w: the agent's model is %s, not %s", ErrConfig, a.Model, m.Name)
 	case m.MaxTokens < 1 || m.TimeoutSeconds < 1 || m.MaxRetries < 0:
-		return nil, fmt.Errorf("%w: model %s: max_tokens and timeout_seconds must be >= 1 and max_retries >= 0 (a File from config.Parse has them filled in)", ErrConfig, m.Name)
+		return nil, fmt.Errorf("%w: model %s: max_tokens and timeout_seconds must be >= 1 and max_retries >= 0 (noeta.yaml fills them in)", ErrConfig, m.Name)
 	case !m.Price.Free && !(m.Price.InputPerMTok >= 0 && m.Price.OutputPerMTok >= 0):
 		return nil, fmt.Errorf("%w: model %s: a price must be >= 0", ErrConfig, m.Name)
 	case !m.Price.Free && m.Price.InputPerMTok == 0 && m.Price.OutputPerMTok == 0:
@@ -181,7 +242,7 @@ func New(provider string, m config.Model, a config.AgentModel, key string, p Pro
 		pol.maxContext = a.MaxContextChars
 	}
 	if pol.maxContext <= 0 {
-		pol.maxContext = config.DefaultMaxContextChars
+		pol.maxContext = DefaultMaxContextChars
 	}
 	if pol.backoff == nil {
 		pol.backoff = DefaultBackoff

@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/policy/llm"
 )
 
@@ -47,14 +46,14 @@ func (s *scripted) Classify(_ context.Context, err error) llm.Failure {
 	return llm.Failure{Retry: true, Msg: err.Error()}
 }
 
-func model() config.Model {
-	return config.Model{Name: "m", Provider: "fake", Model: "fake-1", MaxTokens: 10, TimeoutSeconds: 1, MaxRetries: 2,
-		MaxContextChars: 1000, Price: config.Price{InputPerMTok: 1, OutputPerMTok: 1}}
+func model() llm.Model {
+	return llm.Model{Name: "m", Provider: "fake", Model: "fake-1", MaxTokens: 10, TimeoutSeconds: 1, MaxRetries: 2,
+		MaxContextChars: 1000, Price: llm.Price{InputPerMTok: 1, OutputPerMTok: 1}}
 }
 
 func newPolicy(t *testing.T, p llm.Provider) *llm.Policy {
 	t.Helper()
-	pol, err := llm.New("fake", model(), config.AgentModel{}, "", p, llm.Options{Backoff: func(int) time.Duration { return 0 }})
+	pol, err := llm.New("fake", model(), llm.Agent{}, "", p, llm.Options{Backoff: func(int) time.Duration { return 0 }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,14 +174,14 @@ func TestKey(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		m       config.Model
+		m       llm.Model
 		want    string
 		wantErr string
 	}{
-		{"named and set", config.Model{APIKeyEnv: "SET"}, "k", ""},
-		{"named and unset", config.Model{Name: "m", APIKeyEnv: "UNSET", BaseURL: "http://x"}, "", "UNSET"},
-		{"default unset, own server", config.Model{BaseURL: "http://x"}, "", ""},
-		{"default unset, provider's server", config.Model{Name: "m"}, "", "DEFAULT_KEY"},
+		{"named and set", llm.Model{APIKeyEnv: "SET"}, "k", ""},
+		{"named and unset", llm.Model{Name: "m", APIKeyEnv: "UNSET", BaseURL: "http://x"}, "", "UNSET"},
+		{"default unset, own server", llm.Model{BaseURL: "http://x"}, "", ""},
+		{"default unset, provider's server", llm.Model{Name: "m"}, "", "DEFAULT_KEY"},
 	}
 	for _, tt := range tests {
 		got, err := llm.Key(tt.m, "DEFAULT_KEY", lookup)
@@ -234,12 +233,12 @@ func TestArrange(t *testing.T) {
 // $0 it would make max_cost_usd a budget that never spends.
 func TestNewRefusesUnpriced(t *testing.T) {
 	m := model()
-	m.Price = config.Price{}
-	if _, err := llm.New("fake", m, config.AgentModel{}, "", &scripted{}, llm.Options{}); !errors.Is(err, llm.ErrConfig) || !strings.Contains(err.Error(), "no price") {
+	m.Price = llm.Price{}
+	if _, err := llm.New("fake", m, llm.Agent{}, "", &scripted{}, llm.Options{}); !errors.Is(err, llm.ErrConfig) || !strings.Contains(err.Error(), "no price") {
 		t.Errorf("New of an unpriced model: %v", err)
 	}
-	m.Price = config.Price{Free: true}
-	if _, err := llm.New("fake", m, config.AgentModel{}, "", &scripted{}, llm.Options{}); err != nil {
+	m.Price = llm.Price{Free: true}
+	if _, err := llm.New("fake", m, llm.Agent{}, "", &scripted{}, llm.Options{}); err != nil {
 		t.Errorf("New of a free model: %v", err)
 	}
 }

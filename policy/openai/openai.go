@@ -23,12 +23,11 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/policy/llm"
 )
 
 // Provider is the provider name recorded in each decision.
-const Provider = config.ProviderOpenAI
+const Provider = "openai"
 
 // DefaultAPIKeyEnv is the key's variable when api_key_env is not given.
 const DefaultAPIKeyEnv = "OPENAI_API_KEY"
@@ -36,7 +35,7 @@ const DefaultAPIKeyEnv = "OPENAI_API_KEY"
 // DefaultBaseURL is OpenAI's API.
 const DefaultBaseURL = "https://api.openai.com/v1/"
 
-// Options are the policy's options beside its config.
+// Options are the policy's options beside its model and agent.
 type Options = llm.Options
 
 // Policy decides each turn by asking an OpenAI-compatible model.
@@ -47,7 +46,7 @@ type Policy struct {
 // New returns the policy of agent a on model m. The API key is read now,
 // from the variable m names (or OPENAI_API_KEY); it may be absent only when
 // m has a base_url (local servers need none).
-func New(m config.Model, a config.AgentModel, opts Options) (*Policy, error) {
+func New(m llm.Model, a llm.Agent, opts Options) (*Policy, error) {
 	key, err := llm.Key(m, DefaultAPIKeyEnv, opts.LookupEnv)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/policy/llm"
 	"github.com/noeta-go/noeta/policy/openai"
 )
@@ -35,7 +34,7 @@ func TestTwoTurns(t *testing.T) {
 		}
 		return 200, toolCallsReply(100, 20, [2]string{"echo", `{"text":"hi"}`})
 	})
-	p := newPolicy(t, srv.model(), config.AgentModel{Model: "fast", SystemPrompt: "You are careful."})
+	p := newPolicy(t, srv.model(), llm.Agent{Model: "fast", SystemPrompt: "You are careful."})
 	ctx := context.Background()
 
 	in := noeta.PolicyInput{Task: "t1", Turn: 1, Agent: "researcher", Context: goal("say hi"), Tools: []noeta.ToolSpec{echoSpec}}
@@ -113,7 +112,7 @@ func TestTwoTurns(t *testing.T) {
 // error naming the guard and its reason.
 func TestDenialReachesModel(t *testing.T) {
 	srv := newServer(t, func(req map[string]any, n int) (int, string) { return 200, textReply(1, 1, "ok") })
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	in := noeta.PolicyInput{Task: "t1", Turn: 2, Context: &noeta.Transcript{Messages: []noeta.Message{
 		{Role: noeta.RoleUser, Text: "clean up"},
 		{Role: noeta.RoleAssistant, ToolCalls: []noeta.ToolCall{{CallID: "call-1-0", Tool: "shell", Args: json.RawMessage(`{"command":"rm -rf /"}`)}}},
@@ -169,7 +168,7 @@ func TestRetries(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newServer(t, func(_ map[string]any, n int) (int, string) { return tt.respond(n) })
-			p := newPolicy(t, srv.model(), config.AgentModel{})
+			p := newPolicy(t, srv.model(), llm.Agent{})
 			d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g")})
 			if err != nil {
 				t.Fatal(err)
@@ -206,7 +205,7 @@ func TestCallsThatCannotRun(t *testing.T) {
 			[2]string{"echo", ``},
 		)
 	})
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 3, Context: goal("g"), Tools: []noeta.ToolSpec{echoSpec}})
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +275,7 @@ func TestSpawnAndAskHuman(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newServer(t, func(req map[string]any, n int) (int, string) { return 200, toolCallsReply(1, 1, tt.calls...) })
-			p := newPolicy(t, srv.model(), config.AgentModel{})
+			p := newPolicy(t, srv.model(), llm.Agent{})
 			d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g"), Tools: []noeta.ToolSpec{echoSpec}, SpawnAgents: []string{"helper"}})
 			if err != nil {
 				t.Fatal(err)
@@ -309,7 +308,7 @@ func TestKeyNeverRecorded(t *testing.T) {
 		}
 		return 401, errorReply("invalid key "+testKey, "invalid_request_error")
 	})
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g")})
 	if err != nil {
 		t.Fatal(err)
@@ -334,7 +333,7 @@ func TestKeyFromEnvironment(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-from-sdk-default")
 	srv := newServer(t, func(req map[string]any, n int) (int, string) { return 200, textReply(1, 1, "ok") })
 
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	if _, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g")}); err != nil {
 		t.Fatal(err)
 	}
@@ -349,14 +348,14 @@ func TestKeyFromEnvironment(t *testing.T) {
 	// A variable named by api_key_env must be set; the error names it.
 	m := srv.model()
 	m.APIKeyEnv = "NOT_SET_ANYWHERE"
-	_, err := openai.New(m, config.AgentModel{}, openai.Options{LookupEnv: env})
+	_, err := openai.New(m, llm.Agent{}, openai.Options{LookupEnv: env})
 	if !errors.Is(err, llm.ErrConfig) || !strings.Contains(err.Error(), "NOT_SET_ANYWHERE") {
 		t.Errorf("New with an unset key variable: %v", err)
 	}
 	// The default variable may be unset for a local server (base_url):
 	// no Authorization header is sent.
 	m.APIKeyEnv = ""
-	p, err = openai.New(m, config.AgentModel{}, openai.Options{LookupEnv: func(string) (string, bool) { return "", false }})
+	p, err = openai.New(m, llm.Agent{}, openai.Options{LookupEnv: func(string) (string, bool) { return "", false }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +367,7 @@ func TestKeyFromEnvironment(t *testing.T) {
 	}
 	// Against OpenAI itself (no base_url) the key is required.
 	m.BaseURL = ""
-	if _, err := openai.New(m, config.AgentModel{}, openai.Options{LookupEnv: func(string) (string, bool) { return "", false }}); !errors.Is(err, llm.ErrConfig) || !strings.Contains(err.Error(), "OPENAI_API_KEY") {
+	if _, err := openai.New(m, llm.Agent{}, openai.Options{LookupEnv: func(string) (string, bool) { return "", false }}); !errors.Is(err, llm.ErrConfig) || !strings.Contains(err.Error(), "OPENAI_API_KEY") {
 		t.Errorf("New without a key for api.openai.com: %v", err)
 	}
 }
@@ -377,7 +376,7 @@ func TestKeyFromEnvironment(t *testing.T) {
 // a request with nothing in it.
 func TestNoTranscript(t *testing.T) {
 	srv := newServer(t, func(req map[string]any, n int) (int, string) { return 200, textReply(1, 1, "x") })
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +394,7 @@ func TestCanceled(t *testing.T) {
 		cancel()
 		return http.StatusServiceUnavailable, errorReply("busy", "server_error")
 	})
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	if d, err := p.Decide(ctx, noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g")}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Decide = %+v, %v; want context.Canceled", d, err)
 	}
@@ -409,7 +408,7 @@ func TestMaxCompletionTokensForOpenAI(t *testing.T) {
 	m := srv.model()
 	m.BaseURL = ""
 	m.MaxTokens = 77
-	p, err := openai.New(m, config.AgentModel{}, openai.Options{LookupEnv: env, Backoff: noWait,
+	p, err := openai.New(m, llm.Agent{}, openai.Options{LookupEnv: env, Backoff: noWait,
 		HTTPClient: &http.Client{Transport: redirect{srv.srv.URL}}})
 	if err != nil {
 		t.Fatal(err)
@@ -442,7 +441,7 @@ func TestResponseBounded(t *testing.T) {
 	srv := newServer(t, func(req map[string]any, n int) (int, string) {
 		return 200, `{"id":"` + strings.Repeat("a", llm.MaxResponseBytes) + `"}`
 	})
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g")})
 	if err != nil {
 		t.Fatal(err)
@@ -459,7 +458,7 @@ func TestTruncatedNoted(t *testing.T) {
 	srv := newServer(t, func(req map[string]any, n int) (int, string) {
 		return 200, strings.Replace(textReply(1, 256, "The answer is"), `"finish_reason":"stop"`, `"finish_reason":"length"`, 1)
 	})
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g")})
 	if err != nil {
 		t.Fatal(err)
@@ -475,7 +474,7 @@ func TestConcurrentDecides(t *testing.T) {
 	srv := newServer(t, func(req map[string]any, n int) (int, string) {
 		return 200, toolCallsReply(1, 1, [2]string{"echo", `{"text":"x"}`})
 	})
-	p := newPolicy(t, srv.model(), config.AgentModel{})
+	p := newPolicy(t, srv.model(), llm.Agent{})
 	const n = 8
 	errs := make(chan error, n)
 	for i := range n {
@@ -501,7 +500,7 @@ func BenchmarkDecide(b *testing.B) {
 	srv := newServer(b, func(req map[string]any, n int) (int, string) {
 		return 200, toolCallsReply(1, 1, [2]string{"echo", `{"text":"x"}`})
 	})
-	p := newPolicy(b, srv.model(), config.AgentModel{SystemPrompt: "You are careful."})
+	p := newPolicy(b, srv.model(), llm.Agent{SystemPrompt: "You are careful."})
 	tr := goal("g")
 	for i := range 13 {
 		id := "call-" + strconv.Itoa(i+1) + "-0"
@@ -547,7 +546,7 @@ func TestArgsThatCannotBeRecorded(t *testing.T) {
 			srv := newServer(t, func(req map[string]any, n int) (int, string) {
 				return 200, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-test","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_srv0","type":"function","function":{"name":"echo","arguments":` + tt.argsWire + `}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
 			})
-			p := newPolicy(t, srv.model(), config.AgentModel{})
+			p := newPolicy(t, srv.model(), llm.Agent{})
 			d, err := p.Decide(context.Background(), noeta.PolicyInput{Task: "t", Turn: 1, Context: goal("g"), Tools: []noeta.ToolSpec{echoSpec}})
 			if err != nil {
 				t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/policy/llm"
 	"github.com/noeta-go/noeta/policy/openai"
 )
 
@@ -65,11 +65,11 @@ func (f *fakeServer) requests() []recorded {
 }
 
 // model is a model entry pointing at the fake server.
-func (f *fakeServer) model() config.Model {
-	return config.Model{
-		Name: "fast", Provider: config.ProviderOpenAI, Model: "gpt-test", BaseURL: f.srv.URL + "/v1",
+func (f *fakeServer) model() llm.Model {
+	return llm.Model{
+		Name: "fast", Provider: openai.Provider, Model: "gpt-test", BaseURL: f.srv.URL + "/v1",
 		APIKeyEnv: "TEST_OPENAI_KEY", MaxTokens: 256, TimeoutSeconds: 30, MaxRetries: 2,
-		MaxContextChars: 100_000, Price: config.Price{InputPerMTok: 2, OutputPerMTok: 8},
+		MaxContextChars: 100_000, Price: llm.Price{InputPerMTok: 2, OutputPerMTok: 8},
 	}
 }
 
@@ -84,7 +84,7 @@ func env(name string) (string, bool) {
 
 func noWait(int) time.Duration { return 0 }
 
-func newPolicy(t testing.TB, m config.Model, a config.AgentModel) *openai.Policy {
+func newPolicy(t testing.TB, m llm.Model, a llm.Agent) *openai.Policy {
 	t.Helper()
 	p, err := openai.New(m, a, openai.Options{LookupEnv: env, Backoff: noWait})
 	if err != nil {

@@ -6,20 +6,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/tools/sandbox"
 )
 
 // confinedEverything is server-everything over stdio in the sandbox, which
 // may read its program's package and nothing else beyond the system's.
-func confinedEverything(tb testing.TB, node, entry string) (config.MCPServer, Options) {
+func confinedEverything(tb testing.TB, node, entry string) (Server, Options) {
 	tb.Helper()
 	sb, err := sandbox.New(context.Background(), sandbox.Options{})
 	if err != nil {
 		tb.Fatalf("sandbox.New: %v", err)
 	}
 	modules, _, _ := strings.Cut(entry, string(filepath.Separator)+"@modelcontextprotocol"+string(filepath.Separator))
-	srv := config.MCPServer{Name: "everything", Command: []string{node, entry, "stdio"}, TimeoutSeconds: 60}
+	srv := Server{Name: "everything", Command: []string{node, entry, "stdio"}, TimeoutSeconds: 60}
 	return srv, Options{Sandbox: &sandbox.Scoped{Sandbox: sb, Default: sandbox.Policy{Read: []string{modules}}},
 		SandboxScope: "mcp:everything", Workspace: tb.TempDir()}
 }
@@ -47,7 +46,7 @@ func TestEverythingConfined(t *testing.T) {
 //	go test -run '^$' -bench EverythingStart -count 6 ./tools/mcp/
 func BenchmarkEverythingStart(b *testing.B) {
 	node, entry := everything(b)
-	start := func(b *testing.B, srv config.MCPServer, opts Options) {
+	start := func(b *testing.B, srv Server, opts Options) {
 		for b.Loop() {
 			s := New(srv, opts)
 			if _, err := s.Tools(context.Background()); err != nil {
@@ -57,7 +56,7 @@ func BenchmarkEverythingStart(b *testing.B) {
 		}
 	}
 	b.Run("plain", func(b *testing.B) {
-		start(b, config.MCPServer{Name: "everything", Command: []string{node, entry, "stdio"}, TimeoutSeconds: 60}, Options{})
+		start(b, Server{Name: "everything", Command: []string{node, entry, "stdio"}, TimeoutSeconds: 60}, Options{})
 	})
 	b.Run("sandboxed", func(b *testing.B) {
 		srv, opts := confinedEverything(b, node, entry)

@@ -20,7 +20,6 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/tools"
 )
 
@@ -127,7 +126,7 @@ func checkEverything(t *testing.T, s *Source) {
 func TestEverythingStdio(t *testing.T) {
 	t.Parallel()
 	node, entry := everything(t)
-	srv := config.MCPServer{Name: "everything", Command: []string{node, entry, "stdio"}, TimeoutSeconds: 60}
+	srv := Server{Name: "everything", Command: []string{node, entry, "stdio"}, TimeoutSeconds: 60}
 	checkEverything(t, newSource(t, srv, Options{}))
 }
 
@@ -170,7 +169,7 @@ func TestEverythingHTTP(t *testing.T) {
 		for sc.Scan() {
 		}
 	})
-	srv := config.MCPServer{Name: "everything", URL: "http://127.0.0.1:" + port + "/mcp", TimeoutSeconds: 60}
+	srv := Server{Name: "everything", URL: "http://127.0.0.1:" + port + "/mcp", TimeoutSeconds: 60}
 	checkEverything(t, newSource(t, srv, Options{}))
 }
 
@@ -207,7 +206,7 @@ func TestHTTPHeaders(t *testing.T) {
 		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat("x", 50_000)}}}, nil
 		})
-	srv := config.MCPServer{Name: "issues", URL: ts.URL, TimeoutSeconds: 30,
+	srv := Server{Name: "issues", URL: ts.URL, TimeoutSeconds: 30,
 		Headers: map[string]string{"Authorization": "Bearer ${ISSUES_TOKEN}"}}
 	env := map[string]string{"ISSUES_TOKEN": "t0k3n"}
 	s := newSource(t, srv, Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
@@ -273,7 +272,7 @@ func TestHTTPServerDiesMidCall(t *testing.T) {
 		})
 	ts = httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server }, nil))
 	t.Cleanup(ts.Close)
-	s := newSource(t, config.MCPServer{Name: "flaky", URL: ts.URL, TimeoutSeconds: 20}, Options{MinBackoff: 1})
+	s := newSource(t, Server{Name: "flaky", URL: ts.URL, TimeoutSeconds: 20}, Options{MinBackoff: 1})
 	// First of the cleanups: the source's Close and ts.Close wait for the
 	// handler.
 	t.Cleanup(func() { close(release) })

@@ -11,13 +11,12 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/tools"
 )
 
 // faultServer is the config of the fault server in mode, as a stdio server
 // named name.
-func faultServer(t *testing.T, name, mode string, env map[string]string) config.MCPServer {
+func faultServer(t *testing.T, name, mode string, env map[string]string) Server {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -26,16 +25,16 @@ func faultServer(t *testing.T, name, mode string, env map[string]string) config.
 	return faultServerConfig(exe, name, mode, env)
 }
 
-func faultServerConfig(exe, name, mode string, env map[string]string) config.MCPServer {
+func faultServerConfig(exe, name, mode string, env map[string]string) Server {
 	e := map[string]string{faultEnv: mode}
 	for k, v := range env {
 		e[k] = v
 	}
-	return config.MCPServer{Name: name, Command: []string{exe}, Env: e, TimeoutSeconds: 30}
+	return Server{Name: name, Command: []string{exe}, Env: e, TimeoutSeconds: 30}
 }
 
 // newSource returns a source closed when the test ends.
-func newSource(t *testing.T, srv config.MCPServer, opts Options) *Source {
+func newSource(t *testing.T, srv Server, opts Options) *Source {
 	t.Helper()
 	s := New(srv, opts)
 	t.Cleanup(func() {
@@ -92,7 +91,7 @@ func text(t *testing.T, res tools.Result) string {
 func TestFaultServerTools(t *testing.T) {
 	t.Parallel()
 	srv := faultServer(t, "fault", "ok", nil)
-	srv.Tools = map[string]config.MCPTool{"fail": {Risk: "low", Edits: true}}
+	srv.Tools = map[string]ToolOverride{"fail": {Risk: "low", Edits: true}}
 	srv.TrustAnnotations = true
 	reg := registry(t, newSource(t, srv, Options{}))
 	for _, tt := range []struct {
@@ -175,14 +174,14 @@ func TestFaultServerResults(t *testing.T) {
 // each a clear error naming the server, and never a hang.
 func TestFaultServerStartFaults(t *testing.T) {
 	t.Parallel()
-	missing := config.MCPServer{Name: "nope", Command: []string{"/nonexistent/mcp-server"}, TimeoutSeconds: 30}
+	missing := Server{Name: "nope", Command: []string{"/nonexistent/mcp-server"}, TimeoutSeconds: 30}
 	exit := faultServer(t, "quits", "exit", nil)
 	garbage := faultServer(t, "garbled", "garbage", nil)
 	hang := faultServer(t, "mute", "hang", nil)
 	hang.TimeoutSeconds = 1
 	for _, tt := range []struct {
 		name string
-		srv  config.MCPServer
+		srv  Server
 		want []string
 	}{
 		{"missing command", missing, []string{`mcp server "nope": start "/nonexistent/mcp-server"`, "no such file or directory"}},
@@ -252,7 +251,7 @@ func TestFaultServerGarbageMidCall(t *testing.T) {
 func TestFaultServerCancel(t *testing.T) {
 	t.Parallel()
 	srv := faultServer(t, "fault", "ok", nil)
-	srv.Tools = map[string]config.MCPTool{"block": {TimeoutSeconds: 1}}
+	srv.Tools = map[string]ToolOverride{"block": {TimeoutSeconds: 1}}
 	s := newSource(t, srv, Options{})
 	reg := registry(t, s)
 

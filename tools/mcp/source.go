@@ -18,7 +18,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/tools"
 	"github.com/noeta-go/noeta/tools/sandbox"
 )
@@ -86,7 +85,8 @@ type Confiner interface {
 // started again, after a backoff, once it has died, and stopped by
 // [Source.Close]. All methods are safe for concurrent use.
 type Source struct {
-	srv    config.MCPServer
+	srv    Server
+	bad    error // why srv cannot be started: every use returns it
 	opts   Options
 	client *sdk.Client
 	log    *slog.Logger
@@ -124,8 +124,16 @@ type session struct {
 	dropOnce sync.Once
 }
 
-// New returns the source of srv; nothing starts until it is used.
-func New(srv config.MCPServer, opts Options) *Source {
+// ErrInvalidServer is wrapped by a [Source]'s methods when its [Server]
+// cannot be started as given (no Command or URL, both, an empty program).
+var ErrInvalidServer = errors.New("mcp: invalid server")
+
+// New returns the source of srv; nothing starts until it is used. A srv
+// that cannot be started makes every use fail with [ErrInvalidServer].
+func New(srv Server, opts Options) *Source {
+	if srv.TimeoutSeconds == 0 {
+		srv.TimeoutSeconds = DefaultTimeoutSeconds
+	}
 	if opts.LookupEnv == nil {
 		opts.LookupEnv = os.LookupEnv
 	}
@@ -142,6 +150,9 @@ func New(srv config.MCPServer, opts Options) *Source {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Source{srv: srv, opts: opts, log: opts.Logger.With("mcp_server", srv.Name)}
+	if err := srv.check(); err != nil {
+		s.bad = fmt.Errorf("%w: %w", ErrInvalidServer, err)
+	}
 	s.client = sdk.NewClient(&sdk.Implementation{Name: "noeta", Version: "1"}, &sdk.ClientOptions{
 		// No roots, sampling or elicitation: a server gets tool calls only.
 		Capabilities: &sdk.ClientCapabilities{},
@@ -155,7 +166,7 @@ func New(srv config.MCPServer, opts Options) *Source {
 	return s
 }
 
-// Name is the server's name in the config.
+// Name is the server's name.
 func (s *Source) Name() string { return s.srv.Name }
 
 // Tools returns the server's tools as registry tools named
@@ -248,6 +259,9 @@ func (s *Source) where() string {
 
 // ensure returns the live session, starting one if there is none.
 func (s *Source) ensure(ctx context.Context) (*session, error) {
+	if s.bad != nil {
+		return nil, s.bad
+	}
 	for {
 		s.mu.Lock()
 		if s.closed {

@@ -10,7 +10,6 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/tools"
 )
 
@@ -36,7 +35,7 @@ func (s *Source) newTool(def *sdk.Tool) (tools.Tool, error) {
 	over := s.srv.Tools[def.Name]
 	t := &tool{
 		src:     s,
-		name:    config.MCPToolName(s.srv.Name, def.Name),
+		name:    ToolName(s.srv.Name, def.Name),
 		remote:  def.Name,
 		desc:    def.Description,
 		risk:    riskOf(def.Annotations, s.srv.TrustAnnotations),

@@ -7,7 +7,6 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/tools"
 )
 
@@ -51,7 +50,7 @@ func TestNewToolTrust(t *testing.T) {
 	obj := map[string]any{"type": "object"}
 	def := &sdk.Tool{Name: "write_file", InputSchema: obj, Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}
 	for _, trusted := range []bool{false, true} {
-		s := New(config.MCPServer{Name: "srv", Command: []string{"x"}, TimeoutSeconds: 5, TrustAnnotations: trusted}, Options{})
+		s := New(Server{Name: "srv", Command: []string{"x"}, TimeoutSeconds: 5, TrustAnnotations: trusted}, Options{})
 		tl, err := s.newTool(def)
 		if err != nil {
 			t.Fatal(err)
@@ -99,8 +98,8 @@ func TestToolsByName(t *testing.T) {
 // of every other tool fail; the config's override wins over annotations.
 func TestNewToolRefusals(t *testing.T) {
 	t.Parallel()
-	s := New(config.MCPServer{Name: "srv", Command: []string{"x"}, TimeoutSeconds: 5,
-		Tools: map[string]config.MCPTool{"rm": {Risk: "high", Edits: true, TimeoutSeconds: 2}}}, Options{})
+	s := New(Server{Name: "srv", Command: []string{"x"}, TimeoutSeconds: 5,
+		Tools: map[string]ToolOverride{"rm": {Risk: "high", Edits: true, TimeoutSeconds: 2}}}, Options{})
 	obj := map[string]any{"type": "object"}
 	for _, tt := range []struct {
 		name string
