@@ -19,6 +19,7 @@ import (
 	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/internal/backoff"
 	"github.com/noeta-go/noeta/tools"
 )
 
@@ -355,11 +356,21 @@ func (e *Engine) create(ctx context.Context, tc noeta.TaskCreated, origin eventl
 	return e.cfg.Dispatcher.Enqueue(ctx, tc.TaskID, opts)
 }
 
-// answerSettle bounds how long Approve waits for a task whose request is in
-// its log to be suspended on it: the segment that asked releases the task
-// right after writing the suspend, unless its worker died, and then the
-// lease's expiry hands the task to another.
-const answerSettle = 30 * time.Second
+// AnswerSettle bounds how long an answer waits for a task whose request is
+// in its log to be suspended on it (Approve here, the host's answers sent
+// on an approval subject): the segment that asked releases the task right
+// after writing the suspend, unless its worker died, and then the lease's
+// expiry hands the task to another; another answer being judged (the first
+// approval of a quorum) leaves the request open meanwhile.
+const AnswerSettle = 30 * time.Second
+
+// AnswerPollFirst and AnswerPollMax are the pause of the loops that watch
+// an answer settle: short, since it settles in a round trip or two, and
+// bounded, since it may take a lease's expiry.
+const (
+	AnswerPollFirst = 5 * time.Millisecond
+	AnswerPollMax   = 200 * time.Millisecond
+)
 
 // ErrApproverNotAllowed is wrapped by Approve when the approvals rules (or
 // self-approval, or a quorum's one-vote-per-approver, or the need for an
@@ -389,7 +400,7 @@ var ErrRequestExpired = errors.New("engine: the approval request has expired")
 // ErrApproverNotAllowed. Nothing refused is kept for later. Between the
 // request and the suspend that waits on it (the segment that asked has not
 // yet handed the task back) Approve waits for the suspend, up to
-// answerSettle.
+// AnswerSettle.
 func (e *Engine) Approve(ctx context.Context, task, handle string, decision noeta.ApprovalDecision, approver, reason, auth string) error {
 	if decision != noeta.ApprovalApprove && decision != noeta.ApprovalDeny {
 		return fmt.Errorf("%w: decision %q (want approve or deny)", eventlog.ErrInvalidArgument, decision)
@@ -410,8 +421,8 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 	}
 	w := noeta.HumanResponseWake(handle)
 	w.Decision, w.Approver, w.Text, w.Auth = string(decision), approver, reason, auth
-	deadline := time.Now().Add(answerSettle)
-	pause := 5 * time.Millisecond
+	deadline := time.Now().Add(AnswerSettle)
+	pause := backoff.New(AnswerPollFirst, AnswerPollMax)
 	for {
 		st, err := e.Inspect(ctx, task)
 		if err != nil {
@@ -460,18 +471,13 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 			}
 			if transit {
 				return fmt.Errorf("%w: task %s asked under %s but has not suspended on it within %s (the dispatcher has it %s); answer again once it waits",
-					eventlog.ErrNotWaiting, task, handle, answerSettle, ds.Status)
+					eventlog.ErrNotWaiting, task, handle, AnswerSettle, ds.Status)
 			}
 			return err
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return context.Cause(ctx)
-		case <-t.C:
+		if err := pause.Wait(ctx); err != nil {
+			return err
 		}
-		pause = min(2*pause, 200*time.Millisecond)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/internal/backoff"
 )
 
 // approveOnSubject answers on the approver's own approval subject
@@ -56,11 +57,15 @@ func (h *Host) approveOnSubject(ctx context.Context, task, handle string, a Answ
 }
 
 // answerSettle bounds how long Approve waits for a task whose request is
-// open in its log to wait on it at the dispatcher (as engine.Approve does):
-// the segment that asked hands the task back right after writing the
-// suspend, and another answer being judged (the first approval of a
-// quorum) leaves the request open.
-const answerSettle = 30 * time.Second
+// open in its log to wait on it at the dispatcher: engine.AnswerSettle, one
+// bound for both ways an answer travels.
+const answerSettle = engine.AnswerSettle
+
+// The pause of the loops that watch an answer settle, as the engine's.
+const (
+	answerPollFirst = engine.AnswerPollFirst
+	answerPollMax   = engine.AnswerPollMax
+)
 
 // awaitWaiting returns nil once task's row waits on w's handle; an error
 // naming why not when the log says the request is not open (answered
@@ -68,7 +73,7 @@ const answerSettle = 30 * time.Second
 // wait on it within answerSettle.
 func (h *Host) awaitWaiting(ctx context.Context, task string, w noeta.Wake) error {
 	deadline := time.Now().Add(answerSettle)
-	pause := 5 * time.Millisecond
+	pause := backoff.New(answerPollFirst, answerPollMax)
 	for {
 		ds, err := h.Dispatch(ctx, task)
 		if err != nil {
@@ -102,21 +107,9 @@ func (h *Host) awaitWaiting(ctx context.Context, task string, w noeta.Wake) erro
 			return fmt.Errorf("%w: task %s asked under %s but has not come to wait on it within %s (the dispatcher has it %s); answer again once it waits",
 				eventlog.ErrNotWaiting, task, w.Handle, answerSettle, ds.Status)
 		}
-		if err := sleepCtx(ctx, pause); err != nil {
+		if err := pause.Wait(ctx); err != nil {
 			return err
 		}
-		pause = min(2*pause, 200*time.Millisecond)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
 	}
 }
 
@@ -138,7 +131,7 @@ const answerWait = 10 * time.Second
 // as engine.ErrApproverNotAllowed.
 func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake, since uint64) error {
 	deadline := time.Now().Add(answerWait)
-	pause := 5 * time.Millisecond
+	pause := backoff.New(answerPollFirst, answerPollMax)
 	for {
 		ds, err := h.Dispatch(ctx, task)
 		if err != nil {
@@ -171,14 +164,9 @@ func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake, since
 		if time.Now().After(deadline) {
 			return nil
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return context.Cause(ctx)
-		case <-t.C:
+		if err := pause.Wait(ctx); err != nil {
+			return err
 		}
-		pause = min(2*pause, 200*time.Millisecond)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/internal/backoff"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/tools"
 	"github.com/noeta-go/noeta/tools/sandbox"
@@ -86,7 +86,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	pause := startRetryMin
+	pause := backoff.New(startRetryMin, startRetryMax).Jittered()
 	for attempt := 1; ; attempt++ {
 		h, err := open(ctx, o)
 		if err == nil {
@@ -98,7 +98,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		if !o.RetryStart || ctx.Err() != nil || o.embedded() || !startupTransient(err) {
 			return nil, err
 		}
-		wait := pause/2 + rand.N(pause/2+1)
+		wait := pause.Take()
 		o.Logger.Warn("start-up failed; retrying", "attempt", attempt, "in", wait.Round(time.Millisecond), "err", err)
 		t := time.NewTimer(wait)
 		select {
@@ -107,7 +107,6 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 			return nil, fmt.Errorf("%w (last start-up error: %w)", ctx.Err(), err)
 		case <-t.C:
 		}
-		pause = min(2*pause, startRetryMax)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/internal/backoff"
 )
 
 const (
@@ -116,12 +117,21 @@ func (h *Host) StartPool(ctx context.Context, po PoolOptions) (*Pool, error) {
 // Engine is the pool's engine.
 func (p *Pool) Engine() *engine.Engine { return p.eng }
 
+// The pause of a worker between lease requests.
+const (
+	leasePoll     = 100 * time.Millisecond
+	leaseRetryMax = 5 * time.Second
+)
+
 // work leases and runs tasks until the pool stops. A segment runs with
 // segCtx, which only the end of the grace period cancels: stopping the pool
 // stops the lease requests, never a segment in hand.
 func (p *Pool) work(name string) {
 	c := p.h.ctrs
 	failures := 0
+	// Polled every leasePoll while nothing is ready; after a failure the
+	// pause doubles, to leaseRetryMax.
+	pause := backoff.New(leasePoll, leaseRetryMax)
 	for p.running.Load() {
 		lease, err := p.h.disp.Lease(p.leaseCtx, eventlog.LeaseRequest{Worker: name, Queue: p.queue, Wait: true})
 		if err != nil {
@@ -134,11 +144,11 @@ func (p *Pool) work(name string) {
 					p.h.logger.Warn("lease request failed; retrying", "worker", name, "failures", failures, "err", err)
 				}
 			}
-			pause := min(100*time.Millisecond<<min(failures, 6), 5*time.Second)
-			select {
-			case <-p.leaseCtx.Done():
+			if failures == 0 {
+				pause.Reset(leasePoll)
+			}
+			if pause.Wait(p.leaseCtx) != nil {
 				return
-			case <-time.After(pause):
 			}
 			continue
 		}
