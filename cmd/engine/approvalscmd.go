@@ -13,6 +13,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/internal/termsafe"
+	"github.com/noeta-go/noeta/timeline"
 )
 
 func newApprovalsCmd(g *globals) *cobra.Command {
@@ -80,12 +81,12 @@ func printWaiting(w io.Writer, ws []eventlog.Waiting, now time.Time) {
 				expires = "due"
 			}
 		}
-		fmt.Fprintln(w, termsafe.Line(fmt.Sprintf("%-26s  %-12s  %-8s  %6s  %-9s  %s", e.Task, cut(e.Agent, 12), e.Kind,
+		fmt.Fprintln(w, termsafe.Line(fmt.Sprintf("%-26s  %-12s  %-8s  %6s  %-9s  %s", e.Task, timeline.Cut(e.Agent, 12), e.Kind,
 			shortDuration(now.Sub(e.RequestedAt)), expires, waitingWhat(e))))
 		var detail []string
 		detail = append(detail, "handle "+e.Handle)
 		if e.Guard != "" || e.Reason != "" {
-			detail = append(detail, fmt.Sprintf("guard %s: %s", orDash(e.Guard), cut(e.Reason, 120)))
+			detail = append(detail, fmt.Sprintf("guard %s: %s", orDash(e.Guard), timeline.Cut(e.Reason, 120)))
 		}
 		if who := waitingWho(e); who != "" {
 			detail = append(detail, who)
@@ -98,7 +99,7 @@ func printWaiting(w io.Writer, ws []eventlog.Waiting, now time.Time) {
 // of an approval, the question of a question.
 func waitingWhat(e eventlog.Waiting) string {
 	if e.Kind == eventlog.WaitingQuestion {
-		return "asks: " + cut(e.Question, 100)
+		return "asks: " + timeline.Cut(e.Question, 100)
 	}
 	var b strings.Builder
 	b.WriteString(orDash(e.Action))
@@ -109,7 +110,7 @@ func waitingWhat(e eventlog.Waiting) string {
 		b.WriteString(" agent " + e.Child)
 	}
 	if len(e.Args) > 0 {
-		b.WriteString(" " + cut(string(e.Args), 80))
+		b.WriteString(" " + timeline.Cut(string(e.Args), 80))
 	}
 	return b.String()
 }
@@ -118,7 +119,7 @@ func waitingWhat(e eventlog.Waiting) string {
 func waitingWho(e eventlog.Waiting) string {
 	var parts []string
 	if e.MayAnswer != "" {
-		parts = append(parts, "may answer: "+cut(e.MayAnswer, 80))
+		parts = append(parts, "may answer: "+timeline.Cut(e.MayAnswer, 80))
 	} else if len(e.Rules) > 0 {
 		parts = append(parts, "rules: "+strings.Join(e.Rules, ", "))
 	}

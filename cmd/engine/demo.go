@@ -20,27 +20,28 @@ import (
 	"github.com/noeta-go/noeta/examples"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/policy"
+	"github.com/noeta-go/noeta/timeline"
 )
 
 // demoCase is what the demo knows of one example: what it shows, how its
 // approvals are answered, and how it must end.
 type demoCase struct {
 	shows     string
-	approvals approvalMode
+	approvals timeline.Mode
 	want      string
 }
 
 // demoCases is the demo's table, by example file name. An example missing
 // from it still runs (approvals left, expected to complete).
 var demoCases = map[string]demoCase{
-	"01-allowed-call.yaml":        {"two allowed calls, then a finish", approvalsLeave, "completed"},
-	"02-budget-denial.yaml":       {"Budget denies the call past max_tool_calls", approvalsLeave, "completed"},
-	"03-permission-denial.yaml":   {"Permission denies a tool the agent does not have", approvalsLeave, "completed"},
-	"04-rule-denial.yaml":         {"a rule denies rm -rf; the next call runs", approvalsLeave, "completed"},
-	"05-repetition-approval.yaml": {"Repetition asks a human on the 3rd identical call: approved", approvalsApprove, "completed"},
-	"06-approval-granted.yaml":    {"Permission asks a human for a shell call: approved, it runs", approvalsApprove, "completed"},
-	"07-approval-refused.yaml":    {"the same request refused: the call never runs", approvalsDeny, "completed"},
-	"08-fan-out.yaml":             {"three subtasks; the parent waits for the group", approvalsLeave, "completed"},
+	"01-allowed-call.yaml":        {"two allowed calls, then a finish", timeline.Leave, "completed"},
+	"02-budget-denial.yaml":       {"Budget denies the call past max_tool_calls", timeline.Leave, "completed"},
+	"03-permission-denial.yaml":   {"Permission denies a tool the agent does not have", timeline.Leave, "completed"},
+	"04-rule-denial.yaml":         {"a rule denies rm -rf; the next call runs", timeline.Leave, "completed"},
+	"05-repetition-approval.yaml": {"Repetition asks a human on the 3rd identical call: approved", timeline.Approve, "completed"},
+	"06-approval-granted.yaml":    {"Permission asks a human for a shell call: approved, it runs", timeline.Approve, "completed"},
+	"07-approval-refused.yaml":    {"the same request refused: the call never runs", timeline.Deny, "completed"},
+	"08-fan-out.yaml":             {"three subtasks; the parent waits for the group", timeline.Leave, "completed"},
 }
 
 // demoTimeout bounds one example, so a demo never hangs.
@@ -164,7 +165,7 @@ func readExampleConfig() (*config.File, error) {
 func runExample(ctx context.Context, g *globals, h *host.Host, tmp, name string) (demoResult, error) {
 	dc, ok := demoCases[name]
 	if !ok {
-		dc = demoCase{shows: "(not in the demo's table)", approvals: approvalsLeave, want: "completed"}
+		dc = demoCase{shows: "(not in the demo's table)", approvals: timeline.Leave, want: "completed"}
 	}
 	r := demoResult{name: name, shows: dc.shows, want: dc.want}
 	body, err := fs.ReadFile(examples.FS, name)
@@ -199,10 +200,10 @@ func runExample(ctx context.Context, g *globals, h *host.Host, tmp, name string)
 	fmt.Fprintf(w, "\n== %s: %s (approvals: %s) ==\n", base, dc.shows, dc.approvals)
 	fmt.Fprintf(w, "   agent %s, goal %q\n", tf.Agent, tf.Goal)
 	id := noeta.NewTaskID()
-	p := newPrinter(id, w, g.stderr, false, dc.approvals)
-	p.approveReason = "the demo's table says approve"
-	p.denyReason = "the demo's table says deny"
-	if err := p.watch(ctx, h, false); err != nil {
+	p := timeline.NewPrinter(id, w, g.stderr, false, dc.approvals, approver())
+	p.ApproveReason = "the demo's table says approve"
+	p.DenyReason = "the demo's table says deny"
+	if err := p.Watch(ctx, h, false); err != nil {
 		return r, err
 	}
 
@@ -212,7 +213,7 @@ func runExample(ctx context.Context, g *globals, h *host.Host, tmp, name string)
 	if _, err := h.Submit(ctx, host.Submission{ID: id, Agent: tf.Agent, Goal: tf.Goal, Script: script, Queue: queue}); err != nil {
 		return r, err
 	}
-	out, err := p.follow(ctx)
+	out, err := p.Follow(ctx)
 	if err != nil {
 		return r, err
 	}

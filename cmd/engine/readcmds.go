@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +17,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/termsafe"
+	"github.com/noeta-go/noeta/timeline"
 )
 
 // The read verbs: events, inspect, tasks. They open the data directory's
@@ -113,17 +113,7 @@ func printEvents(ctx context.Context, st *host.Host, task string, follow, asJSON
 			_, err = fmt.Fprintf(w, "%s\n", b)
 			return err
 		}
-		p, known, err := env.Decode()
-		detail := rawDetail(env.Payload)
-		if err == nil && known {
-			detail = describe(env, p)
-		}
-		pos := "in"
-		if env.Seq > 0 {
-			pos = fmt.Sprintf("#%d", env.Seq)
-		}
-		line := strings.TrimRight(fmt.Sprintf("%8.3fs  %-5s %-21s %-8s %s", env.Time.Sub(start).Seconds(), pos, env.Type, env.Origin, detail), " ")
-		_, err = fmt.Fprintln(w, termsafe.Line(line))
+		_, err := fmt.Fprintln(w, timeline.EventLine(env, env.Time.Sub(start).Seconds()))
 		return err
 	}
 	seen := map[string]bool{}
@@ -247,7 +237,7 @@ func printState(w io.Writer, s *engine.State, ds eventlog.DispatchState, known b
 	if s.Parent != "" {
 		line("parent    %s (root %s, depth %d)", s.Parent, s.Root, s.Depth)
 	}
-	line("goal      %s", goalString(s.Goal, s.GoalRef))
+	line("goal      %s", timeline.Goal(s.Goal, s.GoalRef))
 	status := "status    " + string(s.Status)
 	if s.Reason != "" {
 		status += ": " + s.Reason
@@ -257,12 +247,12 @@ func printState(w io.Writer, s *engine.State, ds eventlog.DispatchState, known b
 	}
 	line("%s", status)
 	if s.WakeOn != nil {
-		line("waits on  %s", wakeString(s.WakeOn))
+		line("waits on  %s", timeline.Wake(s.WakeOn))
 	}
 	if s.Answer != nil || s.AnswerRef != nil {
-		a := cut(string(s.Answer), 200)
+		a := timeline.Cut(string(s.Answer), 200)
 		if s.AnswerRef != nil {
-			a = refString(*s.AnswerRef)
+			a = timeline.Ref(*s.AnswerRef)
 		}
 		line("answer    %s", a)
 	}
@@ -282,7 +272,7 @@ func printState(w io.Writer, s *engine.State, ds eventlog.DispatchState, known b
 		// What the budgets compare (ADR 0054): the subtasks' spend and
 		// reservations with the task's own, and the share it was given.
 		fmt.Fprintf(w, "  tree: cost $%g, tool calls %d (ended subtasks $%g and %d, %d running)%s\n",
-			t.CostUSD, t.ToolCalls, g.SubtaskCostUSD, g.SubtaskToolCalls, len(g.Reserved), allotmentString(g.Allotment))
+			t.CostUSD, t.ToolCalls, g.SubtaskCostUSD, g.SubtaskToolCalls, len(g.Reserved), timeline.Allotment(g.Allotment))
 	}
 	for _, d := range g.Denials {
 		who := d.Guard
@@ -301,7 +291,7 @@ func printState(w io.Writer, s *engine.State, ds eventlog.DispatchState, known b
 	slices.Sort(handles)
 	for _, h := range handles {
 		pa := g.PendingApprovals[h]
-		line("  PENDING  %-22s %s (guard %s: %s)", h, approvalWhat(pa), pa.Guard, pa.Reason)
+		line("  PENDING  %-22s %s (guard %s: %s)", h, timeline.ApprovalWhat(pa), pa.Guard, pa.Reason)
 		if pa.Quorum > 1 || len(pa.Rules) > 0 || !pa.ExpiresAt.IsZero() || pa.Refused > 0 {
 			line("           rules %v, approved by %v (%d of %d), %d refused answers, expires %s",
 				pa.Rules, pa.Approvers, len(pa.Approvers), max(pa.Quorum, 1), pa.Refused, expiresString(pa.ExpiresAt))

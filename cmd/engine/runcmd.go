@@ -19,6 +19,7 @@ import (
 	"github.com/noeta-go/noeta/internal/boundedio"
 	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/policy"
+	"github.com/noeta-go/noeta/timeline"
 )
 
 // stdin is where --approvals ask reads its answers.
@@ -83,9 +84,9 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 		return err
 	}
 	defer cancel()
-	mode := approvalsLeave
+	mode := timeline.Leave
 	if stdinIsTerminal() {
-		mode = approvalsAsk
+		mode = timeline.Ask
 	}
 	if approvalsSet {
 		m, err := parseApprovalMode(o.approvals)
@@ -123,11 +124,11 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if o.json {
 		msgs = g.stderr
 	}
-	p := newPrinter(id, g.stdout, g.stderr, o.json, mode)
-	if mode == approvalsAsk {
-		p.answers = bufio.NewReader(stdin)
+	p := timeline.NewPrinter(id, g.stdout, g.stderr, o.json, mode, approver())
+	if mode == timeline.Ask {
+		p.Answers = bufio.NewReader(stdin)
 	}
-	if err := p.watch(ctx, h, false); err != nil {
+	if err := p.Watch(ctx, h, false); err != nil {
 		return failErr(err)
 	}
 	if !o.json {
@@ -138,7 +139,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if _, err := h.Submit(ctx, sub); err != nil {
 		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))
 	}
-	out, err := p.follow(ctx)
+	out, err := p.Follow(ctx)
 	if err != nil {
 		return failErr(err)
 	}
@@ -210,7 +211,7 @@ func reportOutcome(w io.Writer, id, where string, out host.Rest) {
 		for _, wt := range out.Waiting {
 			if wt.Approval != nil {
 				fmt.Fprintf(w, "waiting for approval: task %s handle %s\n  %s\n  guard %s: %s\n",
-					l(wt.Task), l(wt.Handle), l(approvalWhat(*wt.Approval)), l(wt.Approval.Guard), l(wt.Approval.Reason))
+					l(wt.Task), l(wt.Handle), l(timeline.ApprovalWhat(*wt.Approval)), l(wt.Approval.Guard), l(wt.Approval.Reason))
 			} else {
 				fmt.Fprintf(w, "waiting for a human: task %s handle %s (%s)\n", l(wt.Task), l(wt.Handle), l(wt.Reason))
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/termsafe"
+	"github.com/noeta-go/noeta/timeline"
 )
 
 // toolEntry is one tool an agent may call, as engine tools prints it.
@@ -69,7 +70,7 @@ func listTools(ctx context.Context, g *globals, configPath string, asJSON bool) 
 		// A tool's name and description come from its MCP server; a tab in
 		// one is escaped too, so it cannot shift the columns.
 		l := termsafe.Line
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l(e.Agent), l(e.Tool), l(e.Risk), l(e.Source), cut(e.Description, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l(e.Agent), l(e.Tool), l(e.Risk), l(e.Source), timeline.Cut(e.Description, 60))
 	}
 	return tw.Flush()
 }
