@@ -16,6 +16,7 @@ import (
 
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/internal/boundedio"
+	"github.com/noeta-go/noeta/internal/settings"
 	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/tools"
 )
@@ -77,7 +78,7 @@ type globals struct {
 	// lookupEnv reads the environment (os.LookupEnv; tests replace it).
 	lookupEnv func(string) (string, bool)
 	// sources says where each setting came from, once resolved.
-	sources sources
+	sources settings.Sources
 }
 
 // dataDir is --data made absolute, ./.noeta by default.
