@@ -14,6 +14,7 @@ import (
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/taskview"
 	"github.com/noeta-go/noeta/timeline"
 )
 
@@ -240,7 +241,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	}
 	defer h.Close()
 
-	ds, known, err := dispatchState(ctx, h, task)
+	ds, known, err := taskview.DispatchState(ctx, h, task)
 	switch {
 	case err != nil:
 		return failErr(err)

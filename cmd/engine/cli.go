@@ -60,6 +60,14 @@ func failErr(err error) error {
 	return &exitError{code: exitFailed, err: err}
 }
 
+// failIf is failErr(err), and nil for nil.
+func failIf(err error) error {
+	if err == nil {
+		return nil
+	}
+	return failErr(err)
+}
+
 // exitCode is a result without a message to print.
 func exitCode(code int) error {
 	if code == exitDone {
