@@ -204,3 +204,51 @@ func (p *Printer) readLine(ctx context.Context) (lineRead, bool) {
 		}
 	}
 }
+
+// WriteOutcome says how a tree came to rest, and for a task left waiting, how to
+// answer it; where is the flags that reach the deployment (--data DIR or
+// --nats URL), "" when the task cannot be reached again (the demo's
+// temporary directory).
+func WriteOutcome(w io.Writer, id, where string, out host.Rest) {
+	// A detail, a reason or a question comes from a record: each field is
+	// escaped on its own, so a newline in it cannot start a line.
+	l := termsafe.Line
+	switch out.Status {
+	case host.RestCompleted:
+		fmt.Fprintf(w, "completed: task %s answered %s\n", id, l(out.Detail))
+	case host.RestFailed:
+		if out.Guard != "" {
+			fmt.Fprintf(w, "failed: task %s: %s (guard %s)\n", id, l(out.Detail), l(out.Guard))
+		} else {
+			fmt.Fprintf(w, "failed: task %s: %s\n", id, l(out.Detail))
+		}
+	case host.RestCancelled:
+		fmt.Fprintf(w, "cancelled: task %s: %s\n", id, l(out.Detail))
+	case host.RestWaiting:
+		for _, wt := range out.Waiting {
+			if wt.Approval != nil {
+				fmt.Fprintf(w, "waiting for approval: task %s handle %s\n  %s\n  guard %s: %s\n",
+					l(wt.Task), l(wt.Handle), l(ApprovalWhat(*wt.Approval)), l(wt.Approval.Guard), l(wt.Approval.Reason))
+			} else {
+				fmt.Fprintf(w, "waiting for a human: task %s handle %s (%s)\n", l(wt.Task), l(wt.Handle), l(wt.Reason))
+			}
+		}
+		if where == "" {
+			fmt.Fprintf(w, "to answer: run the task file again with --approvals ask (y/N on the terminal), approve or deny\n")
+			return
+		}
+		fmt.Fprintf(w, "to answer (add --deny to refuse, --reason R to say why):\n")
+		for _, wt := range out.Waiting {
+			fmt.Fprintf(w, "  engine approve %s %s %s\n", l(wt.Task), l(wt.Handle), where)
+		}
+		fmt.Fprintf(w, "or run the task file again with --approvals ask (y/N on the terminal), approve or deny\n")
+	case host.RestStuck:
+		fmt.Fprintf(w, "stuck: task %s: %s\n", id, l(out.Detail))
+	case host.RestInterrupted:
+		if where == "" {
+			fmt.Fprintf(w, "interrupted: task %s is left as it is (%s)\n", id, l(out.Detail))
+			return
+		}
+		fmt.Fprintf(w, "interrupted: task %s is left as it is (%s; %s)\n", id, l(out.Detail), where)
+	}
+}

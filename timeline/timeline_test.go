@@ -368,3 +368,35 @@ func TestAskDropsTheLineOfAClosedPrompt(t *testing.T) {
 		t.Errorf("the dropped line is not said:\n%s", msgs.String())
 	}
 }
+
+// TestWriteOutcome: each way a tree comes to rest is said, a waiting one
+// with the command that answers it; the fields of the records escaped.
+func TestWriteOutcome(t *testing.T) {
+	waiting := host.Rest{Status: host.RestWaiting, Waiting: []host.Waiting{{Task: rootID, Handle: "approval-1",
+		Approval: &noeta.PendingApproval{Action: noeta.ApprovalToolCall, Tool: "shell", CallID: "c1", Args: json.RawMessage(`{}`), Guard: "permission", Reason: hostile}}}}
+	tests := []struct {
+		rest  host.Rest
+		where string
+		want  []string
+	}{
+		{host.Rest{Status: host.RestCompleted, Detail: `"42"`}, "", []string{`completed: task ` + rootID + ` answered "42"`}},
+		{host.Rest{Status: host.RestFailed, Detail: "over budget", Guard: "budget"}, "", []string{"failed: task " + rootID + ": over budget (guard budget)"}},
+		{waiting, "--data /d", []string{"waiting for approval: task " + rootID + " handle approval-1", "shell c1 {}", "engine approve " + rootID + " approval-1 --data /d"}},
+		{waiting, "", []string{"to answer: run the task file again with --approvals ask"}},
+		{host.Rest{Status: host.RestInterrupted, Detail: "signal"}, "--data /d", []string{"interrupted: task " + rootID + " is left as it is (signal; --data /d)"}},
+	}
+	for _, tt := range tests {
+		var b strings.Builder
+		WriteOutcome(&b, rootID, tt.where, tt.rest)
+		for _, r := range b.String() {
+			if (r < 0x20 && r != '\n') || r == '\u202e' || (r >= 0x80 && r < 0xa0) {
+				t.Fatalf("%s: %U reaches the output raw: %q", tt.rest.Status, r, b.String())
+			}
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("%s: no %q in:\n%s", tt.rest.Status, w, b.String())
+			}
+		}
+	}
+}

@@ -295,7 +295,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 			waitResolved(ctx, h, task, handle, expiryWait)
 			out, ferr := p.Follow(ctx)
 			if ferr == nil {
-				reportOutcome(g.stdout, p.Root(), g.flags(h), out)
+				timeline.WriteOutcome(g.stdout, p.Root(), g.flags(h), out)
 			}
 		}
 		return answerErr(err, task, handle, g.where(h))
@@ -308,7 +308,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	if err != nil {
 		return failErr(err)
 	}
-	reportOutcome(g.stdout, p.Root(), g.flags(h), out)
+	timeline.WriteOutcome(g.stdout, p.Root(), g.flags(h), out)
 	return exitCode(restCode(out))
 }
 

@@ -17,7 +17,6 @@ import (
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/boundedio"
-	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/policy"
 	"github.com/noeta-go/noeta/timeline"
 )
@@ -143,7 +142,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if err != nil {
 		return failErr(err)
 	}
-	reportOutcome(msgs, id, g.flags(h), out)
+	timeline.WriteOutcome(msgs, id, g.flags(h), out)
 	return exitCode(restCode(out))
 }
 
@@ -186,52 +185,4 @@ func loadTask(ctx context.Context, taskPath string, cfg *config.File) (policy.Ta
 		return tf, host.Submission{}, usageErr("%s: %v", taskPath, err)
 	}
 	return tf, sub, nil
-}
-
-// reportOutcome says how the run ended, and for a task left waiting, how to
-// answer it; where is the flags that reach the deployment (--data DIR or
-// --nats URL), "" when the task cannot be reached again (the demo's
-// temporary directory).
-func reportOutcome(w io.Writer, id, where string, out host.Rest) {
-	// A detail, a reason or a question comes from a record: each field is
-	// escaped on its own, so a newline in it cannot start a line.
-	l := termsafe.Line
-	switch out.Status {
-	case host.RestCompleted:
-		fmt.Fprintf(w, "completed: task %s answered %s\n", id, l(out.Detail))
-	case host.RestFailed:
-		if out.Guard != "" {
-			fmt.Fprintf(w, "failed: task %s: %s (guard %s)\n", id, l(out.Detail), l(out.Guard))
-		} else {
-			fmt.Fprintf(w, "failed: task %s: %s\n", id, l(out.Detail))
-		}
-	case host.RestCancelled:
-		fmt.Fprintf(w, "cancelled: task %s: %s\n", id, l(out.Detail))
-	case host.RestWaiting:
-		for _, wt := range out.Waiting {
-			if wt.Approval != nil {
-				fmt.Fprintf(w, "waiting for approval: task %s handle %s\n  %s\n  guard %s: %s\n",
-					l(wt.Task), l(wt.Handle), l(timeline.ApprovalWhat(*wt.Approval)), l(wt.Approval.Guard), l(wt.Approval.Reason))
-			} else {
-				fmt.Fprintf(w, "waiting for a human: task %s handle %s (%s)\n", l(wt.Task), l(wt.Handle), l(wt.Reason))
-			}
-		}
-		if where == "" {
-			fmt.Fprintf(w, "to answer: run the task file again with --approvals ask (y/N on the terminal), approve or deny\n")
-			return
-		}
-		fmt.Fprintf(w, "to answer (add --deny to refuse, --reason R to say why):\n")
-		for _, wt := range out.Waiting {
-			fmt.Fprintf(w, "  engine approve %s %s %s\n", l(wt.Task), l(wt.Handle), where)
-		}
-		fmt.Fprintf(w, "or run the task file again with --approvals ask (y/N on the terminal), approve or deny\n")
-	case host.RestStuck:
-		fmt.Fprintf(w, "stuck: task %s: %s\n", id, l(out.Detail))
-	case host.RestInterrupted:
-		if where == "" {
-			fmt.Fprintf(w, "interrupted: task %s is left as it is (%s)\n", id, l(out.Detail))
-			return
-		}
-		fmt.Fprintf(w, "interrupted: task %s is left as it is (%s; %s)\n", id, l(out.Detail), where)
-	}
 }
