@@ -14,6 +14,7 @@ import (
 	"github.com/noeta-go/noeta/examples"
 	"github.com/noeta-go/noeta/examples/demo"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/internal/govfile"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -95,5 +96,5 @@ func readExampleConfig() (*config.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseConfig("examples/noeta.yaml", data)
+	return govfile.Parse("examples/noeta.yaml", data)
 }

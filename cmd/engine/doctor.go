@@ -11,6 +11,7 @@ import (
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/internal/govfile"
 	"github.com/noeta-go/noeta/taskview"
 )
 
@@ -56,7 +57,7 @@ not be read), 2 bad usage. --json prints one JSON object instead.`,
 			var cfg *config.File
 			if configPath != "" {
 				var err error
-				if cfg, err = loadConfig(cmd.Context(), configPath); err != nil {
+				if cfg, err = govfile.Load(cmd.Context(), configPath); err != nil {
 					return usageErr("%v", err)
 				}
 			}

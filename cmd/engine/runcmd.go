@@ -3,12 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,7 +13,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/host"
-	"github.com/noeta-go/noeta/internal/boundedio"
+	"github.com/noeta-go/noeta/internal/govfile"
 	"github.com/noeta-go/noeta/policy"
 	"github.com/noeta-go/noeta/timeline"
 )
@@ -147,42 +144,21 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 }
 
 // governance loads the governance config at path, or noeta.yaml in the
-// working directory when path is empty.
+// working directory when path is empty; a mistake is bad usage.
 func governance(ctx context.Context, path string) (*config.File, error) {
-	if path == "" {
-		if _, err := os.Stat(defaultConfig); err != nil {
-			return nil, usageErr("no governance config: pass --config FILE (there is no %s in the working directory)", defaultConfig)
-		}
-		path = defaultConfig
-	}
-	cfg, err := loadConfig(ctx, path)
+	cfg, err := govfile.Governance(ctx, path, defaultConfig)
 	if err != nil {
-		return nil, usageErr("--config: %v", err)
+		return nil, usageErr("%v", err)
 	}
 	return cfg, nil
 }
 
 // loadTask reads a task file whose agent must be one of cfg's, and returns
-// it with its submission.
+// it with its submission; a mistake is bad usage.
 func loadTask(ctx context.Context, taskPath string, cfg *config.File) (policy.TaskFile, host.Submission, error) {
-	tf, err := policy.LoadTaskFileContext(ctx, taskPath)
+	tf, sub, err := govfile.Task(ctx, taskPath, cfg)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||
-			errors.Is(err, boundedio.ErrNotRegular) || errors.Is(err, boundedio.ErrTooLarge) {
-			return tf, host.Submission{}, usageErr("task file: %v", err)
-		}
-		return tf, host.Submission{}, usageErr("%v", err)
-	}
-	gov := cfg.Governance
-	if _, ok := gov.Agent(tf.Agent); !ok {
-		return tf, host.Submission{}, usageErr("%s: agent: %q is not an agent of %s (its agents: %s)", taskPath, tf.Agent, cfg.Path, strings.Join(gov.Agents(), ", "))
-	}
-	if am := cfg.AgentModels[tf.Agent]; !tf.Scripted && am.Model == "" {
-		return tf, host.Submission{}, usageErr("%s: the task has no script: and agent %q has no model: in %s to decide it", taskPath, tf.Agent, cfg.Path)
-	}
-	sub, err := host.TaskFromFile(tf)
-	if err != nil {
-		return tf, host.Submission{}, usageErr("%s: %v", taskPath, err)
+		return tf, sub, usageErr("%v", err)
 	}
 	return tf, sub, nil
 }
