@@ -8,6 +8,7 @@ package taskview
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -112,6 +113,20 @@ func Events(ctx context.Context, st *host.Host, task string, follow, asJSON bool
 			return err
 		}
 	}
+}
+
+// StateJSON is a task's folded state and the dispatcher's row of it (known:
+// the dispatcher has one) as engine inspect --json prints them: one
+// indented JSON object, {"state": …, "dispatcher": …}.
+func StateJSON(s *engine.State, ds eventlog.DispatchState, known bool) ([]byte, error) {
+	out := struct {
+		State      *engine.State           `json:"state"`
+		Dispatcher *eventlog.DispatchState `json:"dispatcher,omitempty"`
+	}{State: s}
+	if known {
+		out.Dispatcher = &ds
+	}
+	return json.MarshalIndent(out, "", "  ")
 }
 
 // WriteState writes a task's folded state and the dispatcher's row of it

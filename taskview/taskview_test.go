@@ -214,3 +214,35 @@ func TestWriteWaitingTerminalSafe(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONShapes: inspect --json is {"state", "dispatcher"} with the row
+// left out while the dispatcher has none; approvals --json is an array,
+// [] when nothing waits.
+func TestJSONShapes(t *testing.T) {
+	s := &engine.State{Task: "01JTASKAAAAAAAAAAAAAAAAAAA", Status: noeta.StatusTerminal}
+	for _, known := range []bool{true, false} {
+		b, err := StateJSON(s, eventlog.DispatchState{Status: eventlog.DispatchTerminal}, known)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]json.RawMessage
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if _, ok := got["state"]; !ok {
+			t.Errorf("no state in %s", b)
+		}
+		if _, ok := got["dispatcher"]; ok != known {
+			t.Errorf("known %v, dispatcher in %s: %v", known, b, ok)
+		}
+	}
+	b, err := WaitingJSON(nil)
+	if err != nil || string(b) != "[]" {
+		t.Errorf("nothing waits: %s, %v", b, err)
+	}
+	b, err = WaitingJSON([]eventlog.Waiting{{Task: "t", Handle: "h"}})
+	var back []eventlog.Waiting
+	if err != nil || json.Unmarshal(b, &back) != nil || len(back) != 1 || back[0].Handle != "h" {
+		t.Errorf("one waits: %s, %v", b, err)
+	}
+}

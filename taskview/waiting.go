@@ -1,6 +1,7 @@
 package taskview
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -12,6 +13,15 @@ import (
 	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/timeline"
 )
+
+// WaitingJSON is the waiting list as engine approvals --json prints it:
+// one indented JSON array of the index's entries, [] when none wait.
+func WaitingJSON(ws []eventlog.Waiting) ([]byte, error) {
+	if ws == nil {
+		ws = []eventlog.Waiting{}
+	}
+	return json.MarshalIndent(ws, "", "  ")
+}
 
 // WriteWaiting prints one line per request and an indented line of its
 // handle, guard and who may answer. Every line is made terminal-safe

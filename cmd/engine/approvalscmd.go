@@ -1,14 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/taskview"
 )
@@ -40,10 +38,7 @@ expires, and who may answer (with the quorum's progress). Answer with
 				return failErr(err)
 			}
 			if asJSON {
-				if ws == nil {
-					ws = []eventlog.Waiting{}
-				}
-				b, err := json.MarshalIndent(ws, "", "  ")
+				b, err := taskview.WaitingJSON(ws)
 				if err != nil {
 					return failErr(err)
 				}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/taskview"
@@ -113,14 +111,7 @@ func newInspectCmd(g *globals) *cobra.Command {
 				return failErr(err)
 			}
 			if asJSON {
-				out := struct {
-					State      *engine.State           `json:"state"`
-					Dispatcher *eventlog.DispatchState `json:"dispatcher,omitempty"`
-				}{State: state}
-				if known {
-					out.Dispatcher = &ds
-				}
-				b, err := json.MarshalIndent(out, "", "  ")
+				b, err := taskview.StateJSON(state, ds, known)
 				if err != nil {
 					return failErr(err)
 				}
