@@ -246,3 +246,33 @@ func TestJSONShapes(t *testing.T) {
 		t.Errorf("one waits: %s, %v", b, err)
 	}
 }
+
+// TestWriteTools: a tool's name and description come from its MCP server
+// and are escaped, a tab included, so they cannot shift the columns; the
+// JSON lines decode to the entries.
+func TestWriteTools(t *testing.T) {
+	entries := []host.AgentTool{
+		{Agent: "a", Tool: "echo", Risk: "low", Source: "built-in", Description: "says it back", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		{Agent: "a", Tool: "mcp__x__t\tab", Risk: "high", Source: "mcp:x", Description: hostile, InputSchema: json.RawMessage(`{}`)},
+	}
+	var b strings.Builder
+	if err := WriteTools(&b, entries, false); err != nil {
+		t.Fatal(err)
+	}
+	assertSafe(t, "tools", b.String())
+	if n := strings.Count(b.String(), "\n"); n != 3 {
+		t.Errorf("%d lines, want a header and a line per tool:\n%s", n, b.String())
+	}
+	b.Reset()
+	if err := WriteTools(&b, entries, true); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d JSON lines, want 2:\n%s", len(lines), b.String())
+	}
+	var e ToolEntry
+	if err := json.Unmarshal([]byte(lines[1]), &e); err != nil || e.Description != hostile || e.Source != "mcp:x" {
+		t.Errorf("line %s decodes to %+v (%v)", lines[1], e, err)
+	}
+}
