@@ -108,27 +108,3 @@ func TestApprovalsEndToEnd(t *testing.T) {
 		t.Fatalf("approvals after the answer: exit %d\n%s", code, out)
 	}
 }
-
-// TestPrintWaitingTerminalSafe: a question or reason that carries an
-// escape sequence or a bidi override (a model writes the question; a tool's
-// arguments end up in the reason) is shown escaped, so it cannot clear the
-// screen or reorder what the person deciding reads. Before, the bytes went
-// to the terminal as they were.
-func TestPrintWaitingTerminalSafe(t *testing.T) {
-	var b strings.Builder
-	printWaiting(&b, []eventlog.Waiting{
-		{Task: "01JTASKQUESTIONBBBBBBBBBBBB", Handle: "question-1", Kind: eventlog.WaitingQuestion, Agent: "w\x1b[31m",
-			Question: "\x1b[2J\x1b[Happrove me?", RequestedAt: time.Now()},
-		{Task: "01JTASKAPPROVALAAAAAAAAAAAA", Handle: "approval-1", Kind: eventlog.WaitingApproval, Agent: "ops",
-			Action: "tool_call", Tool: "shell", Guard: "g", Reason: "rm \u202eexe.ls\x07", RequestedAt: time.Now()},
-	}, time.Now())
-	out := b.String()
-	if strings.ContainsAny(out, "\x1b\x07\u202e") {
-		t.Fatalf("control or bidi characters reached the output: %q", out)
-	}
-	for _, want := range []string{`\u001b[2J`, `\u202eexe.ls\u0007`, `w\u001b[31m`} {
-		if !strings.Contains(out, want) {
-			t.Errorf("no %q in\n%s", want, out)
-		}
-	}
-}

@@ -14,6 +14,8 @@ import (
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/taskview"
+	"github.com/noeta-go/noeta/timeline"
 )
 
 // submit and approve: the verbs that hand work to whatever runs the tasks
@@ -239,7 +241,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	}
 	defer h.Close()
 
-	ds, known, err := dispatchState(ctx, h, task)
+	ds, known, err := taskview.DispatchState(ctx, h, task)
 	switch {
 	case err != nil:
 		return failErr(err)
@@ -260,7 +262,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	// When this process runs the tree, follow it from its root, printing
 	// only what happens from now on. An answer to nothing open is refused
 	// before anything runs.
-	var p *printer
+	var p *timeline.Printer
 	if runs {
 		state, err := h.Inspect(ctx, task)
 		if err != nil {
@@ -273,8 +275,8 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		if root == "" {
 			root = task
 		}
-		p = newPrinter(root, g.stdout, g.stderr, false, approvalsLeave)
-		if err := p.watch(ctx, h, true); err != nil {
+		p = timeline.NewPrinter(root, g.stdout, g.stderr, false, timeline.Leave, approver())
+		if err := p.Watch(ctx, h, true); err != nil {
 			return failErr(err)
 		}
 		if err := h.Start(ctx); err != nil {
@@ -291,9 +293,9 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 			// started its dispatcher: until it has, the task looks at rest
 			// (suspended on the request), so wait for the resolution first.
 			waitResolved(ctx, h, task, handle, expiryWait)
-			out, ferr := p.follow(ctx)
+			out, ferr := p.Follow(ctx)
 			if ferr == nil {
-				reportOutcome(g.stdout, p.root, g.flags(h), out)
+				timeline.WriteOutcome(g.stdout, p.Root(), g.flags(h), out)
 			}
 		}
 		return answerErr(err, task, handle, g.where(h))
@@ -302,11 +304,11 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	if !runs {
 		return nil
 	}
-	out, err := p.follow(ctx)
+	out, err := p.Follow(ctx)
 	if err != nil {
 		return failErr(err)
 	}
-	reportOutcome(g.stdout, p.root, g.flags(h), out)
+	timeline.WriteOutcome(g.stdout, p.Root(), g.flags(h), out)
 	return exitCode(restCode(out))
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"os"
@@ -9,9 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/host"
 )
 
 // TestAskStopsWhenAnsweredElsewhere: while run --approvals ask prompts on
@@ -41,48 +37,6 @@ func TestAskStopsWhenAnsweredElsewhere(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "approve by") || !strings.Contains(out.String(), "from another terminal") {
 		t.Errorf("the timeline lacks the answer given elsewhere:\n%s", out.String())
-	}
-}
-
-// TestAskDropsTheLineOfAClosedPrompt: a line typed for a prompt that was
-// closed (its request answered elsewhere) is not taken as the answer to the
-// next request, which its typist never saw.
-func TestAskDropsTheLineOfAClosedPrompt(t *testing.T) {
-	pr, pw := io.Pipe()
-	defer pw.Close()
-	var msgs syncBuffer
-	p := newPrinter("01JTASKAAAAAAAAAAAAAAAAAAA", io.Discard, &msgs, false, approvalsAsk)
-	p.answers = bufio.NewReader(pr)
-	req := host.ApprovalRequest{Task: "01JTASKAAAAAAAAAAAAAAAAAAA", Handle: "approval-1"}
-
-	closed, cancel := context.WithCancelCause(t.Context())
-	cancel(host.ErrRequestClosed)
-	if _, ok := p.ask(closed, req); ok {
-		t.Fatal("a prompt whose request is closed returned an answer")
-	}
-	type result struct {
-		d  noeta.ApprovalDecision
-		ok bool
-	}
-	next := make(chan result, 1)
-	go func() {
-		d, ok := p.ask(t.Context(), host.ApprovalRequest{Task: req.Task, Handle: "approval-2"})
-		next <- result{d, ok}
-	}()
-	// The "y" meant for approval-1 completes the read the closed prompt
-	// began; approval-2's answer is the next line.
-	if _, err := io.WriteString(pw, "y\n"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.WriteString(pw, "n\n"); err != nil {
-		t.Fatal(err)
-	}
-	r := <-next
-	if !r.ok || r.d != noeta.ApprovalDeny {
-		t.Fatalf("approval-2 answered %q (ok %v), want deny: the line typed for approval-1 was taken\n%s", r.d, r.ok, msgs.String())
-	}
-	if !strings.Contains(msgs.String(), "answered an earlier request") {
-		t.Errorf("the dropped line is not said:\n%s", msgs.String())
 	}
 }
 

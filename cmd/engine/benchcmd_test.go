@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
+	"github.com/noeta-go/noeta/loadgen"
 )
 
 // TestBenchJSON runs engine bench small, every kind of call in the mix, and
@@ -20,7 +20,7 @@ func TestBenchJSON(t *testing.T) {
 	if code != exitDone {
 		t.Fatalf("exit %d; stderr:\n%s", code, errOut)
 	}
-	var r benchResult
+	var r loadgen.Result
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
@@ -65,7 +65,7 @@ func TestBenchScaleJSON(t *testing.T) {
 	if code != exitDone {
 		t.Fatalf("exit %d; stderr:\n%s", code, errOut)
 	}
-	var r benchResult
+	var r loadgen.Result
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("stdout is not the bench JSON: %v\n%s", err, out)
 	}
@@ -99,7 +99,7 @@ func TestBenchScaleNATS(t *testing.T) {
 	if code != exitDone {
 		t.Fatalf("exit %d; stderr:\n%s", code, errOut)
 	}
-	var r benchResult
+	var r loadgen.Result
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("stdout is not the bench JSON: %v\n%s", err, out)
 	}
@@ -113,33 +113,6 @@ func TestBenchScaleNATS(t *testing.T) {
 	}
 	if r.Restart == nil || r.Restart.OpenSeconds <= 0 || r.Restart.ResumeMs <= 0 {
 		t.Errorf("restart of the engine not measured: %+v", r.Restart)
-	}
-}
-
-// TestBenchIdleIDs: the scale mode keeps no ids, it derives them; a
-// million must be a million distinct, valid task ids, the same on every
-// call (a wake after the restart names a task grown before it).
-func TestBenchIdleIDs(t *testing.T) {
-	idle := newIdleTasks()
-	const n = 1_000_000
-	seen := make(map[string]struct{}, n)
-	for i := range int64(n) {
-		id := idle.id(i)
-		if i%100_000 == 0 {
-			if err := noeta.ValidateTaskID(id); err != nil {
-				t.Fatalf("id %d %q: %v", i, id, err)
-			}
-			if again := idle.id(i); again != id {
-				t.Fatalf("id %d is %q, then %q", i, id, again)
-			}
-		}
-		seen[id] = struct{}{}
-	}
-	if len(seen) != n {
-		t.Errorf("%d distinct ids of %d", len(seen), n)
-	}
-	if other := newIdleTasks(); other.id(0) == idle.id(0) {
-		t.Error("two runs derived the same first id: a second run on one store would collide")
 	}
 }
 

@@ -9,15 +9,12 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"github.com/noeta-go/noeta/config"
-	"github.com/noeta-go/noeta/internal/boundedio"
+	"github.com/noeta-go/noeta/internal/settings"
 	"github.com/noeta-go/noeta/internal/termsafe"
-	"github.com/noeta-go/noeta/tools"
 )
 
 // Exit codes (DESIGN.md §7).
@@ -59,6 +56,14 @@ func failErr(err error) error {
 	return &exitError{code: exitFailed, err: err}
 }
 
+// failIf is failErr(err), and nil for nil.
+func failIf(err error) error {
+	if err == nil {
+		return nil
+	}
+	return failErr(err)
+}
+
 // exitCode is a result without a message to print.
 func exitCode(code int) error {
 	if code == exitDone {
@@ -77,7 +82,7 @@ type globals struct {
 	// lookupEnv reads the environment (os.LookupEnv; tests replace it).
 	lookupEnv func(string) (string, bool)
 	// sources says where each setting came from, once resolved.
-	sources sources
+	sources settings.Sources
 }
 
 // dataDir is --data made absolute, ./.noeta by default.
@@ -216,77 +221,6 @@ config or task file, 3 it waits for an approval.`,
 		newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newDoctorCmd(g), newDemoCmd(g), newToolsCmd(g),
 		newApprovalsCmd(g), newUICmd(g), newTokenCmd(g), newBenchCmd(g))
 	return root, g
-}
-
-// loadConfig reads a config, a regular file of at most config.MaxSize
-// bytes, until ctx ends; every mistake is reported as FILE:LINE:
-// field.path: message.
-func loadConfig(ctx context.Context, path string) (*config.File, error) {
-	data, err := boundedio.ReadFile(ctx, path, config.MaxSize)
-	if err != nil {
-		return nil, err
-	}
-	return parseConfig(path, data)
-}
-
-// parseConfig parses a governance config and checks every tool it names
-// against the built-in tools, which are the tools of every verb's registry:
-// a misspelt tool is refused here, not when a task of the agent first runs.
-func parseConfig(name string, data []byte) (*config.File, error) {
-	cfg, err := config.Parse(name, data)
-	if err != nil {
-		return nil, errors.New(configErrors(name, err))
-	}
-	known, err := builtinToolNames()
-	if err != nil {
-		return nil, err
-	}
-	if err := cfg.CheckTools(known); err != nil {
-		return nil, errors.New(configErrors(name, err))
-	}
-	return cfg, nil
-}
-
-// builtinToolNames is the names of the tools the stack registers.
-func builtinToolNames() ([]string, error) {
-	builtins, err := tools.Builtins(tools.BuiltinConfig{})
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, len(builtins))
-	for i, t := range builtins {
-		names[i] = t.Name()
-	}
-	return names, nil
-}
-
-// configErrors renders the errors of config.Parse one per line, each
-// prefixed with the file name and line.
-func configErrors(name string, err error) string {
-	var list []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		list = j.Unwrap()
-	} else {
-		list = []error{err}
-	}
-	lines := make([]string, 0, len(list))
-	for _, e := range list {
-		var ce *config.Error
-		switch {
-		case errors.As(e, &ce):
-			loc := name + ": "
-			if ce.Line > 0 {
-				loc = fmt.Sprintf("%s:%d: ", name, ce.Line)
-			}
-			if ce.Path != "" {
-				loc += ce.Path + ": "
-			}
-			lines = append(lines, loc+ce.Msg)
-		default:
-			lines = append(lines, name+": "+e.Error())
-		}
-	}
-	return strings.Join(lines, "\n")
 }
 
 // approver names who answers approvals from this command: cli:$USER, else

@@ -2,51 +2,20 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/examples"
+	"github.com/noeta-go/noeta/examples/demo"
 	"github.com/noeta-go/noeta/host"
-	"github.com/noeta-go/noeta/policy"
+	"github.com/noeta-go/noeta/internal/govfile"
 )
-
-// demoCase is what the demo knows of one example: what it shows, how its
-// approvals are answered, and how it must end.
-type demoCase struct {
-	shows     string
-	approvals approvalMode
-	want      string
-}
-
-// demoCases is the demo's table, by example file name. An example missing
-// from it still runs (approvals left, expected to complete).
-var demoCases = map[string]demoCase{
-	"01-allowed-call.yaml":        {"two allowed calls, then a finish", approvalsLeave, "completed"},
-	"02-budget-denial.yaml":       {"Budget denies the call past max_tool_calls", approvalsLeave, "completed"},
-	"03-permission-denial.yaml":   {"Permission denies a tool the agent does not have", approvalsLeave, "completed"},
-	"04-rule-denial.yaml":         {"a rule denies rm -rf; the next call runs", approvalsLeave, "completed"},
-	"05-repetition-approval.yaml": {"Repetition asks a human on the 3rd identical call: approved", approvalsApprove, "completed"},
-	"06-approval-granted.yaml":    {"Permission asks a human for a shell call: approved, it runs", approvalsApprove, "completed"},
-	"07-approval-refused.yaml":    {"the same request refused: the call never runs", approvalsDeny, "completed"},
-	"08-fan-out.yaml":             {"three subtasks; the parent waits for the group", approvalsLeave, "completed"},
-}
-
-// demoTimeout bounds one example, so a demo never hangs.
-const demoTimeout = 2 * time.Minute
-
-var exampleName = regexp.MustCompile(`^[0-9]+-.*\.yaml$`)
 
 func newDemoCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
@@ -63,21 +32,11 @@ exits 0 when every example ended as expected, else 1.`,
 	}
 }
 
-type demoResult struct {
-	name, shows, want string
-	out               host.Rest
-	took              time.Duration
-}
-
 func runDemo(ctx context.Context, g *globals) error {
 	if err := g.check(); err != nil {
 		return err
 	}
 	cfg, err := readExampleConfig()
-	if err != nil {
-		return failErr(err)
-	}
-	names, err := fs.Glob(examples.FS, "*.yaml")
 	if err != nil {
 		return failErr(err)
 	}
@@ -111,34 +70,15 @@ func runDemo(ctx context.Context, g *globals) error {
 		on = "NATS JetStream at " + g.describe(h)
 	}
 	fmt.Fprintf(w, "noeta demo: every example of examples/ under examples/noeta.yaml, on %s\n", on)
-	var results []demoResult
-	for _, name := range names {
-		if !exampleName.MatchString(name) {
-			continue
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		r, err := runExample(ctx, g, h, tmp, name)
-		if err != nil {
-			return failErr(fmt.Errorf("%s: %w", name, err))
-		}
-		results = append(results, r)
+	where := ""
+	if g.data != "" || !g.conn.embedded() {
+		where = g.flags(h)
 	}
-
-	fmt.Fprintf(w, "\n== summary ==\n")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "example\twhat it shows\toutcome")
-	failed := 0
-	for _, r := range results {
-		verdict := string(r.out.Status) + ", as expected"
-		if string(r.out.Status) != r.want {
-			verdict = string(r.out.Status) + ", NOT AS EXPECTED (want " + r.want + ")"
-			failed++
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s (%.2fs)\n", strings.TrimSuffix(r.name, ".yaml"), r.shows, verdict, r.took.Seconds())
+	results, err := demo.Run(ctx, h, tmp, demo.Options{Workers: g.workers, Approver: approver(), Out: w, Msgs: g.stderr, Where: where})
+	if err != nil {
+		return failErr(err)
 	}
-	_ = tw.Flush()
+	failed := demo.WriteSummary(w, results)
 	if ctx.Err() != nil {
 		fmt.Fprintln(w, "interrupted")
 		return exitCode(exitFailed)
@@ -156,82 +96,5 @@ func readExampleConfig() (*config.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseConfig("examples/noeta.yaml", data)
-}
-
-// runExample runs one example task in a fresh workspace with its own engine,
-// worker pool and ready queue, and prints its timeline under a heading.
-func runExample(ctx context.Context, g *globals, h *host.Host, tmp, name string) (demoResult, error) {
-	dc, ok := demoCases[name]
-	if !ok {
-		dc = demoCase{shows: "(not in the demo's table)", approvals: approvalsLeave, want: "completed"}
-	}
-	r := demoResult{name: name, shows: dc.shows, want: dc.want}
-	body, err := fs.ReadFile(examples.FS, name)
-	if err != nil {
-		return r, err
-	}
-	tf, err := policy.ParseTaskFile("examples/"+name, body)
-	if err != nil {
-		return r, err
-	}
-	script, err := json.Marshal(tf.Script)
-	if err != nil {
-		return r, err
-	}
-	base := strings.TrimSuffix(name, ".yaml")
-	workspace := filepath.Join(tmp, "workspaces", base)
-	if err := os.MkdirAll(workspace, 0o755); err != nil {
-		return r, err
-	}
-	readme := "# demo workspace\n\nhello from the noeta demo\n"
-	if err := os.WriteFile(filepath.Join(workspace, "README.md"), []byte(readme), 0o644); err != nil {
-		return r, err
-	}
-	queue := "demo-" + queueToken(base)
-	pool, err := h.StartPool(ctx, host.PoolOptions{Workers: g.workers, Queue: queue, Workspace: workspace})
-	if err != nil {
-		return r, err
-	}
-	defer pool.Stop()
-
-	w := g.stdout
-	fmt.Fprintf(w, "\n== %s: %s (approvals: %s) ==\n", base, dc.shows, dc.approvals)
-	fmt.Fprintf(w, "   agent %s, goal %q\n", tf.Agent, tf.Goal)
-	id := noeta.NewTaskID()
-	p := newPrinter(id, w, g.stderr, false, dc.approvals)
-	p.approveReason = "the demo's table says approve"
-	p.denyReason = "the demo's table says deny"
-	if err := p.watch(ctx, h, false); err != nil {
-		return r, err
-	}
-
-	ctx, cancel := context.WithTimeoutCause(ctx, demoTimeout, fmt.Errorf("%s did not end within %v", name, demoTimeout))
-	defer cancel()
-	start := time.Now()
-	if _, err := h.Submit(ctx, host.Submission{ID: id, Agent: tf.Agent, Goal: tf.Goal, Script: script, Queue: queue}); err != nil {
-		return r, err
-	}
-	out, err := p.follow(ctx)
-	if err != nil {
-		return r, err
-	}
-	r.out, r.took = out, time.Since(start)
-	where := ""
-	if g.data != "" || !g.conn.embedded() {
-		where = g.flags(h)
-	}
-	reportOutcome(w, id, where, out)
-	return r, nil
-}
-
-// queueToken keeps the characters a queue name may have.
-func queueToken(s string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
-			return r
-		}
-		return '_'
-	}, s)
+	return govfile.Parse("examples/noeta.yaml", data)
 }

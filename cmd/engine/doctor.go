@@ -5,16 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
-	"github.com/noeta-go/noeta/internal/termsafe"
+	"github.com/noeta-go/noeta/internal/govfile"
+	"github.com/noeta-go/noeta/taskview"
 )
 
 // engine doctor: check a store for what the server's own recovery may have
@@ -59,7 +57,7 @@ not be read), 2 bad usage. --json prints one JSON object instead.`,
 			var cfg *config.File
 			if configPath != "" {
 				var err error
-				if cfg, err = loadConfig(cmd.Context(), configPath); err != nil {
+				if cfg, err = govfile.Load(cmd.Context(), configPath); err != nil {
 					return usageErr("%v", err)
 				}
 			}
@@ -75,7 +73,7 @@ not be read), 2 bad usage. --json prints one JSON object instead.`,
 				}
 				fmt.Fprintf(g.stdout, "%s\n", b)
 			} else {
-				printReport(g.stdout, rep)
+				taskview.WriteDoctor(g.stdout, rep)
 			}
 			if !rep.Clean {
 				return exitCode(exitFailed)
@@ -86,36 +84,6 @@ not be read), 2 bad usage. --json prints one JSON object instead.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	cmd.Flags().StringVar(&configPath, "config", "", "the config whose sandbox: section to check (default: the default, sandbox on)")
 	return cmd
-}
-
-func printReport(w io.Writer, r *host.DoctorReport) {
-	for _, p := range r.Problems {
-		line := p.Kind
-		if p.Task != "" {
-			line += " task " + p.Task
-		}
-		if p.Seqs != "" {
-			line += " seq " + p.Seqs
-		}
-		if p.StreamSeq != 0 {
-			line += " stream seq " + strconv.FormatUint(p.StreamSeq, 10)
-		}
-		// A detail may quote a damaged record's bytes.
-		fmt.Fprintln(w, termsafe.Line(line+": "+p.Detail))
-	}
-	if sb := r.Sandbox; sb != nil {
-		switch {
-		case !sb.Enabled:
-			fmt.Fprintf(w, "sandbox: disabled by the config (%s): tools run unconfined\n", strings.Join(sb.Disabled, ", "))
-		case sb.Available:
-			fmt.Fprintf(w, "sandbox: available (Landlock ABI %d, seccomp, user namespaces)\n", sb.LandlockABI)
-		}
-	}
-	if r.Clean {
-		fmt.Fprintf(w, "clean: %d tasks, %d records, %d dispatcher rows\n", r.Tasks, r.Records, r.Rows)
-		return
-	}
-	fmt.Fprintf(w, "%d problem(s) in %d tasks, %d records, %d dispatcher rows\n", len(r.Problems), r.Tasks, r.Records, r.Rows)
 }
 
 // runDoctor opens the deployment read only and checks it.

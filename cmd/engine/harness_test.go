@@ -16,6 +16,7 @@ import (
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/internal/govfile"
 	"github.com/noeta-go/noeta/internal/natsconn"
 )
 
@@ -49,7 +50,7 @@ func newDeployment(t *testing.T, url, prefix string, replicas int, ttl time.Dura
 	logger := slog.New(slog.NewTextHandler(tw, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// The first process on a fresh cluster creates the streams and buckets;
 	// while the cluster settles, a creation may time out: try again.
-	cfg, err := parseConfig("serve.yaml", []byte(serveConfig))
+	cfg, err := govfile.Parse("serve.yaml", []byte(serveConfig))
 	if err != nil {
 		t.Fatal(err)
 	}

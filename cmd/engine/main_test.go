@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/noeta-go/noeta/examples/demo"
 )
 
 // engineBin is the engine binary built from this package, for the tests
@@ -173,7 +175,7 @@ func TestDemo(t *testing.T) {
 	if n := len(regexp.MustCompile(`(?m)^\s+[0-9.]+s  child .*TaskCompleted`).FindAllString(out, -1)); n != 3 {
 		t.Errorf("%d children completed, want 3", n)
 	}
-	for name := range demoCases {
+	for name := range demo.Cases {
 		base := strings.TrimSuffix(name, ".yaml")
 		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(base) + `\s.*completed, as expected`).MatchString(out) {
 			t.Errorf("summary has no line for %s ending as expected", base)

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/noeta-go/noeta/timeline"
 )
 
 // modelConfig is a config whose agents' model is the fake server's.
@@ -239,7 +241,7 @@ func TestModelBudgetByUsage(t *testing.T) {
 		t.Errorf("the budget did not stop the agent on its cost:\n%s", out)
 	}
 	if n := len(f.requests()); n != 2 {
-		t.Errorf("%d model requests: the budget of $0.50 at $0.30 a turn stops it after the second\n%s", n, cut(out, 3000))
+		t.Errorf("%d model requests: the budget of $0.50 at $0.30 a turn stops it after the second\n%s", n, timeline.Cut(out, 3000))
 	}
 }
 
@@ -282,7 +284,7 @@ agents:
 	task := writeFile(t, "task.yaml", "agent: boss\ngoal: \"Delegate\"\n")
 	code, out, errOut := runCmd(t, "run", task, "--config", cfg, "--data", t.TempDir(), "--workspace", workspace(t), "--timeout", "20s")
 	if n := len(f.requests()); n > 3 {
-		t.Fatalf("%d model requests under max_cost_usd 3 at $2 a worker call: want the root's one and the worker's two\n%s", n, cut(out, 3000))
+		t.Fatalf("%d model requests under max_cost_usd 3 at $2 a worker call: want the root's one and the worker's two\n%s", n, timeline.Cut(out, 3000))
 	}
 	if code != exitFailed || !strings.Contains(out, "max_cost_usd=3 reached by the task tree: $4.002 spent") {
 		t.Fatalf("run: exit %d, want 1 with the tree's spend named\n%s\n%s", code, out, errOut)

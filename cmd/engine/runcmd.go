@@ -3,12 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,9 +13,9 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/host"
-	"github.com/noeta-go/noeta/internal/boundedio"
-	"github.com/noeta-go/noeta/internal/termsafe"
+	"github.com/noeta-go/noeta/internal/govfile"
 	"github.com/noeta-go/noeta/policy"
+	"github.com/noeta-go/noeta/timeline"
 )
 
 // stdin is where --approvals ask reads its answers.
@@ -83,9 +80,9 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 		return err
 	}
 	defer cancel()
-	mode := approvalsLeave
+	mode := timeline.Leave
 	if stdinIsTerminal() {
-		mode = approvalsAsk
+		mode = timeline.Ask
 	}
 	if approvalsSet {
 		m, err := parseApprovalMode(o.approvals)
@@ -123,11 +120,11 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if o.json {
 		msgs = g.stderr
 	}
-	p := newPrinter(id, g.stdout, g.stderr, o.json, mode)
-	if mode == approvalsAsk {
-		p.answers = bufio.NewReader(stdin)
+	p := timeline.NewPrinter(id, g.stdout, g.stderr, o.json, mode, approver())
+	if mode == timeline.Ask {
+		p.Answers = bufio.NewReader(stdin)
 	}
-	if err := p.watch(ctx, h, false); err != nil {
+	if err := p.Watch(ctx, h, false); err != nil {
 		return failErr(err)
 	}
 	if !o.json {
@@ -138,99 +135,30 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if _, err := h.Submit(ctx, sub); err != nil {
 		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))
 	}
-	out, err := p.follow(ctx)
+	out, err := p.Follow(ctx)
 	if err != nil {
 		return failErr(err)
 	}
-	reportOutcome(msgs, id, g.flags(h), out)
+	timeline.WriteOutcome(msgs, id, g.flags(h), out)
 	return exitCode(restCode(out))
 }
 
 // governance loads the governance config at path, or noeta.yaml in the
-// working directory when path is empty.
+// working directory when path is empty; a mistake is bad usage.
 func governance(ctx context.Context, path string) (*config.File, error) {
-	if path == "" {
-		if _, err := os.Stat(defaultConfig); err != nil {
-			return nil, usageErr("no governance config: pass --config FILE (there is no %s in the working directory)", defaultConfig)
-		}
-		path = defaultConfig
-	}
-	cfg, err := loadConfig(ctx, path)
+	cfg, err := govfile.Governance(ctx, path, defaultConfig)
 	if err != nil {
-		return nil, usageErr("--config: %v", err)
+		return nil, usageErr("%v", err)
 	}
 	return cfg, nil
 }
 
 // loadTask reads a task file whose agent must be one of cfg's, and returns
-// it with its submission.
+// it with its submission; a mistake is bad usage.
 func loadTask(ctx context.Context, taskPath string, cfg *config.File) (policy.TaskFile, host.Submission, error) {
-	tf, err := policy.LoadTaskFileContext(ctx, taskPath)
+	tf, sub, err := govfile.Task(ctx, taskPath, cfg)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||
-			errors.Is(err, boundedio.ErrNotRegular) || errors.Is(err, boundedio.ErrTooLarge) {
-			return tf, host.Submission{}, usageErr("task file: %v", err)
-		}
-		return tf, host.Submission{}, usageErr("%v", err)
-	}
-	gov := cfg.Governance
-	if _, ok := gov.Agent(tf.Agent); !ok {
-		return tf, host.Submission{}, usageErr("%s: agent: %q is not an agent of %s (its agents: %s)", taskPath, tf.Agent, cfg.Path, strings.Join(gov.Agents(), ", "))
-	}
-	if am := cfg.AgentModels[tf.Agent]; !tf.Scripted && am.Model == "" {
-		return tf, host.Submission{}, usageErr("%s: the task has no script: and agent %q has no model: in %s to decide it", taskPath, tf.Agent, cfg.Path)
-	}
-	sub, err := host.TaskFromFile(tf)
-	if err != nil {
-		return tf, host.Submission{}, usageErr("%s: %v", taskPath, err)
+		return tf, sub, usageErr("%v", err)
 	}
 	return tf, sub, nil
-}
-
-// reportOutcome says how the run ended, and for a task left waiting, how to
-// answer it; where is the flags that reach the deployment (--data DIR or
-// --nats URL), "" when the task cannot be reached again (the demo's
-// temporary directory).
-func reportOutcome(w io.Writer, id, where string, out host.Rest) {
-	// A detail, a reason or a question comes from a record: each field is
-	// escaped on its own, so a newline in it cannot start a line.
-	l := termsafe.Line
-	switch out.Status {
-	case host.RestCompleted:
-		fmt.Fprintf(w, "completed: task %s answered %s\n", id, l(out.Detail))
-	case host.RestFailed:
-		if out.Guard != "" {
-			fmt.Fprintf(w, "failed: task %s: %s (guard %s)\n", id, l(out.Detail), l(out.Guard))
-		} else {
-			fmt.Fprintf(w, "failed: task %s: %s\n", id, l(out.Detail))
-		}
-	case host.RestCancelled:
-		fmt.Fprintf(w, "cancelled: task %s: %s\n", id, l(out.Detail))
-	case host.RestWaiting:
-		for _, wt := range out.Waiting {
-			if wt.Approval != nil {
-				fmt.Fprintf(w, "waiting for approval: task %s handle %s\n  %s\n  guard %s: %s\n",
-					l(wt.Task), l(wt.Handle), l(approvalWhat(*wt.Approval)), l(wt.Approval.Guard), l(wt.Approval.Reason))
-			} else {
-				fmt.Fprintf(w, "waiting for a human: task %s handle %s (%s)\n", l(wt.Task), l(wt.Handle), l(wt.Reason))
-			}
-		}
-		if where == "" {
-			fmt.Fprintf(w, "to answer: run the task file again with --approvals ask (y/N on the terminal), approve or deny\n")
-			return
-		}
-		fmt.Fprintf(w, "to answer (add --deny to refuse, --reason R to say why):\n")
-		for _, wt := range out.Waiting {
-			fmt.Fprintf(w, "  engine approve %s %s %s\n", l(wt.Task), l(wt.Handle), where)
-		}
-		fmt.Fprintf(w, "or run the task file again with --approvals ask (y/N on the terminal), approve or deny\n")
-	case host.RestStuck:
-		fmt.Fprintf(w, "stuck: task %s: %s\n", id, l(out.Detail))
-	case host.RestInterrupted:
-		if where == "" {
-			fmt.Fprintf(w, "interrupted: task %s is left as it is (%s)\n", id, l(out.Detail))
-			return
-		}
-		fmt.Fprintf(w, "interrupted: task %s is left as it is (%s; %s)\n", id, l(out.Detail), where)
-	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/internal/settings"
 	"github.com/noeta-go/noeta/webui"
 )
 
@@ -97,7 +98,7 @@ Settings come from flags, then the environment, then the --serve-config file
 (YAML or JSON), the first that has one winning; --print-config prints the
 effective settings, each with its source. The file's keys are the flags'
 names, with _ for -:
-` + wrapWords(strings.Join(settingKeys(), ", "), 76, "  ") + `
+` + settings.WrapWords(strings.Join(engineSettings.Keys(), ", "), 76, "  ") + `
 The environment variables are NOETA_ and the key in capitals:
 ` + envList(true),
 		Example: `  engine serve --config noeta.yaml
@@ -107,7 +108,7 @@ The environment variables are NOETA_ and the key in capitals:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.printConfig {
-				printSettings(g.stdout, cmd, g.sources)
+				engineSettings.Print(g.stdout, cmd.Flags(), g.sources)
 				return nil
 			}
 			return serve(cmd.Context(), g, o)

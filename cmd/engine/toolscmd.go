@@ -2,25 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta/host"
-	"github.com/noeta-go/noeta/internal/termsafe"
+	"github.com/noeta-go/noeta/taskview"
 )
-
-// toolEntry is one tool an agent may call, as engine tools prints it.
-type toolEntry struct {
-	Agent       string          `json:"agent"`
-	Tool        string          `json:"tool"`
-	Risk        string          `json:"risk"`
-	Source      string          `json:"source"`
-	Description string          `json:"description,omitempty"`
-	InputSchema json.RawMessage `json:"input_schema"`
-}
 
 func newToolsCmd(g *globals) *cobra.Command {
 	var config string
@@ -54,22 +41,9 @@ func listTools(ctx context.Context, g *globals, configPath string, asJSON bool) 
 	if err != nil {
 		return hostErr("tools", err)
 	}
-	if asJSON {
-		enc := json.NewEncoder(g.stdout)
-		for _, e := range entries {
-			if err := enc.Encode(toolEntry(e)); err != nil {
-				return failErr(err)
-			}
-		}
-		return nil
+	err = taskview.WriteTools(g.stdout, entries, asJSON)
+	if err != nil && asJSON {
+		return failErr(err)
 	}
-	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tTOOL\tRISK\tSOURCE\tDESCRIPTION")
-	for _, e := range entries {
-		// A tool's name and description come from its MCP server; a tab in
-		// one is escaped too, so it cannot shift the columns.
-		l := termsafe.Line
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l(e.Agent), l(e.Tool), l(e.Risk), l(e.Source), cut(e.Description, 60))
-	}
-	return tw.Flush()
+	return err
 }

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/noeta-go/noeta/taskview"
 )
 
 // TestToolsVerb: engine tools lists each agent's tools with their risk and
@@ -23,7 +25,7 @@ func TestToolsVerb(t *testing.T) {
 	}
 	var names []string
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var e toolEntry
+		var e taskview.ToolEntry
 		if err := json.Unmarshal([]byte(line), &e); err != nil || len(e.InputSchema) == 0 || e.Agent != "reader" {
 			t.Fatalf("line %q: %+v %v", line, e, err)
 		}

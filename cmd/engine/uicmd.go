@@ -16,6 +16,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/internal/govfile"
 	"github.com/noeta-go/noeta/webui"
 )
 
@@ -100,7 +101,7 @@ func printToken(g *globals, name string) error {
 	// The config refuses what it would refuse in the file.
 	tok, sum := webui.NewToken()
 	line := fmt.Sprintf(`    - {name: %q, sha256: "%s"}`, name, sum)
-	if _, err := parseConfig("the printed line", []byte("http:\n  tokens:\n"+line+"\n")); err != nil {
+	if _, err := govfile.Parse("the printed line", []byte("http:\n  tokens:\n"+line+"\n")); err != nil {
 		return usageErr("--name: %v", err)
 	}
 	fmt.Fprintf(g.stdout, "token: %s\n\nadd to noeta.yaml (the token itself is not kept anywhere):\nhttp:\n  tokens:\n%s\n", tok, line)

@@ -1,9 +1,11 @@
-package main
+package loadgen
 
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -24,12 +26,12 @@ import (
 	"github.com/noeta-go/noeta/host"
 )
 
-// benchIdleQueue holds the scale mode's suspended tasks: no worker of the
+// idleQueue holds the scale mode's suspended tasks: no worker of the
 // pool leases from it, so only the bench's own wakes move them.
-const benchIdleQueue = "bench-idle"
+const idleQueue = "bench-idle"
 
-// benchLevel is what the scale mode measured at one population.
-type benchLevel struct {
+// Level is what the scale mode measured at one population.
+type Level struct {
 	Suspended      int     `json:"suspended"`
 	GrowSeconds    float64 `json:"grow_seconds"`
 	AppendP50us    float64 `json:"append_p50_us"`
@@ -56,38 +58,12 @@ type benchLevel struct {
 	Load1 float64 `json:"load1"`
 }
 
-// benchRestart is the restart of the host after the last level.
-type benchRestart struct {
+// Restart is the restart of the host after the last level.
+type Restart struct {
 	OpenSeconds float64 `json:"open_seconds"`
 	ResumeMs    float64 `json:"first_resume_ms"`
 	RSSMiB      float64 `json:"rss_mib"`
 	Load1       float64 `json:"load1"`
-}
-
-// checkScaleOpts refuses the scale flags that cannot apply.
-func checkScaleOpts(g *globals, o benchOpts) error {
-	if (o.serverPID != 0 || o.serverDir != "") && g.conn.embedded() {
-		return usageErr("--server-pid and --server-dir describe the server of --nats; the embedded one is measured as part of this process")
-	}
-	if o.serverPID < 0 {
-		return usageErr("--server-pid %d: want a process id", o.serverPID)
-	}
-	if o.serverPID > 0 {
-		if _, err := procRSSMiB(o.serverPID); err != nil {
-			return usageErr("--server-pid %d: %v", o.serverPID, err)
-		}
-	}
-	if o.serverDir != "" {
-		if fi, err := os.Stat(o.serverDir); err != nil || !fi.IsDir() {
-			return usageErr("--server-dir %q is not a directory", o.serverDir)
-		}
-	}
-	if o.profile != "" {
-		if err := os.MkdirAll(o.profile, 0o755); err != nil {
-			return usageErr("--profile: %v", err)
-		}
-	}
-	return nil
 }
 
 // procRSSMiB reads a process's resident set from /proc.
@@ -169,7 +145,7 @@ func suspendIdle(ctx context.Context, h *host.Host, id string) error {
 	// Reserved: a task leased by name must leave no ready signal behind,
 	// or the first untargeted Lease of the queue wades through one stale
 	// signal per task grown (40,000 took over a minute).
-	if err := d.Enqueue(ctx, id, eventlog.EnqueueOptions{Queue: benchIdleQueue, Reserved: true}); err != nil {
+	if err := d.Enqueue(ctx, id, eventlog.EnqueueOptions{Queue: idleQueue, Reserved: true}); err != nil {
 		return fmt.Errorf("enqueue: %w", err)
 	}
 	l, err := d.Lease(ctx, eventlog.LeaseRequest{Worker: "bench-grow", Task: id})
@@ -181,7 +157,7 @@ func suspendIdle(ctx context.Context, h *host.Host, id string) error {
 
 // suspendAgain records the suspension under l and releases it.
 func suspendAgain(ctx context.Context, h *host.Host, l eventlog.Lease) error {
-	cond := noeta.ExternalWake(benchEventKind)
+	cond := noeta.ExternalWake(EventKind)
 	env, err := eventlog.NewEnvelope(l.Task, eventlog.OriginEngine, "bench", noeta.TaskSuspended{Reason: "bench idle", WakeOn: cond})
 	if err != nil {
 		return err
@@ -203,7 +179,7 @@ const growers = 128
 // grow adds suspended tasks until there are n, through the engine's own
 // path: Create, Enqueue, Lease, the fenced TaskSuspended (after its
 // LeaseGranted) and Release.
-func grow(ctx context.Context, g *globals, h *host.Host, idle *idleTasks, n int) error {
+func grow(ctx context.Context, progress io.Writer, h *host.Host, idle *idleTasks, n int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -229,7 +205,7 @@ func grow(ctx context.Context, g *globals, h *host.Host, idle *idleTasks, n int)
 				}
 				if d := done.Add(1); d%10000 == 0 {
 					secs := time.Since(start).Seconds()
-					fmt.Fprintf(g.stderr, "bench: %d suspended tasks, %.0f s, %.0f tasks/s\n", from+d, secs, float64(d)/secs)
+					report(progress, "bench: %d suspended tasks, %.0f s, %.0f tasks/s\n", from+d, secs, float64(d)/secs)
 				}
 			}
 		})
@@ -253,11 +229,11 @@ func wakeToLease(ctx context.Context, h *host.Host, idle *idleTasks, n int, lat 
 	for range n {
 		task := idle.pick(r)
 		start := time.Now()
-		if _, err := d.Wake(ctx, task, noeta.ExternalWake(benchEventKind)); err != nil {
+		if _, err := d.Wake(ctx, task, noeta.ExternalWake(EventKind)); err != nil {
 			return fmt.Errorf("wake %s: %w", task, err)
 		}
 		lctx, cancel := context.WithTimeout(ctx, time.Minute)
-		l, err := d.Lease(lctx, eventlog.LeaseRequest{Worker: "bench-wake", Queue: benchIdleQueue, Wait: true})
+		l, err := d.Lease(lctx, eventlog.LeaseRequest{Worker: "bench-wake", Queue: idleQueue, Wait: true})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("lease after waking %s: %w", task, err)
@@ -272,30 +248,30 @@ func wakeToLease(ctx context.Context, h *host.Host, idle *idleTasks, n int, lat 
 
 // runLevels grows the population to each level in turn and measures
 // there; it returns the population for a restart to wake.
-func runLevels(ctx context.Context, g *globals, h *host.Host, probe *appendProbe, levels []int, o benchOpts, res *benchResult) (*idleTasks, error) {
+func runLevels(ctx context.Context, h *host.Host, probe *appendProbe, o Options, res *Result) (*idleTasks, error) {
 	idle := newIdleTasks()
-	for _, n := range levels {
+	for _, n := range o.Levels {
 		start := time.Now()
-		if err := grow(ctx, g, h, idle, n); err != nil {
+		if err := grow(ctx, o.Progress, h, idle, n); err != nil {
 			return nil, fmt.Errorf("grow to %d suspended tasks: %w", n, err)
 		}
-		l := benchLevel{Suspended: n, GrowSeconds: time.Since(start).Seconds()}
+		l := Level{Suspended: n, GrowSeconds: time.Since(start).Seconds()}
 		probe.lat = samples{}
 		if err := probe.renew(ctx); err != nil {
 			return nil, err
 		}
-		stopCPU, err := startCPUProfile(o.profile, n)
+		stopCPU, err := startCPUProfile(o.Profile, n)
 		if err != nil {
 			return nil, err
 		}
-		err = probe.run(ctx, 2*time.Millisecond, o.probes)
+		err = probe.run(ctx, 2*time.Millisecond, o.Probes)
 		stopCPU()
 		if err != nil {
 			return nil, fmt.Errorf("append probe: %w", err)
 		}
 		_, l.AppendP50us, l.AppendP99us = probe.lat.quantiles()
 		var wl samples
-		if err := wakeToLease(ctx, h, idle, o.probes, &wl); err != nil {
+		if err := wakeToLease(ctx, h, idle, o.Probes, &wl); err != nil {
 			return nil, err
 		}
 		_, l.WakeLeaseP50us, l.WakeLeaseP99us = wl.quantiles()
@@ -308,7 +284,7 @@ func runLevels(ctx context.Context, g *globals, h *host.Host, probe *appendProbe
 		debug.FreeOSMemory()
 		l.RSSReturnedMiB, _ = rssMiB()
 		l.Load1 = load1()
-		store := o.serverDir
+		store := o.ServerDir
 		if h.Embedded() {
 			store = h.DataDir()
 		}
@@ -316,15 +292,15 @@ func runLevels(ctx context.Context, g *globals, h *host.Host, probe *appendProbe
 			l.DiskBytes = dirSize(store)
 			l.DiskPerTask = float64(l.DiskBytes) / float64(n)
 		}
-		if o.serverPID > 0 {
-			if l.ServerRSSMiB, err = procRSSMiB(o.serverPID); err != nil {
+		if o.ServerPID > 0 {
+			if l.ServerRSSMiB, err = procRSSMiB(o.ServerPID); err != nil {
 				return nil, fmt.Errorf("the server's RSS: %w", err)
 			}
 		}
-		if err := writeHeapProfile(o.profile, n); err != nil {
+		if err := writeHeapProfile(o.Profile, n); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(g.stderr, "bench: at %d suspended: append p50/p99 %.0f/%.0f µs, wake→lease p50/p99 %.0f/%.0f µs, RSS %.0f MiB (heap %.1f MiB, free %.1f MiB; %.0f MiB once returned; server %.0f MiB), store %d B (%.0f B/task), grown in %.0f s, load %.1f\n",
+		report(o.Progress, "bench: at %d suspended: append p50/p99 %.0f/%.0f µs, wake→lease p50/p99 %.0f/%.0f µs, RSS %.0f MiB (heap %.1f MiB, free %.1f MiB; %.0f MiB once returned; server %.0f MiB), store %d B (%.0f B/task), grown in %.0f s, load %.1f\n",
 			n, l.AppendP50us, l.AppendP99us, l.WakeLeaseP50us, l.WakeLeaseP99us, l.RSSMiB, l.HeapMiB, l.HeapIdleMiB, l.RSSReturnedMiB, l.ServerRSSMiB, l.DiskBytes, l.DiskPerTask, l.GrowSeconds, l.Load1)
 		res.Levels = append(res.Levels, l)
 	}
@@ -333,17 +309,20 @@ func runLevels(ctx context.Context, g *globals, h *host.Host, probe *appendProbe
 
 // restartHost closes h and opens the host again on the same data
 // directory (embedded: the server restarts with it; --nats: the engine
-// alone), timing the open and the first wake of a suspended task to its
+// alone) through o.Reopen, timing the open and the first wake of a suspended task to its
 // lease.
-func restartHost(ctx context.Context, g *globals, h *host.Host, idle *idleTasks, opts host.Options) (*benchRestart, *host.Host, error) {
-	opts.DataDir = h.DataDir()
+func restartHost(ctx context.Context, h *host.Host, idle *idleTasks, o Options) (*Restart, *host.Host, error) {
+	if o.Reopen == nil {
+		return nil, h, errors.New("a restart needs Options.Reopen")
+	}
+	dir := h.DataDir()
 	h.Close()
 	start := time.Now()
-	h2, err := g.open(ctx, "bench", opts)
+	h2, err := o.Reopen(ctx, dir)
 	if err != nil {
 		return nil, h, err
 	}
-	r := &benchRestart{OpenSeconds: time.Since(start).Seconds()}
+	r := &Restart{OpenSeconds: time.Since(start).Seconds()}
 	var lat samples
 	if err := wakeToLease(ctx, h2, idle, 1, &lat); err != nil {
 		return nil, h2, err
@@ -352,7 +331,7 @@ func restartHost(ctx context.Context, g *globals, h *host.Host, idle *idleTasks,
 	r.ResumeMs /= 1000
 	r.RSSMiB, _ = rssMiB()
 	r.Load1 = load1()
-	fmt.Fprintf(g.stderr, "bench: restart: open %.2f s, first resume %.0f ms, RSS %.0f MiB, load %.1f\n", r.OpenSeconds, r.ResumeMs, r.RSSMiB, r.Load1)
+	report(o.Progress, "bench: restart: open %.2f s, first resume %.0f ms, RSS %.0f MiB, load %.1f\n", r.OpenSeconds, r.ResumeMs, r.RSSMiB, r.Load1)
 	return r, h2, nil
 }
 
