@@ -50,6 +50,13 @@ type Composer struct {
 	// shown as an answer only when the task asked a question (approvals are
 	// shown by ApprovalResolved, and a park's release is no news to a model).
 	asked string
+	// canon is the canonical JSON of msgs[:ncanon], each message followed
+	// by a comma. Closed turns' messages never change, so a snapshot
+	// encodes only the messages added since the one before: the
+	// transcript is most of a snapshot, and encoding all of it every time
+	// made a snapshot cost the whole history.
+	canon  []byte
+	ncanon int
 }
 
 // openTurn is the turn whose records are still arriving.
@@ -319,6 +326,7 @@ func (c *Composer) decided(raw json.RawMessage, d *noeta.PolicyDecided) {
 func (c *Composer) Clone() *Composer {
 	d := *c
 	d.msgs = c.msgs[:len(c.msgs):len(c.msgs)]
+	d.canon = c.canon[:len(c.canon):len(c.canon)]
 	d.open.Calls = slices.Clone(c.open.Calls)
 	d.open.Results = maps.Clone(c.open.Results)
 	d.open.Notes = slices.Clone(c.open.Notes)
@@ -587,9 +595,49 @@ type composerJSON struct {
 
 // MarshalJSON encodes the composer for a snapshot: its config, the closed
 // turns' messages and the open turn, so a fold from the snapshot composes
-// exactly what a fold from genesis does.
+// exactly what a fold from genesis does. The encoding is canonical JSON,
+// the value of a composerJSON.
 func (c *Composer) MarshalJSON() ([]byte, error) {
-	return json.Marshal(composerJSON{MaxToolOutput: c.cfg.MaxToolOutput, Messages: c.msgs, Open: c.open, Asked: c.asked})
+	return c.canonical()
+}
+
+// canonical is the canonical JSON of the composer's composerJSON, the
+// closed turns' messages from the cache (their canonical JSON, joined, is
+// the canonical JSON of the array: canonical JSON is made member by member
+// and element by element).
+func (c *Composer) canonical() ([]byte, error) {
+	for ; c.ncanon < len(c.msgs); c.ncanon++ {
+		b, err := noeta.Canonical(c.msgs[c.ncanon])
+		if err != nil {
+			return nil, fmt.Errorf("engine: composer message %d: %w", c.ncanon, err)
+		}
+		c.canon = append(append(c.canon, b...), ',')
+	}
+	open, err := noeta.Canonical(c.open)
+	if err != nil {
+		return nil, fmt.Errorf("engine: composer open turn: %w", err)
+	}
+	out := make([]byte, 0, len(c.canon)+len(open)+len(c.asked)+64)
+	out = append(out, '{')
+	if c.asked != "" {
+		asked, err := noeta.Canonical(c.asked)
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(append(out, `"asked":`...), asked...), ',')
+	}
+	out = strconv.AppendInt(append(out, `"max_tool_output":`...), int64(c.cfg.MaxToolOutput), 10)
+	out = append(out, `,"messages":`...)
+	switch {
+	case c.msgs == nil:
+		out = append(out, "null"...)
+	case len(c.canon) == 0:
+		out = append(out, "[]"...)
+	default:
+		out = append(append(append(out, '['), c.canon[:len(c.canon)-1]...), ']')
+	}
+	out = append(append(out, `,"open":`...), open...)
+	return append(out, '}'), nil
 }
 
 // UnmarshalJSON restores a composer MarshalJSON encoded.

@@ -76,7 +76,7 @@ func jsonName(f reflect.StructField) string {
 
 // payloadVariants returns, for a record type, a payload with every field
 // set and, for each field, one with only that field set.
-func payloadVariants(t *testing.T, typ string) []noeta.Payload {
+func payloadVariants(t testing.TB, typ string) []noeta.Payload {
 	t.Helper()
 	p, ok := noeta.NewPayload(typ)
 	if !ok {
@@ -181,6 +181,124 @@ func TestFastReaderRefusesUnknownMembers(t *testing.T) {
 // decoder alone: the states, composed context included, must be the same
 // byte for byte.
 func TestFastFoldAgreesOnEveryField(t *testing.T) {
+	envs := everyFieldLog(t)
+	fast, err := Fold(envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fastFold = false
+	full, err := Fold(envs)
+	fastFold = true
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := fast.Canonical()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := full.Canonical()
+	if !bytes.Equal(a, b) {
+		t.Errorf("fast fold\n%s\ndecoded fold\n%s", a, b)
+	}
+	// Every prefix too: a snapshot is taken anywhere.
+	for n := 1; n < len(envs); n += 7 {
+		f1, err1 := Fold(envs[:n])
+		fastFold = false
+		f2, err2 := Fold(envs[:n])
+		fastFold = true
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		a, _ := f1.Canonical()
+		b, _ := f2.Canonical()
+		if !bytes.Equal(a, b) {
+			t.Fatalf("first %d records: fast fold\n%s\ndecoded fold\n%s", n, a, b)
+		}
+	}
+}
+
+// canonicalWhole is a state's canonical JSON as it was made before the
+// context was set in apart: the whole state, the composer as its
+// composerJSON, encoded at once.
+func canonicalWhole(t testing.TB, s *State) []byte {
+	t.Helper()
+	var ctx any
+	if c := s.Context; c != nil {
+		ctx = composerJSON{MaxToolOutput: c.cfg.MaxToolOutput, Messages: c.msgs, Open: c.open, Asked: c.asked}
+	}
+	b, err := noeta.Canonical(struct {
+		*State
+		Context any `json:"context,omitempty"`
+	}{s, ctx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestCanonicalSplicesTheContext takes a state's canonical JSON after every
+// record of several logs, the composer's cache of encoded messages growing
+// as it goes, and wants the bytes of encoding the whole state at once; a
+// clone's context and a state restored from the bytes give them too.
+func TestCanonicalSplicesTheContext(t *testing.T) {
+	logs := map[string][]eventlog.Envelope{"synthetic": syntheticLog(t, 400), "every field": everyFieldLog(t)}
+	for name, envs := range logs {
+		s := &State{}
+		for i, env := range envs {
+			if err := s.Apply(env); err != nil {
+				t.Fatal(err)
+			}
+			if name == "synthetic" && i%3 != 0 && i != len(envs)-1 {
+				continue
+			}
+			got, err := s.Canonical()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := canonicalWhole(t, s); !bytes.Equal(got, want) {
+				t.Fatalf("%s, seq %d:\nspliced %s\nwhole   %s", name, env.Seq, got, want)
+			}
+			// (A clone's governance may differ in nil and empty lists;
+			// its context may not.)
+			c, _ := s.Clone().Context.canonical()
+			if w, _ := s.Context.canonical(); !bytes.Equal(c, w) {
+				t.Fatalf("%s, seq %d: clone's context\n%s\nstate's\n%s", name, env.Seq, c, w)
+			}
+			var back State
+			if err := json.Unmarshal(got, &back); err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := back.Canonical(); !bytes.Equal(b, got) {
+				t.Fatalf("%s, seq %d: restored\n%s\nstate\n%s", name, env.Seq, b, got)
+			}
+		}
+	}
+}
+
+func TestWithMember(t *testing.T) {
+	for _, c := range []struct{ obj, want string }{
+		{`{}`, `{"c":1}`},
+		{`{"a":0}`, `{"a":0,"c":1}`},
+		{`{"d":0}`, `{"c":1,"d":0}`},
+		{`{"a":[1,"}"],"b":{"c":2},"d":"x"}`, `{"a":[1,"}"],"b":{"c":2},"c":1,"d":"x"}`},
+		{`{"a":0,"b":1}`, `{"a":0,"b":1,"c":1}`},
+	} {
+		got, ok := withMember([]byte(c.obj), "c", []byte("1"))
+		if !ok || string(got) != c.want {
+			t.Errorf("withMember(%s) = %s %v, want %s", c.obj, got, ok, c.want)
+		}
+	}
+	for _, obj := range []string{`{"c":0}`, `{"\u00e9":0}`, `{"a\"":0}`, `[]`, `{"a":1`} {
+		if _, ok := withMember([]byte(obj), "c", []byte("1")); ok {
+			t.Errorf("withMember(%s) took it", obj)
+		}
+	}
+}
+
+// everyFieldLog is a log of every record type, each with every field set
+// and with each field set alone, the decisions and approvals in each of
+// their kinds.
+func everyFieldLog(t testing.TB) []eventlog.Envelope {
 	var envs []eventlog.Envelope
 	add := func(p noeta.Payload) {
 		t.Helper()
@@ -239,37 +357,5 @@ func TestFastFoldAgreesOnEveryField(t *testing.T) {
 	}
 	var ts noeta.Payload = payloadVariants(t, noeta.TypeTaskCompleted)[0]
 	add(ts)
-	fast, err := Fold(envs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fastFold = false
-	full, err := Fold(envs)
-	fastFold = true
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := fast.Canonical()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := full.Canonical()
-	if !bytes.Equal(a, b) {
-		t.Errorf("fast fold\n%s\ndecoded fold\n%s", a, b)
-	}
-	// Every prefix too: a snapshot is taken anywhere.
-	for n := 1; n < len(envs); n += 7 {
-		f1, err1 := Fold(envs[:n])
-		fastFold = false
-		f2, err2 := Fold(envs[:n])
-		fastFold = true
-		if err1 != nil || err2 != nil {
-			t.Fatal(err1, err2)
-		}
-		a, _ := f1.Canonical()
-		b, _ := f2.Canonical()
-		if !bytes.Equal(a, b) {
-			t.Fatalf("first %d records: fast fold\n%s\ndecoded fold\n%s", n, a, b)
-		}
-	}
+	return envs
 }

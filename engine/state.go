@@ -364,8 +364,88 @@ func isParkReason(r string) bool {
 }
 
 // Canonical returns the state's canonical JSON: the snapshot body, and the
-// bytes two folds of one log agree on.
-func (s *State) Canonical() ([]byte, error) { return noeta.Canonical(s) }
+// bytes two folds of one log agree on. The composed context, most of the
+// bytes, is encoded by the composer (which encodes each closed message
+// once) and set into the rest as its member "context": the same bytes as
+// encoding the whole state at once (TestCanonicalSplicesTheContext).
+func (s *State) Canonical() ([]byte, error) {
+	if s.Context == nil {
+		return noeta.Canonical(s)
+	}
+	rest := *s
+	rest.Context = nil
+	body, err := noeta.Canonical(&rest)
+	if err != nil {
+		return nil, err
+	}
+	ctx, err := s.Context.canonical()
+	if err != nil {
+		return nil, err
+	}
+	if out, ok := withMember(body, "context", ctx); ok {
+		return out, nil
+	}
+	return noeta.Canonical(s)
+}
+
+// withMember returns the canonical JSON object obj with the member name:
+// val added in its place in key order. Keys are compared as bytes, which is
+// canonical order for ASCII keys; ok is false if obj has another kind of
+// key (or is not an object withMember can walk), or has name already.
+func withMember(obj []byte, name string, val []byte) ([]byte, bool) {
+	if len(obj) < 2 || obj[0] != '{' || obj[len(obj)-1] != '}' {
+		return nil, false
+	}
+	at := len(obj) - 1 // where the member goes: before the key there, or at the end
+	if len(obj) > 2 {
+		i := 1
+		for {
+			if obj[i] != '"' {
+				return nil, false
+			}
+			j := i + 1
+			for j < len(obj) && obj[j] != '"' {
+				if obj[j] == '\\' || obj[j] >= 0x80 {
+					return nil, false
+				}
+				j++
+			}
+			if j+1 >= len(obj) || obj[j+1] != ':' {
+				return nil, false
+			}
+			if key := string(obj[i+1 : j]); key == name {
+				return nil, false
+			} else if key > name {
+				at = i
+				break
+			}
+			end, ok := skipValue(obj, j+2)
+			if !ok || end >= len(obj) {
+				return nil, false
+			}
+			if obj[end] == '}' {
+				if end != len(obj)-1 {
+					return nil, false
+				}
+				break
+			}
+			if obj[end] != ',' {
+				return nil, false
+			}
+			i = end + 1
+		}
+	}
+	out := make([]byte, 0, len(obj)+len(name)+len(val)+4)
+	out = append(out, obj[:at]...)
+	if at == len(obj)-1 && len(obj) > 2 {
+		out = append(out, ',')
+	}
+	out = append(append(append(append(out, '"'), name...), `":`...), val...)
+	if at != len(obj)-1 {
+		out = append(out, ',')
+	}
+	return append(out, obj[at:]...), true
+}
 
 // Clone returns a deep copy of s.
 func (s *State) Clone() *State {
