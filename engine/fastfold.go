@@ -233,7 +233,10 @@ func ref(v []byte) (*noeta.ContentRef, bool) {
 // use for their type alone. Every member callback refuses a key it does not
 // know, so a field the reader was not taught goes to the decoder instead of
 // being lost.
-func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
+//
+// With sc, the structs come from sc and are reused by the next record of
+// the same type (see foldScratch); without, each is new.
+func fastPayload(typ string, b []byte, sc *foldScratch) (p noeta.Payload, ok bool) {
 	switch typ {
 	case noeta.TypeLeaseGranted:
 		// The fold needs no field, but the keys must be the known ones.
@@ -244,7 +247,10 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 			}
 			return false
 		})
-		return &noeta.LeaseGranted{}, ok
+		if sc == nil {
+			return &noeta.LeaseGranted{}, ok
+		}
+		return &sc.lease, ok
 	case noeta.TypeTaskSnapshot:
 		ok = members(b, func(k, _ []byte) bool {
 			switch string(k) {
@@ -253,9 +259,18 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 			}
 			return false
 		})
-		return &noeta.TaskSnapshot{}, ok
+		if sc == nil {
+			return &noeta.TaskSnapshot{}, ok
+		}
+		return &sc.snapshot, ok
 	case noeta.TypeTurnStarted:
-		var t noeta.TurnStarted
+		var t *noeta.TurnStarted
+		if sc != nil {
+			t = &sc.turn
+			*t = noeta.TurnStarted{}
+		} else {
+			t = new(noeta.TurnStarted)
+		}
 		ok = members(b, func(k, v []byte) bool {
 			if string(k) == "turn" {
 				n, ok := intValue(v)
@@ -264,9 +279,19 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 			}
 			return false
 		})
-		return &t, ok
+		return t, ok
 	case noeta.TypePolicyDecided:
-		var d noeta.PolicyDecided
+		var d *noeta.PolicyDecided
+		switch {
+		case sc == nil:
+			d = new(noeta.PolicyDecided)
+		case sc.decided == nil:
+			d = new(noeta.PolicyDecided)
+			sc.decided = d
+		default:
+			d = sc.decided
+			*d = noeta.PolicyDecided{}
+		}
 		ok = members(b, func(k, v []byte) bool {
 			var ok bool
 			switch string(k) {
@@ -326,9 +351,15 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 			// Anything else (spawn, refs, notes…): the decoder reads it.
 			return ok
 		})
-		return &d, ok
+		return d, ok
 	case noeta.TypeToolCallStarted:
-		var s noeta.ToolCallStarted
+		var s *noeta.ToolCallStarted
+		if sc != nil {
+			s = &sc.started
+			*s = noeta.ToolCallStarted{}
+		} else {
+			s = new(noeta.ToolCallStarted)
+		}
 		ok = members(b, func(k, v []byte) bool {
 			var ok bool
 			switch string(k) {
@@ -347,10 +378,16 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 			}
 			return ok
 		})
-		return &s, ok
+		return s, ok
 	case noeta.TypeToolCallFinished:
 		// Every field: the composed context shows the result.
-		var f noeta.ToolCallFinished
+		var f *noeta.ToolCallFinished
+		if sc != nil {
+			f = &sc.finished
+			*f = noeta.ToolCallFinished{}
+		} else {
+			f = new(noeta.ToolCallFinished)
+		}
 		ok = members(b, func(k, v []byte) bool {
 			var ok bool
 			switch string(k) {
@@ -376,7 +413,48 @@ func fastPayload(typ string, b []byte) (p noeta.Payload, ok bool) {
 			}
 			return ok
 		})
-		return &f, ok
+		return f, ok
+	case noeta.TypeToolCallDenied:
+		// A guard's denial: a tenth of a long task's calls, say.
+		var d *noeta.ToolCallDenied
+		if sc != nil {
+			d = &sc.denied
+			*d = noeta.ToolCallDenied{}
+		} else {
+			d = new(noeta.ToolCallDenied)
+		}
+		ok = members(b, func(k, v []byte) bool {
+			var ok bool
+			switch string(k) {
+			case "call_id":
+				d.CallID, ok = plainString(v)
+			case "tool":
+				d.Tool, ok = plainString(v)
+			case "guard":
+				d.Guard, ok = plainString(v)
+			case "reason":
+				d.Reason, ok = plainString(v)
+			}
+			return ok
+		})
+		return d, ok
 	}
 	return nil, false
+}
+
+// foldScratch holds the payload structs a fold of many records reuses from
+// one record to the next, instead of allocating one a record (a fifth of
+// what folding a long log allocated). The fold and the composer read a
+// payload while its record is applied and keep no pointer into it, with one
+// exception: the fold keeps a version 2 PolicyDecided as the turn's
+// decision, and takes it out of the scratch when it does, so the next
+// decision gets a struct of its own.
+type foldScratch struct {
+	lease    noeta.LeaseGranted
+	snapshot noeta.TaskSnapshot
+	turn     noeta.TurnStarted
+	decided  *noeta.PolicyDecided
+	started  noeta.ToolCallStarted
+	finished noeta.ToolCallFinished
+	denied   noeta.ToolCallDenied
 }

@@ -107,6 +107,7 @@ func TestFastReaderAgreesOnEveryField(t *testing.T) {
 		noeta.TypeTurnStarted:      {"turn"},
 		noeta.TypeToolCallStarted:  {"call_id", "tool", "args", "args_ref", "turn"},
 		noeta.TypeToolCallFinished: {"call_id", "tool", "ok", "output", "output_ref", "error", "duration_ms", "cost_usd", "egress"},
+		noeta.TypeToolCallDenied:   {"call_id", "tool", "guard", "reason"},
 		noeta.TypePolicyDecided:    {"turn", "decision", "cost_usd", "input_tokens", "output_tokens", "version", "tool_calls", "answer", "model", "provider", "latency_ms", "response_ref"},
 		noeta.TypeLeaseGranted:     {"lease_id", "generation", "worker"},
 		noeta.TypeTaskSnapshot:     {"state_ref", "upto_seq"},
@@ -117,7 +118,7 @@ func TestFastReaderAgreesOnEveryField(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s variant %d: %v", typ, i, err)
 			}
-			fp, ok := fastPayload(typ, b)
+			fp, ok := fastPayload(typ, b, nil)
 			if !ok {
 				if i > 0 {
 					field := jsonName(reflect.TypeOf(p).Elem().Field(i - 1))
@@ -154,7 +155,7 @@ func TestFastReaderAgreesOnEveryField(t *testing.T) {
 // skip it.
 func TestFastReaderRefusesUnknownMembers(t *testing.T) {
 	for _, typ := range []string{noeta.TypeLeaseGranted, noeta.TypeTaskSnapshot, noeta.TypeTurnStarted,
-		noeta.TypePolicyDecided, noeta.TypeToolCallStarted, noeta.TypeToolCallFinished} {
+		noeta.TypePolicyDecided, noeta.TypeToolCallStarted, noeta.TypeToolCallFinished, noeta.TypeToolCallDenied} {
 		for _, p := range payloadVariants(t, typ)[1:] {
 			b, err := noeta.Canonical(p)
 			if err != nil {
@@ -167,7 +168,7 @@ func TestFastReaderRefusesUnknownMembers(t *testing.T) {
 				} else {
 					with = append(append(bytes.Clone(b[:len(b)-1]), ","+extra...), '}')
 				}
-				if _, ok := fastPayload(typ, with); ok {
+				if _, ok := fastPayload(typ, with, nil); ok {
 					t.Errorf("%s: the fast reader took %s", typ, with)
 				}
 			}
@@ -335,6 +336,15 @@ func everyFieldLog(t testing.TB) []eventlog.Envelope {
 						add(payloadVariants(t, noeta.TypeToolCallFinished)[0])
 					}
 				}
+				// A decision kept as the turn's, then another record of
+				// the type in the same turn: the first must stay as it was.
+				v2, v1 := *p, *p
+				v2.Decision, v2.Version, v2.Spawn, v2.Notes = noeta.DecisionToolCalls, 2, nil, nil
+				v1.Decision, v1.Version, v1.Turn, v1.CostUSD = noeta.DecisionFinish, 0, 99, 2.5
+				add(noeta.TurnStarted{Turn: len(envs)})
+				add(v2)
+				add(v1)
+				add(payloadVariants(t, noeta.TypeToolCallStarted)[0])
 				continue
 			case *noeta.ApprovalRequested:
 				for _, a := range actions {

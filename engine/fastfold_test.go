@@ -53,7 +53,7 @@ func TestFastFoldAgreesWithDecode(t *testing.T) {
 	// gives it: the composed context reads every field.
 	read := 0
 	for _, env := range odd {
-		fp, ok := fastPayload(env.Type, env.Payload)
+		fp, ok := fastPayload(env.Type, env.Payload, nil)
 		if ok && env.Type == noeta.TypePolicyDecided {
 			read++
 		}

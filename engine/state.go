@@ -150,7 +150,11 @@ var ErrBadLog = errors.New("engine: bad log")
 // the same records, so both reach the same state. Records of types outside
 // the catalogue are skipped (their seq still counts); inbox records (Seq 0)
 // are refused, since fold reads the log only.
-func (s *State) Apply(env eventlog.Envelope) error {
+func (s *State) Apply(env eventlog.Envelope) error { return s.apply(env, nil) }
+
+// apply is Apply, reading the hot records' payloads into sc's structs when
+// sc is not nil (a fold of many records).
+func (s *State) apply(env eventlog.Envelope, sc *foldScratch) error {
 	if env.Seq == 0 {
 		return fmt.Errorf("%w: task %s: an inbox record (key %q) is not part of the log", ErrBadLog, env.Task, env.Key)
 	}
@@ -160,7 +164,7 @@ func (s *State) Apply(env eventlog.Envelope) error {
 	if s.LastSeq == 0 && env.Type != noeta.TypeTaskCreated {
 		return fmt.Errorf("%w: task %s: the first record is %s, not TaskCreated", ErrBadLog, env.Task, env.Type)
 	}
-	p, known := fastPayload(env.Type, env.Payload)
+	p, known := fastPayload(env.Type, env.Payload, sc)
 	if !known || !fastFold {
 		var err error
 		if p, known, err = env.Decode(); err != nil {
@@ -198,6 +202,9 @@ func (s *State) Apply(env eventlog.Envelope) error {
 		s.Turn.Decided, s.Turn.Kind = true, p.Decision
 		if p.Version >= 2 {
 			s.Turn.Decision = p
+			if sc != nil && sc.decided == p {
+				sc.decided = nil // kept: the next decision needs its own
+			}
 		}
 		g.CostUSD += p.CostUSD
 		g.InputTokens += p.InputTokens
@@ -485,8 +492,9 @@ func (s *State) Clone() *State {
 // Fold folds a list of log records from genesis.
 func Fold(envs []eventlog.Envelope) (*State, error) {
 	s := &State{}
+	var sc foldScratch
 	for _, env := range envs {
-		if err := s.Apply(env); err != nil {
+		if err := s.apply(env, &sc); err != nil {
 			return nil, err
 		}
 	}
@@ -527,8 +535,9 @@ func FoldTask(ctx context.Context, r snapshotReader, cs contentGetter, task stri
 	if s.LastSeq == 0 && len(tail) == 0 {
 		return nil, "", fmt.Errorf("%w: task %s has no log", eventlog.ErrNotFound, task)
 	}
+	var sc foldScratch
 	for _, env := range tail {
-		if err := s.Apply(env); err != nil {
+		if err := s.apply(env, &sc); err != nil {
 			return nil, "", err
 		}
 	}
