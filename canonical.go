@@ -101,12 +101,12 @@ func AppendCanonicalJSON(dst, src []byte) ([]byte, error) {
 }
 
 // Canonical marshals v with encoding/json and returns its canonical form.
-// The payloads of a turn's records write theirs directly (the same bytes;
-// see canonical_payloads.go).
+// The payloads of a turn's records and a transcript's messages write theirs
+// directly (the same bytes; see canonical_payloads.go).
 func Canonical(v any) ([]byte, error) {
 	if a, ok := v.(canonicalAppender); ok {
 		if rv := reflect.ValueOf(v); rv.Kind() != reflect.Pointer || !rv.IsNil() {
-			if b, ok := a.appendCanonical(make([]byte, 0, 256)); ok {
+			if b, ok := a.appendCanonical(make([]byte, 0, 128)); ok {
 				return b, nil
 			}
 		}

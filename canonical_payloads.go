@@ -250,3 +250,39 @@ func (p PolicyDecided) appendCanonical(dst []byte) ([]byte, bool) {
 	o.floatOmitEmpty("wait_seconds", p.WaitSeconds)
 	return o.end()
 }
+
+// A transcript's messages are most of a snapshot (the composer encodes each
+// once, when the first snapshot after it is taken).
+func (m Message) appendCanonical(dst []byte) ([]byte, bool) {
+	o := newCanonObject(dst)
+	if m.IsError {
+		o.bool("is_error", true)
+	}
+	o.str("role", string(m.Role))
+	o.strOmitEmpty("text", m.Text)
+	o.strOmitEmpty("tool_call_id", m.ToolCallID)
+	if len(m.ToolCalls) > 0 {
+		o.key("tool_calls")
+		o.b = append(o.b, '[')
+		for i, c := range m.ToolCalls {
+			if i > 0 {
+				o.b = append(o.b, ',')
+			}
+			var ok bool
+			o.b, ok = c.appendCanonical(o.b)
+			o.ok = o.ok && ok
+		}
+		o.b = append(o.b, ']')
+	}
+	o.strOmitEmpty("tool_name", m.ToolName)
+	return o.end()
+}
+
+func (c ToolCall) appendCanonical(dst []byte) ([]byte, bool) {
+	o := newCanonObject(dst)
+	o.rawOmitEmpty("args", c.Args)
+	o.str("call_id", c.CallID)
+	o.strOmitEmpty("invalid", c.Invalid)
+	o.str("tool", c.Tool)
+	return o.end()
+}
