@@ -328,7 +328,9 @@ func (s *Store) EmitBatch(ctx context.Context, lease eventlog.Lease, envs []even
 		notify = append(notify, tl.append(lg))
 		tl.fenceGen, tl.fenceLease = lease.Generation, lease.ID
 	}
-	out := make([]eventlog.Envelope, len(prepared))
+	// The records the caller gets back are the prepared ones, completed in
+	// place: prepared is this call's own.
+	out := prepared
 	for i, env := range prepared {
 		env.ID = noeta.NewIDAt(now)
 		env.Time = now
