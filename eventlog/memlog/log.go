@@ -331,12 +331,23 @@ func (s *Store) EmitBatch(ctx context.Context, lease eventlog.Lease, envs []even
 	// The records the caller gets back are the prepared ones, completed in
 	// place: prepared is this call's own.
 	out := prepared
+	// The log's copies of the payloads share one allocation, as a read's
+	// do: they are stored and dropped together.
+	size := 0
+	for _, env := range prepared {
+		size += len(env.Payload)
+	}
+	buf := make([]byte, 0, size)
 	for i, env := range prepared {
 		env.ID = noeta.NewIDAt(now)
 		env.Time = now
 		env.LeaseGen = lease.Generation
 		env.Key = ""
-		stored := tl.append(env.Clone())
+		own := env
+		start := len(buf)
+		buf = append(buf, env.Payload...)
+		own.Payload = buf[start:len(buf):len(buf)]
+		stored := tl.append(own)
 		env.Seq = stored.Seq
 		out[i] = env
 		notify = append(notify, stored)
