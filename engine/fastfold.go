@@ -301,7 +301,7 @@ func fastPayload(typ string, b []byte, sc *foldScratch) (p noeta.Payload, ok boo
 				d.Turn = int(n)
 			case "decision":
 				var s string
-				s, ok = plainString(v)
+				s, ok = sc.str(lastDecision, v)
 				d.Decision = noeta.DecisionKind(s)
 			case "cost_usd":
 				d.CostUSD, ok = floatValue(v)
@@ -322,9 +322,9 @@ func fastPayload(typ string, b []byte, sc *foldScratch) (p noeta.Payload, ok boo
 						var ok bool
 						switch string(k) {
 						case "call_id":
-							c.CallID, ok = plainString(v)
+							c.CallID, ok = sc.str(lastCallID, v)
 						case "tool":
-							c.Tool, ok = plainString(v)
+							c.Tool, ok = sc.str(lastTool, v)
 						case "args":
 							c.Args, ok = json.RawMessage(v), len(v) > 0
 						case "args_ref":
@@ -340,9 +340,9 @@ func fastPayload(typ string, b []byte, sc *foldScratch) (p noeta.Payload, ok boo
 			case "answer":
 				d.Answer, ok = json.RawMessage(v), len(v) > 0
 			case "model":
-				d.Model, ok = plainString(v)
+				d.Model, ok = sc.str(lastModel, v)
 			case "provider":
-				d.Provider, ok = plainString(v)
+				d.Provider, ok = sc.str(lastProvider, v)
 			case "latency_ms":
 				d.LatencyMS, ok = intValue(v)
 			case "response_ref":
@@ -364,9 +364,9 @@ func fastPayload(typ string, b []byte, sc *foldScratch) (p noeta.Payload, ok boo
 			var ok bool
 			switch string(k) {
 			case "call_id":
-				s.CallID, ok = plainString(v)
+				s.CallID, ok = sc.str(lastCallID, v)
 			case "tool":
-				s.Tool, ok = plainString(v)
+				s.Tool, ok = sc.str(lastTool, v)
 			case "args":
 				s.Args, ok = json.RawMessage(v), len(v) > 0 && v[0] == '{'
 			case "args_ref":
@@ -392,9 +392,9 @@ func fastPayload(typ string, b []byte, sc *foldScratch) (p noeta.Payload, ok boo
 			var ok bool
 			switch string(k) {
 			case "call_id":
-				f.CallID, ok = plainString(v)
+				f.CallID, ok = sc.str(lastCallID, v)
 			case "tool":
-				f.Tool, ok = plainString(v)
+				f.Tool, ok = sc.str(lastTool, v)
 			case "ok":
 				f.OK, ok = boolValue(v)
 			case "output":
@@ -427,13 +427,13 @@ func fastPayload(typ string, b []byte, sc *foldScratch) (p noeta.Payload, ok boo
 			var ok bool
 			switch string(k) {
 			case "call_id":
-				d.CallID, ok = plainString(v)
+				d.CallID, ok = sc.str(lastCallID, v)
 			case "tool":
-				d.Tool, ok = plainString(v)
+				d.Tool, ok = sc.str(lastTool, v)
 			case "guard":
-				d.Guard, ok = plainString(v)
+				d.Guard, ok = sc.str(lastGuard, v)
 			case "reason":
-				d.Reason, ok = plainString(v)
+				d.Reason, ok = sc.str(lastReason, v)
 			}
 			return ok
 		})
@@ -449,7 +449,13 @@ func fastPayload(typ string, b []byte, sc *foldScratch) (p noeta.Payload, ok boo
 // exception: the fold keeps a version 2 PolicyDecided as the turn's
 // decision, and takes it out of the scratch when it does, so the next
 // decision gets a struct of its own.
+//
+// It also keeps the last string read for a few members (the tool, the call
+// id, a denial's guard and reason, a decision's kind, model and provider):
+// a turn's records name the same ones again and again, and a string equal
+// to the last is not allocated again.
 type foldScratch struct {
+	last     [numLast]string
 	lease    noeta.LeaseGranted
 	snapshot noeta.TaskSnapshot
 	turn     noeta.TurnStarted
@@ -457,4 +463,35 @@ type foldScratch struct {
 	started  noeta.ToolCallStarted
 	finished noeta.ToolCallFinished
 	denied   noeta.ToolCallDenied
+}
+
+// The members whose last string a foldScratch keeps.
+const (
+	lastTool = iota
+	lastCallID
+	lastGuard
+	lastReason
+	lastDecision
+	lastModel
+	lastProvider
+	numLast
+)
+
+// str reads a plain string (plainString), or returns the last one read for
+// the member when v holds the same text (that string was read by
+// plainString from the same bytes). Without a scratch (sc nil) it is
+// plainString.
+func (sc *foldScratch) str(member int, v []byte) (string, bool) {
+	if sc == nil {
+		return plainString(v)
+	}
+	last := &sc.last[member]
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && *last != "" && string(v[1:len(v)-1]) == *last {
+		return *last, true
+	}
+	s, ok := plainString(v)
+	if ok {
+		*last = s
+	}
+	return s, ok
 }
