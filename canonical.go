@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -100,7 +101,21 @@ func AppendCanonicalJSON(dst, src []byte) ([]byte, error) {
 }
 
 // Canonical marshals v with encoding/json and returns its canonical form.
+// The payloads of a turn's records and a transcript's messages write theirs
+// directly (the same bytes; see canonical_payloads.go).
 func Canonical(v any) ([]byte, error) {
+	if a, ok := v.(canonicalAppender); ok {
+		if rv := reflect.ValueOf(v); rv.Kind() != reflect.Pointer || !rv.IsNil() {
+			if b, ok := a.appendCanonical(make([]byte, 0, 128)); ok {
+				return b, nil
+			}
+		}
+	}
+	return canonicalGeneral(v)
+}
+
+// canonicalGeneral is Canonical by encoding/json and CanonicalizeJSON.
+func canonicalGeneral(v any) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err

@@ -171,13 +171,22 @@ func (g *GovernanceState) NoteSubtaskSpend(id string, spend *TreeSpend) {
 	}
 }
 
-// NoteToolCall appends k to the recent calls, keeping the window.
+// NoteToolCall appends k to the recent calls, keeping the window. A full
+// window slides forward in an array with room for a few windows, and moves
+// to a new one when it reaches the end: the calls are copied once every few
+// windows instead of on every call (a long task's fold spent a tenth of its
+// time here), and an entry once written is never written over.
 func (g *GovernanceState) NoteToolCall(k ToolCallKey) {
-	if len(g.RecentToolCalls) >= RecentToolCallsWindow {
-		n := copy(g.RecentToolCalls, g.RecentToolCalls[len(g.RecentToolCalls)-RecentToolCallsWindow+1:])
-		g.RecentToolCalls = g.RecentToolCalls[:n]
+	r := g.RecentToolCalls
+	if len(r) >= RecentToolCallsWindow {
+		r = r[len(r)-RecentToolCallsWindow+1:]
+		if len(r) == cap(r) {
+			n := make([]ToolCallKey, len(r), 4*RecentToolCallsWindow)
+			copy(n, r)
+			r = n
+		}
 	}
-	g.RecentToolCalls = append(g.RecentToolCalls, k)
+	g.RecentToolCalls = append(r, k)
 }
 
 // Clone returns a deep copy: nothing in it shares memory with g.

@@ -3,6 +3,8 @@ package noeta
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -111,5 +113,32 @@ func TestSubtaskSpendCharges(t *testing.T) {
 	c.NoteSpawned("x", &BudgetAllotment{CostUSD: &cost})
 	if len(g.Reserved) != 0 {
 		t.Error("a clone's reservation reached the original")
+	}
+}
+
+// TestNoteToolCallWindow: the window holds the last RecentToolCallsWindow
+// calls in order, and an entry once written is never written over (contexts
+// share the list).
+func TestNoteToolCallWindow(t *testing.T) {
+	var g GovernanceState
+	var views [][]ToolCallKey
+	for i := range 10 * RecentToolCallsWindow {
+		g.NoteToolCall(ToolCallKey{Tool: strconv.Itoa(i)})
+		if n := min(i+1, RecentToolCallsWindow); len(g.RecentToolCalls) != n {
+			t.Fatalf("after %d calls the window holds %d, want %d", i+1, len(g.RecentToolCalls), n)
+		}
+		for j, k := range g.RecentToolCalls {
+			if want := strconv.Itoa(i + 1 - len(g.RecentToolCalls) + j); k.Tool != want {
+				t.Fatalf("after %d calls entry %d is %s, want %s", i+1, j, k.Tool, want)
+			}
+		}
+		views = append(views, slices.Clip(g.RecentToolCalls))
+	}
+	for i, v := range views {
+		for j, k := range v {
+			if want := strconv.Itoa(i + 1 - len(v) + j); k.Tool != want {
+				t.Fatalf("the window after %d calls was written over: entry %d is %s, want %s", i+1, j, k.Tool, want)
+			}
+		}
 	}
 }

@@ -160,6 +160,7 @@ func BenchmarkTasks(b *testing.B) {
 				}
 				go pool.Run(ctx)
 				b.ResetTimer()
+				start := engine.CPUTime()
 				go func() {
 					for range b.N {
 						if _, err := h.eng.Submit(ctx, engine.Submission{Agent: "bench", Goal: "g", Script: script}); err != nil && ctx.Err() == nil {
@@ -171,6 +172,7 @@ func BenchmarkTasks(b *testing.B) {
 					<-done
 				}
 				b.StopTimer()
+				engine.ReportCPU(b, start)
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
 			})
 		}

@@ -50,6 +50,13 @@ type Composer struct {
 	// shown as an answer only when the task asked a question (approvals are
 	// shown by ApprovalResolved, and a park's release is no news to a model).
 	asked string
+	// canon is the canonical JSON of msgs[:ncanon], each message followed
+	// by a comma. Closed turns' messages never change, so a snapshot
+	// encodes only the messages added since the one before: the
+	// transcript is most of a snapshot, and encoding all of it every time
+	// made a snapshot cost the whole history.
+	canon  []byte
+	ncanon int
 }
 
 // openTurn is the turn whose records are still arriving.
@@ -94,40 +101,10 @@ func NewComposer(cfg ComposerConfig) *Composer {
 	return &Composer{cfg: cfg}
 }
 
-// decisionRecord is the part of a PolicyDecided this package reads, by its
-// JSON names: a record of the first version has only turn and decision; a
-// later one carries the whole decision, and these are its fields.
-type decisionRecord struct {
-	Decision    noeta.DecisionKind `json:"decision"`
-	ToolCalls   []recordedCall     `json:"tool_calls"`
-	Spawn       []recordedSpawn    `json:"spawn"`
-	Question    string             `json:"question"`
-	WaitSeconds *float64           `json:"wait_seconds"`
-	EventKind   string             `json:"event_kind"`
-	Patch       json.RawMessage    `json:"patch"`
-	PatchRef    *noeta.ContentRef  `json:"patch_ref"`
-	Answer      json.RawMessage    `json:"answer"`
-	AnswerRef   *noeta.ContentRef  `json:"answer_ref"`
-	Error       string             `json:"error"`
-}
-
-type recordedSpawn struct {
-	Agent   string            `json:"agent"`
-	Goal    string            `json:"goal"`
-	GoalRef *noeta.ContentRef `json:"goal_ref"`
-}
-
-type recordedCall struct {
-	CallID  string            `json:"call_id"`
-	Tool    string            `json:"tool"`
-	Args    json.RawMessage   `json:"args"`
-	ArgsRef *noeta.ContentRef `json:"args_ref"`
-	Invalid string            `json:"invalid"`
-}
-
 // Apply takes one record of the task's log, in log order, with its decoded
-// payload p; records it does not show (leases, snapshots, seals, types it
-// does not know) are ignored.
+// payload p (env's payload, decoded: the composer reads the decision from
+// p, not from env); records it does not show (leases, snapshots, seals,
+// types it does not know) are ignored.
 func (c *Composer) Apply(env eventlog.Envelope, p noeta.Payload) {
 	switch p := p.(type) {
 	case *noeta.TaskCreated:
@@ -139,7 +116,7 @@ func (c *Composer) Apply(env eventlog.Envelope, p noeta.Payload) {
 	case *noeta.TurnStarted:
 		c.closeTurn()
 	case *noeta.PolicyDecided:
-		c.decided(env.Payload, p.Decision)
+		c.decided(env.Payload, p)
 	case *noeta.ToolCallStarted:
 		c.call(p.CallID, p.Tool, p.Args, p.ArgsRef)
 	case *noeta.ToolCallFinished:
@@ -271,13 +248,13 @@ func (c *Composer) Apply(env eventlog.Envelope, p noeta.Payload) {
 
 // decided starts the turn's decision from its record: the whole decision
 // when the record carries it, else only its kind (the parts come from the
-// records that carry it out).
-func (c *Composer) decided(raw json.RawMessage, kind noeta.DecisionKind) {
+// records that carry it out). d is the record decoded (or read by the fold's
+// fast reader, which gives the same); raw is its payload, read only for what
+// the decoded struct cannot say: whether a wait of zero seconds was written
+// or left out.
+func (c *Composer) decided(raw json.RawMessage, d *noeta.PolicyDecided) {
+	kind := d.Decision
 	c.open.Kind = kind
-	var d decisionRecord
-	if json.Unmarshal(raw, &d) != nil {
-		return
-	}
 	full := true
 	switch kind {
 	case noeta.DecisionToolCalls:
@@ -305,9 +282,18 @@ func (c *Composer) decided(raw json.RawMessage, kind noeta.DecisionKind) {
 		full = d.Question != ""
 		c.open.Said = "ask_human: " + d.Question
 	case noeta.DecisionWaitTimer:
-		full = d.WaitSeconds != nil
+		secs, set := d.WaitSeconds, d.WaitSeconds != 0
+		if !set {
+			var w struct {
+				WaitSeconds *float64 `json:"wait_seconds"`
+			}
+			if json.Unmarshal(raw, &w) == nil && w.WaitSeconds != nil {
+				secs, set = *w.WaitSeconds, true
+			}
+		}
+		full = set
 		if full {
-			c.open.Said = "wait_timer: " + strconv.FormatFloat(*d.WaitSeconds, 'g', -1, 64) + " s"
+			c.open.Said = "wait_timer: " + strconv.FormatFloat(secs, 'g', -1, 64) + " s"
 		}
 	case noeta.DecisionWaitExternal:
 		full = d.EventKind != ""
@@ -340,6 +326,7 @@ func (c *Composer) decided(raw json.RawMessage, kind noeta.DecisionKind) {
 func (c *Composer) Clone() *Composer {
 	d := *c
 	d.msgs = c.msgs[:len(c.msgs):len(c.msgs)]
+	d.canon = c.canon[:len(c.canon):len(c.canon)]
 	d.open.Calls = slices.Clone(c.open.Calls)
 	d.open.Results = maps.Clone(c.open.Results)
 	d.open.Notes = slices.Clone(c.open.Notes)
@@ -430,18 +417,30 @@ func (c *Composer) woken(w noeta.Wake) {
 	}
 }
 
-// closeTurn appends the open turn's messages to the transcript.
+// closeTurn appends the open turn's messages to the transcript. The
+// transcript grows by doubling (append grows a long slice by a quarter,
+// which copied a long task's history a dozen times over), the turn's calls
+// go to its assistant message as they are (the next turn starts without
+// them) and its results map is emptied for the next turn, not dropped:
+// a map a turn is most of what folding a turn allocated.
 func (c *Composer) closeTurn() {
 	if !c.open.empty() {
-		c.msgs = c.open.render(c.msgs)
+		if need := len(c.open.Calls) + 2; cap(c.msgs)-len(c.msgs) < need {
+			c.msgs = slices.Grow(c.msgs, max(need, len(c.msgs)))
+		}
+		c.msgs = c.open.render(c.msgs, true)
 	}
-	c.open = openTurn{}
+	results := c.open.Results
+	clear(results)
+	c.open = openTurn{Results: results}
 }
 
 // render appends the turn's messages to dst: the decision, a tool message
 // for each call (a call with no result says so, as every call must be
-// answered on the wire), then the turn's notes.
-func (t *openTurn) render(dst []noeta.Message) []noeta.Message {
+// answered on the wire), then the turn's notes. With handOver the
+// assistant message takes the turn's calls slice itself, which the turn
+// must then no longer use; else it takes a copy.
+func (t *openTurn) render(dst []noeta.Message, handOver bool) []noeta.Message {
 	said := t.Said
 	if said == "" && len(t.Calls) == 0 && t.Kind != "" {
 		// A first-version decision record whose parts no later record
@@ -450,7 +449,10 @@ func (t *openTurn) render(dst []noeta.Message) []noeta.Message {
 	}
 	if len(t.Calls) > 0 || said != "" {
 		m := noeta.Message{Role: noeta.RoleAssistant, Text: said}
-		if len(t.Calls) > 0 {
+		switch {
+		case len(t.Calls) > 0 && handOver:
+			m.ToolCalls = t.Calls[:len(t.Calls):len(t.Calls)]
+		case len(t.Calls) > 0:
 			m.ToolCalls = append([]noeta.ToolCall(nil), t.Calls...)
 		}
 		dst = append(dst, m)
@@ -482,7 +484,7 @@ func (t *openTurn) render(dst []noeta.Message) []noeta.Message {
 func (c *Composer) Transcript() *noeta.Transcript {
 	msgs := c.msgs[:len(c.msgs):len(c.msgs)]
 	if !c.open.empty() {
-		msgs = c.open.render(append([]noeta.Message(nil), c.msgs...))
+		msgs = c.open.render(append([]noeta.Message(nil), c.msgs...), false)
 	}
 	return &noeta.Transcript{Messages: msgs}
 }
@@ -593,9 +595,49 @@ type composerJSON struct {
 
 // MarshalJSON encodes the composer for a snapshot: its config, the closed
 // turns' messages and the open turn, so a fold from the snapshot composes
-// exactly what a fold from genesis does.
+// exactly what a fold from genesis does. The encoding is canonical JSON,
+// the value of a composerJSON.
 func (c *Composer) MarshalJSON() ([]byte, error) {
-	return json.Marshal(composerJSON{MaxToolOutput: c.cfg.MaxToolOutput, Messages: c.msgs, Open: c.open, Asked: c.asked})
+	return c.canonical()
+}
+
+// canonical is the canonical JSON of the composer's composerJSON, the
+// closed turns' messages from the cache (their canonical JSON, joined, is
+// the canonical JSON of the array: canonical JSON is made member by member
+// and element by element).
+func (c *Composer) canonical() ([]byte, error) {
+	for ; c.ncanon < len(c.msgs); c.ncanon++ {
+		b, err := noeta.Canonical(c.msgs[c.ncanon])
+		if err != nil {
+			return nil, fmt.Errorf("engine: composer message %d: %w", c.ncanon, err)
+		}
+		c.canon = append(append(c.canon, b...), ',')
+	}
+	open, err := noeta.Canonical(c.open)
+	if err != nil {
+		return nil, fmt.Errorf("engine: composer open turn: %w", err)
+	}
+	out := make([]byte, 0, len(c.canon)+len(open)+len(c.asked)+64)
+	out = append(out, '{')
+	if c.asked != "" {
+		asked, err := noeta.Canonical(c.asked)
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(append(out, `"asked":`...), asked...), ',')
+	}
+	out = strconv.AppendInt(append(out, `"max_tool_output":`...), int64(c.cfg.MaxToolOutput), 10)
+	out = append(out, `,"messages":`...)
+	switch {
+	case c.msgs == nil:
+		out = append(out, "null"...)
+	case len(c.canon) == 0:
+		out = append(out, "[]"...)
+	default:
+		out = append(append(append(out, '['), c.canon[:len(c.canon)-1]...), ']')
+	}
+	out = append(append(out, `,"open":`...), open...)
+	return append(out, '}'), nil
 }
 
 // UnmarshalJSON restores a composer MarshalJSON encoded.

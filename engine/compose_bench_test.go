@@ -72,6 +72,7 @@ func BenchmarkComposeTurn(b *testing.B) {
 			}
 			b.ReportAllocs()
 			i := 0
+			start := cpuTime()
 			for b.Loop() {
 				recs := next[i%ahead]
 				c.Apply(recs[0].env, recs[0].p) // TurnStarted: the policy is asked
@@ -83,6 +84,7 @@ func BenchmarkComposeTurn(b *testing.B) {
 				}
 				i++
 			}
+			reportCPU(b, start)
 		})
 	}
 }

@@ -17,3 +17,10 @@ func Allotments(e *Engine, st *State, n int) ([]*noeta.BudgetAllotment, error) {
 	g := &segment{e: e, ctx: context.Background(), st: st}
 	return g.allotments(n)
 }
+
+// CPUTime and ReportCPU are cpuTime and reportCPU for the benchmarks of
+// the external test package.
+var (
+	CPUTime   = cpuTime
+	ReportCPU = reportCPU
+)

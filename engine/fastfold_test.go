@@ -53,7 +53,7 @@ func TestFastFoldAgreesWithDecode(t *testing.T) {
 	// gives it: the composed context reads every field.
 	read := 0
 	for _, env := range odd {
-		fp, ok := fastPayload(env.Type, env.Payload)
+		fp, ok := fastPayload(env.Type, env.Payload, nil)
 		if ok && env.Type == noeta.TypePolicyDecided {
 			read++
 		}
@@ -94,12 +94,12 @@ func TestFastFoldAgreesWithDecode(t *testing.T) {
 
 func TestMembersRefusesWhatItCannotRead(t *testing.T) {
 	for _, in := range []string{``, `{`, `[]`, `{"a"}`, `{"a":}`, `{"a\"b":1}`, `{"a":1,}`, `{"a":"x}`, `{"a":{"b":1}`, `{"a":1}x`} {
-		if members([]byte(in), func(string, []byte) bool { return true }) {
+		if members([]byte(in), func(_, _ []byte) bool { return true }) {
 			t.Errorf("members(%q) = true", in)
 		}
 	}
 	var keys []string
-	if !members([]byte(`{"a":{"b":[1,"]"]},"c":"d","e":null}`), func(k string, v []byte) bool { keys = append(keys, k+"="+string(v)); return true }) {
+	if !members([]byte(`{"a":{"b":[1,"]"]},"c":"d","e":null}`), func(k, v []byte) bool { keys = append(keys, string(k)+"="+string(v)); return true }) {
 		t.Fatal("refused a good object")
 	}
 	if got := keys; len(got) != 3 || got[0] != `a={"b":[1,"]"]}` || got[1] != `c="d"` || got[2] != "e=null" {

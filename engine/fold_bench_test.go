@@ -52,11 +52,13 @@ func syntheticLog(tb testing.TB, n int) []eventlog.Envelope {
 func BenchmarkFold10k(b *testing.B) {
 	envs := syntheticLog(b, 10000)
 	b.ReportAllocs()
+	start := cpuTime()
 	for b.Loop() {
 		if _, err := Fold(envs); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportCPU(b, start)
 }
 
 const benchGovernance = `
@@ -102,9 +104,11 @@ func BenchmarkGuardCheck(b *testing.B) {
 				b.Fatalf("not allowed: %+v %v", d, err)
 			}
 			b.ReportAllocs()
+			start := cpuTime()
 			for b.Loop() {
 				g.check(call)
 			}
+			reportCPU(b, start)
 		})
 	}
 }

@@ -150,7 +150,11 @@ var ErrBadLog = errors.New("engine: bad log")
 // the same records, so both reach the same state. Records of types outside
 // the catalogue are skipped (their seq still counts); inbox records (Seq 0)
 // are refused, since fold reads the log only.
-func (s *State) Apply(env eventlog.Envelope) error {
+func (s *State) Apply(env eventlog.Envelope) error { return s.apply(env, nil) }
+
+// apply is Apply, reading the hot records' payloads into sc's structs when
+// sc is not nil (a fold of many records).
+func (s *State) apply(env eventlog.Envelope, sc *foldScratch) error {
 	if env.Seq == 0 {
 		return fmt.Errorf("%w: task %s: an inbox record (key %q) is not part of the log", ErrBadLog, env.Task, env.Key)
 	}
@@ -160,7 +164,7 @@ func (s *State) Apply(env eventlog.Envelope) error {
 	if s.LastSeq == 0 && env.Type != noeta.TypeTaskCreated {
 		return fmt.Errorf("%w: task %s: the first record is %s, not TaskCreated", ErrBadLog, env.Task, env.Type)
 	}
-	p, known := fastPayload(env.Type, env.Payload)
+	p, known := fastPayload(env.Type, env.Payload, sc)
 	if !known || !fastFold {
 		var err error
 		if p, known, err = env.Decode(); err != nil {
@@ -187,12 +191,20 @@ func (s *State) Apply(env eventlog.Envelope) error {
 			s.Status = noeta.StatusRunning
 		}
 	case *noeta.TurnStarted:
-		s.Turn = Turn{N: p.Turn, Seq: env.Seq, Open: true}
+		// The calls map is emptied for the new turn, not dropped: a map a
+		// turn was a fifth of what folding a long log allocated. Nothing
+		// keeps the last turn's map (Clone copies it).
+		calls := s.Turn.Calls
+		clear(calls)
+		s.Turn = Turn{N: p.Turn, Seq: env.Seq, Open: true, Calls: calls}
 		g.Iterations++
 	case *noeta.PolicyDecided:
 		s.Turn.Decided, s.Turn.Kind = true, p.Decision
 		if p.Version >= 2 {
 			s.Turn.Decision = p
+			if sc != nil && sc.decided == p {
+				sc.decided = nil // kept: the next decision needs its own
+			}
 		}
 		g.CostUSD += p.CostUSD
 		g.InputTokens += p.InputTokens
@@ -359,8 +371,88 @@ func isParkReason(r string) bool {
 }
 
 // Canonical returns the state's canonical JSON: the snapshot body, and the
-// bytes two folds of one log agree on.
-func (s *State) Canonical() ([]byte, error) { return noeta.Canonical(s) }
+// bytes two folds of one log agree on. The composed context, most of the
+// bytes, is encoded by the composer (which encodes each closed message
+// once) and set into the rest as its member "context": the same bytes as
+// encoding the whole state at once (TestCanonicalSplicesTheContext).
+func (s *State) Canonical() ([]byte, error) {
+	if s.Context == nil {
+		return noeta.Canonical(s)
+	}
+	rest := *s
+	rest.Context = nil
+	body, err := noeta.Canonical(&rest)
+	if err != nil {
+		return nil, err
+	}
+	ctx, err := s.Context.canonical()
+	if err != nil {
+		return nil, err
+	}
+	if out, ok := withMember(body, "context", ctx); ok {
+		return out, nil
+	}
+	return noeta.Canonical(s)
+}
+
+// withMember returns the canonical JSON object obj with the member name:
+// val added in its place in key order. Keys are compared as bytes, which is
+// canonical order for ASCII keys; ok is false if obj has another kind of
+// key (or is not an object withMember can walk), or has name already.
+func withMember(obj []byte, name string, val []byte) ([]byte, bool) {
+	if len(obj) < 2 || obj[0] != '{' || obj[len(obj)-1] != '}' {
+		return nil, false
+	}
+	at := len(obj) - 1 // where the member goes: before the key there, or at the end
+	if len(obj) > 2 {
+		i := 1
+		for {
+			if obj[i] != '"' {
+				return nil, false
+			}
+			j := i + 1
+			for j < len(obj) && obj[j] != '"' {
+				if obj[j] == '\\' || obj[j] >= 0x80 {
+					return nil, false
+				}
+				j++
+			}
+			if j+1 >= len(obj) || obj[j+1] != ':' {
+				return nil, false
+			}
+			if key := string(obj[i+1 : j]); key == name {
+				return nil, false
+			} else if key > name {
+				at = i
+				break
+			}
+			end, ok := skipValue(obj, j+2)
+			if !ok || end >= len(obj) {
+				return nil, false
+			}
+			if obj[end] == '}' {
+				if end != len(obj)-1 {
+					return nil, false
+				}
+				break
+			}
+			if obj[end] != ',' {
+				return nil, false
+			}
+			i = end + 1
+		}
+	}
+	out := make([]byte, 0, len(obj)+len(name)+len(val)+4)
+	out = append(out, obj[:at]...)
+	if at == len(obj)-1 && len(obj) > 2 {
+		out = append(out, ',')
+	}
+	out = append(append(append(append(out, '"'), name...), `":`...), val...)
+	if at != len(obj)-1 {
+		out = append(out, ',')
+	}
+	return append(out, obj[at:]...), true
+}
 
 // Clone returns a deep copy of s.
 func (s *State) Clone() *State {
@@ -400,8 +492,9 @@ func (s *State) Clone() *State {
 // Fold folds a list of log records from genesis.
 func Fold(envs []eventlog.Envelope) (*State, error) {
 	s := &State{}
+	var sc foldScratch
 	for _, env := range envs {
-		if err := s.Apply(env); err != nil {
+		if err := s.apply(env, &sc); err != nil {
 			return nil, err
 		}
 	}
@@ -442,8 +535,9 @@ func FoldTask(ctx context.Context, r snapshotReader, cs contentGetter, task stri
 	if s.LastSeq == 0 && len(tail) == 0 {
 		return nil, "", fmt.Errorf("%w: task %s has no log", eventlog.ErrNotFound, task)
 	}
+	var sc foldScratch
 	for _, env := range tail {
-		if err := s.Apply(env); err != nil {
+		if err := s.apply(env, &sc); err != nil {
 			return nil, "", err
 		}
 	}

@@ -54,6 +54,9 @@ type segment struct {
 	indexed map[string]bool
 	// pending are records folded into st and not yet written (emitLater).
 	pending []eventlog.Envelope
+	// sc is what the segment's folds of its own records reuse from one
+	// record to the next, as a fold of a log does.
+	sc foldScratch
 }
 
 func (e *Engine) newSegment(ctx context.Context, lease eventlog.Lease) (*segment, error) {
@@ -99,7 +102,7 @@ func (g *segment) emitLater(p noeta.Payload, origin eventlog.Origin, actor strin
 		return g.flush(&env)
 	}
 	env.Seq, env.LeaseGen = g.st.LastSeq+1, g.lease.Generation
-	if err := g.st.Apply(env); err != nil {
+	if err := g.st.apply(env, &g.sc); err != nil {
 		return err
 	}
 	g.pending = append(g.pending, env)
@@ -159,11 +162,11 @@ func (g *segment) flush(last *eventlog.Envelope) error {
 			return err
 		}
 		lg.Seq, lg.LeaseGen = out.Seq-1, out.LeaseGen
-		if err := g.st.Apply(lg); err != nil {
+		if err := g.st.apply(lg, &g.sc); err != nil {
 			return err
 		}
 	}
-	return g.st.Apply(out)
+	return g.st.apply(out, &g.sc)
 }
 
 func (g *segment) engineEmit(p noeta.Payload) error {

@@ -46,7 +46,9 @@ func NewContext(p ContextParams) *Context {
 
 // NewContextAppendOnly is [NewContext] for a caller that never changes an
 // element of the governance slice's history lists (Denials, SubtaskResults,
-// Approvals) once it is in them, only appends: those lists are shared, not
+// Approvals, and RecentToolCalls, whose window
+// [noeta.GovernanceState.NoteToolCall] slides without writing over an
+// entry) once it is in them, only appends: those lists are shared, not
 // copied, so building a context costs the same at the ten-thousandth record
 // of a task as at the first. Everything else is copied as by NewContext, and
 // no accessor hands the shared memory out (Governance returns a deep copy),
@@ -57,7 +59,7 @@ func NewContextAppendOnly(p ContextParams) *Context {
 	gov.Denials = slices.Clip(gov.Denials)
 	gov.SubtaskResults = slices.Clip(gov.SubtaskResults)
 	gov.Approvals = slices.Clip(gov.Approvals)
-	gov.RecentToolCalls = slices.Clone(gov.RecentToolCalls)
+	gov.RecentToolCalls = slices.Clip(gov.RecentToolCalls)
 	if len(gov.PendingApprovals) > 0 {
 		gov.PendingApprovals = maps.Clone(gov.PendingApprovals)
 	}

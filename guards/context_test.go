@@ -8,8 +8,9 @@ import (
 )
 
 // TestNewContextAppendOnly: the shared-history context shows the same view as
-// a deep copy, keeps showing it while the caller appends, and copies what
-// the caller changes in place (the recent-calls window, pending approvals).
+// a deep copy, keeps showing it while the caller appends and slides the
+// recent-calls window, and copies what the caller changes in place (pending
+// approvals).
 func TestNewContextAppendOnly(t *testing.T) {
 	gov := noeta.GovernanceState{
 		ToolCalls:        2,
@@ -26,7 +27,9 @@ func TestNewContextAppendOnly(t *testing.T) {
 	want := shared.Governance()
 	// What the engine's fold does next: append, shift the window, resolve.
 	gov.Denials = append(gov.Denials, noeta.Denial{Type: "TaskCancelled", Reason: "later"})
-	gov.RecentToolCalls[0] = noeta.ToolCallKey{Tool: "changed"}
+	for range 5 * noeta.RecentToolCallsWindow {
+		gov.NoteToolCall(noeta.ToolCallKey{Tool: "changed"})
+	}
 	delete(gov.PendingApprovals, "h")
 	p.Metadata["k"] = "changed"
 	if got := shared.Governance(); !reflect.DeepEqual(got, want) {
