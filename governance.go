@@ -192,14 +192,16 @@ func (g *GovernanceState) NoteToolCall(k ToolCallKey) {
 // Clone returns a deep copy: nothing in it shares memory with g.
 func (g GovernanceState) Clone() GovernanceState {
 	c := g
-	c.Denials = append([]Denial(nil), g.Denials...)
-	c.SubtaskResults = make([]SubtaskResult, len(g.SubtaskResults))
-	for i, r := range g.SubtaskResults {
+	// slices.Clone keeps a nil slice nil and an empty one empty: the two
+	// encode differently (null, []), and a clone encodes as its original.
+	c.Denials = slices.Clone(g.Denials)
+	c.SubtaskResults = slices.Clone(g.SubtaskResults)
+	for i, r := range c.SubtaskResults {
 		r.Result = cloneRaw(r.Result)
 		r.ResultRef = cloneRef(r.ResultRef)
 		c.SubtaskResults[i] = r
 	}
-	c.RecentToolCalls = append([]ToolCallKey(nil), g.RecentToolCalls...)
+	c.RecentToolCalls = slices.Clone(g.RecentToolCalls)
 	if g.PendingApprovals != nil {
 		c.PendingApprovals = make(map[string]PendingApproval, len(g.PendingApprovals))
 		for k, v := range g.PendingApprovals {
@@ -217,7 +219,7 @@ func (g GovernanceState) Clone() GovernanceState {
 			c.Reserved[k] = *v.Clone()
 		}
 	}
-	c.Approvals = append([]ApprovalRecord(nil), g.Approvals...)
+	c.Approvals = slices.Clone(g.Approvals)
 	for i := range c.Approvals {
 		c.Approvals[i].Approvers = slices.Clone(c.Approvals[i].Approvers)
 	}

@@ -142,3 +142,25 @@ func TestNoteToolCallWindow(t *testing.T) {
 		}
 	}
 }
+
+// A clone encodes as its original: a nil list stays null and an empty one
+// []. Before, Clone made every nil subtask_results [] (and an empty
+// denials list null), so a clone's snapshot bytes differed.
+func TestGovernanceCloneEncodesAsTheOriginal(t *testing.T) {
+	for name, g := range map[string]GovernanceState{
+		"nil lists":   {},
+		"empty lists": {Denials: []Denial{}, SubtaskResults: []SubtaskResult{}, RecentToolCalls: []ToolCallKey{}, Approvals: []ApprovalRecord{}},
+	} {
+		want, err := json.Marshal(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := json.Marshal(g.Clone())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%s: the clone encodes as\n%s\nthe original as\n%s", name, got, want)
+		}
+	}
+}
