@@ -5,7 +5,9 @@
 // passes eventlogtest.RunSuite whole) and it is meant to be run: a
 // single-process deployment can use it, with nothing persisted across a
 // restart. Time comes from an injectable [Clock], so tests can drive lease
-// expiry and timers without sleeping.
+// expiry and timers without sleeping. The dispatcher's transitions are
+// package dispatchrow's, the same JetStream's dispatcher runs; this package
+// keeps the rows in memory.
 package memlog
 
 import (
