@@ -83,23 +83,51 @@ func (d *dispatcher) init(s *Store) {
 	d.waiters = map[string]chan struct{}{}
 }
 
-// close stops every outstanding timer. Blocked Leases are released by s.done,
-// which Store.Close closes first.
-func (d *dispatcher) close() {
+// close stops every outstanding timer, if s is the current Store. Blocked
+// Leases are released by s.done, which Store.Close closes first.
+func (d *dispatcher) close(s *Store) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.s != s {
+		return // a handle reopened since: the memory is another Store's
+	}
 	d.closed = true
 	for _, r := range d.rows {
 		d.stopTimer(r)
 	}
 }
 
-// lock takes d.mu unless the dispatcher is closed. An operation that passed
-// s.check can still race Close; refusing it here keeps it from installing a
-// timer that close already swept past.
-func (d *dispatcher) lock() error {
+// reopen hands the dispatcher from the closed Store old to ns, if old is
+// its current Store, and arms every row's timer again: the expiry of a
+// lease, the deadline of a timed condition.
+func (d *dispatcher) reopen(old, ns *Store) bool {
 	d.mu.Lock()
-	if d.closed {
+	defer d.mu.Unlock()
+	if d.s != old {
+		return false
+	}
+	d.s = ns
+	d.closed = false
+	clear(d.waiters) // their Leases returned with the old Store
+	now := ns.clock.Now()
+	for _, r := range d.rows {
+		switch _, timed := r.Deadline(); {
+		case r.Status == eventlog.DispatchLeased:
+			d.scheduleExpiry(r, now)
+		case timed:
+			d.scheduleFire(r, now)
+		}
+	}
+	return true
+}
+
+// lock takes d.mu unless the dispatcher is closed or s is not its current
+// Store. An operation that passed s.check can still race Close; refusing it
+// here keeps it from installing a timer that close already swept past, and
+// keeps a closed handle from acting on a memory another Store has reopened.
+func (d *dispatcher) lock(s *Store) error {
+	d.mu.Lock()
+	if d.closed || d.s != s {
 		d.mu.Unlock()
 		return eventlog.ErrClosed
 	}
@@ -116,7 +144,7 @@ func (s *Store) Valid(ctx context.Context, lease eventlog.Lease) (bool, error) {
 		return false, err
 	}
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return false, err
 	}
 	defer d.mu.Unlock()
@@ -128,7 +156,7 @@ func (s *Store) Valid(ctx context.Context, lease eventlog.Lease) (bool, error) {
 // own, and the error says why a lease is not live.
 func (s *Store) leaseLive(lease eventlog.Lease, now time.Time) error {
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return err
 	}
 	defer d.mu.Unlock()
@@ -165,7 +193,7 @@ func (s *Store) Enqueue(ctx context.Context, task string, opts eventlog.EnqueueO
 		return err
 	}
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return err
 	}
 	defer d.mu.Unlock()
@@ -216,7 +244,7 @@ func (s *Store) Lease(ctx context.Context, req eventlog.LeaseRequest) (eventlog.
 		if err := validTaskID("LeaseRequest.Task", req.Task); err != nil {
 			return eventlog.Lease{}, err
 		}
-		if err := d.lock(); err != nil {
+		if err := d.lock(s); err != nil {
 			return eventlog.Lease{}, err
 		}
 		defer d.mu.Unlock()
@@ -232,7 +260,7 @@ func (s *Store) Lease(ctx context.Context, req eventlog.LeaseRequest) (eventlog.
 		queue = eventlog.DefaultQueue
 	}
 	for {
-		if err := d.lock(); err != nil {
+		if err := d.lock(s); err != nil {
 			return eventlog.Lease{}, err
 		}
 		if l := d.ready[queue]; l != nil && l.Len() > 0 {
@@ -273,7 +301,7 @@ func (s *Store) lockLive(lease eventlog.Lease) (*row, time.Time, error) {
 		return nil, time.Time{}, err
 	}
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return nil, time.Time{}, err
 	}
 	now := s.clock.Now()
@@ -378,7 +406,7 @@ func (s *Store) Wake(ctx context.Context, task string, event noeta.Wake) (bool, 
 		return false, fmt.Errorf("%w: wake event for task %q: %w", eventlog.ErrInvalidArgument, task, err)
 	}
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return false, err
 	}
 	defer d.mu.Unlock()
@@ -412,7 +440,7 @@ func (s *Store) RequeueStale(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return nil, err
 	}
 	defer d.mu.Unlock()
@@ -445,7 +473,7 @@ func (s *Store) Inspect(ctx context.Context, task string) (eventlog.DispatchStat
 		return eventlog.DispatchState{}, err
 	}
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return eventlog.DispatchState{}, err
 	}
 	defer d.mu.Unlock()
@@ -533,8 +561,9 @@ func (d *dispatcher) stopTimer(r *row) {
 func (d *dispatcher) schedule(r *row, after time.Duration, fn func(now time.Time)) {
 	d.stopTimer(r)
 	tok := r.timerTok
-	r.stop = d.s.clock.AfterFunc(after, func() {
-		if d.s.closed.Load() {
+	s := d.s
+	r.stop = s.clock.AfterFunc(after, func() {
+		if s.closed.Load() {
 			return
 		}
 		d.mu.Lock()
