@@ -41,9 +41,11 @@ type Backend struct {
 	HeartbeatMax    int
 	ReclaimMax      int
 	MaxFailAttempts int
-	// Restart, when the backend keeps its state across a restart, closes
-	// this instance and returns a new one on the same store (the dispatcher
-	// and log opened again, as a process restarting would); nil otherwise.
+	// Restart closes this instance and returns a new one on the same store
+	// (the dispatcher and log opened again, as a process restarting would:
+	// a JetStream backend on the same streams and buckets, memlog a Store
+	// reopened on the same memory). Every backend has one: no case is
+	// skipped.
 	Restart func(t *testing.T) Backend
 
 	// MaxPendingWakes is the row's buffer cap; 0 means

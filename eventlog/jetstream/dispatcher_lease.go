@@ -150,7 +150,7 @@ func (d *Dispatcher) reclaim(ctx context.Context, task, leaseID string, keyGone 
 		if !keyGone && d.cfg.Now().Before(r.Expires) {
 			return nil, errSkip // heartbeated in the meantime
 		}
-		ready = r.requeue(d.cfg.ReclaimMax)
+		ready = r.Requeue(d.cfg.ReclaimMax)
 		return r, nil
 	})
 	if err == nil {

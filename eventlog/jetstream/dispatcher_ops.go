@@ -10,6 +10,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/internal/dispatchrow"
 )
 
 // Valid implements eventlog.LeaseRegistry. It runs on every Emit of the
@@ -68,10 +69,9 @@ func (d *Dispatcher) noteProgress(lease eventlog.Lease) {
 	ctx, cancel := d.detached()
 	defer cancel()
 	_, err := d.mutate(ctx, lease.Task, func(r *taskRow) (*taskRow, error) {
-		if liveRow(r, lease, d.cfg.Now()) != nil || r.Reclaims == 0 {
+		if !r.row().Progress(lease, d.cfg.Now()) {
 			return nil, errSkip
 		}
-		r.Reclaims = 0
 		return r, nil
 	})
 	if err != nil && !errors.Is(err, errSkip) {
@@ -113,24 +113,14 @@ func (d *Dispatcher) Enqueue(ctx context.Context, task string, opts eventlog.Enq
 					}
 				}
 			}
-			r = &taskRow{Queue: queue, Reserved: opts.Reserved, Created: d.cfg.Now().UTC()}
-			r.makeReady()
-			return r, nil
+			return &taskRow{Row: dispatchrow.New(queue, opts.Reserved), Created: d.cfg.Now().UTC()}, nil
 		}
-		if r.Status == eventlog.DispatchReady {
-			// Keeps its place and its reservation: a repeated enqueue (an
-			// observer replaying, a retry) must not push a task to the back
-			// or unreserve it.
+		// Forced back to ready (the old lease's key is deleted after the
+		// write), unless it is ready already.
+		if !r.Enqueue(opts.Reserved) {
 			already = r
 			return nil, errSkip
 		}
-		// Forced back to ready: the way to fence a stuck worker or revive a
-		// task. The old lease's key is deleted after the write.
-		r.clearLease()
-		r.Reclaims = 0
-		r.Matched = nil
-		r.Reserved = opts.Reserved
-		r.makeReady()
 		return r, nil
 	})
 	if errors.Is(err, errSkip) {
@@ -167,11 +157,8 @@ func (d *Dispatcher) Lease(ctx context.Context, req eventlog.LeaseRequest) (even
 		}
 		var spell readySpell // of the row the grant committed on (the last try's)
 		lease, err := d.grant(ctx, req.Task, req.Worker, func(r *taskRow) error {
-			if r == nil {
-				return fmt.Errorf("%w: task %q is unknown to the dispatcher", eventlog.ErrNoReadyTask, req.Task)
-			}
-			if r.Status != eventlog.DispatchReady {
-				return fmt.Errorf("%w: task %q is %s", eventlog.ErrNoReadyTask, req.Task, r.Status)
+			if err := dispatchrow.CheckTake(req.Task, r.row()); err != nil {
+				return err
 			}
 			spell = readySpell{queue: r.Queue, epoch: r.ReadyEpoch, signalled: !r.Reserved, front: r.Front}
 			return nil
@@ -237,16 +224,8 @@ func (d *Dispatcher) grant(ctx context.Context, task, worker string, may func(r 
 		}
 		keyWritten = true
 		reserved = r.Reserved
-		r.grant(leaseID, worker, now.Add(d.cfg.LeaseTTL))
-		lease = eventlog.Lease{
-			ID:         leaseID,
-			Task:       task,
-			Generation: r.Generation,
-			Worker:     worker,
-			Expires:    r.Expires,
-			Wake:       cloneWake(r.Matched), // delivered, and kept until consumed
-			Ending:     r.Ending,
-		}
+		r.Grant(leaseID, worker, now.Add(d.cfg.LeaseTTL))
+		lease = r.Lease(task)
 		return r, nil
 	})
 	if err != nil {
@@ -273,13 +252,9 @@ func (d *Dispatcher) grant(ctx context.Context, task, worker string, may func(r 
 // lease at once.
 func (d *Dispatcher) ungrant(ctx context.Context, lease eventlog.Lease, reserved bool) {
 	_, err := d.mutate(ctx, lease.Task, func(r *taskRow) (*taskRow, error) {
-		if r == nil || r.Status != eventlog.DispatchLeased || r.LeaseID != lease.ID {
+		if r == nil || !r.GiveBack(lease, reserved) {
 			return nil, errSkip
 		}
-		r.clearLease()
-		r.Reserved = reserved
-		r.makeReady()
-		r.Front = true
 		return r, nil
 	})
 	if err != nil && !errors.Is(err, errSkip) {
@@ -309,25 +284,7 @@ func (d *Dispatcher) Heartbeat(ctx context.Context, lease eventlog.Lease) (time.
 		if err := liveRow(r, lease, now); err != nil {
 			return nil, err
 		}
-		// The cap is checked before the increment: HeartbeatMax heartbeats
-		// succeed, the next one releases the task.
-		if r.Heartbeats >= d.cfg.HeartbeatMax {
-			n := r.Heartbeats
-			r.clearLease()
-			r.Reclaims = 0
-			if r.Matched != nil {
-				// A wake is in flight: ready, so the next lease re-delivers it.
-				r.makeReady()
-			} else {
-				// WakeOn is kept (nil on every normal path), so the task
-				// waits for a human or a forced Enqueue.
-				r.suspend(r.WakeOn, eventlog.ReasonLeaseQuotaExceeded, now)
-			}
-			quota = fmt.Errorf("%w: task %q: lease %q already had %d heartbeats, the cap is %d; the task was released (now %s)",
-				eventlog.ErrLeaseQuotaExceeded, lease.Task, lease.ID, n, d.cfg.HeartbeatMax, r.Status)
-			return r, nil
-		}
-		if !refreshed {
+		if !refreshed && r.HeartbeatsLeft(d.cfg.HeartbeatMax) {
 			if err := d.refreshLeaseKey(ctx, lease, r.Generation); err != nil {
 				return nil, err
 			}
@@ -335,9 +292,12 @@ func (d *Dispatcher) Heartbeat(ctx context.Context, lease eventlog.Lease) (time.
 			expires = now.Add(d.cfg.LeaseTTL)
 		}
 		quota = nil
-		r.Heartbeats++
-		r.Reclaims = 0 // a heartbeat is progress
-		r.Expires = expires
+		if err := r.Heartbeat(lease, now, expires, d.cfg.HeartbeatMax); err != nil {
+			if !errors.Is(err, eventlog.ErrLeaseQuotaExceeded) {
+				return nil, err
+			}
+			quota = err // the task was released: the row is written
+		}
 		return r, nil
 	})
 	if err != nil {
@@ -354,46 +314,16 @@ func (d *Dispatcher) Release(ctx context.Context, lease eventlog.Lease, rel even
 	if err := d.check(ctx); err != nil {
 		return err
 	}
-	if rel.Next != eventlog.DispatchSuspended && rel.Next != eventlog.DispatchTerminal {
-		return fmt.Errorf("%w: Release.Next is %q; want %q or %q",
-			eventlog.ErrInvalidArgument, rel.Next, eventlog.DispatchSuspended, eventlog.DispatchTerminal)
+	if err := dispatchrow.CheckRelease(rel); err != nil {
+		return err
 	}
 	if err := validTaskID("lease.Task", lease.Task); err != nil {
 		return err
 	}
-	if rel.WakeOn != nil {
-		if err := rel.WakeOn.Validate(); err != nil {
-			return fmt.Errorf("%w: Release.WakeOn: %w", eventlog.ErrInvalidArgument, err)
-		}
-	}
 	_, err := d.mutate(ctx, lease.Task, func(r *taskRow) (*taskRow, error) {
-		now := d.cfg.Now()
-		if err := liveRow(r, lease, now); err != nil {
+		if err := r.row().Release(lease, rel, d.cfg.Now()); err != nil {
 			return nil, err
 		}
-		if rel.ConsumedWake != nil {
-			if r.Matched == nil {
-				return nil, fmt.Errorf("%w: task %q: lease %q names a consumed %s wake but none is stored",
-					eventlog.ErrWakeMismatch, lease.Task, lease.ID, rel.ConsumedWake.Kind)
-			}
-			if !r.Matched.Equal(*rel.ConsumedWake) {
-				return nil, fmt.Errorf("%w: task %q: lease %q names a consumed %s wake that is not the stored %s wake",
-					eventlog.ErrWakeMismatch, lease.Task, lease.ID, rel.ConsumedWake.Kind, r.Matched.Kind)
-			}
-		}
-		// Nothing can fail past this point, so a mismatch above changed nothing.
-		r.clearLease()
-		r.Reclaims = 0 // a release is progress
-		if rel.ConsumedWake != nil {
-			r.Matched = nil
-		}
-		if rel.Next == eventlog.DispatchTerminal {
-			// An unconsumed matched wake is kept on purpose: it is the
-			// evidence of a wake that never got handled.
-			r.makeTerminal(rel.Reason)
-			return r, nil
-		}
-		r.suspend(cloneWake(rel.WakeOn), rel.Reason, now)
 		return r, nil
 	})
 	return err
@@ -408,12 +338,9 @@ func (d *Dispatcher) Yield(ctx context.Context, lease eventlog.Lease) error {
 		return err
 	}
 	_, err := d.mutate(ctx, lease.Task, func(r *taskRow) (*taskRow, error) {
-		if err := liveRow(r, lease, d.cfg.Now()); err != nil {
+		if err := r.row().Yield(lease, d.cfg.Now()); err != nil {
 			return nil, err
 		}
-		r.clearLease()
-		r.Reclaims = 0
-		r.makeReady()
 		return r, nil
 	})
 	return err
@@ -428,21 +355,9 @@ func (d *Dispatcher) Fail(ctx context.Context, lease eventlog.Lease, f eventlog.
 		return err
 	}
 	_, err := d.mutate(ctx, lease.Task, func(r *taskRow) (*taskRow, error) {
-		if err := liveRow(r, lease, d.cfg.Now()); err != nil {
+		if err := r.row().Fail(lease, f, d.cfg.Now(), d.cfg.MaxFailAttempts); err != nil {
 			return nil, err
 		}
-		r.clearLease()
-		r.Reclaims = 0
-		if !f.Retryable {
-			r.makeTerminal(f.Reason)
-			return r, nil
-		}
-		r.FailAttempts++
-		if r.FailAttempts < d.cfg.MaxFailAttempts {
-			r.makeReady()
-			return r, nil
-		}
-		r.giveUp(eventlog.GiveUpReason(eventlog.ReasonMaxAttemptsExceeded, f.Reason))
 		return r, nil
 	})
 	return err
@@ -475,7 +390,7 @@ func (d *Dispatcher) Wake(ctx context.Context, task string, event noeta.Wake) (b
 			return nil, fmt.Errorf("%w: wake for task %q: the dispatcher does not know the task (it was never enqueued)", eventlog.ErrNotFound, task)
 		}
 		var err error
-		if matched, err = r.applyWake(task, event.Clone(), d.cfg.MaxPendingWakes); err != nil {
+		if matched, err = r.Wake(task, event.Clone(), d.cfg.MaxPendingWakes); err != nil {
 			return nil, err
 		}
 		return r, nil
@@ -501,5 +416,5 @@ func (d *Dispatcher) Inspect(ctx context.Context, task string) (eventlog.Dispatc
 	if r == nil {
 		return eventlog.DispatchState{}, fmt.Errorf("%w: task %q is unknown to the dispatcher", eventlog.ErrNotFound, task)
 	}
-	return r.state(task), nil
+	return r.State(task), nil
 }

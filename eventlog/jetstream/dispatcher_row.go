@@ -13,46 +13,18 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/internal/dispatchrow"
 )
 
 // taskRow is the dispatcher's record of one task, the value of key <task> in
-// KV <prefix>_tasks. Its fields and transitions mirror memlog's row one for
-// one; what memlog keeps in memory structures (queue position, timers) lives
-// in the ready stream and the wake stream instead.
+// KV <prefix>_tasks: the row of the dispatcher's state machine
+// (dispatchrow.Row, whose transitions every operation runs inside mutate),
+// and what this backend needs beside it. What memlog keeps in memory
+// structures (queue position, timers) lives in the ready stream and the
+// wake stream instead. The embedded row's fields are stored at the top
+// level of the JSON value, as they always were.
 type taskRow struct {
-	Status   eventlog.DispatchStatus `json:"status"`
-	Queue    string                  `json:"queue"` // fixed at creation
-	Reserved bool                    `json:"reserved,omitempty"`
-	// ReadyEpoch counts the row's transitions to ready. A ready signal
-	// carries the epoch it was published for, so a signal left over from an
-	// earlier ready spell (the task was then leased by name) is recognised as
-	// stale even when the task is ready again.
-	ReadyEpoch uint64 `json:"ready_epoch,omitempty"`
-	// Front says this ready spell goes ahead of the queue: a task whose
-	// lease expired (or whose grant was cancelled before its holder got it)
-	// is taken over after the TTL, not after the TTL and the whole queue.
-	// Its spell is signalled twice, on the front subject and at the back;
-	// whichever is fetched first leases it and the other goes stale.
-	Front bool `json:"front,omitempty"`
-
-	// The current lease (LeaseID and Expires are zero unless leased);
-	// Generation and Worker describe the current or last lease.
-	LeaseID    string    `json:"lease_id,omitempty"`
-	Generation uint64    `json:"generation,omitempty"`
-	Worker     string    `json:"worker,omitempty"`
-	Expires    time.Time `json:"expires,omitzero"`
-	Heartbeats int       `json:"heartbeats,omitempty"`
-
-	FailAttempts int `json:"fail_attempts,omitempty"` // never reset
-	Reclaims     int `json:"reclaim_count,omitempty"` // stale reclaims in a row without progress
-	// Ending is why the dispatcher gave up on the task (eventlog.Lease.Ending),
-	// until it is terminal.
-	Ending string `json:"ending,omitempty"`
-
-	WakeOn  *noeta.Wake  `json:"wake_on,omitempty"`       // while suspended
-	Reason  string       `json:"reason,omitempty"`        // suspend or terminal reason
-	Matched *noeta.Wake  `json:"matched_wake,omitempty"`  // matched, not yet consumed
-	Pending []noeta.Wake `json:"pending_wakes,omitempty"` // buffered, in arrival order
+	dispatchrow.Row
 
 	// Applied holds the stream sequences of the last ingress messages applied
 	// to the row, so a redelivery is recognised and not applied again.
@@ -67,161 +39,17 @@ type taskRow struct {
 	Op string `json:"op"`
 }
 
-// --- transitions (pure: every side effect is derived from old and new row) --
-
-// grant leases the ready row. Reclaims is deliberately left alone: taking a
-// lease is not progress, or a task that crashes every worker would never hit
-// ReclaimMax.
-func (r *taskRow) grant(leaseID, worker string, expires time.Time) {
-	r.Status = eventlog.DispatchLeased
-	r.Generation++
-	r.LeaseID = leaseID
-	r.Worker = worker
-	r.Expires = expires
-	r.Heartbeats = 0
-	r.Reason = ""
-	r.Reserved = false // a reservation is claimed once
-	r.Front = false
-}
-
-// clearLease ends the lease, if any. Generation and Worker stay, as the
-// record of the last lease.
-func (r *taskRow) clearLease() {
-	r.LeaseID = ""
-	r.Expires = time.Time{}
-	r.Heartbeats = 0
-}
-
-// makeReady puts the row at the back of its queue: a new epoch, whose signal
-// is published after the write.
-func (r *taskRow) makeReady() {
-	r.Status = eventlog.DispatchReady
-	r.WakeOn = nil
-	r.Reason = ""
-	r.ReadyEpoch++
-	r.Front = false
-}
-
-// makeTerminal ends the row. The pending buffer goes (nothing will ever
-// suspend the task again to drain it); an unconsumed matched wake stays.
-func (r *taskRow) makeTerminal(reason string) {
-	r.Status = eventlog.DispatchTerminal
-	r.WakeOn = nil
-	r.Reason = reason
-	r.Pending = nil
-	r.Ending = ""
-}
-
-// giveUp ends the row's run of failures: the first time, ready for one
-// more lease, which carries reason as its Ending so its holder records the
-// end in the log; when that lease failed or expired too, terminal with the
-// reason it was given. It reports whether the row went ready.
-func (r *taskRow) giveUp(reason string) bool {
-	if r.Ending != "" {
-		r.makeTerminal(r.Ending)
-		return false
+// row is the state machine's row of r, nil when there is none (the
+// dispatcher does not know the task), for the guards that say so.
+func (r *taskRow) row() *dispatchrow.Row {
+	if r == nil {
+		return nil
 	}
-	r.Ending = reason
-	r.makeReady()
-	return true
-}
-
-// match makes wake the matched wake and the row ready.
-func (r *taskRow) match(wake noeta.Wake) {
-	r.Matched = &wake
-	r.Reserved = false
-	r.makeReady()
-}
-
-// suspend parks the row on wakeOn (which it owns) and then, in this order,
-// looks for a reason to make it ready at once: an unconsumed matched wake (so
-// it is re-delivered), the first buffered wake that matches (arrival order), a
-// timer_fired deadline already due. Otherwise a timer_fired condition is
-// armed as a message schedule before the row is written (see armTimer). The
-// lease must already be cleared.
-//
-// A human_response in the buffer (only a row written before answers stopped
-// being buffered can hold one) is dropped, never matched: it answered
-// nothing that was asked.
-func (r *taskRow) suspend(wakeOn *noeta.Wake, reason string, now time.Time) {
-	r.Status = eventlog.DispatchSuspended
-	r.WakeOn = wakeOn
-	r.Reason = reason
-	r.Pending = slices.DeleteFunc(r.Pending, func(w noeta.Wake) bool { return w.Kind == noeta.WakeHumanResponse })
-	if len(r.Pending) == 0 {
-		r.Pending = nil
-	}
-	if r.Matched != nil {
-		r.makeReady()
-		return
-	}
-	if wakeOn == nil {
-		return // nothing matches nil: a forced Enqueue or a human revives it
-	}
-	for i := range r.Pending {
-		if noeta.Matches(wakeOn, &r.Pending[i]) {
-			ev := r.Pending[i]
-			r.Pending = slices.Delete(r.Pending, i, i+1)
-			r.match(ev)
-			return
-		}
-	}
-	if deadline, ok := deadlineOf(wakeOn); ok && !now.Before(deadline) {
-		r.fireTimer()
-	}
+	return &r.Row
 }
 
 // deadlineOf is eventlog.Deadline: when a timed condition times out.
 func deadlineOf(w *noeta.Wake) (time.Time, bool) { return eventlog.Deadline(w) }
-
-// fireTimer matches the timed condition with what its timer delivers
-// (eventlog.TimerAnswer): a timer_fired condition itself, the recorded
-// deadline, not the firing time, so a redelivery is byte-identical; an
-// expiring human_response a denial by the timer.
-func (r *taskRow) fireTimer() {
-	r.match(eventlog.TimerAnswer(*r.WakeOn))
-}
-
-// requeue reclaims an expired lease: ready again; once the row has been
-// reclaimed reclaimMax times in a row (counted after the increment) it is
-// given up (giveUp). It reports whether the row went ready. The matched
-// wake is kept either way.
-func (r *taskRow) requeue(reclaimMax int) bool {
-	r.clearLease()
-	r.Reclaims++
-	if r.Reclaims >= reclaimMax && !r.giveUp(eventlog.ReasonStaleReclaimExceeded) {
-		return false
-	}
-	if r.Status != eventlog.DispatchReady {
-		r.makeReady()
-	}
-	r.Front = true
-	return true
-}
-
-// applyWake delivers ev: the matched wake if the row is suspended on a
-// condition it matches, else buffered (also on a terminal row: a buffer is
-// only cleared by a transition to terminal, never drained after it) unless
-// the buffer holds maxPending already (ErrTooManyWakes). A human_response
-// that does not match is refused (CheckAnswer's error), not buffered.
-func (r *taskRow) applyWake(task string, ev noeta.Wake, maxPending int) (bool, error) {
-	if ev.Kind == noeta.WakeHumanResponse {
-		if err := eventlog.CheckAnswer(task, r.Status, r.WakeOn, r.Matched, ev); err != nil {
-			return false, err
-		}
-	}
-	if r.Status == eventlog.DispatchSuspended && noeta.Matches(r.WakeOn, &ev) {
-		// The event, not the condition, becomes the matched wake: it carries
-		// what the waker had to say.
-		r.match(ev)
-		return true, nil
-	}
-	if len(r.Pending) >= maxPending {
-		return false, eventlog.TooManyWakes(task, string(ev.Kind), maxPending)
-	}
-	r.Pending = append(r.Pending, ev)
-	return false, nil
-}
 
 // noteApplied records an applied input sequence in list (Applied or
 // AppliedTimers).
@@ -232,41 +60,17 @@ func noteApplied(list *[]uint64, seq uint64) {
 	}
 }
 
-// armsTimer reports whether writing nu over old starts a timer: nu waits on
-// a timed condition (deadlineOf) it did not already wait on in the same
-// suspend. A suspend of a new generation on the same condition arms it
-// again, with the same deadline: an approval that stays open across a
-// refused answer still expires when it was to.
-func armsTimer(old, nu *taskRow) bool {
-	if _, timed := deadlineOf(nu.WakeOn); nu.Status != eventlog.DispatchSuspended || !timed {
-		return false
-	}
-	return old == nil || old.Status != eventlog.DispatchSuspended || old.Generation != nu.Generation ||
-		old.WakeOn == nil || !old.WakeOn.Equal(*nu.WakeOn)
-}
+// armsTimer reports whether writing nu over old starts a timer
+// (dispatchrow.ArmsTimer).
+func armsTimer(old, nu *taskRow) bool { return dispatchrow.ArmsTimer(old.row(), nu.row()) }
 
 // --- liveness ------------------------------------------------------------
 
-// liveRow reports, as an error wrapping ErrInvalidLease that says why, that
-// lease is not the live lease of row r by the row and the local clock. The
-// server's half (the lease key) is checked where it matters: Valid and
-// Heartbeat.
+// liveRow is dispatchrow.Live: the local half of a lease's liveness, by the
+// row and the local clock. The server's half (the lease key) is checked
+// where it matters: Valid and Heartbeat.
 func liveRow(r *taskRow, lease eventlog.Lease, now time.Time) error {
-	switch {
-	case r == nil:
-		return fmt.Errorf("%w: task %q: lease %q: the dispatcher does not know the task", eventlog.ErrInvalidLease, lease.Task, lease.ID)
-	case lease.ID == "":
-		return fmt.Errorf("%w: task %q: no lease id given", eventlog.ErrInvalidLease, lease.Task)
-	case r.Status != eventlog.DispatchLeased:
-		return fmt.Errorf("%w: task %q: lease %q: the task is %s, not leased", eventlog.ErrInvalidLease, lease.Task, lease.ID, r.Status)
-	case r.LeaseID != lease.ID:
-		return fmt.Errorf("%w: task %q: lease %q: the task is held by lease %q (generation %d)", eventlog.ErrInvalidLease, lease.Task, lease.ID, r.LeaseID, r.Generation)
-	case !now.Before(r.Expires):
-		// Not revived, not requeued here: the watcher (or RequeueStale)
-		// requeues the row, so reclaim counting stays in one place.
-		return fmt.Errorf("%w: task %q: lease %q expired at %s", eventlog.ErrInvalidLease, lease.Task, lease.ID, r.Expires.Format(time.RFC3339Nano))
-	}
-	return nil
+	return dispatchrow.Live(r.row(), lease, now)
 }
 
 // --- reading and writing rows ---------------------------------------------
@@ -398,8 +202,7 @@ func (d *Dispatcher) afterWrite(task string, old, nu *taskRow) {
 			d.log.Warn("delete lease key after the lease ended; it will expire on its own", "task", task, "lease", old.LeaseID, "err", err)
 		}
 	}
-	if nu.Status == eventlog.DispatchReady && !nu.Reserved &&
-		(old == nil || old.Status != eventlog.DispatchReady || old.ReadyEpoch != nu.ReadyEpoch) {
+	if dispatchrow.NewSpell(old.row(), nu.row()) {
 		if nu.Front {
 			// Best effort: the signal at the back (below, retried until it
 			// is there) still leases the task if this one is lost.
@@ -458,37 +261,8 @@ func (d *Dispatcher) resignal(task string, epoch uint64) {
 // the value mutate compares against.
 func (r *taskRow) deepCopy() *taskRow {
 	c := *r
-	c.WakeOn = cloneWake(r.WakeOn)
-	c.Matched = cloneWake(r.Matched)
-	if r.Pending != nil {
-		c.Pending = make([]noeta.Wake, len(r.Pending))
-		for i, w := range r.Pending {
-			c.Pending[i] = w.Clone()
-		}
-	}
+	c.Row = r.Row.Clone()
 	c.Applied = slices.Clone(r.Applied)
 	c.AppliedTimers = slices.Clone(r.AppliedTimers)
 	return &c
-}
-
-// state is the row as Inspect reports it.
-func (r *taskRow) state(task string) eventlog.DispatchState {
-	return eventlog.DispatchState{
-		Task:         task,
-		Status:       r.Status,
-		Queue:        r.Queue,
-		Reserved:     r.Reserved,
-		Reason:       r.Reason,
-		WakeOn:       cloneWake(r.WakeOn),
-		MatchedWake:  cloneWake(r.Matched),
-		PendingWakes: len(r.Pending),
-		LeaseID:      r.LeaseID,
-		Generation:   r.Generation,
-		Worker:       r.Worker,
-		Expires:      r.Expires,
-		Heartbeats:   r.Heartbeats,
-		FailAttempts: r.FailAttempts,
-		ReclaimCount: r.Reclaims,
-		Ending:       r.Ending,
-	}
 }

@@ -98,7 +98,7 @@ func (d *Dispatcher) fireTimer(ctx context.Context, task string, gen uint64, con
 		if deadline, _ := deadlineOf(&cond); seq == 0 && d.cfg.Now().Before(deadline) {
 			return nil, errSkip
 		}
-		r.fireTimer()
+		r.FireTimer()
 		if seq != 0 {
 			noteApplied(applied(r), seq)
 		}
@@ -315,7 +315,7 @@ func (d *Dispatcher) applyWakeMsg(subject string, hdr nats.Header, data []byte, 
 		if slices.Contains(r.Applied, seq) {
 			return nil, errDuplicate
 		}
-		if _, err := r.applyWake(task, ev, maxPending); err != nil {
+		if _, err := r.Wake(task, ev, maxPending); err != nil {
 			return nil, err
 		}
 		noteApplied(&r.Applied, seq)

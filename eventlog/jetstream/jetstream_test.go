@@ -105,27 +105,46 @@ func factoryBatch(url string, replicas int, mode jetstream.BatchMode) eventlogte
 		if err != nil {
 			t.Fatal(err)
 		}
-		nc := connect(t, url)
-		log, err := jetstream.Open(t.Context(), nc, jetstream.Config{Replicas: replicas, Registry: disp, Now: clock.Now, Batch: mode})
-		if err != nil {
-			t.Fatal(err)
-		}
-		closeAll := func() error {
+		return memlogPairing(t, url, replicas, mode, clock, disp)
+	}
+}
+
+// memlogPairing opens a JetStream Log, on a connection of its own, whose
+// lease registry is disp. A restart closes both and opens them again on
+// the same state: the Log on the same streams, the dispatcher reopened on
+// its memory.
+func memlogPairing(t *testing.T, url string, replicas int, mode jetstream.BatchMode, clock *memlog.ManualClock, disp *memlog.Store) eventlogtest.Backend {
+	t.Helper()
+	nc := connect(t, url)
+	log, err := jetstream.Open(t.Context(), nc, jetstream.Config{Replicas: replicas, Registry: disp, Now: clock.Now, Batch: mode})
+	if err != nil {
+		_ = disp.Close()
+		t.Fatal(err)
+	}
+	closeAll := func() error {
+		_ = log.Close()
+		return disp.Close()
+	}
+	t.Cleanup(func() { _ = closeAll() })
+	return eventlogtest.Backend{
+		Log:             log,
+		Dispatcher:      disp,
+		Content:         log,
+		Close:           closeAll,
+		Advance:         clock.Advance,
+		LeaseTTL:        30 * time.Second,
+		HeartbeatMax:    5,
+		ReclaimMax:      memlog.DefaultReclaimMax,
+		MaxFailAttempts: memlog.DefaultMaxFailAttempts,
+		Restart: func(t *testing.T) eventlogtest.Backend {
+			t.Helper()
 			_ = log.Close()
-			return disp.Close()
-		}
-		t.Cleanup(func() { _ = closeAll() })
-		return eventlogtest.Backend{
-			Log:             log,
-			Dispatcher:      disp,
-			Content:         log,
-			Close:           closeAll,
-			Advance:         clock.Advance,
-			LeaseTTL:        30 * time.Second,
-			HeartbeatMax:    5,
-			ReclaimMax:      memlog.DefaultReclaimMax,
-			MaxFailAttempts: memlog.DefaultMaxFailAttempts,
-		}
+			nd, err := disp.Reopen()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return memlogPairing(t, url, replicas, mode, clock, nd)
+		},
 	}
 }
 

@@ -276,6 +276,35 @@ func TestWakeToReadyRowResignals(t *testing.T) {
 	}
 }
 
+// TestStaleSignalInPlaceIsLeased: a ready row whose subject in the queue
+// holds a signal of an earlier ready spell (its own was lost, a stale one
+// stayed) is leased by the next untargeted Lease, after a reconcile pass.
+// The pass takes any message on the subject for the signal and leaves it;
+// the Lease fetches the stale one, drops it, signals the spell again and
+// takes the task. A stale signal delays a task by a trip through its
+// queue; it would stall it only if the broker never delivered it.
+func TestStaleSignalInPlaceIsLeased(t *testing.T) {
+	t.Parallel()
+	prefix := uniquePrefix(t, singleURL)
+	nc := connect(t, singleURL)
+	d := openReconciling(t, nc, 1, prefix, -1)
+	q, task := testQueue(), noeta.NewTaskID()
+	mustEnqueue(t, d, task, eventlog.EnqueueOptions{Queue: q})
+	dropSignal(t, nc, prefix, q, task)
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := fmt.Sprintf("%s.ready.%s.%d.%s", prefix, q, jetstream.Partition(task), task)
+	if _, err := js.Publish(t.Context(), subject, []byte("0")); err != nil { // epoch 0: before the row's first spell
+		t.Fatalf("publish a stale signal: %v", err)
+	}
+	if _, err := d.RequeueStale(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	leasedFromQueue(t, d, q, task, reconcileLimit)
+}
+
 // TestRedeliveredWakeResignals reproduces a wake applied by a process that
 // died before it signalled the task it made ready (and before it acked the
 // wake): the redelivery was recognised as applied and acked, nothing more,

@@ -65,7 +65,7 @@ func (r *RowReader) Inspect(ctx context.Context, task string) (eventlog.Dispatch
 	if err != nil {
 		return eventlog.DispatchState{}, err
 	}
-	return row.state(task), nil
+	return row.State(task), nil
 }
 
 // Tasks lists the tasks the dispatcher has a row for, in key order.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/internal/dispatchrow"
 )
 
 // dispatcher is the Store's eventlog.Dispatcher state. One mutex guards all of
@@ -31,7 +32,7 @@ type dispatcher struct {
 	seq    uint64 // insertion order of rows, for RequeueStale's result order
 
 	// ready holds, per queue, the ready rows an untargeted Lease may take, in
-	// FIFO order. Reserved ready rows are kept out: a row's reservation cannot
+	// FIFO order but for rows whose spell goes ahead (Row.Front). Reserved ready rows are kept out: a row's reservation cannot
 	// change while it is ready (only a Lease, which takes it out of ready, or a
 	// forced Enqueue of a non-ready row sets it), so leaving them out keeps an
 	// untargeted Lease O(1) however many reserved rows are parked.
@@ -46,39 +47,32 @@ type dispatcher struct {
 	waiters map[string]chan struct{}
 }
 
-// row is the dispatcher's record of one task (the reference's per-task row).
+// row is the dispatcher's record of one task: the state machine's row
+// (dispatchrow.Row, whose transitions every operation runs), and what this
+// backend keeps beside it in memory.
 type row struct {
-	task   string
-	seq    uint64
-	status eventlog.DispatchStatus
-	queue  string // fixed at creation
+	dispatchrow.Row
+	task string
+	seq  uint64
 
-	reserved bool
-	elem     *list.Element // in d.ready[queue] while ready and not reserved
+	elem *list.Element // in d.ready[queue] while ready and not reserved
+	ttl  time.Duration // Heartbeat extends by the TTL the lease was granted with
 
-	// The current lease (leaseID and expires are zero unless leased);
-	// generation and worker describe the current or last lease.
-	leaseID    string
-	generation uint64
-	worker     string
-	expires    time.Time
-	ttl        time.Duration // Heartbeat extends by the TTL the lease was granted with
-	heartbeats int
-
-	failAttempts int    // never reset
-	reclaims     int    // stale reclaims in a row without progress
-	ending       string // why the dispatcher gave up on the task (eventlog.Lease.Ending)
-
-	wakeOn  *noeta.Wake // while suspended
-	reason  string      // suspend or terminal reason
-	matched *noeta.Wake // matched, not yet consumed
-	pending []noeta.Wake
-
-	// The row's one clock timer: lease expiry while leased, the timer_fired
-	// deadline while suspended. timerTok changes on every stop, so a callback
-	// that was already running when it was stopped sees it is stale.
+	// The row's one clock timer: lease expiry while leased, the timed
+	// condition's deadline while suspended. timerTok changes on every stop,
+	// so a callback that was already running when it was stopped sees it is
+	// stale.
 	stop     func() bool
 	timerTok uint64
+}
+
+// sm is the state machine's row of r, nil when there is none, for the
+// guards that say so.
+func (r *row) sm() *dispatchrow.Row {
+	if r == nil {
+		return nil
+	}
+	return &r.Row
 }
 
 func (d *dispatcher) init(s *Store) {
@@ -89,23 +83,51 @@ func (d *dispatcher) init(s *Store) {
 	d.waiters = map[string]chan struct{}{}
 }
 
-// close stops every outstanding timer. Blocked Leases are released by s.done,
-// which Store.Close closes first.
-func (d *dispatcher) close() {
+// close stops every outstanding timer, if s is the current Store. Blocked
+// Leases are released by s.done, which Store.Close closes first.
+func (d *dispatcher) close(s *Store) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.s != s {
+		return // a handle reopened since: the memory is another Store's
+	}
 	d.closed = true
 	for _, r := range d.rows {
 		d.stopTimer(r)
 	}
 }
 
-// lock takes d.mu unless the dispatcher is closed. An operation that passed
-// s.check can still race Close; refusing it here keeps it from installing a
-// timer that close already swept past.
-func (d *dispatcher) lock() error {
+// reopen hands the dispatcher from the closed Store old to ns, if old is
+// its current Store, and arms every row's timer again: the expiry of a
+// lease, the deadline of a timed condition.
+func (d *dispatcher) reopen(old, ns *Store) bool {
 	d.mu.Lock()
-	if d.closed {
+	defer d.mu.Unlock()
+	if d.s != old {
+		return false
+	}
+	d.s = ns
+	d.closed = false
+	clear(d.waiters) // their Leases returned with the old Store
+	now := ns.clock.Now()
+	for _, r := range d.rows {
+		switch _, timed := r.Deadline(); {
+		case r.Status == eventlog.DispatchLeased:
+			d.scheduleExpiry(r, now)
+		case timed:
+			d.scheduleFire(r, now)
+		}
+	}
+	return true
+}
+
+// lock takes d.mu unless the dispatcher is closed or s is not its current
+// Store. An operation that passed s.check can still race Close; refusing it
+// here keeps it from installing a timer that close already swept past, and
+// keeps a closed handle from acting on a memory another Store has reopened.
+func (d *dispatcher) lock(s *Store) error {
+	d.mu.Lock()
+	if d.closed || d.s != s {
 		d.mu.Unlock()
 		return eventlog.ErrClosed
 	}
@@ -122,7 +144,7 @@ func (s *Store) Valid(ctx context.Context, lease eventlog.Lease) (bool, error) {
 		return false, err
 	}
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return false, err
 	}
 	defer d.mu.Unlock()
@@ -134,7 +156,7 @@ func (s *Store) Valid(ctx context.Context, lease eventlog.Lease) (bool, error) {
 // own, and the error says why a lease is not live.
 func (s *Store) leaseLive(lease eventlog.Lease, now time.Time) error {
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return err
 	}
 	defer d.mu.Unlock()
@@ -143,22 +165,11 @@ func (s *Store) leaseLive(lease eventlog.Lease, now time.Time) error {
 }
 
 // liveRow returns the row lease.Task if lease is its live lease, else an
-// error wrapping ErrInvalidLease that says why.
+// error wrapping ErrInvalidLease that says why (dispatchrow.Live).
 func (d *dispatcher) liveRow(lease eventlog.Lease, now time.Time) (*row, error) {
 	r := d.rows[lease.Task]
-	switch {
-	case r == nil:
-		return nil, fmt.Errorf("%w: task %q: lease %q: the dispatcher does not know the task", eventlog.ErrInvalidLease, lease.Task, lease.ID)
-	case lease.ID == "":
-		return nil, fmt.Errorf("%w: task %q: no lease id given", eventlog.ErrInvalidLease, lease.Task)
-	case r.status != eventlog.DispatchLeased:
-		return nil, fmt.Errorf("%w: task %q: lease %q: the task is %s, not leased", eventlog.ErrInvalidLease, lease.Task, lease.ID, r.status)
-	case r.leaseID != lease.ID:
-		return nil, fmt.Errorf("%w: task %q: lease %q: the task is held by lease %q (generation %d)", eventlog.ErrInvalidLease, lease.Task, lease.ID, r.leaseID, r.generation)
-	case !now.Before(r.expires):
-		// Not revived, not swept here: the expiry timer (or RequeueStale)
-		// requeues the row, so reclaim counting stays in one place.
-		return nil, fmt.Errorf("%w: task %q: lease %q expired at %s", eventlog.ErrInvalidLease, lease.Task, lease.ID, r.expires.Format(time.RFC3339Nano))
+	if err := dispatchrow.Live(r.sm(), lease, now); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -182,7 +193,7 @@ func (s *Store) Enqueue(ctx context.Context, task string, opts eventlog.EnqueueO
 		return err
 	}
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return err
 	}
 	defer d.mu.Unlock()
@@ -193,26 +204,19 @@ func (s *Store) Enqueue(ctx context.Context, task string, opts eventlog.EnqueueO
 		if queue == "" {
 			queue = eventlog.DefaultQueue
 			if p := d.rows[opts.Parent]; p != nil {
-				queue = p.queue
+				queue = p.Queue
 			}
 		}
 		d.seq++
-		r = &row{task: task, seq: d.seq, queue: queue, reserved: opts.Reserved}
+		r = &row{Row: dispatchrow.New(queue, opts.Reserved), task: task, seq: d.seq}
 		d.rows[task] = r
-		d.makeReady(r)
+		d.settle(r, nil, time.Time{})
 		return nil
 	}
-	if r.status == eventlog.DispatchReady {
-		// Keeps its place and its reservation: a repeated enqueue (an observer
-		// replaying, a retry) must not push a task to the back or unreserve it.
-		return nil
+	old := r.Row
+	if r.Enqueue(opts.Reserved) {
+		d.settle(r, &old, time.Time{})
 	}
-	// Forced back to ready: the way to fence a stuck worker or revive a task.
-	d.clearLease(r)
-	r.reclaims = 0
-	r.matched = nil
-	r.reserved = opts.Reserved
-	d.makeReady(r)
 	return nil
 }
 
@@ -240,16 +244,13 @@ func (s *Store) Lease(ctx context.Context, req eventlog.LeaseRequest) (eventlog.
 		if err := validTaskID("LeaseRequest.Task", req.Task); err != nil {
 			return eventlog.Lease{}, err
 		}
-		if err := d.lock(); err != nil {
+		if err := d.lock(s); err != nil {
 			return eventlog.Lease{}, err
 		}
 		defer d.mu.Unlock()
 		r := d.rows[req.Task]
-		if r == nil {
-			return eventlog.Lease{}, fmt.Errorf("%w: task %q is unknown to the dispatcher", eventlog.ErrNoReadyTask, req.Task)
-		}
-		if r.status != eventlog.DispatchReady {
-			return eventlog.Lease{}, fmt.Errorf("%w: task %q is %s", eventlog.ErrNoReadyTask, req.Task, r.status)
+		if err := dispatchrow.CheckTake(req.Task, r.sm()); err != nil {
+			return eventlog.Lease{}, err
 		}
 		return d.grant(r, req.Worker, ttl, s.clock.Now()), nil
 	}
@@ -259,7 +260,7 @@ func (s *Store) Lease(ctx context.Context, req eventlog.LeaseRequest) (eventlog.
 		queue = eventlog.DefaultQueue
 	}
 	for {
-		if err := d.lock(); err != nil {
+		if err := d.lock(s); err != nil {
 			return eventlog.Lease{}, err
 		}
 		if l := d.ready[queue]; l != nil && l.Len() > 0 {
@@ -300,7 +301,7 @@ func (s *Store) lockLive(lease eventlog.Lease) (*row, time.Time, error) {
 		return nil, time.Time{}, err
 	}
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return nil, time.Time{}, err
 	}
 	now := s.clock.Now()
@@ -323,28 +324,14 @@ func (s *Store) Heartbeat(ctx context.Context, lease eventlog.Lease) (time.Time,
 	}
 	d := &s.disp
 	defer d.mu.Unlock()
-	// The cap is checked before the increment: HeartbeatMax heartbeats
-	// succeed, the next one releases the task.
-	if r.heartbeats >= s.opts.HeartbeatMax {
-		n := r.heartbeats
-		d.clearLease(r)
-		r.reclaims = 0
-		if r.matched != nil {
-			// A wake is in flight: ready, so the next lease re-delivers it.
-			d.makeReady(r)
-		} else {
-			// wake_on is kept (nil on every normal path), so the task waits
-			// for a human or a forced Enqueue.
-			d.suspend(r, r.wakeOn, eventlog.ReasonLeaseQuotaExceeded, now)
-		}
-		return time.Time{}, fmt.Errorf("%w: task %q: lease %q already had %d heartbeats, the cap is %d; the task was released (now %s)",
-			eventlog.ErrLeaseQuotaExceeded, lease.Task, lease.ID, n, s.opts.HeartbeatMax, r.status)
+	old := r.Row
+	if err := r.Heartbeat(lease, now, now.Add(r.ttl), s.opts.HeartbeatMax); err != nil {
+		// Past the cap the task was released; any other error changed nothing.
+		d.settle(r, &old, now)
+		return time.Time{}, err
 	}
-	r.heartbeats++
-	r.reclaims = 0 // a heartbeat is progress
-	r.expires = now.Add(r.ttl)
-	d.scheduleExpiry(r, now)
-	return r.expires, nil
+	d.settle(r, &old, now)
+	return r.Expires, nil
 }
 
 // Release implements eventlog.Dispatcher.
@@ -352,14 +339,8 @@ func (s *Store) Release(ctx context.Context, lease eventlog.Lease, rel eventlog.
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if rel.Next != eventlog.DispatchSuspended && rel.Next != eventlog.DispatchTerminal {
-		return fmt.Errorf("%w: Release.Next is %q; want %q or %q",
-			eventlog.ErrInvalidArgument, rel.Next, eventlog.DispatchSuspended, eventlog.DispatchTerminal)
-	}
-	if rel.WakeOn != nil {
-		if err := rel.WakeOn.Validate(); err != nil {
-			return fmt.Errorf("%w: Release.WakeOn: %w", eventlog.ErrInvalidArgument, err)
-		}
+	if err := dispatchrow.CheckRelease(rel); err != nil {
+		return err
 	}
 	r, now, err := s.lockLive(lease)
 	if err != nil {
@@ -367,29 +348,11 @@ func (s *Store) Release(ctx context.Context, lease eventlog.Lease, rel eventlog.
 	}
 	d := &s.disp
 	defer d.mu.Unlock()
-	if rel.ConsumedWake != nil {
-		if r.matched == nil {
-			return fmt.Errorf("%w: task %q: lease %q names a consumed %s wake but none is stored",
-				eventlog.ErrWakeMismatch, lease.Task, lease.ID, rel.ConsumedWake.Kind)
-		}
-		if !r.matched.Equal(*rel.ConsumedWake) {
-			return fmt.Errorf("%w: task %q: lease %q names a consumed %s wake that is not the stored %s wake",
-				eventlog.ErrWakeMismatch, lease.Task, lease.ID, rel.ConsumedWake.Kind, r.matched.Kind)
-		}
+	old := r.Row
+	if err := r.Release(lease, rel, now); err != nil {
+		return err
 	}
-	// Nothing can fail past this point, so a mismatch above changed nothing.
-	d.clearLease(r)
-	r.reclaims = 0 // a release is progress
-	if rel.ConsumedWake != nil {
-		r.matched = nil
-	}
-	if rel.Next == eventlog.DispatchTerminal {
-		// An unconsumed matched wake is kept on purpose: it is the evidence
-		// of a wake that never got handled.
-		d.makeTerminal(r, rel.Reason)
-		return nil
-	}
-	d.suspend(r, cloneWake(rel.WakeOn), rel.Reason, now)
+	d.settle(r, &old, now)
 	return nil
 }
 
@@ -398,15 +361,17 @@ func (s *Store) Yield(ctx context.Context, lease eventlog.Lease) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	r, _, err := s.lockLive(lease)
+	r, now, err := s.lockLive(lease)
 	if err != nil {
 		return err
 	}
 	d := &s.disp
 	defer d.mu.Unlock()
-	d.clearLease(r)
-	r.reclaims = 0
-	d.makeReady(r)
+	old := r.Row
+	if err := r.Yield(lease, now); err != nil {
+		return err
+	}
+	d.settle(r, &old, now)
 	return nil
 }
 
@@ -415,24 +380,17 @@ func (s *Store) Fail(ctx context.Context, lease eventlog.Lease, f eventlog.Failu
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	r, _, err := s.lockLive(lease)
+	r, now, err := s.lockLive(lease)
 	if err != nil {
 		return err
 	}
 	d := &s.disp
 	defer d.mu.Unlock()
-	d.clearLease(r)
-	r.reclaims = 0
-	if !f.Retryable {
-		d.makeTerminal(r, f.Reason)
-		return nil
+	old := r.Row
+	if err := r.Fail(lease, f, now, s.opts.MaxFailAttempts); err != nil {
+		return err
 	}
-	r.failAttempts++
-	if r.failAttempts < s.opts.MaxFailAttempts {
-		d.makeReady(r)
-		return nil
-	}
-	d.giveUp(r, eventlog.GiveUpReason(eventlog.ReasonMaxAttemptsExceeded, f.Reason))
+	d.settle(r, &old, now)
 	return nil
 }
 
@@ -448,7 +406,7 @@ func (s *Store) Wake(ctx context.Context, task string, event noeta.Wake) (bool, 
 		return false, fmt.Errorf("%w: wake event for task %q: %w", eventlog.ErrInvalidArgument, task, err)
 	}
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return false, err
 	}
 	defer d.mu.Unlock()
@@ -458,29 +416,20 @@ func (s *Store) Wake(ctx context.Context, task string, event noeta.Wake) (bool, 
 	}
 	event = event.Clone()
 	event.ReceivedAt = time.Time{}
+	now := s.clock.Now()
 	if event.Kind == noeta.WakeHumanResponse {
-		// A human answers what is asked now: never buffered.
-		if err := eventlog.CheckAnswer(task, r.status, r.wakeOn, r.matched, event); err != nil {
-			return false, err
-		}
 		// Received now, by this store's clock, whatever the caller put
 		// there: the engine judges the answer against its request's
-		// expiry by it.
-		event.ReceivedAt = s.clock.Now().UTC().Truncate(time.Millisecond)
+		// expiry by it. (An answer the row refuses is dropped with it.)
+		event.ReceivedAt = now.UTC().Truncate(time.Millisecond)
 	}
-	if r.status == eventlog.DispatchSuspended && noeta.Matches(r.wakeOn, &event) {
-		// The event, not the condition, becomes the matched wake: it carries
-		// what the waker had to say (a subtask's result, a human's answer).
-		d.match(r, event.Clone())
-		return true, nil
+	old := r.Row
+	matched, err := r.Wake(task, event, s.opts.MaxPendingWakes)
+	if err != nil {
+		return false, err
 	}
-	if len(r.pending) >= d.s.opts.MaxPendingWakes {
-		return false, eventlog.TooManyWakes(task, string(event.Kind), d.s.opts.MaxPendingWakes)
-	}
-	// Kept for the next suspend, also on a terminal task: a buffer is only
-	// cleared by a transition to terminal, never drained after it.
-	r.pending = append(r.pending, event.Clone())
-	return false, nil
+	d.settle(r, &old, now)
+	return matched, nil
 }
 
 // RequeueStale implements eventlog.Dispatcher. The expiry timers normally do
@@ -491,21 +440,24 @@ func (s *Store) RequeueStale(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return nil, err
 	}
 	defer d.mu.Unlock()
 	now := s.clock.Now()
 	var stale []*row
 	for r := range d.leased {
-		if !now.Before(r.expires) {
+		if r.Expired(now) {
 			stale = append(stale, r)
 		}
 	}
 	slices.SortFunc(stale, func(a, b *row) int { return cmp.Compare(a.seq, b.seq) })
 	ids := []string{}
 	for _, r := range stale {
-		if d.requeue(r) {
+		old := r.Row
+		ready := r.Requeue(s.opts.ReclaimMax)
+		d.settle(r, &old, now)
+		if ready {
 			ids = append(ids, r.task)
 		}
 	}
@@ -521,7 +473,7 @@ func (s *Store) Inspect(ctx context.Context, task string) (eventlog.DispatchStat
 		return eventlog.DispatchState{}, err
 	}
 	d := &s.disp
-	if err := d.lock(); err != nil {
+	if err := d.lock(s); err != nil {
 		return eventlog.DispatchState{}, err
 	}
 	defer d.mu.Unlock()
@@ -529,188 +481,69 @@ func (s *Store) Inspect(ctx context.Context, task string) (eventlog.DispatchStat
 	if r == nil {
 		return eventlog.DispatchState{}, fmt.Errorf("%w: task %q is unknown to the dispatcher", eventlog.ErrNotFound, task)
 	}
-	return eventlog.DispatchState{
-		Task:         r.task,
-		Status:       r.status,
-		Queue:        r.queue,
-		Reserved:     r.reserved,
-		Reason:       r.reason,
-		WakeOn:       cloneWake(r.wakeOn),
-		MatchedWake:  cloneWake(r.matched),
-		PendingWakes: len(r.pending),
-		LeaseID:      r.leaseID,
-		Generation:   r.generation,
-		Worker:       r.worker,
-		Expires:      r.expires,
-		Heartbeats:   r.heartbeats,
-		FailAttempts: r.failAttempts,
-		ReclaimCount: r.reclaims,
-		Ending:       r.ending,
-	}, nil
+	return r.State(task), nil
 }
 
-// --- transitions (all under d.mu) -----------------------------------------
+// --- side effects (all under d.mu) -----------------------------------------
 
-// grant leases the ready row r. reclaims is deliberately left alone: taking a
-// lease is not progress, or a task that crashes every worker would never hit
-// ReclaimMax.
+// grant leases the ready row r for ttl.
 func (d *dispatcher) grant(r *row, worker string, ttl time.Duration, now time.Time) eventlog.Lease {
-	d.unqueue(r)
-	r.status = eventlog.DispatchLeased
-	r.generation++
-	r.leaseID = noeta.NewID()
-	r.worker = worker
+	old := r.Row
 	r.ttl = ttl
-	r.expires = now.Add(ttl)
-	r.heartbeats = 0
-	r.reason = ""
-	r.reserved = false // a reservation is claimed once
-	d.leased[r] = struct{}{}
-	d.scheduleExpiry(r, now)
-	return eventlog.Lease{
-		ID:         r.leaseID,
-		Task:       r.task,
-		Generation: r.generation,
-		Worker:     r.worker,
-		Expires:    r.expires,
-		Wake:       cloneWake(r.matched), // delivered, and kept until consumed
-		Ending:     r.ending,
-	}
+	r.Grant(noeta.NewID(), worker, now.Add(ttl))
+	d.settle(r, &old, now)
+	return r.Lease(r.task)
 }
 
-// clearLease ends the row's lease, if any, and stops its timer. generation and
-// worker stay, as the record of the last lease.
-func (d *dispatcher) clearLease(r *row) {
-	d.stopTimer(r)
-	delete(d.leased, r)
-	r.leaseID = ""
-	r.expires = time.Time{}
-	r.heartbeats = 0
-}
-
-// makeReady puts r at the back of its queue.
-func (d *dispatcher) makeReady(r *row) {
-	d.stopTimer(r)
-	d.unqueue(r)
-	r.status = eventlog.DispatchReady
-	r.wakeOn = nil
-	r.reason = ""
-	if r.reserved {
-		return // only a targeted Lease can take it; see dispatcher.ready
+// settle brings what this backend keeps beside r in memory in line with a
+// transition of r from old (nil for a new row) at now, as jetstream's
+// afterWrite derives its side effects from the old and new row: r's place in
+// its ready queue (a new ready spell joins it, at the front if the row says
+// so, and wakes a blocked Lease), the index of leased rows, and r's one
+// timer (the lease's expiry, or the timed condition's deadline).
+func (d *dispatcher) settle(r *row, old *dispatchrow.Row, now time.Time) {
+	if dispatchrow.NewSpell(old, &r.Row) {
+		d.unqueue(r)
+		l := d.ready[r.Queue]
+		if l == nil {
+			l = list.New()
+			d.ready[r.Queue] = l
+		}
+		if r.Front {
+			r.elem = l.PushFront(r)
+		} else {
+			r.elem = l.PushBack(r)
+		}
+		if ch := d.waiters[r.Queue]; ch != nil {
+			close(ch)
+			delete(d.waiters, r.Queue)
+		}
+	} else if r.Status != eventlog.DispatchReady || r.Reserved {
+		// Only a targeted Lease can take a reserved row; see dispatcher.ready.
+		d.unqueue(r)
 	}
-	l := d.ready[r.queue]
-	if l == nil {
-		l = list.New()
-		d.ready[r.queue] = l
-	}
-	r.elem = l.PushBack(r)
-	if ch := d.waiters[r.queue]; ch != nil {
-		close(ch)
-		delete(d.waiters, r.queue)
+	switch {
+	case r.Status == eventlog.DispatchLeased:
+		d.leased[r] = struct{}{}
+		if old == nil || old.Status != eventlog.DispatchLeased || old.LeaseID != r.LeaseID || !old.Expires.Equal(r.Expires) {
+			d.scheduleExpiry(r, now)
+		}
+	case dispatchrow.ArmsTimer(old, &r.Row):
+		delete(d.leased, r)
+		d.scheduleFire(r, now)
+	default:
+		delete(d.leased, r)
+		if _, timed := r.Deadline(); !timed {
+			d.stopTimer(r)
+		} // else still suspended on the condition whose timer is armed
 	}
 }
 
 func (d *dispatcher) unqueue(r *row) {
 	if r.elem != nil {
-		d.ready[r.queue].Remove(r.elem)
+		d.ready[r.Queue].Remove(r.elem)
 		r.elem = nil
 	}
-}
-
-// makeTerminal ends r. The pending buffer goes (nothing will ever suspend the
-// task again to drain it); an unconsumed matched wake stays.
-func (d *dispatcher) makeTerminal(r *row, reason string) {
-	d.stopTimer(r)
-	r.status = eventlog.DispatchTerminal
-	r.wakeOn = nil
-	r.reason = reason
-	r.pending = nil
-	r.ending = ""
-}
-
-// giveUp ends r's run of failures: the first time, ready for one more
-// lease, which carries reason as its Ending so its holder records the end
-// in the log; when that lease failed or expired too, terminal with the
-// reason it was given. It reports whether r went ready.
-func (d *dispatcher) giveUp(r *row, reason string) bool {
-	if r.ending != "" {
-		d.makeTerminal(r, r.ending)
-		return false
-	}
-	r.ending = reason
-	d.makeReady(r)
-	return true
-}
-
-// match makes wake the matched wake of r and r ready.
-func (d *dispatcher) match(r *row, wake noeta.Wake) {
-	r.matched = &wake
-	r.reserved = false
-	d.makeReady(r)
-}
-
-// suspend parks r on wakeOn (which it owns) and then, in this order, looks for
-// a reason to make it ready at once: an unconsumed matched wake (so it is
-// re-delivered), the first buffered wake that matches (arrival order), a
-// timer_fired deadline already due. Only if none applies does a timer get
-// installed. The lease must already be cleared.
-func (d *dispatcher) suspend(r *row, wakeOn *noeta.Wake, reason string, now time.Time) {
-	d.stopTimer(r)
-	r.status = eventlog.DispatchSuspended
-	r.wakeOn = wakeOn
-	r.reason = reason
-	if r.matched != nil {
-		d.makeReady(r)
-		return
-	}
-	if wakeOn == nil {
-		return // nothing matches nil: a forced Enqueue or a human revives it
-	}
-	for i := range r.pending {
-		if noeta.Matches(wakeOn, &r.pending[i]) {
-			ev := r.pending[i]
-			r.pending = slices.Delete(r.pending, i, i+1)
-			d.match(r, ev)
-			return
-		}
-	}
-	deadline, timed := eventlog.Deadline(wakeOn)
-	if !timed {
-		return
-	}
-	if !now.Before(deadline) {
-		d.fireTimer(r)
-		return
-	}
-	d.scheduleFire(r, now)
-}
-
-// fireTimer matches r's timed condition with what its timer delivers
-// (eventlog.TimerAnswer): a timer_fired condition itself, the recorded
-// deadline, not the firing time, so a redelivery is byte-identical; an
-// expiring human_response a denial by the timer.
-func (d *dispatcher) fireTimer(r *row) {
-	d.match(r, eventlog.TimerAnswer(*r.wakeOn))
-}
-
-// requeue reclaims r's expired lease: ready again, at the front of its
-// queue (its holder's TTL was its wait; it does not wait for the whole queue
-// again); once it has been reclaimed ReclaimMax times in a row (counted
-// after the increment) it is given up (giveUp). It reports whether r went
-// ready. The matched wake is kept either way.
-func (d *dispatcher) requeue(r *row) bool {
-	d.clearLease(r)
-	r.reclaims++
-	if r.reclaims >= d.s.opts.ReclaimMax && !d.giveUp(r, eventlog.ReasonStaleReclaimExceeded) {
-		return false
-	}
-	if r.status != eventlog.DispatchReady {
-		d.makeReady(r)
-	}
-	if r.elem != nil {
-		d.ready[r.queue].MoveToFront(r.elem)
-	}
-	return true
 }
 
 // --- timers -----------------------------------------------------------------
@@ -728,8 +561,9 @@ func (d *dispatcher) stopTimer(r *row) {
 func (d *dispatcher) schedule(r *row, after time.Duration, fn func(now time.Time)) {
 	d.stopTimer(r)
 	tok := r.timerTok
-	r.stop = d.s.clock.AfterFunc(after, func() {
-		if d.s.closed.Load() {
+	s := d.s
+	r.stop = s.clock.AfterFunc(after, func() {
+		if s.closed.Load() {
 			return
 		}
 		d.mu.Lock()
@@ -744,36 +578,40 @@ func (d *dispatcher) schedule(r *row, after time.Duration, fn func(now time.Time
 
 // scheduleExpiry arms the expiry timer of r's current lease.
 func (d *dispatcher) scheduleExpiry(r *row, now time.Time) {
-	id := r.leaseID
-	d.schedule(r, r.expires.Sub(now), func(now time.Time) {
-		if r.status != eventlog.DispatchLeased || r.leaseID != id {
+	id := r.LeaseID
+	d.schedule(r, r.Expires.Sub(now), func(now time.Time) {
+		if r.Status != eventlog.DispatchLeased || r.LeaseID != id {
 			return
 		}
-		if now.Before(r.expires) {
+		if !r.Expired(now) {
 			// A clock may deliver early by its own Now (the wall clock
 			// jumping back): look again when the lease really runs out.
 			d.scheduleExpiry(r, now)
 			return
 		}
-		d.requeue(r)
+		old := r.Row
+		r.Requeue(d.s.opts.ReclaimMax)
+		d.settle(r, &old, now)
 	})
 }
 
 // scheduleFire arms the timer of r's timed condition (a timer_fired, or a
-// human_response that expires). A suspend of a new generation on the same
-// condition arms it again, with the same deadline.
+// human_response that expires).
 func (d *dispatcher) scheduleFire(r *row, now time.Time) {
-	cond := r.wakeOn.Clone()
+	cond := r.WakeOn.Clone()
 	deadline, _ := eventlog.Deadline(&cond)
+	gen := r.Generation
 	d.schedule(r, deadline.Sub(now), func(now time.Time) {
-		if r.status != eventlog.DispatchSuspended || r.wakeOn == nil || !r.wakeOn.Equal(cond) {
+		if r.Status != eventlog.DispatchSuspended || r.Generation != gen || r.WakeOn == nil || !r.WakeOn.Equal(cond) {
 			return
 		}
 		if now.Before(deadline) {
 			d.scheduleFire(r, now)
 			return
 		}
-		d.fireTimer(r)
+		old := r.Row
+		r.FireTimer()
+		d.settle(r, &old, now)
 	})
 }
 
@@ -784,12 +622,4 @@ func validTaskID(field, id string) error {
 		return fmt.Errorf("%w: %s: %w", eventlog.ErrInvalidArgument, field, err)
 	}
 	return nil
-}
-
-func cloneWake(w *noeta.Wake) *noeta.Wake {
-	if w == nil {
-		return nil
-	}
-	c := w.Clone()
-	return &c
 }

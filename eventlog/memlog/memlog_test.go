@@ -16,6 +16,12 @@ func factory(t *testing.T) eventlogtest.Backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
+	return backendOn(s, clock)
+}
+
+// backendOn is the suite's view of s. A restart reopens s: a new Store on
+// the same memory, as a process restarted against a server.
+func backendOn(s *memlog.Store, clock *memlog.ManualClock) eventlogtest.Backend {
 	return eventlogtest.Backend{
 		Log:             s,
 		Dispatcher:      s,
@@ -26,6 +32,15 @@ func factory(t *testing.T) eventlogtest.Backend {
 		HeartbeatMax:    5,
 		ReclaimMax:      memlog.DefaultReclaimMax,
 		MaxFailAttempts: memlog.DefaultMaxFailAttempts,
+		Restart: func(t *testing.T) eventlogtest.Backend {
+			t.Helper()
+			ns, err := s.Reopen()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = ns.Close() })
+			return backendOn(ns, clock)
+		},
 	}
 }
 
