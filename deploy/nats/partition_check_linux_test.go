@@ -243,7 +243,16 @@ func (r *partitionRun) check(faultsOver, recovered time.Time, endedIn time.Durat
 	for _, k := range faultKinds {
 		if byKind[k] == 0 {
 			t.Errorf("no %s fault was injected", k)
+			continue
 		}
+		var ds []time.Duration
+		for _, f := range r.faults {
+			if f.kind == k {
+				ds = append(ds, f.recovered)
+			}
+		}
+		slices.Sort(ds)
+		t.Logf("RESULT kind=%s injections=%d recover p50=%v max=%v", k, len(ds), ds[len(ds)/2].Round(100*time.Millisecond), ds[len(ds)-1].Round(100*time.Millisecond))
 	}
 }
 
