@@ -628,16 +628,17 @@ func (d *dispatcher) makeTerminal(r *row, reason string) {
 	r.ending = ""
 }
 
-// giveUp ends r's run of failures: the first time, ready for one more
-// lease, which carries reason as its Ending so its holder records the end
-// in the log; when that lease failed or expired too, terminal with the
-// reason it was given. It reports whether r went ready.
+// giveUp ends r's run of failures: ready for one more lease, which carries
+// reason as its Ending so its holder records the end in the log. When that
+// lease failed or expired too, ready again for another, the first reason
+// kept: the dispatcher never ends a task whose end is not in its log (a
+// row terminal alone left the log suspended or running for ever, and
+// everything that reads it, a waiting parent included, with it; found by
+// the partition run). It reports whether r went ready: always.
 func (d *dispatcher) giveUp(r *row, reason string) bool {
-	if r.ending != "" {
-		d.makeTerminal(r, r.ending)
-		return false
+	if r.ending == "" {
+		r.ending = reason
 	}
-	r.ending = reason
 	d.makeReady(r)
 	return true
 }
