@@ -145,3 +145,66 @@ func TestWakeRecoveryEndRecorded(t *testing.T) {
 		t.Errorf("dispatcher reason %q (log %q); doctor's tail check %+v", ds.Reason, st.Reason, f)
 	}
 }
+
+// unwritableEnd is a log that refuses the first n TaskFailed records, as a
+// store unavailable for a moment does.
+type unwritableEnd struct {
+	logOfBackend
+	refuse atomic.Int64
+}
+
+type logOfBackend = interface {
+	engine.Log
+	eventlog.Subscriber
+	eventlog.TaskIndex
+}
+
+func (l *unwritableEnd) Emit(ctx context.Context, lease eventlog.Lease, env eventlog.Envelope, opts eventlog.EmitOptions) (eventlog.Envelope, error) {
+	if env.Type == noeta.TypeTaskFailed && l.refuse.Add(-1) >= 0 {
+		return eventlog.Envelope{}, errors.New("JetStream system temporarily unavailable")
+	}
+	return l.logOfBackend.Emit(ctx, lease, env, opts)
+}
+
+// TestEndRecordedAfterTheStoreCameBack: a task at the attempt cap whose
+// ending lease cannot write its TaskFailed (the store unavailable for a
+// moment) is not ended by the dispatcher alone: a later ending lease
+// records the end, and the row and the log agree. Reproduction (the
+// partition run, deploy/nats TestPartition): the task stream unavailable
+// for a few seconds failed three segments and then the ending lease, and
+// the dispatcher ended the task in its row while its log stayed suspended
+// or running for ever.
+func TestEndRecordedAfterTheStoreCameBack(t *testing.T) {
+	for _, b := range cappedBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			log := &unwritableEnd{logOfBackend: b.log}
+			log.refuse.Store(2)
+			b.log = log
+			var asked atomic.Int64
+			h := newHarness(t, b, echoAgentDoc, func(c *engine.Config) {
+				c.Policies = func(context.Context, *engine.State) (engine.Policy, error) { return failingPolicy{&asked}, nil }
+			})
+			h.start(1)
+			id, err := h.eng.Submit(context.Background(), engine.Submission{Agent: "researcher", Goal: "g"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := h.waitStatus(id, noeta.StatusTerminal)
+			envs := h.log(id)
+			if last := envs[len(envs)-1]; last.Type != noeta.TypeTaskFailed {
+				t.Fatalf("the log ends with %s, want TaskFailed\n%s", last.Type, h.dump(id))
+			}
+			if n := log.refuse.Load(); n >= 0 {
+				t.Fatalf("the end was refused %d times, want 2", 2-n)
+			}
+			h.waitReleased(id, eventlog.DispatchTerminal)
+			ds, err := b.disp.Inspect(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ds.Reason != st.Reason {
+				t.Errorf("dispatcher reason %q, want the log's %q", ds.Reason, st.Reason)
+			}
+		})
+	}
+}

@@ -36,7 +36,8 @@ type Outcome struct {
 // (ErrWakeRecovery) ends the task too, recorded: a TaskFailed under the same
 // lease, then a terminal release. Any other error fails the segment as
 // retryable; at the dispatcher's cap the next lease carries Ending and only
-// records the end (ADR 0050).
+// records the end (ADR 0050). An ending lease that cannot record it leaves
+// its lease to expire, and the next ending lease tries again (ADR 0063).
 func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, error) {
 	segCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -108,6 +109,14 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 		e.log.Error("the task's log is damaged; refusing to run the task until it is repaired (engine doctor lists the damage)", "task", lease.Task, "err", err)
 	} else {
 		e.log.Error("segment failed", "task", lease.Task, "retryable", retry, "err", err)
+	}
+	if lease.Ending != "" && retry {
+		// The end could not be recorded (the store unavailable, most
+		// likely). The lease is left to expire: a TTL from now the task's
+		// next lease carries the same Ending and tries again, rather than
+		// a Fail that would have it retried at once, as fast as it fails.
+		e.log.Error("could not record the task's end; the next lease tries again", "task", lease.Task, "ending", lease.Ending, "err", err)
+		return Outcome{Task: lease.Task}, err
 	}
 	if !retry && !DamagedLog(err) {
 		// The task ends here and its log is sound: the end goes in the log

@@ -476,8 +476,19 @@ func chaosReadyState(ctx context.Context, t *testing.T, js natsjs.JetStream, tas
 			}
 		}
 	}
-	for name := range stream.ListConsumers(ctx).Info() {
-		t.Logf("  consumer %s: pending %d, ack pending %d, waiting %d, delivered stream seq %d, ack floor stream seq %d",
-			name.Name, name.NumPending, name.NumAckPending, name.NumWaiting, name.Delivered.Stream, name.AckFloor.Stream)
+	lister := stream.ListConsumers(ctx)
+	for name := range lister.Info() {
+		leader := ""
+		if name.Cluster != nil {
+			leader = name.Cluster.Leader
+		}
+		t.Logf("  consumer %s (leader %q): pending %d, ack pending %d, redelivered %d, waiting %d, delivered stream seq %d, ack floor stream seq %d",
+			name.Name, leader, name.NumPending, name.NumAckPending, name.NumRedelivered, name.NumWaiting, name.Delivered.Stream, name.AckFloor.Stream)
+	}
+	if err := lister.Err(); err != nil {
+		t.Logf("  ready consumers: %v", err)
+	}
+	if info, err := stream.Info(ctx); err == nil {
+		t.Logf("  ready stream: %d messages, seqs %d..%d, leader %v", info.State.Msgs, info.State.FirstSeq, info.State.LastSeq, info.Cluster)
 	}
 }

@@ -137,9 +137,22 @@ type node struct {
 	done     chan struct{}
 	exitErr  error
 	restarts int
+	// In a lab (partition tests): the address the node listens on, the
+	// argv prefix that starts it in its namespace and the HTTP client that
+	// reaches its monitoring port. Zero: loopback, as is.
+	host  string
+	wrap  []string
+	httpc *http.Client
 }
 
-func (n *node) url() string { return "nats://127.0.0.1:" + strconv.Itoa(n.client) }
+func (n *node) addr() string {
+	if n.host == "" {
+		return "127.0.0.1"
+	}
+	return n.host
+}
+
+func (n *node) url() string { return "nats://" + n.addr() + ":" + strconv.Itoa(n.client) }
 
 // materializeSingle writes single.conf and accounts.conf to dir with fresh
 // ports and a store under dir.
@@ -190,7 +203,8 @@ func (n *node) start(t testing.TB) {
 	t.Helper()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	cmd := exec.Command(natsServerBin, "-c", n.conf)
+	argv := append(append([]string{}, n.wrap...), natsServerBin, "-c", n.conf)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	fmt.Fprintf(n.logs, "=== start %s (%d)\n", n.name, n.restarts)
 	cmd.Stdout, cmd.Stderr = n.logs, n.logs
 	dieWithTest(cmd)
@@ -239,13 +253,17 @@ func (n *node) running() bool {
 func (n *node) waitHealthy(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", n.monitor)
+	url := fmt.Sprintf("http://%s:%d/healthz", n.addr(), n.monitor)
+	get := http.Get
+	if n.httpc != nil {
+		get = n.httpc.Get
+	}
 	var last string
 	for time.Now().Before(deadline) {
 		if !n.running() {
 			t.Fatalf("%s exited: %v\n%s", n.name, n.exitErr, n.logs)
 		}
-		resp, err := http.Get(url)
+		resp, err := get(url)
 		if err == nil {
 			b := new(bytes.Buffer)
 			_, _ = b.ReadFrom(resp.Body)
@@ -309,18 +327,19 @@ func (a *asyncErrs) violation(subject string, within time.Duration) error {
 	}
 }
 
-// connect connects as user to urls (comma-separated), reconnecting forever.
-func connect(t testing.TB, urls, user string) (*nats.Conn, *asyncErrs) {
+// connect connects as user to urls (comma-separated), reconnecting forever;
+// opts add to the defaults (a dialer into a namespace).
+func connect(t testing.TB, urls, user string, opts ...nats.Option) (*nats.Conn, *asyncErrs) {
 	t.Helper()
 	errs := &asyncErrs{}
-	nc, err := nats.Connect(urls,
+	nc, err := nats.Connect(urls, append([]nats.Option{
 		nats.UserInfo(user, passwords[user]),
-		nats.Name("noeta-deploy-test-"+user),
+		nats.Name("noeta-deploy-test-" + user),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.Timeout(5*time.Second),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.Timeout(5 * time.Second),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs.add(err) }),
-	)
+	}, opts...)...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
 	}

@@ -60,10 +60,17 @@ func startEngine(t testing.TB, urls string, replicas, workers int) *engineSide {
 // (a lease TTL the serve processes share; no reconciler).
 func startEngineWith(t testing.TB, urls string, dc jetstream.DispatcherConfig, workers int) *engineSide {
 	t.Helper()
+	nc, errs := connect(t, urls, "engine")
+	return startEngineOn(t, nc, errs, dc, workers, governance)
+}
+
+// startEngineOn is startEngineWith on a connection of the caller's, with
+// its own governance config.
+func startEngineOn(t testing.TB, nc *nats.Conn, errs *asyncErrs, dc jetstream.DispatcherConfig, workers int, govYAML string) *engineSide {
+	t.Helper()
 	replicas := dc.Replicas
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, errs := connect(t, urls, "engine")
 	if dc.ApproveSubjectAuth == "" {
 		// These accounts let each approver publish under its own name.
 		dc.ApproveSubjectAuth = noeta.AuthNATS
@@ -95,7 +102,7 @@ func startEngineWith(t testing.TB, urls string, dc jetstream.DispatcherConfig, w
 	if err != nil {
 		t.Fatalf("OpenWaitingIndex as engine: %v", err)
 	}
-	cf, err := config.Parse("", []byte(governance))
+	cf, err := config.Parse("", []byte(govYAML))
 	if err != nil {
 		t.Fatal(err)
 	}

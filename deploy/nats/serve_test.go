@@ -27,7 +27,15 @@ type serveProc struct {
 
 func startServe(t *testing.T, args ...string) *serveProc {
 	t.Helper()
-	p := &serveProc{cmd: exec.Command(engineBin, args...), out: &syncBuffer{}, exited: make(chan struct{})}
+	return startServeWrapped(t, nil, args...)
+}
+
+// startServeWrapped starts the serve under the argv prefix wrap (its
+// network namespace).
+func startServeWrapped(t *testing.T, wrap []string, args ...string) *serveProc {
+	t.Helper()
+	argv := append(append(append([]string{}, wrap...), engineBin), args...)
+	p := &serveProc{cmd: exec.Command(argv[0], argv[1:]...), out: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	dieWithTest(p.cmd)
 	if err := p.cmd.Start(); err != nil {

@@ -908,13 +908,21 @@ func testFailCap(t *testing.T, b Backend) {
 func testFailCapReason(t *testing.T, b Backend) {
 	want := eventlog.ReasonMaxAttemptsExceeded + ": tool kept crashing"
 	task, l := failToCap(t, b, "tool kept crashing", want)
-	// The ending lease fails too: the task ends in the dispatcher with the
-	// reason it was given up with, and is not offered again.
+	// The ending lease fails too (the store unwritable for a moment): the
+	// task is offered again for another ending lease, with the reason it
+	// was given up with. Before, it ended in the dispatcher alone, its log
+	// left suspended or running for ever (found by the partition run).
 	fail(t, b, l, eventlog.Failure{Retryable: true, Reason: "store unwritable"})
-	st := wantStatus(t, b, task, eventlog.DispatchTerminal, "after the ending lease failed")
-	if st.Reason != want || st.Ending != "" {
-		t.Errorf("after the ending lease failed: Reason %q Ending %q, want %q and none", st.Reason, st.Ending, want)
+	st := wantStatus(t, b, task, eventlog.DispatchReady, "after the ending lease failed")
+	if st.Ending != want {
+		t.Errorf("after the ending lease failed: Ending %q, want %q", st.Ending, want)
 	}
+	l = leaseTask(t, b, task)
+	if l.Ending != want {
+		t.Fatalf("the lease after the failed ending lease: Ending %q, want %q", l.Ending, want)
+	}
+	release(t, b, l, eventlog.Release{Next: eventlog.DispatchTerminal, Reason: "recorded"})
+	wantStatus(t, b, task, eventlog.DispatchTerminal, "after the second ending lease's release")
 	wantNoReady(t, b, eventlog.LeaseRequest{Task: task}, "after the fail cap")
 }
 
@@ -1106,17 +1114,20 @@ func testReclaimCap(t *testing.T, b Backend) {
 	if l.Ending != eventlog.ReasonStaleReclaimExceeded {
 		t.Fatalf("the lease after the reclaim cap: Ending %q, want %q", l.Ending, eventlog.ReasonStaleReclaimExceeded)
 	}
-	// Its holder dies too: the task ends in the dispatcher alone.
+	// Its holder dies too: the task is offered again for another ending
+	// lease; it never ends in the dispatcher alone.
 	expire(t, b, l)
-	ids, err := b.Dispatcher.RequeueStale(t.Context())
+	_, err := b.Dispatcher.RequeueStale(t.Context())
 	wantNoErr(t, "RequeueStale", err)
-	if containsString(ids, task) {
-		t.Errorf("RequeueStale returned %s, whose ending lease expired", task)
+	st := wantStatus(t, b, task, eventlog.DispatchReady, "after the ending lease expired")
+	if st.Ending != eventlog.ReasonStaleReclaimExceeded {
+		t.Errorf("after the ending lease expired: Ending %q, want %q", st.Ending, eventlog.ReasonStaleReclaimExceeded)
 	}
-	st := wantStatus(t, b, task, eventlog.DispatchTerminal, "after the ending lease expired")
-	if st.Reason != eventlog.ReasonStaleReclaimExceeded {
-		t.Errorf("after the ending lease expired: reason %q, want %q", st.Reason, eventlog.ReasonStaleReclaimExceeded)
+	l = leaseTask(t, b, task)
+	if l.Ending != eventlog.ReasonStaleReclaimExceeded {
+		t.Fatalf("the lease after the expired ending lease: Ending %q", l.Ending)
 	}
+	release(t, b, l, eventlog.Release{Next: eventlog.DispatchTerminal, Reason: "recorded"})
 	wantNoReady(t, b, eventlog.LeaseRequest{Task: task}, "after the reclaim cap")
 }
 

@@ -39,6 +39,16 @@ const (
 	DefaultSweepInterval = 15 * time.Second
 )
 
+// defaultSweepInterval is the reconcile period of a Dispatcher whose
+// config leaves it zero: half the lease TTL, between 1s and
+// DefaultSweepInterval. A fixed 15s left a deployment with a short TTL
+// waiting up to two passes (with jitter, 37s) for a repair, a parent's lost
+// group handoff above all, against a lease reclaimed within a TTL (found by
+// the partition run, deploy/nats TestPartition, with a 3s TTL).
+func defaultSweepInterval(leaseTTL time.Duration) time.Duration {
+	return min(DefaultSweepInterval, max(time.Second, leaseTTL/2))
+}
+
 // DispatcherConfig configures a Dispatcher. Zero values take the defaults.
 // Every process dispatching one prefix must use the same Prefix, Replicas,
 // LeaseTTL, WakeMaxAge and MaxPendingWakes: they define the shared streams and buckets, and
@@ -89,8 +99,11 @@ type DispatcherConfig struct {
 	// down when a lease expired, or the watcher missed a marker during a
 	// failover) and repairs what a crash between two writes left behind (a
 	// ready task without its signal, a timer without its schedule or past
-	// its deadline). Default 15s; negative turns it off (for a second
-	// Dispatcher in a process that already runs one).
+	// its deadline). Default half the lease TTL, at least 1s and at most
+	// DefaultSweepInterval (which the default TTL of 30s gives): what a pass
+	// repairs waits one or two passes, so a repair comes within about two
+	// lease TTLs, like a reclaimed lease. Negative turns it off (for a
+	// second Dispatcher in a process that already runs one).
 	SweepInterval time.Duration
 	// AwaitingSubtasks, if set, is told after a reconcile pass of every task
 	// that has waited since the pass before, in the same suspend, on
@@ -186,7 +199,7 @@ func (c DispatcherConfig) withDefaults() (DispatcherConfig, error) {
 		c.WakeMaxAge = DefaultWakeMaxAge
 	}
 	if c.SweepInterval == 0 {
-		c.SweepInterval = DefaultSweepInterval
+		c.SweepInterval = defaultSweepInterval(c.LeaseTTL)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -16,7 +16,9 @@ import (
 // the watcher fell behind and its subscription's queue held 212 MiB of the
 // engine's heap (docs/scale.md). An expired lease is still requeued at once.
 func TestLeaseWatcherIgnoresReleases(t *testing.T) {
-	d := openDispatcher(t, singleURL, 1, uniquePrefix(t, singleURL))
+	// No pass but the one at open: with a 1s TTL the passes run every
+	// second, and one would requeue the expired lease before the watcher.
+	d := openReconciling(t, connect(t, singleURL), 1, uniquePrefix(t, singleURL), time.Hour)
 	ctx := t.Context()
 	for i := range 20 {
 		task := noeta.NewTaskID()

@@ -431,7 +431,16 @@ func (d *Dispatcher) candidate(s *snapshot, task string, r *taskRow, now time.Ti
 		if !timed || r.Matched != nil {
 			return false
 		}
-		return !now.Before(deadline) || !s.timers[d.subj.timer(task, r.Generation)]
+		if now.Before(deadline) {
+			return !s.timers[d.subj.timer(task, r.Generation)] // re-armed
+		}
+		// Due: the broker fires the schedule up to a second late (whole
+		// seconds), its wake applied through the ingress, and the backstop
+		// this pass leaves timerGrace after the deadline. A pass fires it
+		// only past that, so that passes every second (a short lease TTL)
+		// do not race every timer's own firing (a schedule just fired may
+		// be gone from the stream while its wake is still on the way).
+		return !now.Before(deadline.Add(timerGrace))
 	}
 	return false
 }

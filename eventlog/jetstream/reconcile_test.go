@@ -779,3 +779,48 @@ func TestReconcileOnADamagedRow(t *testing.T) {
 	// the sound task is back.
 	leasedFromQueue(t, d, q, good, reconcileLimit)
 }
+
+// TestReconcileRepairsWithinTwoLeaseTTLs: with the default sweep interval,
+// a parent whose group handoff was lost (the child-lifecycle observer that
+// owed it paused or cut off) is named to AwaitingSubtasks within two lease
+// TTLs of suspending, as a lease is reclaimed within one. Reproduction (the
+// partition run, TestPartition in deploy/nats, 3s TTL): the interval was a
+// fixed 15s whatever the TTL, and such a parent waited for two passes, up
+// to 37s, for its wake.
+func TestReconcileRepairsWithinTwoLeaseTTLs(t *testing.T) {
+	t.Parallel()
+	const ttl = 3 * time.Second
+	cfg := testDispatcherConfig(1, uniquePrefix(t, singleURL))
+	cfg.LeaseTTL = ttl
+	calls := make(chan nudge, 4)
+	cfg.AwaitingSubtasks = func(_ context.Context, parent string, subtasks []string) {
+		calls <- nudge{parent, subtasks}
+	}
+	d, err := jetstream.OpenDispatcher(t.Context(), connect(t, singleURL), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	q, parent, kid := testQueue(), noeta.NewTaskID(), noeta.NewTaskID()
+	mustEnqueue(t, d, kid, eventlog.EnqueueOptions{Queue: q})
+	l := mustLease(t, d, eventlog.LeaseRequest{Worker: "w", Task: kid})
+	if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchTerminal}); err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(t, d, parent, eventlog.EnqueueOptions{Queue: q})
+	l = mustLease(t, d, eventlog.LeaseRequest{Worker: "w", Task: parent})
+	cond := noeta.GroupCompletedWake("g", []string{kid})
+	if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond}); err != nil {
+		t.Fatal(err)
+	}
+	suspended := time.Now()
+	select {
+	case c := <-calls:
+		if c.parent != parent || fmt.Sprint(c.subtasks) != fmt.Sprint([]string{kid}) {
+			t.Fatalf("nudged %+v, want %s on %s", c, parent, kid)
+		}
+		t.Logf("nudged %v after the suspend", time.Since(suspended).Round(time.Millisecond))
+	case <-time.After(2 * ttl):
+		t.Fatalf("the parent waiting on its ended subtask was not nudged within 2 lease TTLs (%v)", 2*ttl)
+	}
+}

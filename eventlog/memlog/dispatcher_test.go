@@ -669,8 +669,9 @@ func TestDispatcherFail(t *testing.T) {
 		// At the cap, ready for one lease that records the end.
 		{"cap", []eventlog.Failure{{Retryable: true}, {Retryable: true}, {Retryable: true}}, eventlog.DispatchReady, "", 3, eventlog.ReasonMaxAttemptsExceeded},
 		{"cap with reason", []eventlog.Failure{{Retryable: true}, {Retryable: true}, {Retryable: true, Reason: "boom"}}, eventlog.DispatchReady, "", 3, eventlog.ReasonMaxAttemptsExceeded + ": boom"},
-		// The ending lease failed too: terminal, with the reason given up with.
-		{"cap, then the ending lease", []eventlog.Failure{{Retryable: true}, {Retryable: true}, {Retryable: true, Reason: "boom"}, {Retryable: true, Reason: "again"}}, eventlog.DispatchTerminal, eventlog.ReasonMaxAttemptsExceeded + ": boom", 4, ""},
+		// The ending lease failed too: ready for another, with the reason
+		// given up with; never terminal without the end in the log.
+		{"cap, then the ending lease", []eventlog.Failure{{Retryable: true}, {Retryable: true}, {Retryable: true, Reason: "boom"}, {Retryable: true, Reason: "again"}}, eventlog.DispatchReady, "", 4, eventlog.ReasonMaxAttemptsExceeded + ": boom"},
 		{"fatal", []eventlog.Failure{{Reason: "bad input"}}, eventlog.DispatchTerminal, "bad input", 0, ""},
 	}
 	for _, tt := range tests {
@@ -819,21 +820,20 @@ func TestDispatcherExpiryRequeuesAutomatically(t *testing.T) {
 	}
 
 	// Three reclaims reach the cap; the fourth lease is the ending one,
-	// and its expiry ends the task.
+	// and when it expires too the next one is an ending lease again: the
+	// task does not end until its end is in its log.
 	for i := 1; i <= 4; i++ {
 		clk.Advance(dispTTL)
-		if i == 4 {
-			break
-		}
 		if n := wantStatus(t, s, "t", eventlog.DispatchReady).ReclaimCount; n != i {
 			t.Fatalf("reclaim %d: count %d", i, n)
 		}
-		if l := mustLease(t, s, eventlog.LeaseRequest{}); (l.Ending != "") != (i == 3) {
+		if l := mustLease(t, s, eventlog.LeaseRequest{}); (l.Ending != "") != (i >= 3) {
 			t.Fatalf("lease after reclaim %d: Ending %q", i, l.Ending)
 		}
 	}
-	st = wantStatus(t, s, "t", eventlog.DispatchTerminal)
-	if st.Reason != eventlog.ReasonStaleReclaimExceeded || !st.MatchedWake.Equal(ev) || st.ReclaimCount != 4 {
+	clk.Advance(dispTTL)
+	st = wantStatus(t, s, "t", eventlog.DispatchReady)
+	if st.Ending != eventlog.ReasonStaleReclaimExceeded || !st.MatchedWake.Equal(ev) || st.ReclaimCount != 5 {
 		t.Fatalf("state %+v", st)
 	}
 }

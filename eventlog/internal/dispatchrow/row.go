@@ -409,16 +409,18 @@ func (r *Row) makeTerminal(reason string) {
 	r.Ending = ""
 }
 
-// giveUp ends the row's run of failures: the first time, ready for one
-// more lease, which carries reason as its Ending so its holder records the
-// end in the log; when that lease failed or expired too, terminal with the
-// reason it was given. It reports whether the row went ready.
+// giveUp ends the row's run of failures: ready for one more lease, which
+// carries reason as its Ending so its holder records the end in the log.
+// When that lease failed or expired too, ready again for another, the
+// first reason kept: the dispatcher never ends a task whose end is not in
+// its log (a row terminal alone left the log suspended or running for
+// ever, and a parent waiting on the task with it; found by the partition
+// run, deploy/nats TestPartition, when the task stream was unavailable for
+// a few seconds; ADR 0063). It reports whether the row went ready: always.
 func (r *Row) giveUp(reason string) bool {
-	if r.Ending != "" {
-		r.makeTerminal(r.Ending)
-		return false
+	if r.Ending == "" {
+		r.Ending = reason
 	}
-	r.Ending = reason
 	r.makeReady()
 	return true
 }

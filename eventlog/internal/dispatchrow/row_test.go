@@ -270,11 +270,14 @@ func TestTransitions(t *testing.T) {
 					t.Errorf("Ending: %q", r.Ending)
 				}
 			}},
-		{name: "fail of the given-up lease ends with its reason", from: leasedWith(func(r *Row) { r.FailAttempts = 3; r.Ending = "gave up" }),
+		// ADR 0063: the dispatcher never ends a task whose end is not in
+		// its log; the given-up lease's failure readies another with the
+		// first reason (before, the row went terminal alone).
+		{name: "fail of the given-up lease readies another with the first reason", from: leasedWith(func(r *Row) { r.FailAttempts = 3; r.Ending = "gave up" }),
 			op: func(r *Row) error { return r.Fail(lease1, eventlog.Failure{Reason: "boom", Retryable: true}, t0, 3) },
 			want: func(t *testing.T, b, r Row) {
-				wantStatus(t, r, eventlog.DispatchTerminal)
-				if r.Reason != "gave up" || r.Ending != "" {
+				wantStatus(t, r, eventlog.DispatchReady)
+				if r.Ending != "gave up" || r.Reason != "" {
 					t.Errorf("got %+v", r)
 				}
 			}},
@@ -363,11 +366,11 @@ func TestTransitions(t *testing.T) {
 					t.Errorf("got %+v", r)
 				}
 			}},
-		{name: "requeue of the given-up lease ends", from: withEnding(eventlog.ReasonStaleReclaimExceeded, 3),
-			op: func(r *Row) error { return okIf(!r.Requeue(3)) },
+		{name: "requeue of the given-up lease readies another (ADR 0063)", from: withEnding(eventlog.ReasonStaleReclaimExceeded, 3),
+			op: func(r *Row) error { return okIf(r.Requeue(3)) },
 			want: func(t *testing.T, b, r Row) {
-				wantStatus(t, r, eventlog.DispatchTerminal)
-				if r.Reason != eventlog.ReasonStaleReclaimExceeded || r.Matched == nil {
+				wantStatus(t, r, eventlog.DispatchReady)
+				if r.Ending != eventlog.ReasonStaleReclaimExceeded || r.Matched == nil {
 					t.Errorf("got %+v", r)
 				}
 			}},
