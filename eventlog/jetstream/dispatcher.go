@@ -552,9 +552,13 @@ type Dispatcher struct {
 	// Close before it waits, so no goroutine is added to wg after the wait
 	// began, and no input iterator is installed after Close drained the
 	// last one.
-	mu      sync.Mutex
-	closing bool
-	queues  map[string]jetstream.Consumer
+	mu sync.Mutex
+	// strandMu guards stranded: the ready rows whose signal the passes saw
+	// there, and since when (stranded.go).
+	strandMu sync.Mutex
+	stranded map[string]strandedSeen
+	closing  bool
+	queues   map[string]jetstream.Consumer
 	// frontCreating holds the queues whose front consumer is being created
 	// in the background (see frontSignal).
 	frontCreating map[string]bool
@@ -609,12 +613,16 @@ type DispatcherStats struct {
 	// markers and purged keys): each cost a row read. A lease released
 	// normally is not one.
 	WatchedEnds uint64
+	// Republished counts stranded ready signals a reconcile pass purged and
+	// published again: a signal the queue's consumer would never deliver
+	// (stranded.go).
+	Republished uint64
 }
 
 type dispatcherCounters struct {
 	wakesApplied, timersFired, staleTimers, duplicateWakes, unknownTaskWakes, invalidWakes, refusedWakes, requeued atomic.Uint64
 	reconciles, resignalled, timersBackstopped, heldWakes                                                          atomic.Uint64
-	staleSignals, withdrawnSignals, watchedEnds                                                                    atomic.Uint64
+	staleSignals, withdrawnSignals, watchedEnds, republished                                                       atomic.Uint64
 }
 
 // Stats returns this instance's counters.
@@ -636,6 +644,7 @@ func (d *Dispatcher) Stats() DispatcherStats {
 		StaleSignals:      s.staleSignals.Load(),
 		WithdrawnSignals:  s.withdrawnSignals.Load(),
 		WatchedEnds:       s.watchedEnds.Load(),
+		Republished:       s.republished.Load(),
 	}
 }
 

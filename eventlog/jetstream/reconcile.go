@@ -29,7 +29,8 @@ import (
 //
 //   - a ready, unreserved row with no signal on its subject gets one
 //     (publishing is idempotent: the ready stream holds one message per
-//     subject and refuses a second);
+//     subject and refuses a second), and one whose signal sat stranded
+//     (its queue's consumer idle past it) gets it again (stranded.go);
 //   - a leased row whose lease key is gone, or whose expiry has passed, is
 //     requeued, through the same fenced compare-and-set as the watcher's
 //     (ReclaimMax counts it);
@@ -503,6 +504,9 @@ func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
 	wg.Wait()
 	if firstErr != nil {
 		return nil, firstErr
+	}
+	if err := d.checkStranded(ctx, s, now); err != nil {
+		return nil, err
 	}
 	d.stats.reconciles.Add(1)
 	d.nudgeParents(ctx, s)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -822,5 +823,119 @@ func TestReconcileRepairsWithinTwoLeaseTTLs(t *testing.T) {
 		t.Logf("nudged %v after the suspend", time.Since(suspended).Round(time.Millisecond))
 	case <-time.After(2 * ttl):
 		t.Fatalf("the parent waiting on its ended subtask was not nudged within 2 lease TTLs (%v)", 2*ttl)
+	}
+}
+
+// TestStrandedSignalRepublished reproduces the stall the partition run and
+// TestChaos saw: a ready row whose signal the stream holds at the row's own
+// epoch while the queue's consumer has moved past it, so nothing delivers
+// it. A pass saw a signal and repaired nothing; the task was never leased.
+// Here the consumer moves past the signal while its filter leaves the
+// signal's subject out (a signal of another partition delivered after it),
+// then takes the whole queue again. Seen stranded on passes far enough apart
+// with the consumer idle, the signal is purged and published again, and
+// the task leased.
+func TestStrandedSignalRepublished(t *testing.T) {
+	t.Parallel()
+	prefix := uniquePrefix(t, singleURL)
+	nc := connect(t, singleURL)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	cfg := testDispatcherConfig(1, prefix)
+	cfg.SweepInterval = -1
+	cfg.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	d, err := jetstream.OpenDispatcher(t.Context(), nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := testQueue()
+	// A first task makes the queue's consumer.
+	first := noeta.NewTaskID()
+	mustEnqueue(t, d, first, eventlog.EnqueueOptions{Queue: q})
+	end := func(l eventlog.Lease) {
+		t.Helper()
+		if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchTerminal}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end(leasedFromQueue(t, d, q, first, reconcileLimit))
+
+	task, other := noeta.NewTaskID(), noeta.NewTaskID()
+	for jetstream.Partition(other) == jetstream.Partition(task) {
+		other = noeta.NewTaskID()
+	}
+	name := "ready-" + q
+	consumer := func(filter string) {
+		t.Helper()
+		if _, err := js.UpdateConsumer(t.Context(), strings.ToUpper(prefix)+"_READY", natsjs.ConsumerConfig{
+			Durable: name, Description: "noeta ready queue " + q, FilterSubject: filter,
+			DeliverPolicy: natsjs.DeliverAllPolicy, AckPolicy: natsjs.AckExplicitPolicy,
+			AckWait: 10 * time.Second, MaxDeliver: -1, InactiveThreshold: time.Hour,
+		}); err != nil {
+			t.Fatalf("update the queue's consumer: %v", err)
+		}
+	}
+	consumer(fmt.Sprintf("%s.ready.%s.%d.*", prefix, q, jetstream.Partition(other)))
+	mustEnqueue(t, d, task, eventlog.EnqueueOptions{Queue: q})
+	mustEnqueue(t, d, other, eventlog.EnqueueOptions{Queue: q})
+	end(leasedFromQueue(t, d, q, other, reconcileLimit)) // delivered after the task's signal
+	consumer(prefix + ".ready." + q + ".*.*")
+	if l, err := d.Lease(t.Context(), eventlog.LeaseRequest{Worker: "w", Queue: q}); !errors.Is(err, eventlog.ErrNoReadyTask) {
+		t.Fatalf("the queue offered %+v (%v) with its signal stranded, want ErrNoReadyTask", l, err)
+	}
+	for range 2 {
+		if _, err := d.RequeueStale(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		clock.Add(int64(time.Minute))
+	}
+	if _, err := d.RequeueStale(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.Stats().Republished; n != 1 {
+		t.Errorf("republished %d signals, want 1", n)
+	}
+	leasedFromQueue(t, d, q, task, reconcileLimit)
+}
+
+// A backlog is not stranded: signals waiting for a worker are pending at
+// the consumer, and passes however far apart leave them where they are.
+func TestBacklogNotRepublished(t *testing.T) {
+	t.Parallel()
+	prefix := uniquePrefix(t, singleURL)
+	nc := connect(t, singleURL)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	cfg := testDispatcherConfig(1, prefix)
+	cfg.SweepInterval = -1
+	cfg.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	d, err := jetstream.OpenDispatcher(t.Context(), nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	q := testQueue()
+	first := noeta.NewTaskID()
+	mustEnqueue(t, d, first, eventlog.EnqueueOptions{Queue: q})
+	l := leasedFromQueue(t, d, q, first, reconcileLimit) // the consumer exists
+	if err := d.Release(t.Context(), l, eventlog.Release{Next: eventlog.DispatchTerminal}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		mustEnqueue(t, d, noeta.NewTaskID(), eventlog.EnqueueOptions{Queue: q})
+	}
+	for range 3 {
+		if _, err := d.RequeueStale(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		clock.Add(int64(time.Minute))
+	}
+	if n := d.Stats().Republished; n != 0 {
+		t.Errorf("republished %d signals of a backlog, want 0", n)
 	}
 }
