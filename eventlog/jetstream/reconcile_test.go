@@ -494,7 +494,9 @@ func TestReconcileAfterNodeRestart(t *testing.T) {
 // the dispatcher, with no terminal record in its log, so its parent never
 // heard of it and waited forever. A lease that reaches the log (Valid, the
 // check before every append) is progress and ends the run of reclaims; a
-// task whose holders die before writing anything still ends at ReclaimMax.
+// task whose holders die before writing anything is given up at
+// ReclaimMax: leased once more to record its end, and when that holder dies
+// too, ready for another (ADR 0063), never ended in the dispatcher alone.
 func TestWriteUnderLeaseEndsReclaimRun(t *testing.T) {
 	t.Parallel()
 	prefix := uniquePrefix(t, singleURL)
@@ -507,8 +509,8 @@ func TestWriteUnderLeaseEndsReclaimRun(t *testing.T) {
 	}{
 		{"holders write", true, jetstream.DefaultReclaimMax, eventlog.DispatchReady},
 		// At the cap the task is leased once more, to record its end; that
-		// holder dies too.
-		{"holders die first", false, jetstream.DefaultReclaimMax + 1, eventlog.DispatchTerminal},
+		// holder dies too: ready again, its end still to record.
+		{"holders die first", false, jetstream.DefaultReclaimMax + 1, eventlog.DispatchReady},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			task := noeta.NewTaskID()

@@ -83,6 +83,7 @@ func Run() {
 	// here, it is paid before the call when the helper was started ahead.
 	var warm Wire
 	_ = json.Unmarshal(warmSpec, &warm)
+	reserveThreads(reservedThreads)
 
 	w, err := readSpec()
 	if err != nil {
@@ -673,4 +674,25 @@ func unixRights(oob []byte) ([]int, error) {
 		fds = append(fds, got...)
 	}
 	return fds, nil
+}
+
+// reservedThreads is how many threads the runtime is made to start before
+// the tool runs.
+const reservedThreads = 8
+
+// reserveThreads makes the Go runtime start n threads now, which it then
+// keeps idle: a tool that fills the namespace's pids (a fork bomb up to
+// pid_max) must not leave this process unable to start a thread when it
+// needs one to watch, report and end the tree (the runtime aborts then,
+// and the call's report with it). Each goroutine blocks in a system call,
+// so the runtime hands its processor to another thread, starting one.
+func reserveThreads(n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			ts := unix.Timespec{Nsec: int64(2 * time.Millisecond)}
+			_ = unix.Nanosleep(&ts, nil)
+		})
+	}
+	wg.Wait()
 }
