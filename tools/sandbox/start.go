@@ -79,8 +79,9 @@ func (s State) String() string {
 // Start starts spec under p, as Command and Cmd.Start would, but on a
 // helper started ahead of the call when there is one: its namespaces
 // made, its runtime up and the part of the root every call shares built,
-// it only has the call's own part to do. It then starts the next call's.
-// The context kills the process if it ends first.
+// it only has the call's own part to do. When the process ends, the next
+// call's helper is started. The context kills the process if it ends
+// first.
 //
 // A helper started ahead is used only while what it copied of the engine
 // still holds: the engine's mount table unchanged since (no mount
