@@ -841,16 +841,7 @@ func TestStrandedSignalRepublished(t *testing.T) {
 	t.Parallel()
 	prefix := uniquePrefix(t, singleURL)
 	nc := connect(t, singleURL)
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	cfg := testDispatcherConfig(1, prefix)
-	cfg.SweepInterval = -1
-	cfg.Now = func() time.Time { return time.Unix(0, clock.Load()) }
-	d, err := jetstream.OpenDispatcher(t.Context(), nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
+	d, clock := openClocked(t, nc, prefix)
 	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -911,16 +902,7 @@ func TestBacklogNotRepublished(t *testing.T) {
 	t.Parallel()
 	prefix := uniquePrefix(t, singleURL)
 	nc := connect(t, singleURL)
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	cfg := testDispatcherConfig(1, prefix)
-	cfg.SweepInterval = -1
-	cfg.Now = func() time.Time { return time.Unix(0, clock.Load()) }
-	d, err := jetstream.OpenDispatcher(t.Context(), nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
+	d, clock := openClocked(t, nc, prefix)
 	q := testQueue()
 	first := noeta.NewTaskID()
 	mustEnqueue(t, d, first, eventlog.EnqueueOptions{Queue: q})
@@ -940,4 +922,21 @@ func TestBacklogNotRepublished(t *testing.T) {
 	if n := d.Stats().Republished; n != 0 {
 		t.Errorf("republished %d signals of a backlog, want 0", n)
 	}
+}
+
+// openClocked opens a Dispatcher that reconciles only when asked, on a
+// clock the test moves.
+func openClocked(t *testing.T, nc *nats.Conn, prefix string) (*jetstream.Dispatcher, *atomic.Int64) {
+	t.Helper()
+	clock := new(atomic.Int64)
+	clock.Store(time.Now().UnixNano())
+	cfg := testDispatcherConfig(1, prefix)
+	cfg.SweepInterval = -1
+	cfg.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	d, err := jetstream.OpenDispatcher(t.Context(), nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d, clock
 }
