@@ -15,8 +15,8 @@ import (
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
 	"github.com/noeta-go/noeta/eventlog/memlog"
-	"github.com/noeta-go/noeta/host"
 )
 
 // cappedBackends are the backends with the attempt cap a deployment has by
@@ -99,7 +99,7 @@ func TestRetriesExhaustedRecorded(t *testing.T) {
 			if ds.Reason != st.Reason || ds.Ending != "" {
 				t.Errorf("dispatcher reason %q ending %q, want the log's %q and none", ds.Reason, ds.Ending, st.Reason)
 			}
-			if f, bad := host.RowAgainstLog(id, ds, st, last); bad {
+			if f, bad := jshost.RowAgainstLog(id, ds, st, last); bad {
 				t.Errorf("doctor's tail check reports %+v", f)
 			}
 		})
@@ -141,7 +141,7 @@ func TestWakeRecoveryEndRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, bad := host.RowAgainstLog(id, ds, st, envs[len(envs)-1]); bad || ds.Reason != st.Reason {
+	if f, bad := jshost.RowAgainstLog(id, ds, st, envs[len(envs)-1]); bad || ds.Reason != st.Reason {
 		t.Errorf("dispatcher reason %q (log %q); doctor's tail check %+v", ds.Reason, st.Reason, f)
 	}
 }

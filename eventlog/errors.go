@@ -8,6 +8,10 @@ import (
 )
 
 var (
+	// ErrNoWaitingIndex: the deployment has no waiting index (a read-only
+	// client found no bucket: no engine of this version has run on it yet).
+	ErrNoWaitingIndex = errors.New("host: the deployment has no waiting index")
+
 	// ErrStaleSequence: Emit with an ExpectLastSeq that is not the log's last seq.
 	ErrStaleSequence = errors.New("eventlog: stale sequence")
 

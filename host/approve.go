@@ -11,7 +11,6 @@ import (
 	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
-	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/internal/backoff"
 )
 
@@ -46,11 +45,7 @@ func (h *Host) approveOnSubject(ctx context.Context, task, handle string, a Answ
 				engine.ErrRequestExpired, task, handle, pa.ExpiresAt.UTC().Format(time.RFC3339Nano))
 		}
 	}
-	p, err := jetstream.NewApprovalPublisher(h.nc, h.opts.Prefix, a.Approver)
-	if err != nil {
-		return err
-	}
-	if err := p.Answer(ctx, task, handle, a.Decision, a.Reason); err != nil {
+	if err := h.route.SendAnswer(ctx, task, handle, a.Approver, a.Decision, a.Reason); err != nil {
 		return err
 	}
 	return h.awaitAnswer(ctx, task, w, since)
@@ -191,9 +186,6 @@ func (h *Host) receivedInTime(ctx context.Context, task string, m noeta.Wake) er
 // to while the request stays open: its refusal (returned as an error
 // wrapping engine.ErrApproverNotAllowed) or its count toward a quorum.
 func (h *Host) judgedSince(ctx context.Context, task string, w noeta.Wake, since uint64) (bool, error) {
-	if h.log == nil {
-		return false, nil
-	}
 	envs, err := h.log.Read(ctx, task, since)
 	if err != nil {
 		return false, nil

@@ -21,7 +21,7 @@ type Submission = engine.Submission
 // Submit creates a task and makes it ready; it returns the task's id. The
 // agent must be one of the config's.
 func (h *Host) Submit(ctx context.Context, sub Submission) (string, error) {
-	if h.client == nil || h.opts.ReadOnly {
+	if h.client == nil || h.ro {
 		return "", ErrReadOnly
 	}
 	if _, ok := h.gov.Agent(sub.Agent); !ok {
@@ -43,7 +43,8 @@ func (h *Host) Submit(ctx context.Context, sub Submission) (string, error) {
 // eventlog.ErrNotWaiting when nothing is asked under handle,
 // eventlog.ErrAlreadyAnswered when another answer came first.
 //
-// On a remote NATS an answer whose Auth is empty goes through the
+// On a backend that routes answers ([AnswerRouter]: a remote NATS) an
+// answer whose Auth is empty goes through the
 // approver's own approval subject (<prefix>.approve.<approver>.<p>.<task>),
 // so a.Approver must be a subject token (ValidateApprover) and the host's
 // NATS user one allowed to publish under that name (deploy/nats's approver
@@ -63,7 +64,7 @@ func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error
 		return fmt.Errorf("%w: approver: %w", eventlog.ErrInvalidArgument, err)
 	}
 	a.Approver = name
-	if !h.opts.embedded() {
+	if h.route != nil {
 		switch a.Auth {
 		case "":
 			return h.approveOnSubject(ctx, task, handle, a)
@@ -76,15 +77,15 @@ func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error
 				eventlog.ErrInvalidArgument, a.Auth, noeta.AuthToken, noeta.AuthProxy)
 		}
 	}
-	if h.client == nil || h.opts.ReadOnly {
+	if h.client == nil || h.ro {
 		return ErrReadOnly
 	}
 	// No default decision: an answer that does not say approve is never
 	// taken for one.
 	auth := a.Auth
-	if auth == "" && h.Embedded() {
-		// The local user, who can read the data directory and so could
-		// write the store anyway.
+	if auth == "" {
+		// The local user, who holds the backend (on the embedded default,
+		// can read the data directory) and so could write the store anyway.
 		auth = noeta.AuthLocal
 	}
 	return h.client.Approve(ctx, task, handle, a.Decision, a.Approver, a.Reason, auth)
@@ -100,7 +101,7 @@ func (h *Host) Deny(ctx context.Context, task, handle, approver, reason string) 
 // through its SubtaskSpawned records). It returns the tasks it cancelled;
 // tasks that had ended already are left as they are.
 func (h *Host) Cancel(ctx context.Context, task, reason string, tree bool) ([]string, error) {
-	if h.client == nil || h.opts.ReadOnly {
+	if h.client == nil || h.ro {
 		return nil, ErrReadOnly
 	}
 	if err := taskCheck(task); err != nil {
@@ -147,42 +148,27 @@ func (h *Host) Cancel(ctx context.Context, task, reason string, tree bool) ([]st
 	return done, nil
 }
 
-// reads is what every host reads through: the log (or, read-only on a
-// remote NATS, its reader).
-type reads interface {
-	eventlog.Reader
-	eventlog.TaskIndex
-	Get(ctx context.Context, ref noeta.ContentRef) ([]byte, error)
-}
-
-func (h *Host) reads() reads {
-	if h.log != nil {
-		return h.log
-	}
-	return h.reader
-}
-
 // Events returns the records of task's log after seq after (0: all).
 func (h *Host) Events(ctx context.Context, task string, after uint64) ([]eventlog.Envelope, error) {
 	if err := taskCheck(task); err != nil {
 		return nil, err
 	}
-	return h.reads().Read(ctx, task, after)
+	return h.log.Read(ctx, task, after)
 }
 
 // Inbox returns the records of task's inbox.
 func (h *Host) Inbox(ctx context.Context, task string) ([]eventlog.Envelope, error) {
-	return h.reads().Inbox(ctx, task)
+	return h.log.Inbox(ctx, task)
 }
 
 // Tasks lists every task, most recently appended first.
 func (h *Host) Tasks(ctx context.Context) ([]eventlog.TaskSummary, error) {
-	return h.reads().Tasks(ctx)
+	return h.log.Tasks(ctx)
 }
 
 // Content reads a body from the content store.
 func (h *Host) Content(ctx context.Context, ref noeta.ContentRef) ([]byte, error) {
-	return h.reads().Get(ctx, ref)
+	return h.content.Get(ctx, ref)
 }
 
 // Inspect folds task's log into its state.
@@ -197,25 +183,22 @@ func (h *Host) Fold(ctx context.Context, task string) (*engine.State, string, er
 	if err := taskCheck(task); err != nil {
 		return nil, "", err
 	}
-	r := h.reads()
-	return engine.FoldTask(ctx, r, r, task)
+	return engine.FoldTask(ctx, h.log, h.content, task)
 }
 
 // Dispatch is the dispatcher's row of task: eventlog.ErrNotFound while
 // the dispatcher does not know it (it is created before it is enqueued).
 func (h *Host) Dispatch(ctx context.Context, task string) (eventlog.DispatchState, error) {
-	if h.disp != nil {
-		return h.disp.Inspect(ctx, task)
-	}
-	return h.rows.Inspect(ctx, task)
+	return h.disp.Inspect(ctx, task)
 }
 
-// CheckStream reports a task stream the store has lost records of.
+// CheckStream reports a store that has lost records behind the logs' back,
+// when the backend can tell ([StreamChecker]); nil otherwise.
 func (h *Host) CheckStream(ctx context.Context) error {
-	if h.log != nil {
-		return h.log.CheckStream(ctx)
+	if c, ok := h.b.(StreamChecker); ok {
+		return c.CheckStream(ctx)
 	}
-	return h.reader.CheckStream(ctx)
+	return nil
 }
 
 // TaskFromFile is the submission of a task file (policy.ParseTaskFile,

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"strings"
 	"sync"
+
+	"github.com/noeta-go/noeta/eventlog/memlog"
+	"github.com/noeta-go/noeta/tools"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
@@ -61,24 +63,29 @@ func check(err error) {
 	}
 }
 
-// A program that runs noeta on the embedded default with a guard and an
-// observer of its own, submits a task and waits for it to end.
+// A program that runs noeta in memory (the memlog backend; JetStream's is
+// eventlog/jetstream/jshost) with a guard and an observer of its own,
+// submits a task and waits for it to end.
 func Example() {
-	dir, err := os.MkdirTemp("", "noeta-example-")
-	check(err)
-	defer os.RemoveAll(dir)
 	ctx := context.Background()
 
 	// The wiring (20 lines).
 	cfg, err := config.Parse("noeta.yaml", []byte(noetaYAML))
 	check(err)
+	backend, err := memlog.NewBackend(memlog.Options{})
+	check(err)
+	defer backend.Close()
+	echo, err := tools.Builtins(tools.BuiltinConfig{})
+	check(err)
+	reg, err := tools.NewRegistry(echo[0]) // echo
+	check(err)
 	counts := &byType{n: map[string]int{}}
-	h, err := host.Open(ctx, host.Options{
-		DataDir:   dir,
-		Config:    cfg,
-		Guards:    []guards.Guard{guards.Func("no-passwords", guards.MinUserPriority, noPasswords)},
-		Observers: []observers.Observer{counts},
-		Workers:   2,
+	h, err := host.Open(ctx, backend, host.Options{
+		Governance: cfg.Governance,
+		Tools:      reg,
+		Guards:     []guards.Guard{guards.Func("no-passwords", guards.MinUserPriority, noPasswords)},
+		Observers:  []observers.Observer{counts},
+		Workers:    2,
 	})
 	check(err)
 	defer h.Close()

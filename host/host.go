@@ -2,63 +2,53 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/noeta-go/noeta/policy"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
-	"github.com/noeta-go/noeta/eventlog/jetstream"
-	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 	"github.com/noeta-go/noeta/guards"
-	"github.com/noeta-go/noeta/internal/backoff"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/tools"
-	"github.com/noeta-go/noeta/tools/sandbox"
 )
 
-// Host is a running noeta: a connection, the log and dispatcher on it, and
-// — when it runs tasks — the worker pool, the in-process observers and
-// ChildLifecycle. Its methods are safe for concurrent use.
+// Host is a running noeta over a [Backend]: the client (Submit, Approve,
+// Cancel, Wait, Events) and — when it runs tasks — the worker pool, the
+// in-process observers and ChildLifecycle. Its methods are safe for
+// concurrent use.
 type Host struct {
 	opts   Options
 	logger *slog.Logger
 	gov    *guards.Config
 
-	srv    *embedded.Server // nil on a remote NATS or attached
-	lock   *dataLock        // the data directory, held while srv runs
-	attach *attachment      // set when a client uses another process's server
-	nc     *nats.Conn
-	log    *jetstream.Log
-	disp   *jetstream.Dispatcher
-	// reader and rows serve a read-only host on a remote NATS.
-	reader *jetstream.Reader
-	rows   *jetstream.RowReader
-	tools  *tools.Registry
-	// closeTools stops the tool sources the registry started (MCP servers).
-	closeTools func()
+	b       Backend
+	log     eventlog.EventLog
+	disp    eventlog.Dispatcher
+	content eventlog.ContentStore
+	waiting eventlog.WaitingIndex
+	// ro: the backend only reads; route: answers travel through it.
+	ro    bool
+	route AnswerRouter
+
+	tools *tools.Registry
 	// client is the engine of Submit, Approve and Cancel.
 	client *engine.Engine
 	// policies decide the turns of every engine of the host.
 	policies engine.PolicyResolver
-	// child is set after the dispatcher opens, whose reconciler may
-	// already ask for it (recoverHandoffs), hence atomic.
+	// child is set before the pool starts; the dispatcher's reconciler
+	// may ask for it from its own goroutine (recoverHandoffs), hence
+	// atomic.
 	child atomic.Pointer[observers.ChildLifecycle]
 
-	subs []*eventlog.Subscription
-	obs  *observerSet
-	reg  *prometheus.Registry
-	ctrs *counters
+	subs   []*eventlog.Subscription
+	inproc *observers.InProcess
+	ctrs   counters
 
 	mu     sync.Mutex
 	taps   map[int]eventlog.Handler
@@ -70,119 +60,50 @@ type Host struct {
 	startMu sync.Mutex
 
 	closeOnce sync.Once
-
-	// waiting is the fleet's waiting index (waiting.go); waitingErr says
-	// why a read-only host has none.
-	waiting    *jetstream.WaitingIndex
-	waitingErr error
 }
 
-// Open connects and starts what opts ask for; on error everything started
-// is shut down again. Errors of the options wrap [ErrBadOptions]; a data
-// directory another process holds, for a host that runs tasks, is a
-// [*BusyError].
-func Open(ctx context.Context, opts Options) (*Host, error) {
+// Open starts a host over b as opts ask; on error everything it started is
+// stopped again (b is the caller's, and stays open). Errors of the options
+// wrap [ErrBadOptions].
+func Open(ctx context.Context, b Backend, opts Options) (_ *Host, err error) {
+	if b == nil {
+		return nil, badOption("no backend")
+	}
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	pause := backoff.New(startRetryMin, startRetryMax).Jittered()
-	for attempt := 1; ; attempt++ {
-		h, err := open(ctx, o)
-		if err == nil {
-			if attempt > 1 {
-				o.Logger.Info("started after retries", "attempts", attempt)
-			}
-			return h, nil
-		}
-		if !o.RetryStart || ctx.Err() != nil || o.embedded() || !startupTransient(err) {
-			return nil, err
-		}
-		wait := pause.Take()
-		o.Logger.Warn("start-up failed; retrying", "attempt", attempt, "in", wait.Round(time.Millisecond), "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("%w (last start-up error: %w)", ctx.Err(), err)
-		case <-t.C:
-		}
+	h := &Host{opts: o, logger: o.Logger, b: b, taps: map[int]eventlog.Handler{}, pools: map[*Pool]struct{}{},
+		log: b.Log(), disp: b.Dispatcher(), content: b.Content(), waiting: b.Waiting(),
+		ro: readOnly(b), route: router(b), tools: o.Tools, gov: o.Governance}
+	if h.log == nil || h.disp == nil || h.content == nil {
+		return nil, badOption("the backend has no log, dispatcher or content store")
 	}
-}
-
-func open(ctx context.Context, o Options) (_ *Host, err error) {
-	h := &Host{opts: o, logger: o.Logger, taps: map[int]eventlog.Handler{}, pools: map[*Pool]struct{}{}}
+	if h.ro && o.Workers > 0 {
+		return nil, badOption("a read-only host runs no workers")
+	}
 	defer func() {
 		if err != nil {
 			h.Close()
 		}
 	}()
-	if o.Config != nil {
-		h.gov = o.Config.Governance
-		if h.gov == nil && o.Workers > 0 {
-			return nil, badOption("the config has no governance (config.File.Governance)")
-		}
-	}
 	if h.gov == nil {
 		if h.gov, err = guards.NewConfig(nil, nil, nil); err != nil {
 			return nil, err
 		}
 	}
-	if err := h.connect(ctx); err != nil {
-		return nil, err
-	}
-	if o.ReadOnly && h.srv == nil && h.attach == nil {
-		return h, h.openReadOnly(ctx)
-	}
-	dc := h.dispatcherConfig()
-	runsChild := o.Workers > 0 && !o.Skip.ChildLifecycle
-	if runsChild {
-		// The reconciler nudges the parents that have waited on their
-		// subtasks for a pass: their handoffs may have died with another
-		// process.
-		dc.AwaitingSubtasks = h.recoverHandoffs
-	}
-	if h.disp, err = jetstream.OpenDispatcher(ctx, h.nc, dc); err != nil {
-		return nil, fmt.Errorf("open the dispatcher: %w", settingsHint(err))
-	}
-	h.log, err = jetstream.Open(ctx, h.nc, jetstream.Config{Prefix: o.Prefix, Replicas: o.Replicas, Registry: h.disp, Batch: o.Batch})
-	if err != nil {
-		return nil, fmt.Errorf("open the event log: %w", settingsHint(err))
-	}
-	if err := h.openWaiting(ctx, false); err != nil {
-		return nil, err
-	}
-	if !o.embedded() && !o.ReadOnly {
-		// Observer workers write dead letters but may not create their
-		// stream (deploy/nats): the engine does.
-		if err := jetstream.EnsureDeadLetterStream(ctx, h.nc, o.Prefix, o.Replicas); err != nil {
-			return nil, fmt.Errorf("create the dead-letter stream: %w", settingsHint(err))
+	if h.tools == nil {
+		// A client runs no tool: an empty registry.
+		if h.tools, err = tools.NewRegistry(); err != nil {
+			return nil, err
 		}
 	}
-	// A tool the config names that the registry lacks is a mistake of the
-	// config, not a denial to find when a task of the agent runs.
-	var sb *sandbox.Scoped
-	if o.Workers > 0 {
-		sb = confinement(ctx, o.Config, hiddenPaths(o), h.logger, true)
-	}
-	if h.tools, h.closeTools, err = buildRegistry(ctx, o.Config, o.Tools, o.Workers > 0, o.LookupEnv, h.logger, sb, o.Workspace); err != nil {
-		_ = sb.Close()
-		return nil, err
-	}
-	if sb != nil {
-		// The sandbox's helper waiting for the next call ends with the
-		// tools.
-		closeTools := h.closeTools
-		h.closeTools = func() {
-			closeTools()
-			_ = sb.Close()
-		}
+	if h.ro {
+		return h, nil
 	}
 	h.policies = o.Policies
 	if h.policies == nil {
-		if h.policies, err = h.defaultPolicies(); err != nil {
-			return nil, err
-		}
+		h.policies = h.defaultPolicies()
 	}
 	if h.client, err = h.newEngine(o.Queue, o.Workspace); err != nil {
 		return nil, err
@@ -190,12 +111,10 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 	// The taps come first: a watcher sees a child's terminal record before
 	// ChildLifecycle hands it to the parent and wakes it.
 	h.subs = append(h.subs, h.log.Subscribe(h.deliver))
-	h.reg = prometheus.NewRegistry()
-	h.ctrs = newCounters(h)
 	if o.Workers == 0 {
 		return h, nil
 	}
-	if runsChild {
+	if o.Workers > 0 && !o.Skip.ChildLifecycle {
 		child, err := observers.NewChildLifecycle(observers.ChildLifecycleConfig{Log: h.log, Index: h.log, Waker: h.disp, Logger: h.logger})
 		if err != nil {
 			return nil, err
@@ -203,8 +122,10 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 		h.child.Store(child)
 		h.subs = append(h.subs, h.log.Subscribe(child.Handle))
 	}
-	if h.obs, err = h.startObservers(ctx); err != nil {
-		return nil, err
+	if len(o.Observers) > 0 {
+		// Before the pool starts: they see every record this process
+		// commits.
+		h.inproc = observers.NewInProcess(h.log, observers.InProcessConfig{Logger: h.logger}, o.Observers...)
 	}
 	if !o.Deferred {
 		if err := h.Start(ctx); err != nil {
@@ -214,11 +135,12 @@ func open(ctx context.Context, o Options) (_ *Host, err error) {
 	return h, nil
 }
 
-// Start starts the host's worker pool, and asks the dispatcher's next
-// reconcile pass to redo the subtask handoffs a previous process may have
-// missed. Open does it unless Options.Deferred; a second call does nothing.
+// Start starts the host's worker pool, and asks the backend (when it can,
+// [HandoffRecoverer]) to redo soon the subtask handoffs a previous process
+// may have missed. Open does it unless Options.Deferred; a second call does
+// nothing.
 func (h *Host) Start(ctx context.Context) error {
-	if h.opts.Workers == 0 || h.log == nil {
+	if h.opts.Workers == 0 || h.ro {
 		return ErrNotRunning
 	}
 	h.startMu.Lock()
@@ -232,105 +154,25 @@ func (h *Host) Start(ctx context.Context) error {
 	}
 	h.main.Store(p)
 	if h.child.Load() != nil {
-		// Handoffs a dead process owed: the dispatcher's next pass redoes
-		// those of every parent waiting on ended subtasks, reading only
-		// their logs (a start no longer lists every task).
-		h.disp.RecoverAwaiting()
+		if r, ok := h.b.(HandoffRecoverer); ok {
+			// Handoffs a dead process owed: the dispatcher's next pass
+			// redoes those of every parent waiting on ended subtasks,
+			// reading only their logs.
+			r.RecoverAwaiting(h.recoverHandoffs)
+		}
 	}
 	return nil
-}
-
-// connect connects — on the embedded default taking the data directory and
-// starting its server first, or attaching to the server of the process that
-// holds it (a client host only).
-func (h *Host) connect(ctx context.Context) error {
-	o := h.opts
-	name := "noeta-engine " + o.Name
-	if !o.embedded() {
-		nc, err := o.NATS.Connect(name, h.logger)
-		if err != nil {
-			return err
-		}
-		h.nc = nc
-		return nil
-	}
-	var err error
-	// The lock names the verb: the first word of the name.
-	verb, _, _ := strings.Cut(o.Name, " ")
-	if o.Workers > 0 {
-		h.lock, err = lockDataDir(o.DataDir, verb)
-	} else {
-		h.lock, h.attach, err = claimOrAttach(ctx, o.DataDir, verb)
-	}
-	if err != nil {
-		return err
-	}
-	if h.attach != nil {
-		h.nc, err = nats.Connect(h.attach.url, nats.Name(name), nats.UserInfo(h.attach.creds.User, h.attach.creds.Password))
-		if err != nil {
-			return fmt.Errorf("connect to the server of %v: %w", h.attach.holder, err)
-		}
-		return nil
-	}
-	h.srv, err = embedded.Start(ctx, embedded.Config{
-		Dir:  filepath.Join(o.DataDir, "nats"),
-		User: h.lock.creds.User, Password: h.lock.creds.Password,
-	})
-	if err != nil {
-		return fmt.Errorf("start the embedded NATS server in %s: %w", o.DataDir, err)
-	}
-	// This process's own connection goes through memory; the TCP listener
-	// stays for the clients that attach, the nats CLI and observer-workers
-	// (docs/adr/0037).
-	if h.nc, err = h.srv.ConnectInProcess(nats.Name(name)); err != nil {
-		return fmt.Errorf("connect to the embedded NATS server: %w", err)
-	}
-	return h.lock.serving(h.srv.ClientURL())
-}
-
-// openReadOnly opens what a read-only client on a remote NATS needs: the
-// task stream and the dispatcher's rows, looked up, never created.
-func (h *Host) openReadOnly(ctx context.Context) error {
-	var err error
-	if h.reader, err = jetstream.OpenReader(ctx, h.nc, jetstream.Config{Prefix: h.opts.Prefix}); err != nil {
-		return err
-	}
-	if h.rows, err = jetstream.OpenRowReader(ctx, h.nc, h.opts.Prefix); err != nil {
-		return err
-	}
-	return h.openWaiting(ctx, true)
-}
-
-// dispatcherConfig is the dispatcher of the host's prefix: every process of
-// one prefix uses the same prefix, replicas and lease TTL.
-//
-// An answer on an approval subject is vouched for by the broker (auth
-// nats) only on a remote NATS, where deploy/nats lets each approver's user
-// publish under its own name alone. The embedded server has one user, the
-// data directory's, who may publish on every approver's subject: there
-// such an answer proves only that its sender holds the data directory
-// (auth local), as an answer through Approve does (docs/adr/0048).
-func (h *Host) dispatcherConfig() jetstream.DispatcherConfig {
-	auth := noeta.AuthNATS
-	if h.opts.embedded() {
-		auth = noeta.AuthLocal
-	}
-	return jetstream.DispatcherConfig{Prefix: h.opts.Prefix, Replicas: h.opts.Replicas, LeaseTTL: h.opts.LeaseTTL, Logger: h.logger, ApproveSubjectAuth: auth}
 }
 
 // newEngine is an engine of the host's governance, tools and policies that
 // works queue and runs its tools in workspace.
 func (h *Host) newEngine(queue, workspace string) (*engine.Engine, error) {
-	var appr *approvals.Policy
-	if h.opts.Config != nil {
-		appr = h.opts.Config.Approvals
-	}
 	eng, err := engine.New(engine.Config{
-		Approvals:  appr,
+		Approvals:  h.opts.Approvals,
 		Actor:      h.opts.Actor,
 		Log:        h.log,
 		Dispatcher: h.disp,
-		Content:    h.log,
+		Content:    h.content,
 		Governance: h.gov,
 		Tools:      h.tools,
 		Policies:   h.policies,
@@ -338,11 +180,12 @@ func (h *Host) newEngine(queue, workspace string) (*engine.Engine, error) {
 		Workspace:  workspace,
 		Queue:      queue,
 		Logger:     h.logger,
-		Waiting:    h.waitingSeam(),
-		// On a remote NATS any publisher of wakes could send a plain
+		Waiting:    h.waiting,
+		// On a backend shared with processes that route their answers
+		// (a remote NATS) any publisher of wakes could send a plain
 		// answer: only the approval subjects and the in-process HTTP
 		// layer say who answered.
-		RequireAuthenticatedApprovals: !h.opts.embedded(),
+		RequireAuthenticatedApprovals: h.route != nil,
 	})
 	if err != nil {
 		return nil, badOption("%v", err)
@@ -351,7 +194,7 @@ func (h *Host) newEngine(queue, workspace string) (*engine.Engine, error) {
 }
 
 // recoverHandoffs redoes the handoffs of the subtasks a parent has waited
-// on for a reconcile pass (jetstream.DispatcherConfig.AwaitingSubtasks).
+// on for a reconcile pass ([HandoffRecoverer]).
 func (h *Host) recoverHandoffs(ctx context.Context, parent string, subtasks []string) {
 	c := h.child.Load()
 	if c == nil {
@@ -394,27 +237,14 @@ func (h *Host) Tap(fn eventlog.Handler) (cancel func()) {
 	}
 }
 
-// Embedded reports whether the host runs on an embedded server (its own or,
-// attached, another process's).
-func (h *Host) Embedded() bool { return h.opts.embedded() }
-
-// Attached returns the holder whose server a client host uses, and whether
-// it uses one.
-func (h *Host) Attached() (Holder, bool) {
-	if h.attach == nil {
-		return Holder{}, false
-	}
-	return h.attach.holder, true
-}
-
-// DataDir is the embedded server's data directory ("" on a remote NATS).
-func (h *Host) DataDir() string { return h.opts.DataDir }
-
-// Conn is the host's NATS connection.
-func (h *Host) Conn() *nats.Conn { return h.nc }
+// Backend is the backend the host runs over.
+func (h *Host) Backend() Backend { return h.b }
 
 // Runs reports whether the host runs tasks.
 func (h *Host) Runs() bool { return h.main.Load() != nil }
+
+// ReadOnly reports whether the host only reads (its backend does).
+func (h *Host) ReadOnly() bool { return h.ro }
 
 // Governance is the governance the host's engines run under.
 func (h *Host) Governance() *guards.Config { return h.gov }
@@ -426,25 +256,12 @@ func (h *Host) Tools() *tools.Registry { return h.tools }
 // host runs none.
 func (h *Host) ChildLifecycle() *observers.ChildLifecycle { return h.child.Load() }
 
-// Registry is the host's Prometheus registry: the pool's counters, the
-// metrics observer's instruments.
-func (h *Host) Registry() *prometheus.Registry { return h.reg }
-
-// Dispatcher is the host's dispatcher (nil read-only on a remote NATS).
-func (h *Host) Dispatcher() *jetstream.Dispatcher { return h.disp }
-
-// Log is the host's event log, for tools that append under leases of their
-// own (engine bench's fenced-append probe); nil on a read-only host on a
-// remote NATS.
-func (h *Host) Log() *jetstream.Log { return h.log }
-
-// Close stops everything, in order: the pools (a segment still running
-// stops at its next write and leaves its lease to expire; call Drain first
-// to let them finish), the subscriptions, the observers (which hand on
-// what was committed), the dispatcher, the log, the connection, and the
-// embedded server, which flushes and closes its store. On a remote NATS
-// that cannot be reached, the closing steps that would wait on it are
-// given up after a bound. It is safe to call more than once.
+// Close stops everything the host started, in order: the pools (a segment
+// still running stops at its next write and leaves its lease to expire;
+// call Drain first to let them finish), the subscriptions, and the
+// in-process observers, which hand on what is queued (bounded by
+// observerCloseWait). The backend, the tools and what the observers hold
+// are the caller's, to close after. It is safe to call more than once.
 func (h *Host) Close() {
 	h.closeOnce.Do(func() {
 		h.mu.Lock()
@@ -456,77 +273,34 @@ func (h *Host) Close() {
 		for _, p := range pools {
 			p.Stop()
 		}
-		if h.closeTools != nil {
-			// After the pools: no call is in flight any more.
-			h.closeTools()
-		}
-		var steps []func()
 		for _, sub := range h.subs {
-			steps = append(steps, sub.Cancel)
+			sub.Cancel()
 		}
-		if h.obs != nil {
-			steps = append(steps, func() { h.obs.close(h.logger) })
-		}
-		for _, c := range []interface{ Close() error }{h.disp, h.log, h.reader} {
-			if c != nil && !isNil(c) {
-				steps = append(steps, func() { _ = c.Close() })
+		if h.inproc != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), observerCloseWait)
+			defer cancel()
+			if err := h.inproc.Close(ctx); err != nil {
+				h.logger.Warn("observers: records still queued at shutdown were not handled", "err", err)
+			}
+			for name, c := range h.inproc.Stats() {
+				if c.Dropped > 0 || c.Failed > 0 || c.Panicked > 0 {
+					h.logger.Warn("observer lost records", "observer", name, "dropped", c.Dropped, "failed", c.Failed, "panicked", c.Panicked)
+				}
 			}
 		}
-		if h.nc != nil {
-			steps = append(steps, h.nc.Close)
-		}
-		if h.srv != nil {
-			// The embedded server is local: no bound, it must flush.
-			for _, s := range steps {
-				s()
-			}
-			h.srv.Shutdown()
-		} else {
-			runWithin(steps, stopWait, h.logger)
-		}
-		// Only once the server has flushed and closed its store may another
-		// process start one on the directory.
-		h.lock.release()
 	})
 }
 
-func isNil(c interface{ Close() error }) bool {
-	switch c := c.(type) {
-	case *jetstream.Dispatcher:
-		return c == nil
-	case *jetstream.Log:
-		return c == nil
-	case *jetstream.Reader:
-		return c == nil
-	}
-	return false
-}
+// observerCloseWait bounds the observers' part of Close: the records still
+// queued.
+const observerCloseWait = 10 * time.Second
 
-// runWithin runs steps in order, giving up after within: with NATS
-// unreachable, closing a dispatcher waits for requests that time out, and
-// there is nothing left to flush.
-func runWithin(steps []func(), within time.Duration, logger *slog.Logger) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for _, s := range steps {
-			s()
-		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(within):
-		logger.Warn("closing the NATS connection did not finish in time (is NATS reachable?); exiting anyway", "waited", within)
+// Stats are the in-process observers' counters, by observer name.
+func (h *Host) Stats() map[string]observers.ObserverStats {
+	if h.inproc == nil {
+		return nil
 	}
-}
-
-// settingsHint adds a hint to the error of a dispatcher or log that found
-// its buckets made with another TTL or replica count.
-func settingsHint(err error) error {
-	if errors.Is(err, jetstream.ErrConfigMismatch) {
-		return fmt.Errorf("%w\n(every process of one prefix must use the same --lease-ttl and --replicas)", err)
-	}
-	return err
+	return h.inproc.Stats()
 }
 
 // taskCheck refuses an id that is not a task id.
@@ -535,4 +309,28 @@ func taskCheck(id string) error {
 		return badOption("%v", err)
 	}
 	return nil
+}
+
+// defaultPolicies is the host's policy resolver when Options.Policies is
+// nil: a task with a script is decided by it; a task without one by its
+// agent's model of Options.Models.
+func (h *Host) defaultPolicies() engine.PolicyResolver {
+	scripted := engine.ScriptedPolicies(h.content, policy.ParseScripted)
+	byAgent := h.opts.Models
+	return func(ctx context.Context, st *engine.State) (engine.Policy, error) {
+		if st.ScriptRef != nil {
+			return scripted(ctx, st)
+		}
+		if p, ok := byAgent[st.Agent]; ok && p != nil {
+			return p, nil
+		}
+		return nil, fmt.Errorf("task %s has no script and agent %q has no model (give the task a script:, or the agent a model: of models:)", st.Task, st.Agent)
+	}
+}
+
+// HasModel reports whether agent has a model that decides the tasks
+// submitted to it without a script.
+func (h *Host) HasModel(agent string) bool {
+	_, ok := h.opts.Models[agent]
+	return ok
 }

@@ -2,13 +2,14 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/noeta-go/noeta/eventlog/memlog"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
@@ -41,14 +42,40 @@ func task(t *testing.T, body string) Submission {
 	return sub
 }
 
-func openRunner(t *testing.T, data string) *Host {
+// openMem opens a host of cfg on a memlog backend of its own, with the
+// built-in tools (unconfined: confinement is hostconfig's, tested there)
+// and what o adds.
+func openMem(t *testing.T, cfg *config.File, o Options) *Host {
 	t.Helper()
-	h, err := Open(t.Context(), Options{DataDir: data, Config: exampleConfig(t), Workers: 2, Workspace: t.TempDir(), Name: "test"})
+	b, err := memlog.NewBackend(memlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	o.Governance, o.Approvals = cfg.Governance, cfg.Approvals
+	if o.Tools == nil {
+		builtins, err := tools.Builtins(tools.BuiltinConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Tools, err = tools.NewRegistry(builtins...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.Workspace == "" {
+		o.Workspace = t.TempDir()
+	}
+	h, err := Open(t.Context(), b, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
 	return h
+}
+
+func openRunner(t *testing.T) *Host {
+	t.Helper()
+	return openMem(t, exampleConfig(t), Options{Workers: 2})
 }
 
 // TestWaitForATree: Wait follows a fan-out to its end (the subtasks' results
@@ -57,7 +84,7 @@ func openRunner(t *testing.T, data string) *Host {
 // finish.
 func TestWaitForATree(t *testing.T) {
 	t.Parallel()
-	h := openRunner(t, t.TempDir())
+	h := openRunner(t)
 	ctx := t.Context()
 	body, err := os.ReadFile("../examples/08-fan-out.yaml")
 	if err != nil {
@@ -102,7 +129,7 @@ func TestWaitForATree(t *testing.T) {
 // every subtask; without tree, only the task named.
 func TestCancelTree(t *testing.T) {
 	t.Parallel()
-	h := openRunner(t, t.TempDir())
+	h := openRunner(t)
 	ctx := t.Context()
 	sub := "{agent: helper, goal: wait, script: [{wait_timer: {seconds: 3600}}, {finish: {answer: late}}]}"
 	id, err := h.Submit(ctx, task(t, "agent: researcher\ngoal: g\nscript:\n  - spawn: ["+sub+", "+sub+"]\n  - finish: {answer: done}\n"))
@@ -152,72 +179,37 @@ func allSuspended(t *testing.T, h *Host, ids []string) bool {
 	return true
 }
 
-// TestDataDirOwnership: a second host that runs tasks is refused a data
-// directory another holds, naming the holder; a client host attaches to the
-// holder's server, submits there, and the holder runs the task.
-func TestDataDirOwnership(t *testing.T) {
-	t.Parallel()
-	data := t.TempDir()
-	runner := openRunner(t, data)
-	_, err := Open(t.Context(), Options{DataDir: data, Config: exampleConfig(t), Workers: 1, Name: "second"})
-	var busy *BusyError
-	if !errors.As(err, &busy) || !errors.Is(err, ErrBusy) || busy.Holder.Verb != "test" || busy.Holder.PID != os.Getpid() {
-		t.Fatalf("second runner: %v", err)
-	}
-	client, err := Open(t.Context(), Options{DataDir: data, Config: exampleConfig(t), Name: "client"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	if holder, ok := client.Attached(); !ok || holder.Verb != "test" {
-		t.Fatalf("client: attached %v %+v", ok, holder)
-	}
-	id, err := client.Submit(t.Context(), task(t, "agent: helper\ngoal: g\nscript: [{tool_calls: [{tool: echo, args: {text: hi}}]}, {finish: {answer: ok}}]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rest, err := client.Wait(t.Context(), id)
-	if err != nil || rest.Status != RestCompleted {
-		t.Fatalf("client wait: %+v, %v", rest, err)
-	}
-	if runner.Segments() == 0 {
-		t.Errorf("the holder ran no segment")
-	}
-	// A client runs nothing: no pool of its own, attached or not.
-	if _, err := client.StartPool(t.Context(), PoolOptions{Workers: 1}); !errors.Is(err, ErrNotRunning) {
-		t.Errorf("a client started a pool: %v", err)
-	}
-	// An answer must say what it decides: none is never taken for an
-	// approval.
-	if err := client.Approve(t.Context(), id, "approval-call-1-0-0000000000", Answer{Approver: "alice"}); !errors.Is(err, eventlog.ErrInvalidArgument) {
-		t.Errorf("an answer without a decision: %v", err)
-	}
-}
-
 // TestBadOptions: options that cannot work are refused before anything
 // starts, naming the option.
 func TestBadOptions(t *testing.T) {
 	t.Parallel()
-	cfg := exampleConfig(t)
+	gov := exampleConfig(t).Governance
+	b, err := memlog.NewBackend(memlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	reg, err := tools.NewRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		o    Options
 		want string
 	}{
-		{Options{Workers: 1}, "needs a governance config"},
-		{Options{Workers: -1, Config: cfg}, "workers is -1"},
-		{Options{Workers: MaxWorkers + 1, Config: cfg}, "workers is"},
-		{Options{ReadOnly: true, Workers: 1, Config: cfg}, "read-only host runs no workers"},
-		{Options{Replicas: 3, Config: cfg}, "needs a cluster"},
-		{Options{NATS: Connection{URL: "nats://127.0.0.1:1"}, DataDir: "x"}, "data directory is for the embedded server"},
-		{Options{Prefix: "a.b"}, "prefix"},
-		{Options{LeaseTTL: 1500 * time.Millisecond}, "whole seconds"},
+		{Options{Workers: 1, Tools: reg}, "needs a governance config"},
+		{Options{Workers: 1, Governance: gov}, "needs its tools"},
+		{Options{Workers: -1, Governance: gov}, "workers is -1"},
+		{Options{Workers: MaxWorkers + 1, Governance: gov}, "workers is"},
 		{Options{Queue: "a b"}, "queue"},
-		{Options{NATS: Connection{URL: "nats://127.0.0.1:1", Password: "x"}}, "--password needs --user"},
 	} {
-		_, err := Open(t.Context(), c.o)
+		_, err := Open(t.Context(), b, c.o)
 		if !errors.Is(err, ErrBadOptions) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want ErrBadOptions with %q", c.o, err, c.want)
 		}
+	}
+	if _, err := Open(t.Context(), nil, Options{}); !errors.Is(err, ErrBadOptions) {
+		t.Errorf("no backend: %v", err)
 	}
 }
 
@@ -226,10 +218,7 @@ func TestBadOptions(t *testing.T) {
 // only against a hang.
 func TestCloseIsQuick(t *testing.T) {
 	t.Parallel()
-	h, err := Open(t.Context(), Options{DataDir: t.TempDir(), Config: exampleConfig(t), Workers: 4, Name: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openMem(t, exampleConfig(t), Options{Workers: 4})
 	body, err := os.ReadFile("../examples/08-fan-out.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -246,108 +235,13 @@ func TestCloseIsQuick(t *testing.T) {
 	if took := time.Since(start); took > time.Minute {
 		t.Errorf("Close took %v", took)
 	}
+	// The backend is the caller's: closed after the host, nothing answers.
+	_ = h.Backend().(*memlog.Backend).Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if rest, err := h.Wait(ctx, id); err == nil && rest.Status == RestCompleted {
 		t.Errorf("Wait after Close: %+v", rest)
 	}
-}
-
-// TestConfigNamesUnknownTool: a config whose agent names a tool the host
-// does not have is refused at Open, naming the field; with that tool among
-// Options.Tools it opens.
-func TestConfigNamesUnknownTool(t *testing.T) {
-	t.Parallel()
-	cfg, err := config.Parse("noeta.yaml", []byte("agents:\n  a: {tools: [echo, frobnicate]}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = Open(t.Context(), Options{DataDir: t.TempDir(), Config: cfg, Workers: 1})
-	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "agents.a.tools[1]") || !strings.Contains(err.Error(), "frobnicate") {
-		t.Fatalf("open: %v, want ErrBadConfig naming agents.a.tools[1]", err)
-	}
-	frob := tools.Define(tools.Def{Name: "frobnicate", Risk: tools.RiskLow, Run: func(context.Context, tools.Call) (tools.Result, error) {
-		return tools.Result{OK: true, Output: json.RawMessage(`"ok"`)}, nil
-	}})
-	h, err := Open(t.Context(), Options{DataDir: t.TempDir(), Config: cfg, Workers: 1, Tools: []tools.Tool{frob}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.Close()
-}
-
-// TestStartRedoesOwedHandoffs: subtasks that ended while no process handed
-// their results over (here a host that leaves it to an observer-worker that
-// never ran) reach their parent once a host with the child-lifecycle
-// observer starts, without Wait's own recovery: its dispatcher's first pass
-// redoes the handoffs of the parents waiting on ended subtasks.
-// Reproduction: the start-up recovery listed every task and read its log,
-// and at a million tasks ran out of its deadline on every start.
-func TestStartRedoesOwedHandoffs(t *testing.T) {
-	t.Parallel()
-	data := t.TempDir()
-	ctx := t.Context()
-	body, err := os.ReadFile("../examples/08-fan-out.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := Open(ctx, Options{DataDir: data, Config: exampleConfig(t), Workers: 2, Workspace: t.TempDir(), Name: "first", Skip: Skip{ChildLifecycle: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := first.Submit(ctx, task(t, string(body)))
-	if err != nil {
-		first.Close()
-		t.Fatal(err)
-	}
-	// The parent suspends on its three subtasks, which all end.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if time.Now().After(deadline) {
-			first.Close()
-			t.Fatal("the fan-out did not reach its subtasks' end")
-		}
-		time.Sleep(20 * time.Millisecond)
-		var kids []string
-		envs, _ := first.Events(ctx, id, 0)
-		for _, env := range envs {
-			if p, _, err := env.Decode(); err == nil {
-				if sp, ok := p.(*noeta.SubtaskSpawned); ok {
-					kids = append(kids, sp.SubtaskID)
-				}
-			}
-		}
-		if len(kids) == 3 && allSuspended(t, first, []string{id}) && allEnded(t, first, kids) {
-			break
-		}
-	}
-	first.Close()
-
-	second := openRunner(t, data)
-	deadline = time.Now().Add(time.Minute)
-	for {
-		if time.Now().After(deadline) {
-			t.Fatal("the parent never received its subtasks' results")
-		}
-		if ds, err := second.Dispatch(ctx, id); err == nil && ds.Status == eventlog.DispatchTerminal {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	rest, err := second.Wait(ctx, id)
-	if err != nil || rest.Status != RestCompleted || string(rest.Answer) != `"1, 2 and 3"` {
-		t.Fatalf("fan-out: %+v, %v", rest, err)
-	}
-}
-
-func allEnded(t *testing.T, h *Host, ids []string) bool {
-	for _, id := range ids {
-		ds, err := h.Dispatch(t.Context(), id)
-		if err != nil || ds.Status != eventlog.DispatchTerminal {
-			return false
-		}
-	}
-	return true
 }
 
 // TestAwaitedChildren: Wait's recovery reads the logs of the subtasks the

@@ -4,17 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
@@ -26,11 +19,6 @@ const (
 	// stopWait bounds the wait for workers whose segments were told to stop
 	// when the grace period ran out: they stop at their next write.
 	stopWait = 10 * time.Second
-	// Start-up retries: the pause between attempts grows from startRetryMin
-	// to startRetryMax, jittered so hosts restarted together do not retry
-	// together.
-	startRetryMin = 250 * time.Millisecond
-	startRetryMax = 10 * time.Second
 )
 
 // PoolOptions say what a worker pool works.
@@ -73,7 +61,7 @@ type Pool struct {
 // per example, each on its own queue and workspace). The host's Close
 // stops it; Drain drains it.
 func (h *Host) StartPool(ctx context.Context, po PoolOptions) (*Pool, error) {
-	if h.log == nil {
+	if h.ro {
 		return nil, ErrReadOnly
 	}
 	if h.opts.Workers == 0 {
@@ -127,7 +115,8 @@ const (
 // segCtx, which only the end of the grace period cancels: stopping the pool
 // stops the lease requests, never a segment in hand.
 func (p *Pool) work(name string) {
-	c := p.h.ctrs
+	c := &p.h.ctrs
+	m := p.h.opts.Meter
 	failures := 0
 	// Polled every leasePoll while nothing is ready; after a failure the
 	// pause doubles, to leaseRetryMax.
@@ -139,7 +128,9 @@ func (p *Pool) work(name string) {
 				return
 			}
 			if !errors.Is(err, eventlog.ErrNoReadyTask) {
-				c.leaseErrors.Inc()
+				if m != nil {
+					m.LeaseFailed()
+				}
 				if failures++; failures&(failures-1) == 0 { // 1, 2, 4, 8 …
 					p.h.logger.Warn("lease request failed; retrying", "worker", name, "failures", failures, "err", err)
 				}
@@ -153,7 +144,9 @@ func (p *Pool) work(name string) {
 			continue
 		}
 		failures = 0
-		c.leases.Inc()
+		if m != nil {
+			m.Leased()
+		}
 		p.mu.Lock()
 		p.inFlight[lease.Task] = name
 		p.mu.Unlock()
@@ -166,8 +159,9 @@ func (p *Pool) work(name string) {
 		delete(p.inFlight, lease.Task)
 		p.mu.Unlock()
 		outcome := segmentOutcome(out, err, p.segCtx.Err() != nil)
-		c.segments.WithLabelValues(outcome).Inc()
-		c.segDuration.Observe(took.Seconds())
+		if m != nil {
+			m.Segment(outcome, took)
+		}
 		c.segTotal.Add(1)
 		p.segTotal.Add(1)
 		if outcome == "stopped" {
@@ -309,109 +303,41 @@ func (h *Host) InFlight() int { return int(h.ctrs.inFlight.Load()) }
 // Segments counts the segments the host's pools have run.
 func (h *Host) Segments() uint64 { return h.ctrs.segTotal.Load() }
 
-// Healthy reports why the host cannot do its work, or nil: it is connected
-// and, if it runs tasks, its pool is not draining.
+// Healthy reports why the host cannot do its work, or nil: its backend
+// can serve ([HealthChecker]) and, if it runs tasks, its pool is not
+// draining.
 func (h *Host) Healthy() error {
-	if s := h.nc.Status(); s != nats.CONNECTED {
-		return errors.New("nats: " + s.String())
+	if c, ok := h.b.(HealthChecker); ok {
+		if err := c.Healthy(); err != nil {
+			return err
+		}
 	}
-	if h.main.Load() != nil && h.ctrs.draining.Load() {
+	if h.Draining() {
 		return errors.New("pool: stopping")
 	}
 	return nil
 }
 
-// counters are the host's process metrics.
+// Draining reports whether the host's own pool runs and has been told to
+// drain.
+func (h *Host) Draining() bool { return h.main.Load() != nil && h.ctrs.draining.Load() }
+
+// Workers is the size of the host's own pool (Options.Workers).
+func (h *Host) Workers() int { return h.opts.Workers }
+
+// DamagedLogs counts the segments the host's pool refused because the
+// task's log is damaged (a gap, a corrupt record); each task so refused
+// ends failed.
+func (h *Host) DamagedLogs() uint64 {
+	if m := h.main.Load(); m != nil {
+		return m.eng.DamagedLogs()
+	}
+	return 0
+}
+
+// counters are what the host keeps of its pools itself.
 type counters struct {
-	leases, leaseErrors prometheus.Counter
-	segments            *prometheus.CounterVec
-	segDuration         prometheus.Histogram
-	segTotal            atomic.Uint64
-	inFlight            atomic.Int64
-	draining            atomic.Bool
-}
-
-func newCounters(h *Host) *counters {
-	c := &counters{
-		leases: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "noeta_engine_leases_taken_total", Help: "Leases this process's workers took."}),
-		leaseErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "noeta_engine_lease_errors_total", Help: "Lease requests that failed (retried)."}),
-		segments: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "noeta_engine_segments_total",
-			Help: "Segments this process ran, by outcome: suspended, terminal (released), lease_lost, failed (handed back for a retry), stopped (cut at shutdown, left to expire)."},
-			[]string{"outcome"}),
-		segDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "noeta_engine_segment_duration_seconds", Help: "How long segments ran, lease to release.",
-			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}}),
-	}
-	gauge := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
-	}
-	counter := func(name, help string, f func() uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
-	}
-	boolf := func(b bool) float64 {
-		if b {
-			return 1
-		}
-		return 0
-	}
-	h.reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		c.leases, c.leaseErrors, c.segments, c.segDuration,
-		gauge("noeta_engine_workers", "Workers in the pool.", func() float64 { return float64(h.opts.Workers) }),
-		gauge("noeta_engine_segments_in_flight", "Segments running now.", func() float64 { return float64(c.inFlight.Load()) }),
-		gauge("noeta_engine_pool_running", "1 while the pool takes new tasks, 0 once it is stopping.", func() float64 {
-			return boolf(h.main.Load() != nil && !c.draining.Load())
-		}),
-		gauge("noeta_engine_nats_connected", "1 while connected to NATS.", func() float64 { return boolf(h.nc.Status() == nats.CONNECTED) }),
-		counter("noeta_engine_nats_reconnects_total", "Reconnections to NATS.", func() uint64 { return h.nc.Stats().Reconnects }),
-		counter("noeta_engine_dispatcher_wakes_applied_total", "Wake ingress messages this process's dispatcher applied (fired timers included).",
-			func() uint64 { return h.disp.Stats().WakesApplied }),
-		counter("noeta_engine_damaged_logs_total", "Segments refused because the task's log is damaged (a gap, a corrupt record); each task so refused ends failed.", func() uint64 {
-			if m := h.main.Load(); m != nil {
-				return m.eng.DamagedLogs()
-			}
-			return 0
-		}),
-		counter("noeta_engine_dispatcher_answers_refused_total", "Human answers on the wake ingress that matched no request the task waits on now: dropped, not kept.",
-			func() uint64 { return h.disp.Stats().RefusedWakes }),
-		counter("noeta_engine_dispatcher_wakes_held_total", "Wake ingress messages held back because their task already buffers MaxPendingWakes wakes; past the cap the broker refuses the sender.",
-			func() uint64 { return h.disp.Stats().HeldWakes }),
-		counter("noeta_engine_dispatcher_requeued_total", "Expired leases this process's dispatcher requeued or ended.",
-			func() uint64 {
-				return h.disp.Stats().Requeued
-			}),
-	)
-	return c
-}
-
-// startupTransient reports a start-up error that may pass on its own: no
-// server answered, a request timed out, or JetStream said it is between
-// leaders or short of peers.
-func startupTransient(err error) bool {
-	for _, e := range []error{
-		context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoServers, nats.ErrNoResponders,
-		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrDisconnected,
-		natsjs.ErrNoHeartbeat, syscall.ECONNREFUSED, syscall.ECONNRESET, io.EOF, io.ErrUnexpectedEOF,
-	} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	var apiErr *natsjs.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode {
-		case 10004, // incomplete results
-			10005, // no suitable peers for placement (a node is down)
-			10007, // cluster not assigned to this server
-			10008, // JetStream system temporarily unavailable
-			10009, // cluster can not handle the request (no leader)
-			10202: // cluster member change in progress
-			return true
-		}
-	}
-	return false
+	segTotal atomic.Uint64
+	inFlight atomic.Int64
+	draining atomic.Bool
 }

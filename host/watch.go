@@ -472,14 +472,15 @@ func (w *Watch) whileOpen(ctx context.Context, cancel context.CancelCauseFunc, t
 	}
 }
 
-// requestOpen reports whether handle is still an open request of the task
-// in st. Open means not yet resolved and the task not ended, not "the task
-// is suspended on it this instant": a vote counted toward a quorum or a
+// requestOpen reports whether handle is an approval request of the task in
+// st that is still open, as engine.OpenRequest, the one judge of that,
+// says: not yet resolved and the task not ended, not "the task is
+// suspended on it this instant": a vote counted toward a quorum or a
 // refused answer wakes the task for a moment and it suspends on the same
 // open request again, which must still be asked.
 func requestOpen(st *engine.State, handle string) bool {
-	_, pending := st.Governance.PendingApprovals[handle]
-	return pending && st.Status != noeta.StatusTerminal
+	_, approval := st.Governance.PendingApprovals[handle]
+	return approval && engine.OpenRequest(st, handle) == nil
 }
 
 // settled reports whether the tree has come to rest, and how.

@@ -26,6 +26,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
@@ -57,7 +59,7 @@ type Options struct {
 	// task.
 	Restart bool
 	// Reopen opens the host again on dataDir (the closed host's).
-	Reopen func(ctx context.Context, dataDir string) (*host.Host, error)
+	Reopen func(ctx context.Context, dataDir string) (*hostconfig.Host, error)
 	// ServerPID and ServerDir name a nats-server of its own, whose RSS and
 	// store size the scale mode reads at each level; with an embedded
 	// server, which is measured as part of this process, they stay unset.
@@ -254,7 +256,7 @@ type Result struct {
 // mode. It returns what it measured and the host open at its end: h, or,
 // with o.Restart, the host o.Reopen opened in its place (h is closed then).
 // An error of o.Reopen is returned as it is.
-func Run(ctx context.Context, h *host.Host, o Options) (Result, *host.Host, error) {
+func Run(ctx context.Context, h *hostconfig.Host, o Options) (Result, *hostconfig.Host, error) {
 	res := Result{Target: o.Target, Tasks: o.Tasks, Calls: o.Calls, Workers: o.Workers}
 	if len(o.Levels) > 0 {
 		res.Tasks, res.Calls = 0, 0 // the scale mode runs no scripted tasks
@@ -312,7 +314,7 @@ func (s *samples) quantiles() (n int, p50, p99 float64) {
 }
 
 // runLoad runs the scripted tasks and fills res.
-func runLoad(ctx context.Context, h *host.Host, probe *appendProbe, o Options, res *Result) error {
+func runLoad(ctx context.Context, h *hostconfig.Host, probe *appendProbe, o Options, res *Result) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -475,7 +477,7 @@ loop:
 
 // approveSoon approves handle once the dispatcher has the task suspended on
 // it: the TaskSuspended record is committed just before the release.
-func approveSoon(ctx context.Context, h *host.Host, task, handle string, woke func(string, time.Time)) error {
+func approveSoon(ctx context.Context, h *hostconfig.Host, task, handle string, woke func(string, time.Time)) error {
 	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
 		// Noted before the call: an answer on the embedded server may be
 		// applied, and the task leased, before Approve returns.
@@ -498,7 +500,7 @@ func approveSoon(ctx context.Context, h *host.Host, task, handle string, woke fu
 // appendProbe appends ToolCallStarted records to a task of its own under
 // its own lease, timing each fenced append.
 type appendProbe struct {
-	h     *host.Host
+	h     *hostconfig.Host
 	task  string
 	lease eventlog.Lease
 	env   eventlog.Envelope
@@ -507,7 +509,7 @@ type appendProbe struct {
 	beat time.Time
 }
 
-func newAppendProbe(ctx context.Context, h *host.Host) (*appendProbe, error) {
+func newAppendProbe(ctx context.Context, h *hostconfig.Host) (*appendProbe, error) {
 	id := noeta.NewTaskID()
 	created, err := eventlog.NewEnvelope(id, eventlog.OriginEngine, "bench",
 		noeta.TaskCreated{TaskID: id, Agent: Agent, Goal: "append probe", RootTaskID: id})

@@ -7,10 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"os"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/policy"
 )
 
@@ -180,13 +181,13 @@ func TestScript(t *testing.T) {
 
 // openHost opens a host on an embedded server in a directory of the test's,
 // governed by Config.
-func openHost(t *testing.T, ctx context.Context, dir string, calls int) *host.Host {
+func openHost(t *testing.T, ctx context.Context, dir string, calls int) *hostconfig.Host {
 	t.Helper()
 	cfg, err := Config(calls)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.Open(ctx, host.Options{DataDir: dir, Config: cfg, Workers: 2, Name: "bench"})
+	h, err := hostconfig.Open(ctx, hostconfig.Options{DataDir: dir, Config: cfg, Workers: 2, Name: "bench"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,10 +254,10 @@ func TestRunScale(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
 	h := openHost(t, ctx, dir, 0)
-	var reopened *host.Host
+	var reopened *hostconfig.Host
 	res, h2, err := Run(ctx, h, Options{
 		Levels: []int{3, 6}, Probes: 3, Restart: true, Quiet: true,
-		Reopen: func(ctx context.Context, d string) (*host.Host, error) {
+		Reopen: func(ctx context.Context, d string) (*hostconfig.Host, error) {
 			if d != dir {
 				t.Errorf("reopened on %s, want %s", d, dir)
 			}

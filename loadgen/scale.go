@@ -19,11 +19,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/oklog/ulid/v2"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
-	"github.com/noeta-go/noeta/host"
 )
 
 // idleQueue holds the scale mode's suspended tasks: no worker of the
@@ -132,7 +133,7 @@ func (t *idleTasks) pick(r *rand.Rand) string {
 
 // suspendIdle creates one task, leases it and suspends it on the bench's
 // external event: TaskCreated, LeaseGranted's lease, TaskSuspended.
-func suspendIdle(ctx context.Context, h *host.Host, id string) error {
+func suspendIdle(ctx context.Context, h *hostconfig.Host, id string) error {
 	created, err := eventlog.NewEnvelope(id, eventlog.OriginEngine, "bench",
 		noeta.TaskCreated{TaskID: id, Agent: "bench", Goal: "idle", RootTaskID: id})
 	if err != nil {
@@ -156,7 +157,7 @@ func suspendIdle(ctx context.Context, h *host.Host, id string) error {
 }
 
 // suspendAgain records the suspension under l and releases it.
-func suspendAgain(ctx context.Context, h *host.Host, l eventlog.Lease) error {
+func suspendAgain(ctx context.Context, h *hostconfig.Host, l eventlog.Lease) error {
 	cond := noeta.ExternalWake(EventKind)
 	env, err := eventlog.NewEnvelope(l.Task, eventlog.OriginEngine, "bench", noeta.TaskSuspended{Reason: "bench idle", WakeOn: cond})
 	if err != nil {
@@ -179,7 +180,7 @@ const growers = 128
 // grow adds suspended tasks until there are n, through the engine's own
 // path: Create, Enqueue, Lease, the fenced TaskSuspended (after its
 // LeaseGranted) and Release.
-func grow(ctx context.Context, progress io.Writer, h *host.Host, idle *idleTasks, n int) error {
+func grow(ctx context.Context, progress io.Writer, h *hostconfig.Host, idle *idleTasks, n int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -223,7 +224,7 @@ func grow(ctx context.Context, progress io.Writer, h *host.Host, idle *idleTasks
 
 // wakeToLease wakes a random idle task and times until a Lease of the idle
 // queue returns it, then suspends it again; n times.
-func wakeToLease(ctx context.Context, h *host.Host, idle *idleTasks, n int, lat *samples) error {
+func wakeToLease(ctx context.Context, h *hostconfig.Host, idle *idleTasks, n int, lat *samples) error {
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	d := h.Dispatcher()
 	for range n {
@@ -248,7 +249,7 @@ func wakeToLease(ctx context.Context, h *host.Host, idle *idleTasks, n int, lat 
 
 // runLevels grows the population to each level in turn and measures
 // there; it returns the population for a restart to wake.
-func runLevels(ctx context.Context, h *host.Host, probe *appendProbe, o Options, res *Result) (*idleTasks, error) {
+func runLevels(ctx context.Context, h *hostconfig.Host, probe *appendProbe, o Options, res *Result) (*idleTasks, error) {
 	idle := newIdleTasks()
 	for _, n := range o.Levels {
 		start := time.Now()
@@ -311,7 +312,7 @@ func runLevels(ctx context.Context, h *host.Host, probe *appendProbe, o Options,
 // directory (embedded: the server restarts with it; --nats: the engine
 // alone) through o.Reopen, timing the open and the first wake of a suspended task to its
 // lease.
-func restartHost(ctx context.Context, h *host.Host, idle *idleTasks, o Options) (*Restart, *host.Host, error) {
+func restartHost(ctx context.Context, h *hostconfig.Host, idle *idleTasks, o Options) (*Restart, *hostconfig.Host, error) {
 	if o.Reopen == nil {
 		return nil, h, errors.New("a restart needs Options.Reopen")
 	}

@@ -15,18 +15,20 @@ import (
 	"slices"
 	"time"
 
+	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
-	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/timeline"
 )
 
 // DispatchState is the dispatcher's row of task; known is false while the
 // dispatcher does not know it.
-func DispatchState(ctx context.Context, h *host.Host, task string) (eventlog.DispatchState, bool, error) {
+func DispatchState(ctx context.Context, h *hostconfig.Host, task string) (eventlog.DispatchState, bool, error) {
 	ds, err := h.Dispatch(ctx, task)
 	if errors.Is(err, eventlog.ErrNotFound) {
 		return ds, false, nil
@@ -42,7 +44,7 @@ const followPoll = 200 * time.Millisecond
 // asJSON writes each as its CloudEvents JSON object, one a line; else a
 // line each of the timeline's events listing. A task with no log is an
 // error that says whether it is unknown or its log was lost.
-func Events(ctx context.Context, st *host.Host, task string, follow, asJSON bool, w io.Writer) error {
+func Events(ctx context.Context, st *hostconfig.Host, task string, follow, asJSON bool, w io.Writer) error {
 	envs, err := st.Events(ctx, task, 0)
 	if err != nil {
 		if errors.Is(err, eventlog.ErrNotFound) {
@@ -219,7 +221,7 @@ func DamagedHint(err error) error {
 // TailCheck compares the dispatcher's row with the folded log: a row that
 // says the task suspended or ended while the log does not is a log that lost
 // its last records, which nothing in the log itself shows.
-func TailCheck(ctx context.Context, st *host.Host, state *engine.State, ds eventlog.DispatchState, known bool) error {
+func TailCheck(ctx context.Context, st *hostconfig.Host, state *engine.State, ds eventlog.DispatchState, known bool) error {
 	if !known || state.LastSeq == 0 {
 		return nil
 	}
@@ -231,7 +233,7 @@ func TailCheck(ctx context.Context, st *host.Host, state *engine.State, ds event
 	if err != nil || !ok || again.Status != ds.Status || again.Generation != ds.Generation {
 		return nil // the task moved while it was read
 	}
-	if f, bad := host.RowAgainstLog(state.Task, ds, state, envs[len(envs)-1]); bad {
+	if f, bad := jshost.RowAgainstLog(state.Task, ds, state, envs[len(envs)-1]); bad {
 		return DamagedHint(fmt.Errorf("%w: task %s: seq %s: %s", eventlog.ErrGap, f.Task, f.Seqs, f.Detail))
 	}
 	return nil
@@ -239,7 +241,7 @@ func TailCheck(ctx context.Context, st *host.Host, state *engine.State, ds event
 
 // NoTask reports a task with no log: unknown, or — when the dispatcher has a
 // row for it — a log the store lost.
-func NoTask(ctx context.Context, st *host.Host, task string) error {
+func NoTask(ctx context.Context, st *hostconfig.Host, task string) error {
 	if ds, known, err := DispatchState(ctx, st, task); err == nil && known {
 		return DamagedHint(fmt.Errorf("%w: task %s: seq 1-: the dispatcher has the task (%s, lease generation %d) and the stream has no record of it: its whole log is lost",
 			eventlog.ErrGap, task, ds.Status, ds.Generation))

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
@@ -34,13 +37,13 @@ func assertSafe(t *testing.T, what, s string) {
 
 // runTask opens a host on an embedded server, runs a scripted task to its
 // end and returns the host and the task's id.
-func runTask(t *testing.T, ctx context.Context) (*host.Host, string) {
+func runTask(t *testing.T, ctx context.Context) (*hostconfig.Host, string) {
 	t.Helper()
 	cfg, err := config.Parse("noeta.yaml", []byte("agents:\n  a:\n    tools: [echo]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.Open(ctx, host.Options{DataDir: t.TempDir(), Config: cfg, Workers: 1})
+	h, err := hostconfig.Open(ctx, hostconfig.Options{DataDir: t.TempDir(), Config: cfg, Workers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,15 +149,15 @@ func TestWriteStateEscapes(t *testing.T) {
 // TestWriteDoctor: each problem on its line, escaped; the summary counts.
 func TestWriteDoctor(t *testing.T) {
 	tests := []struct {
-		rep  host.DoctorReport
+		rep  jshost.DoctorReport
 		want []string
 	}{
-		{host.DoctorReport{Clean: true, Tasks: 2, Records: 9, Rows: 2}, []string{"clean: 2 tasks, 9 records, 2 dispatcher rows"}},
-		{host.DoctorReport{Tasks: 1, Records: 3, Rows: 1, Problems: []host.Finding{
+		{jshost.DoctorReport{Clean: true, Tasks: 2, Records: 9, Rows: 2}, []string{"clean: 2 tasks, 9 records, 2 dispatcher rows"}},
+		{jshost.DoctorReport{Tasks: 1, Records: 3, Rows: 1, Problems: []jshost.Finding{
 			{Kind: "gap", Task: "01JTASK", Seqs: "4-6", Detail: "missing"},
 			{Kind: "corrupt", Task: "01JTASK", StreamSeq: 17, Detail: hostile},
 		}}, []string{"gap task 01JTASK seq 4-6: missing", "corrupt task 01JTASK stream seq 17: x\\u001b[2J", "2 problem(s) in 1 tasks, 3 records, 1 dispatcher rows"}},
-		{host.DoctorReport{Clean: true, Sandbox: &host.SandboxReport{Enabled: false, Disabled: []string{"sandbox.enabled: false"}}},
+		{jshost.DoctorReport{Clean: true, Sandbox: &jshost.SandboxReport{Enabled: false, Disabled: []string{"sandbox.enabled: false"}}},
 			[]string{"sandbox: disabled by the config (sandbox.enabled: false): tools run unconfined"}},
 	}
 	for _, tt := range tests {
@@ -251,7 +254,7 @@ func TestJSONShapes(t *testing.T) {
 // and are escaped, a tab included, so they cannot shift the columns; the
 // JSON lines decode to the entries.
 func TestWriteTools(t *testing.T) {
-	entries := []host.AgentTool{
+	entries := []hostconfig.AgentTool{
 		{Agent: "a", Tool: "echo", Risk: "low", Source: "built-in", Description: "says it back", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		{Agent: "a", Tool: "mcp__x__t\tab", Risk: "high", Source: "mcp:x", Description: hostile, InputSchema: json.RawMessage(`{}`)},
 	}

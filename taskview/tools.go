@@ -6,7 +6,8 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/timeline"
 )
@@ -24,7 +25,7 @@ type ToolEntry struct {
 
 // WriteTools writes the tools each agent may call: a table, or with asJSON
 // one ToolEntry a line.
-func WriteTools(w io.Writer, entries []host.AgentTool, asJSON bool) error {
+func WriteTools(w io.Writer, entries []hostconfig.AgentTool, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		for _, e := range entries {

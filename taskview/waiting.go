@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
+
 	"github.com/noeta-go/noeta/eventlog"
-	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/timeline"
 )
@@ -120,7 +121,7 @@ func shortDuration(d time.Duration) string {
 // WriteDoctor writes a store's doctor report: a line per problem, each
 // escaped whole (a detail may quote a damaged record's bytes), the
 // sandbox's state, and a summary.
-func WriteDoctor(w io.Writer, r *host.DoctorReport) {
+func WriteDoctor(w io.Writer, r *jshost.DoctorReport) {
 	for _, p := range r.Problems {
 		line := p.Kind
 		if p.Task != "" {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/host"
@@ -57,12 +59,12 @@ func openHostWith(t *testing.T, n int, yaml string) *host.Host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.Open(t.Context(), host.Options{DataDir: t.TempDir(), Config: cfg, Workers: n, Logger: slog.New(slog.DiscardHandler)})
+	h, err := hostconfig.Open(t.Context(), hostconfig.Options{DataDir: t.TempDir(), Config: cfg, Workers: n, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
-	return h
+	return h.Host
 }
 
 func testHTTP() config.HTTP {

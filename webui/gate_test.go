@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/policy"
@@ -164,7 +166,7 @@ func TestFanoutNeedsLogin(t *testing.T) {
 		{"a token", gate.Streams, aliceToken, http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := host.Open(t.Context(), host.Options{DataDir: t.TempDir(), Config: cfg, Workers: 1, ServesHTTP: true,
+			h, err := hostconfig.Open(t.Context(), hostconfig.Options{DataDir: t.TempDir(), Config: cfg, Workers: 1, ServesHTTP: true,
 				Streams: tc.streams, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
@@ -242,13 +244,13 @@ func TestFanoutStreamEndsAtLogout(t *testing.T) {
 		t.Fatal(err)
 	}
 	gate := NewGate(testHTTP(), Limits{StreamRecheck: 50 * time.Millisecond})
-	h, err := host.Open(t.Context(), host.Options{DataDir: t.TempDir(), Config: cfg, Workers: 1, ServesHTTP: true,
+	h, err := hostconfig.Open(t.Context(), hostconfig.Options{DataDir: t.TempDir(), Config: cfg, Workers: 1, ServesHTTP: true,
 		Streams: gate.Streams, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
-	ui, err := New(Config{Host: h, HTTP: testHTTP(), Gate: gate, Logger: slog.New(slog.DiscardHandler)})
+	ui, err := New(Config{Host: h.Host, HTTP: testHTTP(), Gate: gate, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +267,7 @@ func TestFanoutStreamEndsAtLogout(t *testing.T) {
 	srv := NewHTTPServer(mux, Limits{})
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	id, _ := submitWaiting(t, h)
+	id, _ := submitWaiting(t, h.Host)
 
 	res, err := http.Post("http://"+addr+"/api/v1/login", "application/json", strings.NewReader(`{"token": "`+aliceToken+`"}`))
 	if err != nil {

@@ -6,15 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/noeta-go/noeta/eventlog"
-	"github.com/noeta-go/noeta/host"
 )
 
 // putWaiting writes entries into the waiting index of the data directory,
 // as an engine would.
 func putWaiting(t *testing.T, data string, ws ...eventlog.Waiting) {
 	t.Helper()
-	h, err := host.Open(t.Context(), host.Options{DataDir: data, Name: "test"})
+	h, err := hostconfig.Open(t.Context(), hostconfig.Options{DataDir: data, Name: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

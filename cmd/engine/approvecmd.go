@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
@@ -72,7 +75,7 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 	}
 	// Nothing runs here: a client, of the data directory's holder if it
 	// has one.
-	h, err := g.open(ctx, "submit", host.Options{Config: cfg, Queue: queue})
+	h, err := g.open(ctx, "submit", hostconfig.Options{Config: cfg, Queue: queue})
 	if err != nil {
 		return err
 	}
@@ -209,8 +212,8 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	if err != nil {
 		return err
 	}
-	runs := !host.DataDirHeld(data)
-	var h *host.Host
+	runs := !jshost.DataDirHeld(data)
+	var h *hostconfig.Host
 	if runs {
 		cfg, err := governance(ctx, o.config)
 		if err != nil {
@@ -220,8 +223,8 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		if err != nil {
 			return err
 		}
-		h, err = g.open(ctx, "approve", host.Options{Config: cfg, Workers: g.workers, Deferred: true, Workspace: workspace, Verb: "approve", Stdout: g.stdout})
-		var busy *host.BusyError
+		h, err = g.open(ctx, "approve", hostconfig.Options{Config: cfg, Workers: g.workers, Deferred: true, Workspace: workspace, Verb: "approve", Stdout: g.stdout})
+		var busy *jshost.BusyError
 		if errors.As(err, &busy) {
 			runs = false // taken since: be its client
 		} else if err != nil {
@@ -235,7 +238,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 				return err
 			}
 		}
-		if h, err = g.open(ctx, "approve", host.Options{Config: cfg}); err != nil {
+		if h, err = g.open(ctx, "approve", hostconfig.Options{Config: cfg}); err != nil {
 			return err
 		}
 	}
@@ -276,7 +279,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 			root = task
 		}
 		p = timeline.NewPrinter(root, g.stdout, g.stderr, false, timeline.Leave, approver())
-		if err := p.Watch(ctx, h, true); err != nil {
+		if err := p.Watch(ctx, h.Host, true); err != nil {
 			return failErr(err)
 		}
 		if err := h.Start(ctx); err != nil {
@@ -318,7 +321,7 @@ const expiryWait = 30 * time.Second
 
 // waitResolved returns once handle is no longer an open request of task
 // (or the task ended), within limit, or when ctx ends.
-func waitResolved(ctx context.Context, h *host.Host, task, handle string, limit time.Duration) {
+func waitResolved(ctx context.Context, h *hostconfig.Host, task, handle string, limit time.Duration) {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -393,7 +396,7 @@ func natsApprover(as, user string) (string, error) {
 // (<prefix>.approve.<approver>.<p>.<task>) with read-only permissions and
 // that one publish: what deploy/nats's approver role allows.
 func approveOnNATS(ctx context.Context, g *globals, task, handle string, decision noeta.ApprovalDecision, verb, who, reason string) error {
-	h, err := g.open(ctx, "approve", host.Options{ReadOnly: true})
+	h, err := g.open(ctx, "approve", hostconfig.Options{ReadOnly: true})
 	if err != nil {
 		return err
 	}

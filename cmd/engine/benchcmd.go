@@ -5,9 +5,10 @@ import (
 	"io"
 	"os"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/spf13/cobra"
 
-	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/loadgen"
 )
 
@@ -93,7 +94,7 @@ func runBench(ctx context.Context, g *globals, o benchOpts) error {
 	if err != nil {
 		return failErr(err)
 	}
-	opts := host.Options{Config: cfg, Workers: g.workers, Name: "bench"}
+	opts := hostconfig.Options{Config: cfg, Workers: g.workers, Name: "bench"}
 	if g.conn.embedded() && g.data == "" {
 		dir, err := os.MkdirTemp("", "noeta-bench-")
 		if err != nil {
@@ -108,7 +109,7 @@ func runBench(ctx context.Context, g *globals, o benchOpts) error {
 	}
 	defer func() { h.Close() }()
 	lo.Target = g.where(h)
-	lo.Reopen = func(ctx context.Context, dir string) (*host.Host, error) {
+	lo.Reopen = func(ctx context.Context, dir string) (*hostconfig.Host, error) {
 		opts.DataDir = dir
 		return g.open(ctx, "bench", opts)
 	}

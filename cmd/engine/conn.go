@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
@@ -69,7 +72,7 @@ func (c connOpts) check() error {
 // o says what it runs. Its errors carry their exit codes: bad options,
 // bad config and a data directory another process holds (for a verb that
 // runs tasks) are bad usage.
-func (g *globals) open(ctx context.Context, verb string, o host.Options) (*host.Host, error) {
+func (g *globals) open(ctx context.Context, verb string, o hostconfig.Options) (*hostconfig.Host, error) {
 	if err := g.conn.check(); err != nil {
 		return nil, err
 	}
@@ -95,20 +98,20 @@ func (g *globals) open(ctx context.Context, verb string, o host.Options) (*host.
 		}
 		o.DataDir = data
 	}
-	h, err := host.Open(ctx, o)
+	h, err := hostconfig.Open(ctx, o)
 	if err != nil {
 		return nil, hostErr(verb, err)
 	}
 	return h, nil
 }
 
-// hostErr gives an error of host.Open its exit code.
+// hostErr gives an error of hostconfig.Open its exit code.
 func hostErr(verb string, err error) error {
-	var busy *host.BusyError
+	var busy *jshost.BusyError
 	switch {
 	case errors.As(err, &busy):
 		return busyUsage(verb, busy)
-	case errors.Is(err, host.ErrBadOptions), errors.Is(err, host.ErrBadConfig):
+	case errors.Is(err, host.ErrBadOptions), errors.Is(err, jshost.ErrBadOptions), errors.Is(err, hostconfig.ErrBadConfig):
 		return usageErr("%v", err)
 	}
 	return failErr(err)
@@ -116,7 +119,7 @@ func hostErr(verb string, err error) error {
 
 // busyUsage is the exit-2 error of a verb that needs the data directory to
 // itself.
-func busyUsage(verb string, busy *host.BusyError) error {
+func busyUsage(verb string, busy *jshost.BusyError) error {
 	hint := "stop it or use another --data"
 	if busy.Known && busy.Holder.Verb == "serve" {
 		hint = "submit to it with 'engine submit', follow with 'engine events --follow', or use another --data"
@@ -126,7 +129,7 @@ func busyUsage(verb string, busy *host.BusyError) error {
 
 // flags names the deployment of h in messages, as the flags that reach it
 // again.
-func (g *globals) flags(h *host.Host) string {
+func (g *globals) flags(h *hostconfig.Host) string {
 	var s string
 	if h.Embedded() {
 		s = "--data " + h.DataDir()
@@ -141,7 +144,7 @@ func (g *globals) flags(h *host.Host) string {
 
 // where describes the deployment of h for a message: the data directory,
 // or the NATS servers.
-func (g *globals) where(h *host.Host) string {
+func (g *globals) where(h *hostconfig.Host) string {
 	if h.Embedded() {
 		return "data " + h.DataDir()
 	}
@@ -149,7 +152,7 @@ func (g *globals) where(h *host.Host) string {
 }
 
 // describe is a one-line description of the connection for logs.
-func (g *globals) describe(h *host.Host) string {
+func (g *globals) describe(h *hostconfig.Host) string {
 	if holder, ok := h.Attached(); ok {
 		return fmt.Sprintf("the embedded server of %v on %s", holder, h.DataDir())
 	}

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/host"
 )
 
 // slowTask is a task file of n echo calls, each followed by a 0.2 s sleep.
@@ -42,7 +43,7 @@ func TestSecondRunOnOneDataDirIsRefused(t *testing.T) {
 	config := writeFile(t, "noeta.yaml", serveConfig)
 	first := startEngine(t, "run", slowTask(t, "first", 15), "--config", config, "--data", data, "--workspace", workspace(t))
 	waitFor(t, time.Minute, "the first run to hold the data directory", func() bool {
-		h, ok := host.ReadHolder(data)
+		h, ok := jshost.ReadHolder(data)
 		return ok && h.URL != ""
 	})
 	start := time.Now()
@@ -183,7 +184,7 @@ func TestEmbeddedServerRequiresCredentials(t *testing.T) {
 	data := t.TempDir()
 	p := startEngine(t, "serve", "--config", writeFile(t, "noeta.yaml", serveConfig), "--data", data, "--http", "", "--log-format", "json")
 	p.waitLog(t, "serving", time.Minute)
-	h, ok := host.ReadHolder(data)
+	h, ok := jshost.ReadHolder(data)
 	if !ok || h.URL == "" || h.Verb != "serve" || h.PID != p.cmd.Process.Pid {
 		t.Fatalf("holder %+v %v", h, ok)
 	}

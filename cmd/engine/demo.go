@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,7 +15,6 @@ import (
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/examples"
 	"github.com/noeta-go/noeta/examples/demo"
-	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/govfile"
 )
 
@@ -58,7 +59,7 @@ func runDemo(ctx context.Context, g *globals) error {
 	// (examples/noeta.yaml has none today, and the demo's output stays its
 	// own). Its own pool is never started: each example runs in a pool of
 	// its own, on its own queue and workspace (runExample).
-	h, err := g.open(ctx, "demo", host.Options{DataDir: data, Config: cfg, Workers: g.workers, Deferred: true, Workspace: tmp, Verb: "demo", Stdout: g.stdout})
+	h, err := g.open(ctx, "demo", hostconfig.Options{DataDir: data, Config: cfg, Workers: g.workers, Deferred: true, Workspace: tmp, Verb: "demo", Stdout: g.stdout})
 	if err != nil {
 		return err
 	}

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
-	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/govfile"
 	"github.com/noeta-go/noeta/taskview"
 )
@@ -65,7 +67,7 @@ not be read), 2 bad usage. --json prints one JSON object instead.`,
 			if err != nil {
 				return err
 			}
-			rep.CheckSandbox(cmd.Context(), cfg)
+			hostconfig.CheckSandbox(cmd.Context(), rep, cfg)
 			if asJSON {
 				b, err := json.MarshalIndent(rep, "", "  ")
 				if err != nil {
@@ -87,13 +89,13 @@ not be read), 2 bad usage. --json prints one JSON object instead.`,
 }
 
 // runDoctor opens the deployment read only and checks it.
-func runDoctor(ctx context.Context, g *globals) (*host.DoctorReport, error) {
+func runDoctor(ctx context.Context, g *globals) (*jshost.DoctorReport, error) {
 	// The host starts the server on --data (or attaches to its holder's);
 	// doctor reads through its connection only, with no observer and no
 	// recovery writing.
-	h, err := g.open(ctx, "doctor", host.Options{ReadOnly: true})
+	h, err := g.open(ctx, "doctor", hostconfig.Options{ReadOnly: true})
 	if errors.Is(err, jetstream.ErrStreamLost) {
-		return host.StreamLostReport(err), nil
+		return jshost.StreamLostReport(err), nil
 	}
 	if err != nil {
 		return nil, err

@@ -12,12 +12,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
+
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
-	"github.com/noeta-go/noeta/host"
 )
 
 // corruptTaskFile runs six turns of two echo calls and finishes: 42 records.
@@ -268,7 +269,7 @@ func TestDoctorFindsCorruption(t *testing.T) {
 				}
 			}
 			code, out, _ = runCmd(t, "doctor", "--data", data, "--json")
-			var rep host.DoctorReport
+			var rep jshost.DoctorReport
 			if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.Clean || len(rep.Problems) == 0 {
 				t.Errorf("doctor --json: exit %d, %v, %+v", code, err, rep)
 			}

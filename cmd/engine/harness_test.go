@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
@@ -33,7 +35,7 @@ agents:
 // own stack on it, from which tasks are submitted and inspected.
 type deployment struct {
 	conn   connOpts
-	st     *host.Host
+	st     *hostconfig.Host
 	config string // the governance config file
 	ws     string // the workspace
 }
@@ -54,9 +56,9 @@ func newDeployment(t *testing.T, url, prefix string, replicas int, ttl time.Dura
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st *host.Host
+	var st *hostconfig.Host
 	for deadline := time.Now().Add(2 * time.Minute); ; {
-		if st, err = host.Open(t.Context(), host.Options{
+		if st, err = hostconfig.Open(t.Context(), hostconfig.Options{
 			NATS: conn.nc, Prefix: prefix, Replicas: replicas, LeaseTTL: ttl, Name: "test", Logger: logger,
 			Config: cfg,
 		}); err == nil {

@@ -31,10 +31,11 @@ package main
 
 import (
 	"context"
-	"github.com/noeta-go/noeta/tools/sandbox"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/noeta-go/noeta/tools/sandbox"
 )
 
 func main() {

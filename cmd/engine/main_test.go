@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/noeta-go/noeta/tools/sandbox"
 	"io"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/noeta-go/noeta/tools/sandbox"
 
 	"github.com/noeta-go/noeta/examples/demo"
 )

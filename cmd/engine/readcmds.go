@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
-	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/taskview"
 )
 
@@ -21,8 +22,8 @@ import (
 // server of --data (its own, or that of the process that holds it); on a
 // remote NATS it only looks things up, so it works with the read-only
 // permissions of deploy/nats's operator role.
-func openReadView(ctx context.Context, g *globals, verb string) (*host.Host, error) {
-	return g.open(ctx, verb, host.Options{ReadOnly: true})
+func openReadView(ctx context.Context, g *globals, verb string) (*hostconfig.Host, error) {
+	return g.open(ctx, verb, hostconfig.Options{ReadOnly: true})
 }
 
 func taskArg(id string) error {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
@@ -107,7 +109,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if err != nil {
 		return err
 	}
-	h, err := g.open(ctx, "run", host.Options{
+	h, err := g.open(ctx, "run", hostconfig.Options{
 		Config: cfg, Workers: g.workers, Workspace: workspace, Verb: "run", Stdout: g.stdout,
 	})
 	if err != nil {
@@ -124,7 +126,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if mode == timeline.Ask {
 		p.Answers = bufio.NewReader(stdin)
 	}
-	if err := p.Watch(ctx, h, false); err != nil {
+	if err := p.Watch(ctx, h.Host, false); err != nil {
 		return failErr(err)
 	}
 	if !o.json {

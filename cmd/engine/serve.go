@@ -13,12 +13,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
-	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/settings"
 	"github.com/noeta-go/noeta/webui"
 )
@@ -203,10 +204,10 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	// and both count toward one set of stream caps.
 	gate := webui.NewGate(cfg.HTTP, o.web.limits())
 	actor := engine.DefaultActor()
-	h, err := g.open(ctx, "serve", host.Options{
+	h, err := g.open(ctx, "serve", hostconfig.Options{
 		Config: cfg, Workers: g.workers, Queue: o.queue, Workspace: workspace, Actor: actor, Streams: gate.Streams,
 		Name: "serve " + actor, ServesHTTP: ln != nil, RetryStart: true, Stdout: g.stdout, Logger: logger,
-		Skip: host.Skip{ChildLifecycle: !o.child, Hooks: !o.hooks, Audit: !o.audit},
+		Skip: hostconfig.Skip{ChildLifecycle: !o.child, Hooks: !o.hooks, Audit: !o.audit},
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -273,7 +274,7 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 // serveMux serves the host's endpoints (/healthz, /metrics, the fanout's
 // /tasks/{id}/events) and, at every other path, the API and the inbox page.
 // The fanout streams whole records, so the host guards it with the API's
-// gate (host.Options.Streams): it authenticates as the API does and counts
+// gate (hostconfig.Options.Streams): it authenticates as the API does and counts
 // toward its stream caps. /healthz (a liveness probe) and /metrics
 // (counters, no record's content; scraped without credentials by
 // convention) stay open, on a listener that is loopback unless TLS or a

@@ -3,9 +3,10 @@ package main
 import (
 	"context"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/spf13/cobra"
 
-	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/taskview"
 )
 
@@ -37,7 +38,7 @@ func listTools(ctx context.Context, g *globals, configPath string, asJSON bool) 
 	if err != nil {
 		return err
 	}
-	entries, err := host.AgentTools(ctx, cfg, host.ToolOptions{Logger: g.logger()})
+	entries, err := hostconfig.AgentTools(ctx, cfg, hostconfig.ToolOptions{Logger: g.logger()})
 	if err != nil {
 		return hostErr("tools", err)
 	}

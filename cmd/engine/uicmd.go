@@ -11,11 +11,13 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
-	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/govfile"
 	"github.com/noeta-go/noeta/webui"
 )
@@ -131,7 +133,7 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 	logger, _ := newLogger(g.stderr, "text", "info")
 	embedded := g.conn.embedded()
 	gate := webui.NewGate(cfg.HTTP, o.web.limits())
-	opts := host.Options{
+	opts := hostconfig.Options{
 		Config: cfg, Workers: g.workers, Workspace: workspace, Actor: engine.DefaultActor(), Streams: gate.Streams,
 		Name: "ui", Verb: "ui", Stdout: g.stdout, Logger: logger,
 	}
@@ -140,7 +142,7 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 		opts.Workers = 0
 	}
 	h, err := g.open(ctx, "ui", opts)
-	var busy *host.BusyError
+	var busy *jshost.BusyError
 	if embedded && errors.As(err, &busy) {
 		// A serve holds the directory: answer through its server.
 		opts.Workers = 0

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
@@ -35,9 +37,9 @@ type approvalsRun struct {
 
 // openApprover opens a read-only host as an approver user, as engine
 // approve --nats does.
-func openApprover(t testing.TB, ctx context.Context, urls, user string) *host.Host {
+func openApprover(t testing.TB, ctx context.Context, urls, user string) *hostconfig.Host {
 	t.Helper()
-	h, err := host.Open(ctx, host.Options{
+	h, err := hostconfig.Open(ctx, hostconfig.Options{
 		NATS:     natsconn.Options{URL: urls, User: user, Password: passwords[user]},
 		ReadOnly: true, Name: "approve " + user,
 	})

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/noeta-go/noeta/tools/sandbox"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/noeta-go/noeta/tools/sandbox"
 
 	"github.com/nats-io/nats.go"
 )

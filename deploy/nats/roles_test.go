@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -75,18 +76,27 @@ func startEngineOn(t testing.TB, nc *nats.Conn, errs *asyncErrs, dc jetstream.Di
 		// These accounts let each approver publish under its own name.
 		dc.ApproveSubjectAuth = noeta.AuthNATS
 	}
-	disp, err := jetstream.OpenDispatcher(ctx, nc, dc)
+	// A cluster that has just come up, on a loaded machine, may take
+	// longer than one request to place a new replicated bucket (a request
+	// that times out, 10005 "no suitable peers"): that passes, as the
+	// host's RetryStart lets it.
+	var disp *jetstream.Dispatcher
+	var err error
+	for {
+		disp, err = jetstream.OpenDispatcher(ctx, nc, dc)
+		if err == nil || ctx.Err() != nil || !setupTransient(err) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatalf("OpenDispatcher as engine: %v", err)
 	}
 	t.Cleanup(func() { _ = disp.Close() })
-	// A cluster that has just come up may not yet have every peer current
-	// for placing a new replicated bucket (10005, "no suitable peers"):
-	// that passes, as the host's RetryStart lets it.
 	var log *jetstream.Log
 	for {
 		log, err = jetstream.Open(ctx, nc, jetstream.Config{Replicas: replicas, Registry: disp, RequestTimeout: 10 * time.Second})
-		if err == nil || !strings.Contains(err.Error(), "err_code=10005") || ctx.Err() != nil {
+		if err == nil || !setupTransient(err) || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
@@ -337,4 +347,11 @@ func checkDense(envs []eventlog.Envelope) (*engine.State, error) {
 		}
 	}
 	return engine.Fold(envs)
+}
+
+// setupTransient reports an error of creating a replicated stream or
+// bucket that passes once the cluster has settled: a request that timed
+// out, or no peers current enough to place it yet.
+func setupTransient(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || strings.Contains(err.Error(), "err_code=10005")
 }

@@ -18,6 +18,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/examples"
 	"github.com/noeta-go/noeta/host"
@@ -75,7 +77,7 @@ type Result struct {
 // Run runs every example on h (whose own pool is not started), each in a
 // workspace under dir, until they are done or ctx ends; it returns the
 // results of those that ran.
-func Run(ctx context.Context, h *host.Host, dir string, o Options) ([]Result, error) {
+func Run(ctx context.Context, h *hostconfig.Host, dir string, o Options) ([]Result, error) {
 	names, err := fs.Glob(examples.FS, "*.yaml")
 	if err != nil {
 		return nil, err
@@ -117,7 +119,7 @@ func WriteSummary(w io.Writer, results []Result) (failed int) {
 
 // runExample runs one example task in a fresh workspace with its own engine,
 // worker pool and ready queue, and prints its timeline under a heading.
-func runExample(ctx context.Context, h *host.Host, dir, name string, o Options) (Result, error) {
+func runExample(ctx context.Context, h *hostconfig.Host, dir, name string, o Options) (Result, error) {
 	dc, ok := Cases[name]
 	if !ok {
 		dc = Case{Shows: "(not in the demo's table)", Approvals: timeline.Leave, Want: "completed"}
@@ -158,7 +160,7 @@ func runExample(ctx context.Context, h *host.Host, dir, name string, o Options) 
 	p := timeline.NewPrinter(id, w, o.Msgs, false, dc.Approvals, o.Approver)
 	p.ApproveReason = "the demo's table says approve"
 	p.DenyReason = "the demo's table says deny"
-	if err := p.Watch(ctx, h, false); err != nil {
+	if err := p.Watch(ctx, h.Host, false); err != nil {
 		return r, err
 	}
 

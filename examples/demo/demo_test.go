@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta/hostconfig"
+
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/examples"
 	"github.com/noeta-go/noeta/host"
@@ -26,7 +28,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	h, err := host.Open(ctx, host.Options{DataDir: dir + "/data", Config: cfg, Workers: 2, Deferred: true, Workspace: dir})
+	h, err := hostconfig.Open(ctx, hostconfig.Options{DataDir: dir + "/data", Config: cfg, Workers: 2, Deferred: true, Workspace: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,11 @@
-// Command embed runs noeta from Go: the embedded default (a data directory
-// under the system's temporary directory), the examples' governance config,
-// one guard and one observer of its own. It runs a task whose second call
-// the guard denies, and prints what happened.
+// Command embed runs noeta from Go, in memory: the memlog backend (no
+// server, nothing kept past the process), the examples' governance config,
+// the built-in tools but the shell, one guard and one observer of its own.
+// It runs a task whose second call the guard denies, and prints what
+// happened.
+//
+// It composes package host itself and so links neither NATS nor the model
+// SDKs, OpenTelemetry or MCP; hostconfig is the composition that does.
 //
 //	go run ./examples/embed
 package main
@@ -9,12 +13,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/noeta-go/noeta/tools/sandbox"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"sync"
+
+	"github.com/noeta-go/noeta/eventlog/memlog"
+	"github.com/noeta-go/noeta/tools"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
@@ -35,9 +41,6 @@ script:
 `
 
 func main() {
-	// First: the sandbox that confines the tools re-executes this binary
-	// as its helper (package sandbox).
-	sandbox.Main()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, "examples/noeta.yaml", os.Stdout); err != nil {
@@ -47,23 +50,27 @@ func main() {
 }
 
 func run(ctx context.Context, configPath string, out io.Writer) error {
-	dir, err := os.MkdirTemp("", "noeta-embed-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-
 	cfg, err := config.Load(ctx, configPath)
 	if err != nil {
 		return err
 	}
+	backend, err := memlog.NewBackend(memlog.Options{})
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	reg, err := toolsButShell()
+	if err != nil {
+		return err
+	}
 	counts := &byType{n: map[string]int{}}
-	h, err := host.Open(ctx, host.Options{
-		DataDir:   dir,
-		Config:    cfg,
-		Guards:    []guards.Guard{guards.Func("no-passwords", guards.MinUserPriority, noPasswords)},
-		Observers: []observers.Observer{counts},
-		Workers:   2,
+	h, err := host.Open(ctx, backend, host.Options{
+		Governance: cfg.Governance,
+		Approvals:  cfg.Approvals,
+		Tools:      reg,
+		Guards:     []guards.Guard{guards.Func("no-passwords", guards.MinUserPriority, noPasswords)},
+		Observers:  []observers.Observer{counts},
+		Workers:    2,
 	})
 	if err != nil {
 		return err
@@ -89,6 +96,23 @@ func run(ctx context.Context, configPath string, out io.Writer) error {
 	fmt.Fprintf(out, "task %s: %s %s\n", id, rest.Status, rest.Detail)
 	fmt.Fprint(out, counts)
 	return nil
+}
+
+// toolsButShell is the built-in tools without the shell: a shell command
+// runs confined only under the sandbox hostconfig sets up from the config,
+// and this program sets up none.
+func toolsButShell() (*tools.Registry, error) {
+	all, err := tools.Builtins(tools.BuiltinConfig{})
+	if err != nil {
+		return nil, err
+	}
+	var keep []tools.Tool
+	for _, t := range all {
+		if t.Name() != "shell" {
+			keep = append(keep, t)
+		}
+	}
+	return tools.NewRegistry(keep...)
 }
 
 // noPasswords denies a tool call whose arguments mention a password.

@@ -1,4 +1,4 @@
-package host
+package hostconfig
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/host"
 )
 
 // The fleet of the waiting benchmark: fleetTasks tasks of which
@@ -93,7 +94,7 @@ func buildFleet(ctx context.Context, b *testing.B, h *Host) error {
 		for range 16 {
 			wg.Go(func() {
 				for next.Add(1) <= fleetTasks {
-					_, err := h.Submit(ctx, Submission{Agent: "researcher", Goal: "g", Script: []byte(`[{"finish":{"answer":"x"}}]`), Queue: "bench-idle"})
+					_, err := h.Submit(ctx, host.Submission{Agent: "researcher", Goal: "g", Script: []byte(`[{"finish":{"answer":"x"}}]`), Queue: "bench-idle"})
 					if err != nil {
 						mu.Lock()
 						errs = append(errs, err)

@@ -1,4 +1,4 @@
-package host
+package jshost
 
 import (
 	"strings"
@@ -33,7 +33,11 @@ func TestClientSendsCredentialsOnlyToLoopback(t *testing.T) {
 func TestHolderConnectsInProcess(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
-	runner := openRunner(t, data)
+	runner, err := Open(t.Context(), Options{DataDir: data, Runs: true, Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runner.Close()
 	if got := runner.nc.ConnectedAddr(); got != "pipe" {
 		t.Fatalf("the holder's connection is to %q, want the in-process pipe", got)
 	}
@@ -41,7 +45,7 @@ func TestHolderConnectsInProcess(t *testing.T) {
 	if !ok || !loopbackURL(h.URL) {
 		t.Fatalf("the lock file advertises %+v, want a loopback TCP URL for clients", h)
 	}
-	client, err := Open(t.Context(), Options{DataDir: data, Config: exampleConfig(t), Name: "client"})
+	client, err := Open(t.Context(), Options{DataDir: data, Name: "client"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package host
+package hostconfig
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
 	"github.com/noeta-go/noeta/tools/sandbox"
 )
 
@@ -142,27 +143,12 @@ func hiddenPaths(o Options) []string {
 	return paths
 }
 
-// SandboxReport is what engine doctor says of the sandbox.
-type SandboxReport struct {
-	// Enabled: the config (or its absence: the default) confines some
-	// tool process.
-	Enabled bool `json:"enabled"`
-	// Available: a confined process ran here; Error says why not.
-	Available      bool   `json:"available"`
-	Error          string `json:"error,omitempty"`
-	LandlockABI    int    `json:"landlock_abi"`
-	Seccomp        bool   `json:"seccomp"`
-	UserNamespaces bool   `json:"user_namespaces"`
-	// Disabled lists where the config turns the sandbox off.
-	Disabled []string `json:"disabled,omitempty"`
-}
-
 // CheckSandbox probes the sandbox cfg asks for (nil: the default, on) and
 // records it in the report; a sandbox that is asked for and unavailable is
 // a problem (sandbox_unavailable): every tool process it should confine
 // would be refused.
-func (r *DoctorReport) CheckSandbox(ctx context.Context, cfg *config.File) {
-	sr := &SandboxReport{}
+func CheckSandbox(ctx context.Context, r *jshost.DoctorReport, cfg *config.File) {
+	sr := &jshost.SandboxReport{}
 	r.Sandbox = sr
 	if cfg != nil {
 		sr.Disabled = cfg.SandboxDisabled()
@@ -174,7 +160,7 @@ func (r *DoctorReport) CheckSandbox(ctx context.Context, cfg *config.File) {
 	sr.Enabled = true
 	if s.Err != nil {
 		sr.Error = s.Err.Error()
-		r.add(Finding{Kind: "sandbox_unavailable", Detail: sr.Error})
+		r.Add(jshost.Finding{Kind: "sandbox_unavailable", Detail: sr.Error})
 		return
 	}
 	sr.Available = true

@@ -1,4 +1,4 @@
-package host
+package hostconfig
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
+	"github.com/noeta-go/noeta/host"
 )
 
 func waitingEntry(task string) eventlog.Waiting {
@@ -57,7 +58,7 @@ func TestWaitingEmbedded(t *testing.T) {
 
 // TestWaitingRemoteReadOnly: a read-only host on a remote NATS binds to the
 // bucket and never creates it; before any engine made it, Waiting says so
-// (ErrNoWaitingIndex) and the host still opens for its other reads.
+// (host.ErrNoWaitingIndex) and the host still opens for its other reads.
 func TestWaitingRemoteReadOnly(t *testing.T) {
 	t.Parallel()
 	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
@@ -86,11 +87,11 @@ func TestWaitingRemoteReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a read-only host without a waiting index: %v", err)
 	}
-	if _, err := ro.Waiting(t.Context()); !errors.Is(err, ErrNoWaitingIndex) {
-		t.Fatalf("Waiting without the bucket: %v, want %v", err, ErrNoWaitingIndex)
+	if _, err := ro.Waiting(t.Context()); !errors.Is(err, host.ErrNoWaitingIndex) {
+		t.Fatalf("Waiting without the bucket: %v, want %v", err, host.ErrNoWaitingIndex)
 	}
-	if _, err := ro.WatchWaiting(t.Context(), func(eventlog.WaitingChange) {}); !errors.Is(err, ErrNoWaitingIndex) {
-		t.Fatalf("WatchWaiting without the bucket: %v, want %v", err, ErrNoWaitingIndex)
+	if _, err := ro.WatchWaiting(t.Context(), func(eventlog.WaitingChange) {}); !errors.Is(err, host.ErrNoWaitingIndex) {
+		t.Fatalf("WatchWaiting without the bucket: %v, want %v", err, host.ErrNoWaitingIndex)
 	}
 	ro.Close()
 	// A client that may write creates it; its engine is given it.

@@ -1,4 +1,4 @@
-package host
+package hostconfig
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/host"
 )
 
 // turnsPerTask is how many turns each benchmark task runs: an echo call a
@@ -72,12 +73,12 @@ agents:
 	tasks := max(1, b.N/turnsPerTask)
 	b.ResetTimer()
 	for range tasks {
-		id, err := h.Submit(b.Context(), Submission{Agent: "bench", Goal: "echo twenty times"})
+		id, err := h.Submit(b.Context(), host.Submission{Agent: "bench", Goal: "echo twenty times"})
 		if err != nil {
 			b.Fatal(err)
 		}
 		rest, err := h.Wait(b.Context(), id)
-		if err != nil || rest.Status != RestCompleted {
+		if err != nil || rest.Status != host.RestCompleted {
 			b.Fatalf("%+v %v", rest, err)
 		}
 	}
@@ -109,12 +110,12 @@ func BenchmarkScriptedTurn(b *testing.B) {
 	tasks := max(1, b.N/turnsPerTask)
 	b.ResetTimer()
 	for range tasks {
-		id, err := h.Submit(b.Context(), Submission{Agent: "bench", Goal: "echo twenty times", Script: body})
+		id, err := h.Submit(b.Context(), host.Submission{Agent: "bench", Goal: "echo twenty times", Script: body})
 		if err != nil {
 			b.Fatal(err)
 		}
 		rest, err := h.Wait(b.Context(), id)
-		if err != nil || rest.Status != RestCompleted {
+		if err != nil || rest.Status != host.RestCompleted {
 			b.Fatalf("%+v %v", rest, err)
 		}
 	}

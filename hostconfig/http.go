@@ -1,4 +1,4 @@
-package host
+package hostconfig
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ func (h *Host) Handler() http.Handler {
 		mux.Handle("GET /metrics", h.metricsHandler())
 	}
 	if h.obs != nil && h.obs.fanout != nil {
-		mux.Handle("/tasks/{id}/events", h.streams(h.obs.fanout.SSEHandler(h.log)))
+		mux.Handle("/tasks/{id}/events", h.streams(h.obs.fanout.SSEHandler(h.nats.Log())))
 	}
 	return mux
 }
@@ -38,7 +38,7 @@ func (h *Host) Handler() http.Handler {
 // metricsHandler serves the host's registry.
 func (h *Host) metricsHandler() http.Handler {
 	return promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{
-		ErrorLog:      slog.NewLogLogger(h.logger.Handler(), slog.LevelWarn),
+		ErrorLog:      slog.NewLogLogger(h.opts.Logger.Handler(), slog.LevelWarn),
 		ErrorHandling: promhttp.ContinueOnError,
 	})
 }

@@ -1,4 +1,4 @@
-package host
+package hostconfig
 
 import (
 	"context"
@@ -10,46 +10,50 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/observers/configured"
 	"github.com/noeta-go/noeta/observers/telemetry"
 )
 
-// observerCloseWait bounds the observers' part of Close: the records still
-// queued, the audit flush, the spans still to export, the hooks still
-// queued or running.
+// observerCloseWait bounds the observers' part of Close: the audit flush,
+// the spans still to export, the hooks still queued or running.
 const observerCloseWait = 10 * time.Second
 
 // observerSet is what a host that runs tasks runs in process over the
 // records it commits: the config's observers and the caller's, each behind
 // its own bounded queue (a slow observer never slows a writer).
 type observerSet struct {
-	inproc  *observers.InProcess
-	audit   *observers.Audit
-	hooks   *observers.Hooks
-	metrics *telemetry.Metrics
-	trace   *telemetry.Trace
-	fanout  *observers.Fanout
+	// observers are the config's, for the host to feed.
+	observers []observers.Observer
+	audit     *observers.Audit
+	hooks     *observers.Hooks
+	metrics   *telemetry.Metrics
+	trace     *telemetry.Trace
+	fanout    *observers.Fanout
 	// servers are the listeners of observers.metrics.listen and
 	// observers.fanout.listen.
 	servers []*http.Server
 }
 
-// startObservers builds the config's observers and the caller's and feeds
-// them from the log's Subscriber; it runs before the pool starts, so they
-// see every record this process commits. An observer the config asks for
+// startObservers builds the config's observers and starts their listeners,
+// for the host to feed from its log before its pool starts, so they see
+// every record this process commits. An observer the config asks for
 // that cannot be built, or that nothing in this process would run, is bad
 // config, naming the file, line and field.
-func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
+func (h *Host) startObservers(ctx context.Context, self *atomic.Pointer[host.Host]) (_ *observerSet, err error) {
 	o := h.opts
+	logger := o.Logger
+	log := h.nats.Log()
 	cfg := o.Config
 	oc := cfg.Observers
 	s := &observerSet{}
 	defer func() {
 		if err != nil {
-			s.close(h.logger)
+			s.close(logger)
 		}
 	}()
 	if err := h.checkSkipped(); err != nil {
@@ -60,7 +64,7 @@ func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 		stdout = os.Stdout
 	}
 	opts := configured.Options{
-		Logger: h.logger, Log: h.log, Stdout: stdout, Publisher: h.nc, AuditSyncEvery: time.Second,
+		Logger: logger, Log: log, Stdout: stdout, Publisher: h.nats.Conn(), AuditSyncEvery: time.Second,
 		// In process, the audit sees only what this process commits.
 		PartialFeed: true,
 		// In process, the metrics see only what this process commits: the
@@ -81,7 +85,7 @@ func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 			}
 		case configured.Audit:
 			if oc.Audit != nil && oc.Audit.Stdout && o.Verb != "" {
-				return nil, h.configErr("observers.audit.stdout",
+				return nil, configErr(cfg, "observers.audit.stdout",
 					fmt.Sprintf("engine %s prints its own output on stdout, which the audit records would be mixed into; write them to a file or a subject", o.Verb))
 			}
 			fallthrough
@@ -95,12 +99,12 @@ func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 			if o.Verb != "" {
 				what = "engine " + o.Verb
 			}
-			return nil, h.configErr("observers.fanout", what+" serves no HTTP for its live stream: give it a listener of its own (listen: HOST:PORT), or run it in engine serve --http")
+			return nil, configErr(cfg, "observers.fanout", what+" serves no HTTP for its live stream: give it a listener of its own (listen: HOST:PORT), or run it in engine serve --http")
 		}
 		ob, err := configured.New(ctx, cfg, name, opts)
 		if err != nil {
 			if ce, ok := errors.AsType[*configured.Error](err); ok {
-				return nil, h.configErr(ce.Field, ce.Err.Error())
+				return nil, configErr(cfg, ce.Field, ce.Err.Error())
 			}
 			return nil, err
 		}
@@ -126,20 +130,22 @@ func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 				if !loopback(fc.Listen) {
 					// Its own listener has no TLS: records and tokens would
 					// cross the network in clear.
-					return nil, h.configErr("observers.fanout.listen", fmt.Sprintf("%q listens beyond loopback over plain HTTP; listen on 127.0.0.1, or serve the fanout on engine serve --http (fanout: {}), which takes --http-tls-cert and --http-tls-key or --behind-tls-proxy", fc.Listen))
+					return nil, configErr(cfg, "observers.fanout.listen", fmt.Sprintf("%q listens beyond loopback over plain HTTP; listen on 127.0.0.1, or serve the fanout on engine serve --http (fanout: {}), which takes --http-tls-cert and --http-tls-key or --behind-tls-proxy", fc.Listen))
 				}
-				if err := s.listen(h, "observers.fanout.listen", fc.Listen, h.streams(ob.SSEHandler(h.log))); err != nil {
+				if err := s.listen(h, "observers.fanout.listen", fc.Listen, h.streams(ob.SSEHandler(log))); err != nil {
 					return nil, err
 				}
 			}
 		}
 	}
-	obs = append(obs, o.Observers...)
-	if len(obs) > 0 {
-		s.inproc = observers.NewInProcess(h.log, observers.InProcessConfig{Logger: h.logger}, obs...)
-		if s.metrics != nil {
-			s.metrics.SetStats(s.inproc.Stats)
-		}
+	s.observers = obs
+	if s.metrics != nil {
+		s.metrics.SetStats(func() map[string]observers.ObserverStats {
+			if h := self.Load(); h != nil {
+				return h.Stats()
+			}
+			return nil
+		})
 	}
 	return s, nil
 }
@@ -149,17 +155,17 @@ func (h *Host) startObservers(ctx context.Context) (_ *observerSet, err error) {
 func (s *observerSet) listen(h *Host, field, addr string, handler http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return h.configErr(field, err.Error())
+		return configErr(h.opts.Config, field, err.Error())
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: listenReadHeaderTimeout, ReadTimeout: listenReadTimeout,
 		WriteTimeout: listenWriteTimeout, IdleTimeout: listenIdleTimeout, MaxHeaderBytes: 64 << 10}
 	s.servers = append(s.servers, srv)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			h.logger.Error("http listener stopped", "field", field, "addr", addr, "err", err)
+			h.opts.Logger.Error("http listener stopped", "field", field, "addr", addr, "err", err)
 		}
 	}()
-	h.logger.Info("http listening", "field", field, "addr", ln.Addr().String())
+	h.opts.Logger.Info("http listening", "field", field, "addr", ln.Addr().String())
 	return nil
 }
 
@@ -192,38 +198,19 @@ func (h *Host) checkSkipped() error {
 	}
 	for _, name := range []string{configured.Hooks, configured.Audit, configured.Metrics, configured.Trace, configured.Fanout} {
 		if h.skips(name) && configured.In(o.Config, name) {
-			return h.configErr(configured.Field(name), "configured, but nothing would run it: this process was told to leave it to observer-workers, and none can connect to the embedded server; run it here or use a NATS cluster (--nats)")
+			return configErr(o.Config, configured.Field(name), "configured, but nothing would run it: this process was told to leave it to observer-workers, and none can connect to the embedded server; run it here or use a NATS cluster (--nats)")
 		}
 	}
 	return nil
 }
 
-// Stats are the in-process observers' counters, by observer name.
-func (h *Host) Stats() map[string]observers.ObserverStats {
-	if h.obs == nil || h.obs.inproc == nil {
-		return nil
-	}
-	return h.obs.inproc.Stats()
-}
-
-// close stops the in-process observers, in order: the listeners, the feed
-// (which hands on what is queued), the audit sink, the spans, the hooks,
-// the metrics.
+// close stops what the observers hold, once the host has drained their
+// feed: the listeners, the audit sink, the spans, the hooks, the metrics.
 func (s *observerSet) close(logger *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), observerCloseWait)
 	defer cancel()
 	for _, srv := range s.servers {
 		_ = srv.Shutdown(ctx)
-	}
-	if s.inproc != nil {
-		if err := s.inproc.Close(ctx); err != nil {
-			logger.Warn("observers: records still queued at shutdown were not handled", "err", err)
-		}
-		for name, c := range s.inproc.Stats() {
-			if c.Dropped > 0 || c.Failed > 0 || c.Panicked > 0 {
-				logger.Warn("observer lost records", "observer", name, "dropped", c.Dropped, "failed", c.Failed, "panicked", c.Panicked)
-			}
-		}
 	}
 	if s.audit != nil {
 		if err := s.audit.Close(); err != nil {

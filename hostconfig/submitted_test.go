@@ -1,4 +1,4 @@
-package host
+package hostconfig
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/host"
 )
 
 // lockedBuffer is a log destination the host's goroutines write at once.
@@ -60,7 +61,7 @@ func TestSubmittedElsewhere(t *testing.T) {
 	}
 	defer h.Close()
 	rest, err := h.Wait(t.Context(), id)
-	if err != nil || rest.Status != RestCompleted {
+	if err != nil || rest.Status != host.RestCompleted {
 		t.Fatalf("the task: %+v, %v", rest, err)
 	}
 	// The in-process observers run behind the task: the decision of its

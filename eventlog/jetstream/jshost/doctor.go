@@ -1,4 +1,4 @@
-package host
+package jshost
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // Doctor: check a store for what the server's own recovery may have lost
 // silently.
 
-// Finding is one problem [Host.Doctor] found.
+// Finding is one problem [Backend.Doctor] found.
 type Finding struct {
 	Kind string `json:"kind"`
 	Task string `json:"task,omitempty"`
@@ -32,21 +32,36 @@ type Finding struct {
 	Detail    string `json:"detail"`
 }
 
-// DoctorReport is what [Host.Doctor] found.
+// DoctorReport is what [Backend.Doctor] found.
 type DoctorReport struct {
 	Clean    bool      `json:"clean"`
 	Tasks    int       `json:"tasks"`
 	Records  int       `json:"records"`
 	Rows     int       `json:"rows"`
 	Problems []Finding `json:"problems"`
-	// Sandbox is the sandbox's state on this machine, when checked
-	// (CheckSandbox).
+	// Sandbox is the sandbox's state on this machine, when the caller
+	// checked it (it knows the config).
 	Sandbox *SandboxReport `json:"sandbox,omitempty"`
 }
 
-// add records f, once: a corrupt last record is met by the index and by the
+// SandboxReport is what engine doctor says of the sandbox.
+type SandboxReport struct {
+	// Enabled: the config (or its absence: the default) confines some
+	// tool process.
+	Enabled bool `json:"enabled"`
+	// Available: a confined process ran here; Error says why not.
+	Available      bool   `json:"available"`
+	Error          string `json:"error,omitempty"`
+	LandlockABI    int    `json:"landlock_abi"`
+	Seccomp        bool   `json:"seccomp"`
+	UserNamespaces bool   `json:"user_namespaces"`
+	// Disabled lists where the config turns the sandbox off.
+	Disabled []string `json:"disabled,omitempty"`
+}
+
+// Add records f, once: a corrupt last record is met by the index and by the
 // read of its log.
-func (r *DoctorReport) add(f Finding) {
+func (r *DoctorReport) Add(f Finding) {
 	f.Detail = strings.Join(strings.Fields(f.Detail), " ")
 	if slices.Contains(r.Problems, f) {
 		return
@@ -94,10 +109,10 @@ func (c *corruptions) take() []error {
 // and decodable, the dispatcher's rows consistent with the logs, every
 // content body present. It reads; it repairs nothing. The report comes back
 // also when it found problems; an error means it could not check.
-func (h *Host) Doctor(ctx context.Context) (*DoctorReport, error) {
+func (b *Backend) Doctor(ctx context.Context) (*DoctorReport, error) {
 	rep := &DoctorReport{Clean: true, Problems: []Finding{}}
 	var bad corruptions
-	reader, err := jetstream.OpenReader(ctx, h.nc, jetstream.Config{Prefix: h.opts.Prefix, OnCorrupt: bad.report})
+	reader, err := jetstream.OpenReader(ctx, b.nc, jetstream.Config{Prefix: b.opts.Prefix, OnCorrupt: bad.report})
 	if errors.Is(err, jetstream.ErrStreamLost) {
 		return StreamLostReport(err), nil
 	}
@@ -105,7 +120,7 @@ func (h *Host) Doctor(ctx context.Context) (*DoctorReport, error) {
 		return nil, err
 	}
 	defer func() { _ = reader.Close() }()
-	rows, err := jetstream.OpenRowReader(ctx, h.nc, h.opts.Prefix)
+	rows, err := jetstream.OpenRowReader(ctx, b.nc, b.opts.Prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +135,7 @@ func (h *Host) Doctor(ctx context.Context) (*DoctorReport, error) {
 // (jetstream.ErrStreamLost): nothing else can be checked.
 func StreamLostReport(err error) *DoctorReport {
 	rep := &DoctorReport{Clean: true, Problems: []Finding{}}
-	rep.add(Finding{Kind: "stream_lost", Detail: err.Error()})
+	rep.Add(Finding{Kind: "stream_lost", Detail: err.Error()})
 	return rep
 }
 
@@ -137,7 +152,7 @@ func (d *doctor) run(ctx context.Context) error {
 		if !errors.As(err, &loss) {
 			return err
 		}
-		d.rep.add(Finding{Kind: "stream_loss", Detail: err.Error() + "; the tasks that lost records are listed below where their logs show it"})
+		d.rep.Add(Finding{Kind: "stream_loss", Detail: err.Error() + "; the tasks that lost records are listed below where their logs show it"})
 	}
 	sums, err := d.log.Tasks(ctx)
 	if err != nil {
@@ -198,10 +213,10 @@ func (d *doctor) corrupt(kind string, errs ...error) {
 		var c *jetstream.CorruptRecordError
 		switch {
 		case errors.As(err, &c):
-			d.rep.add(Finding{Kind: kind, Task: c.Task(), StreamSeq: c.StreamSeq, Detail: err.Error()})
+			d.rep.Add(Finding{Kind: kind, Task: c.Task(), StreamSeq: c.StreamSeq, Detail: err.Error()})
 		case errors.Is(err, eventlog.ErrGap):
 		default:
-			d.rep.add(Finding{Kind: kind, Detail: err.Error()})
+			d.rep.Add(Finding{Kind: kind, Detail: err.Error()})
 		}
 	}
 }
@@ -214,7 +229,7 @@ func (d *doctor) task(ctx context.Context, task string, hasLog bool, lastSeq uin
 		return rowErr
 	}
 	if !hasLog {
-		d.rep.add(Finding{Kind: "row_without_log", Task: task, Seqs: "1-",
+		d.rep.Add(Finding{Kind: "row_without_log", Task: task, Seqs: "1-",
 			Detail: fmt.Sprintf("the dispatcher has the task (%s, lease generation %d) and the stream has no record of it: its whole log is lost", row0.Status, row0.Generation)})
 		return nil
 	}
@@ -236,7 +251,7 @@ func (d *doctor) task(ctx context.Context, task string, hasLog bool, lastSeq uin
 	}
 
 	if !hasRow {
-		d.rep.add(Finding{Kind: "log_without_row", Task: task,
+		d.rep.Add(Finding{Kind: "log_without_row", Task: task,
 			Detail: fmt.Sprintf("the log has %d records and the dispatcher has no row: nothing will ever run the task", len(envs))})
 		return nil
 	}
@@ -245,7 +260,7 @@ func (d *doctor) task(ctx context.Context, task string, hasLog bool, lastSeq uin
 	}
 	st, err := engine.Fold(envs)
 	if err != nil {
-		d.rep.add(Finding{Kind: "bad_log", Task: task, Detail: err.Error()})
+		d.rep.Add(Finding{Kind: "bad_log", Task: task, Detail: err.Error()})
 		return nil
 	}
 	// The row and the log are two reads: a live task may move between
@@ -255,7 +270,7 @@ func (d *doctor) task(ctx context.Context, task string, hasLog bool, lastSeq uin
 		return nil
 	}
 	if f, ok := RowAgainstLog(task, row0, st, envs[len(envs)-1]); ok {
-		d.rep.add(f)
+		d.rep.Add(f)
 	}
 	return nil
 }
@@ -268,7 +283,7 @@ func (d *doctor) gaps(task string, envs []eventlog.Envelope, last uint64) bool {
 	for _, env := range envs {
 		if env.Seq > want {
 			g := eventlog.GapError{Task: task, After: want - 1, First: want, Last: env.Seq - 1, Next: env.Seq}
-			d.rep.add(Finding{Kind: "gap", Task: task, Seqs: g.Seqs(), Detail: g.Error()})
+			d.rep.Add(Finding{Kind: "gap", Task: task, Seqs: g.Seqs(), Detail: g.Error()})
 			dense = false
 		}
 		if env.Seq >= want {
@@ -277,7 +292,7 @@ func (d *doctor) gaps(task string, envs []eventlog.Envelope, last uint64) bool {
 	}
 	if last >= want {
 		g := eventlog.GapError{Task: task, After: want - 1, First: want, Last: last}
-		d.rep.add(Finding{Kind: "gap", Task: task, Seqs: g.Seqs(), Detail: g.Error()})
+		d.rep.Add(Finding{Kind: "gap", Task: task, Seqs: g.Seqs(), Detail: g.Error()})
 		dense = false
 	}
 	return dense
@@ -323,7 +338,7 @@ func (d *doctor) content(ctx context.Context, task string, envs []eventlog.Envel
 			} else {
 				f.Detail = "inbox record " + u.env.Key + ": " + f.Detail
 			}
-			d.rep.add(f)
+			d.rep.Add(f)
 		}
 	}
 	return nil

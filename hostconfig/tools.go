@@ -1,4 +1,4 @@
-package host
+package hostconfig
 
 import (
 	"context"
@@ -212,4 +212,26 @@ func mcpServer(s config.MCPServer) mcp.Server {
 		}
 	}
 	return out
+}
+
+// buildTools builds the host's registry and, for a host that runs tasks,
+// the sandbox its tools run in; Close stops both.
+func (h *Host) buildTools(ctx context.Context) (*tools.Registry, error) {
+	o := h.opts
+	var sb *sandbox.Scoped
+	if o.Workers > 0 {
+		sb = confinement(ctx, o.Config, hiddenPaths(o), o.Logger, true)
+	}
+	reg, closeTools, err := buildRegistry(ctx, o.Config, o.Tools, o.Workers > 0, o.LookupEnv, o.Logger, sb, o.Workspace)
+	if err != nil {
+		_ = sb.Close()
+		return nil, err
+	}
+	h.closeTools = func() {
+		closeTools()
+		// The sandbox's helper waiting for the next call ends with the
+		// tools.
+		_ = sb.Close()
+	}
+	return reg, nil
 }

@@ -1,4 +1,4 @@
-package host
+package hostconfig
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/host"
 )
 
 // TestConfinement: the config's sandbox: levels become the scopes' policies
@@ -123,7 +124,7 @@ script:
 		t.Fatal(err)
 	}
 	for _, id := range []string{bomb, quiet} {
-		if rest, err := h.Wait(ctx, id); err != nil || rest.Status != RestCompleted {
+		if rest, err := h.Wait(ctx, id); err != nil || rest.Status != host.RestCompleted {
 			t.Fatalf("task %s: %+v, %v", id, rest, err)
 		}
 	}
@@ -167,7 +168,7 @@ script:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rest, err := h.Wait(ctx, after); err != nil || rest.Status != RestCompleted {
+	if rest, err := h.Wait(ctx, after); err != nil || rest.Status != host.RestCompleted {
 		t.Fatalf("a task after the bombs: %+v, %v", rest, err)
 	}
 }

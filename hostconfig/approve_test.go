@@ -1,4 +1,4 @@
-package host
+package hostconfig
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
+	"github.com/noeta-go/noeta/host"
 )
 
 // TestRemoteApprovals: on a remote NATS the host's engines refuse an
@@ -43,7 +44,7 @@ func TestRemoteApprovals(t *testing.T) {
 		t.Fatal(err)
 	}
 	rest, err := h.Wait(ctx, id)
-	if err != nil || rest.Status != RestWaiting || len(rest.Waiting) != 1 || rest.Waiting[0].Approval == nil {
+	if err != nil || rest.Status != host.RestWaiting || len(rest.Waiting) != 1 || rest.Waiting[0].Approval == nil {
 		t.Fatalf("approval: %+v, %v", rest, err)
 	}
 	handle := rest.Waiting[0].Handle
@@ -103,26 +104,26 @@ func TestRemoteApprovals(t *testing.T) {
 	waitSuspended()
 
 	// An approver that is no subject token is refused, naming why.
-	err = h.Approve(ctx, id, handle, Answer{Decision: noeta.ApprovalApprove, Approver: "cli:alice"})
+	err = h.Approve(ctx, id, handle, host.Answer{Decision: noeta.ApprovalApprove, Approver: "cli:alice"})
 	if !errors.Is(err, eventlog.ErrInvalidArgument) || !strings.Contains(err.Error(), "approval subject") {
 		t.Errorf("Approve as cli:alice: %v, want ErrInvalidArgument naming the approval subject", err)
 	}
 	// Nor may a caller claim the broker's or the local user's vouching.
 	for _, auth := range []string{noeta.AuthNATS, noeta.AuthLocal, noeta.AuthNone, "root"} {
-		err := h.Approve(ctx, id, handle, Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Auth: auth})
+		err := h.Approve(ctx, id, handle, host.Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Auth: auth})
 		if !errors.Is(err, eventlog.ErrInvalidArgument) || !strings.Contains(err.Error(), "auth \""+auth+"\"") {
 			t.Errorf("Approve with auth %s: %v, want ErrInvalidArgument naming it", auth, err)
 		}
 	}
 	// Through the approval subject.
-	if err := h.Approve(ctx, id, handle, Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Reason: "looks safe"}); err != nil {
+	if err := h.Approve(ctx, id, handle, host.Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Reason: "looks safe"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Deny(ctx, id, handle, "bob", "too late"); !errors.Is(err, eventlog.ErrAlreadyAnswered) && !errors.Is(err, eventlog.ErrNotWaiting) {
 		t.Errorf("second answer: %v, want refused", err)
 	}
 	rest, err = h.Wait(ctx, id)
-	if err != nil || rest.Status != RestCompleted {
+	if err != nil || rest.Status != host.RestCompleted {
 		t.Fatalf("after the approval: %+v, %v", rest, err)
 	}
 	st, err := h.Inspect(ctx, id)
@@ -184,17 +185,17 @@ approvals:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rest, err := h.Wait(ctx, id); err != nil || rest.Status != RestWaiting {
+	if rest, err := h.Wait(ctx, id); err != nil || rest.Status != host.RestWaiting {
 		t.Fatalf("the question: %+v, %v", rest, err)
 	}
-	err = h.Approve(ctx, id, "question-1", Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Reason: "main"})
+	err = h.Approve(ctx, id, "question-1", host.Answer{Decision: noeta.ApprovalApprove, Approver: "alice", Reason: "main"})
 	if !errors.Is(err, engine.ErrApproverNotAllowed) || !strings.Contains(err.Error(), "sre-answers-questions") {
 		t.Fatalf("alice's reply = %v; want ErrApproverNotAllowed naming the rule", err)
 	}
-	if err := h.Approve(ctx, id, "question-1", Answer{Decision: noeta.ApprovalApprove, Approver: "sre", Reason: "main"}); err != nil {
+	if err := h.Approve(ctx, id, "question-1", host.Answer{Decision: noeta.ApprovalApprove, Approver: "sre", Reason: "main"}); err != nil {
 		t.Fatal(err)
 	}
-	if rest, err := h.Wait(ctx, id); err != nil || rest.Status != RestCompleted {
+	if rest, err := h.Wait(ctx, id); err != nil || rest.Status != host.RestCompleted {
 		t.Fatalf("after sre's reply: %+v, %v", rest, err)
 	}
 }
