@@ -35,10 +35,18 @@ func (h *Host) approveOnSubject(ctx context.Context, task, handle string, a Answ
 	if err := h.awaitWaiting(ctx, task, w); err != nil {
 		return err
 	}
+	// The one fold of the task's log this answer costs here: where the log
+	// ends now (what the task records of the answer comes after) and when
+	// the request expires. What follows reads only the records after it.
 	var since uint64
+	var expires time.Time
 	if st, err := h.Inspect(ctx, task); err == nil {
 		since = st.LastSeq
-		if pa, ok := st.Governance.PendingApprovals[handle]; ok && !pa.ExpiresAt.IsZero() && !time.Now().Before(pa.ExpiresAt) {
+		pa, ok := st.Governance.PendingApprovals[handle]
+		if ok {
+			expires = pa.ExpiresAt
+		}
+		if ok && !pa.ExpiresAt.IsZero() && !time.Now().Before(pa.ExpiresAt) {
 			// By this host's clock; the broker's timestamp of the answer
 			// is what the task judges, so this only spares the send.
 			return fmt.Errorf("%w: task %s: %s expired at %s; nothing was sent, and the request resolves denied by timeout",
@@ -48,7 +56,7 @@ func (h *Host) approveOnSubject(ctx context.Context, task, handle string, a Answ
 	if err := h.route.SendAnswer(ctx, task, handle, a.Approver, a.Decision, a.Reason); err != nil {
 		return err
 	}
-	return h.awaitAnswer(ctx, task, w, since)
+	return h.awaitAnswer(ctx, task, w, since, expires)
 }
 
 // answerSettle bounds how long Approve waits for a task whose request is
@@ -124,7 +132,7 @@ const answerWait = 10 * time.Second
 // refusal of it recorded after since (the rules refused an approval, or a
 // reply to a question, and the task waits on the handle again) is reported
 // as engine.ErrApproverNotAllowed.
-func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake, since uint64) error {
+func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake, since uint64, expires time.Time) error {
 	deadline := time.Now().Add(answerWait)
 	pause := backoff.New(answerPollFirst, answerPollMax)
 	for {
@@ -135,7 +143,7 @@ func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake, since
 		if m := ds.MatchedWake; m != nil && m.Kind == noeta.WakeHumanResponse && m.Handle == w.Handle {
 			err := sameAnswer(task, *m, w)
 			if err == nil {
-				if err := h.receivedInTime(ctx, task, *m); err != nil {
+				if err := receivedInTime(task, *m, expires); err != nil {
 					return err
 				}
 				// Ours, applied: the task judges it next. Watch on for
@@ -150,7 +158,7 @@ func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake, since
 			// holds this one until the task waits again.
 		} else if !(ds.Status == eventlog.DispatchSuspended && noeta.Matches(ds.WakeOn, &w)) {
 			// Applied, and the task has moved on: the log says by whom.
-			return h.answeredBy(ctx, task, w)
+			return h.answeredBy(ctx, task, w, since)
 		} else if judged, err := h.judgedSince(ctx, task, w, since); judged {
 			// Applied and judged, and the task waits on the handle again:
 			// refused (err), or counted toward a quorum (nil).
@@ -166,20 +174,15 @@ func (h *Host) awaitAnswer(ctx context.Context, task string, w noeta.Wake, since
 }
 
 // receivedInTime is nil unless the answer m, applied to task's row, was
-// received on or after its request's deadline (the broker's timestamp of
-// the message): the task refuses it then and resolves the request denied
-// by timeout, and the sender is told so now.
-func (h *Host) receivedInTime(ctx context.Context, task string, m noeta.Wake) error {
-	st, err := h.Inspect(ctx, task)
-	if err != nil {
-		return nil // the answer went out; only the report is lost
-	}
-	pa, ok := st.Governance.PendingApprovals[m.Handle]
-	if !ok || pa.ExpiresAt.IsZero() || m.ReceivedAt.IsZero() || m.ReceivedAt.Before(pa.ExpiresAt) {
+// received on or after its request's deadline expires (the broker's
+// timestamp of the message): the task refuses it then and resolves the
+// request denied by timeout, and the sender is told so now.
+func receivedInTime(task string, m noeta.Wake, expires time.Time) error {
+	if expires.IsZero() || m.ReceivedAt.IsZero() || m.ReceivedAt.Before(expires) {
 		return nil
 	}
 	return fmt.Errorf("%w: task %s: %s expired at %s and this answer was received at %s; the task refuses it and the request resolves denied by timeout",
-		engine.ErrRequestExpired, task, m.Handle, pa.ExpiresAt.UTC().Format(time.RFC3339Nano), m.ReceivedAt.UTC().Format(time.RFC3339Nano))
+		engine.ErrRequestExpired, task, m.Handle, expires.UTC().Format(time.RFC3339Nano), m.ReceivedAt.UTC().Format(time.RFC3339Nano))
 }
 
 // judgedSince reports whether task recorded after seq since what w came
@@ -233,28 +236,36 @@ func sameAnswer(task string, won, w noeta.Wake) error {
 	return fmt.Errorf("%w: task %s: %s was answered already (%s by %s)", eventlog.ErrAlreadyAnswered, task, w.Handle, won.Decision, won.Approver)
 }
 
-// answeredBy reads from task's log who resolved the approval w.Handle, once
-// the row has moved past it; nil when the log cannot tell (a question's
-// answer, or an approval not resolved yet).
-func (h *Host) answeredBy(ctx context.Context, task string, w noeta.Wake) error {
-	st, err := h.Inspect(ctx, task)
+// answeredBy reads from the records of task's log after seq since who
+// resolved the approval w.Handle, once the row has moved past it; nil when
+// they cannot tell (a question's answer, or an approval not resolved yet).
+func (h *Host) answeredBy(ctx context.Context, task string, w noeta.Wake, since uint64) error {
+	envs, err := h.log.Read(ctx, task, since)
 	if err != nil {
 		return nil // the answer went out; only the report is lost
 	}
-	for i := len(st.Governance.Approvals) - 1; i >= 0; i-- {
-		if r := st.Governance.Approvals[i]; r.Handle == w.Handle {
-			if string(r.Decision) == w.Decision && (r.Approver == w.Approver || slices.Contains(r.Approvers, w.Approver)) {
-				return nil
+	var r *noeta.ApprovalResolved
+	for _, env := range envs {
+		if env.Type != noeta.TypeApprovalResolved {
+			continue
+		}
+		if p, _, err := env.Decode(); err == nil {
+			if res, ok := p.(*noeta.ApprovalResolved); ok && res.Handle == w.Handle {
+				r = res
 			}
-			if r.Auth == noeta.AuthTimer {
-				// The answer reached the task after the deadline, or
-				// after the expiry: it did not count.
-				return fmt.Errorf("%w: %w: task %s: %s expired before this answer counted (denied by %s: %s)", engine.ErrRequestExpired, eventlog.ErrAlreadyAnswered, task, w.Handle, r.Approver, r.Reason)
-			}
-			return fmt.Errorf("%w: task %s: %s was answered already (%s by %s)", eventlog.ErrAlreadyAnswered, task, w.Handle, r.Decision, r.Approver)
 		}
 	}
-	return nil
+	switch {
+	case r == nil:
+		return nil
+	case string(r.Decision) == w.Decision && (r.Approver == w.Approver || slices.Contains(r.Approvers, w.Approver)):
+		return nil
+	case r.Auth == noeta.AuthTimer:
+		// The answer reached the task after the deadline, or after the
+		// expiry: it did not count.
+		return fmt.Errorf("%w: %w: task %s: %s expired before this answer counted (denied by %s: %s)", engine.ErrRequestExpired, eventlog.ErrAlreadyAnswered, task, w.Handle, r.Approver, r.Reason)
+	}
+	return fmt.Errorf("%w: task %s: %s was answered already (%s by %s)", eventlog.ErrAlreadyAnswered, task, w.Handle, r.Decision, r.Approver)
 }
 
 // ValidateApprover checks that approver can be the approver token of an
