@@ -17,6 +17,10 @@ import (
 // /tasks/{id}/events (a task's records as server-sent events), guarded by
 // Options.Streams. /healthz and /metrics ask for no login: a liveness
 // probe and a scraper have none, and neither shows a record's content.
+//
+// One registry is served on one port: with observers.metrics.listen the
+// registry is served there alone, and /metrics here answers 404 naming
+// it, since a scraper of both would count every series twice.
 func (h *Host) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -26,13 +30,26 @@ func (h *Host) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	if h.reg != nil {
+	if addr := h.metricsListen(); addr != "" {
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "this process serves its metrics on observers.metrics.listen ("+addr+") only: scrape that", http.StatusNotFound)
+		})
+	} else if h.reg != nil {
 		mux.Handle("GET /metrics", h.metricsHandler())
 	}
 	if h.obs != nil && h.obs.fanout != nil {
 		mux.Handle("/tasks/{id}/events", h.streams(h.obs.fanout.SSEHandler(h.nats.Log())))
 	}
 	return mux
+}
+
+// metricsListen is the address of observers.metrics.listen when this
+// process serves the registry there ("" otherwise).
+func (h *Host) metricsListen() string {
+	if h.obs == nil || h.obs.metricsAddr == "" {
+		return ""
+	}
+	return h.obs.metricsAddr
 }
 
 // metricsHandler serves the host's registry.

@@ -11,6 +11,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/observers/telemetry"
 )
 
 // meter is the host's pool measures in Prometheus (host.Meter).
@@ -75,6 +76,7 @@ func registerCounters(reg *prometheus.Registry, self *atomic.Pointer[host.Host],
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		telemetry.BuildInfo(),
 		m.leases, m.leaseErrors, m.segments, m.segDuration,
 		gauge("noeta_engine_workers", "Workers in the pool.", ofHost(func(h *host.Host) float64 { return float64(h.Workers()) })),
 		gauge("noeta_engine_segments_in_flight", "Segments running now.", ofHost(func(h *host.Host) float64 { return float64(h.InFlight()) })),

@@ -37,6 +37,8 @@ type observerSet struct {
 	// servers are the listeners of observers.metrics.listen and
 	// observers.fanout.listen.
 	servers []*http.Server
+	// metricsAddr is where observers.metrics.listen listens.
+	metricsAddr string
 }
 
 // startObservers builds the config's observers and starts their listeners,
@@ -118,9 +120,11 @@ func (h *Host) startObservers(ctx context.Context, self *atomic.Pointer[host.Hos
 		case *telemetry.Metrics:
 			s.metrics = ob
 			if oc.Metrics != nil {
-				if err := s.listen(h, "observers.metrics.listen", oc.Metrics.Listen, h.metricsHandler()); err != nil {
+				addr, err := s.listen(h, "observers.metrics.listen", oc.Metrics.Listen, h.metricsHandler())
+				if err != nil {
 					return nil, err
 				}
+				s.metricsAddr = addr
 			}
 		case *telemetry.Trace:
 			s.trace = ob
@@ -132,7 +136,7 @@ func (h *Host) startObservers(ctx context.Context, self *atomic.Pointer[host.Hos
 					// cross the network in clear.
 					return nil, configErr(cfg, "observers.fanout.listen", fmt.Sprintf("%q listens beyond loopback over plain HTTP; listen on 127.0.0.1, or serve the fanout on engine serve --http (fanout: {}), which takes --http-tls-cert and --http-tls-key or --behind-tls-proxy", fc.Listen))
 				}
-				if err := s.listen(h, "observers.fanout.listen", fc.Listen, h.streams(ob.SSEHandler(log))); err != nil {
+				if _, err := s.listen(h, "observers.fanout.listen", fc.Listen, h.streams(ob.SSEHandler(log))); err != nil {
 					return nil, err
 				}
 			}
@@ -150,12 +154,13 @@ func (h *Host) startObservers(ctx context.Context, self *atomic.Pointer[host.Hos
 	return s, nil
 }
 
-// listen serves handler on addr until the set closes; a listener that
-// cannot be had is bad config naming field.
-func (s *observerSet) listen(h *Host, field, addr string, handler http.Handler) error {
+// listen serves handler on addr until the set closes and returns the
+// address it listens on; a listener that cannot be had is bad config
+// naming field.
+func (s *observerSet) listen(h *Host, field, addr string, handler http.Handler) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return configErr(h.opts.Config, field, err.Error())
+		return "", configErr(h.opts.Config, field, err.Error())
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: listenReadHeaderTimeout, ReadTimeout: listenReadTimeout,
 		WriteTimeout: listenWriteTimeout, IdleTimeout: listenIdleTimeout, MaxHeaderBytes: 64 << 10}
@@ -166,7 +171,7 @@ func (s *observerSet) listen(h *Host, field, addr string, handler http.Handler) 
 		}
 	}()
 	h.opts.Logger.Info("http listening", "field", field, "addr", ln.Addr().String())
-	return nil
+	return ln.Addr().String(), nil
 }
 
 // skips reports whether this process leaves the observer name to

@@ -2,6 +2,7 @@ package hostconfig
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -10,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/policy"
 )
 
 // lockedBuffer is a log destination the host's goroutines write at once.
@@ -54,12 +58,23 @@ func TestSubmittedElsewhere(t *testing.T) {
 	cfg := exampleConfig(t)
 	cfg.Observers.Audit = &config.Audit{File: filepath.Join(t.TempDir(), "audit.jsonl")}
 	var logs lockedBuffer
-	h, err := Open(t.Context(), Options{DataDir: data, Config: cfg, Workers: 1, Workspace: ws, Name: "serve", ServesHTTP: true,
+	// The script's decisions, as a model's: a scripted turn is no model
+	// call, and the metrics count model calls by agent.
+	var h *Host
+	asModel := func(ctx context.Context, st *engine.State) (engine.Policy, error) {
+		p, err := engine.ScriptedPolicies(h.Backend().Content(), policy.ParseScripted)(ctx, st)
+		return modelLike{p}, err
+	}
+	h, err = Open(t.Context(), Options{DataDir: data, Config: cfg, Workers: 1, Workspace: ws, Name: "serve", ServesHTTP: true,
+		Policies: asModel, Deferred: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
+	if err := h.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	rest, err := h.Wait(t.Context(), id)
 	if err != nil || rest.Status != host.RestCompleted {
 		t.Fatalf("the task: %+v, %v", rest, err)
@@ -78,7 +93,7 @@ func TestSubmittedElsewhere(t *testing.T) {
 			}
 			for _, m := range mf.GetMetric() {
 				for _, l := range m.GetLabel() {
-					if l.GetName() == "agent" {
+					if l.GetName() == "gen_ai_agent_name" {
 						agents = append(agents, fmt.Sprintf("%s=%v", l.GetValue(), m.GetCounter().GetValue()))
 					}
 				}
@@ -99,4 +114,14 @@ func TestSubmittedElsewhere(t *testing.T) {
 	if strings.Contains(logs.String(), "level=WARN") {
 		t.Errorf("normal use logged a warning:\n%s", logs.String())
 	}
+}
+
+// modelLike decides as p and says a model did: provider "test", model
+// "scripted".
+type modelLike struct{ p engine.Policy }
+
+func (m modelLike) Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decision, error) {
+	d, err := m.p.Decide(ctx, in)
+	d.Provider, d.Model = "test", "scripted"
+	return d, err
 }

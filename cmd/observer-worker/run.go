@@ -345,6 +345,7 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 		}()
 	}
 	w := &worker{log: log, mux: http.NewServeMux(), reg: prometheus.NewRegistry()}
+	w.reg.MustRegister(telemetry.BuildInfo())
 	defer w.close()
 	w.nc, err = o.conn.Connect("noeta-observer-worker "+o.instance, log)
 	if err != nil {

@@ -30,23 +30,43 @@ func modelRun(t *testing.T) []eventlog.Envelope {
 	return out
 }
 
-// TestMetricsOfModelCalls: a model's decision counts a call, its tokens by
-// type and its cost under its agent, provider and model, and its latency.
+// TestMetricsOfModelCalls: a model's decision counts a call and its cost,
+// and records its tokens by type and its latency in the GenAI conventions'
+// histograms, under its agent, provider and model; a scripted turn is no
+// model call and counts in none of them.
 func TestMetricsOfModelCalls(t *testing.T) {
 	m, srv := newTestMetrics(t, MetricsConfig{})
-	for _, env := range modelRun(t) {
+	envs := modelRun(t)
+	scripted, err := eventlog.NewEnvelope(envs[0].Task, eventlog.OriginEngine, "engine",
+		noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionFinish, Version: 2, Answer: []byte(`"done"`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripted.Seq, scripted.Time, scripted.CorrelationID = 3, telemetryStart.Add(2*time.Second), envs[0].Task
+	for _, env := range append(envs, scripted) {
 		if err := m.Observe(t.Context(), env); err != nil {
 			t.Fatal(err)
 		}
 	}
 	fams := scrape(t, srv)
-	who := "agent=researcher,model=gpt-4.1-mini,provider=openai"
+	who := "gen_ai_agent_name=researcher,gen_ai_operation_name=chat,gen_ai_provider_name=openai,gen_ai_request_model=gpt-4.1-mini"
 	wantSeries(t, fams, "noeta_gen_ai_calls_total", map[string]float64{who: 1})
-	wantSeries(t, fams, "noeta_gen_ai_tokens_total", map[string]float64{who + ",type=input": 1200, who + ",type=output": 80})
-	wantSeries(t, fams, "noeta_gen_ai_cost_USD_total", map[string]float64{who: 0.0042})
-	if _, ok := fams["gen_ai_client_operation_duration_seconds"]; !ok {
-		t.Errorf("no gen_ai.client.operation.duration histogram among %d families", len(fams))
+	wantSeries(t, fams, "noeta_gen_ai_cost_usd_total", map[string]float64{who: 0.0042})
+	// A histogram's series is its count; its sum is the tokens.
+	wantSeries(t, fams, "gen_ai_client_token_usage", map[string]float64{who + ",gen_ai_token_type=input": 1, who + ",gen_ai_token_type=output": 1})
+	sums := map[string]float64{}
+	for _, mt := range fams["gen_ai_client_token_usage"].GetMetric() {
+		for _, l := range mt.GetLabel() {
+			if l.GetName() == "gen_ai_token_type" {
+				sums[l.GetValue()] = mt.GetHistogram().GetSampleSum()
+			}
+		}
 	}
+	if sums["input"] != 1200 || sums["output"] != 80 {
+		t.Errorf("token sums %v, want input 1200, output 80", sums)
+	}
+	wantSeries(t, fams, "gen_ai_client_operation_duration_seconds", map[string]float64{who: 1})
+	wantSeries(t, fams, "noeta_events_total", map[string]float64{"origin=engine,type=TaskCreated": 1, "origin=engine,type=PolicyDecided": 2})
 }
 
 // TestTraceOfModelCalls: a model's decision is a "chat <model>" CLIENT span

@@ -135,6 +135,13 @@ const agentReadTimeout = 5 * time.Second
 //     or cancelled.
 //   - noeta_leases_total: LeaseGranted (one per lease generation).
 //   - noeta_wakes_total{kind}: TaskWoken, by wake kind.
+//   - noeta_gen_ai_calls_total{gen_ai_operation_name, gen_ai_agent_name,
+//     gen_ai_provider_name, gen_ai_request_model}: turns a model decided
+//     (PolicyDecided with a provider or a model; a scripted turn is no model
+//     call); noeta_gen_ai_cost_usd_total{same}: their cost in US dollars;
+//     and the OpenTelemetry GenAI conventions' histograms under their own
+//     names: gen_ai_client_token_usage{same, gen_ai_token_type} (input,
+//     output) and gen_ai_client_operation_duration_seconds{same}.
 //   - noeta_observer_lag_seconds: histogram of now − commit time, per record
 //     this observer handles.
 //   - noeta_observer_drops_total{observer}, noeta_observer_failures_total{observer}
@@ -164,11 +171,11 @@ type Metrics struct {
 	events, guardDecisions, approvals, toolCalls, tasks, leases, wakes metric.Int64Counter
 	egressConns, egressBytes                                           metric.Int64Counter
 	lag, toolDuration                                                  metric.Float64Histogram
-	// What deciding turns took: model calls, tokens and cost, by agent,
-	// provider and model.
-	modelCalls, modelTokens metric.Int64Counter
-	modelCost               metric.Float64Counter
-	modelDuration           metric.Float64Histogram
+	// What the models deciding turns took: calls, tokens, cost and
+	// latency, by agent, provider and model.
+	modelCalls                  metric.Int64Counter
+	modelCost                   metric.Float64Counter
+	modelTokens, modelDuration metric.Float64Histogram
 
 	agentLog AgentLog
 
@@ -193,6 +200,14 @@ type metricsApproval struct {
 // metricsLagBuckets are the boundaries, in seconds, of the lag histogram: from a
 // millisecond (in process) to an hour (a durable consumer catching up).
 var metricsLagBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+// genAITokenBuckets and genAIDurationBuckets are the bucket boundaries the
+// OpenTelemetry GenAI semantic conventions advise for
+// gen_ai.client.token.usage and gen_ai.client.operation.duration.
+var (
+	genAITokenBuckets    = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864}
+	genAIDurationBuckets = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92}
+)
 
 // metricsToolDurationBuckets are the boundaries, in seconds, of the tool duration
 // histogram.
@@ -275,15 +290,22 @@ func (m *Metrics) instruments() error {
 	m.egressBytes = counter("noeta.sandbox.egress.bytes", "By", "Bytes through the egress proxy, by tool, destination and direction (out of the sandbox, in).")
 	m.leases = counter("noeta.leases", "{lease}", "Lease generations granted (LeaseGranted records).")
 	m.wakes = counter("noeta.wakes", "{wake}", "Wakes consumed (TaskWoken records), by kind.")
-	m.modelCalls = counter("noeta.gen_ai.calls", "{call}", "Turns a policy decided, by agent, provider and model (scripted: provider and model empty).")
-	m.modelTokens = counter("noeta.gen_ai.tokens", "{token}", "Tokens the model used deciding turns, by agent, provider, model and type (input, output).")
+	m.modelCalls = counter("noeta.gen_ai.calls", "{call}", "Turns a model decided (scripted turns are not model calls), by agent, provider and model.")
 	var err error
-	m.modelCost, err = meter.Float64Counter("noeta.gen_ai.cost", metric.WithUnit("USD"),
-		metric.WithDescription("What deciding turns cost (the model's usage at its configured price), by agent, provider and model."))
+	// The currency is the unit; in braces, so the Prometheus name carries
+	// it in lower case, as the exporter appends no annotation.
+	m.modelCost, err = meter.Float64Counter("noeta.gen_ai.cost.usd", metric.WithUnit("{USD}"),
+		metric.WithDescription("What the models deciding turns cost, in US dollars (their usage at the configured price), by agent, provider and model."))
+	errs = append(errs, err)
+	// The two histograms of the OpenTelemetry GenAI semantic conventions,
+	// under their names, units, attributes and advised buckets.
+	m.modelTokens, err = meter.Float64Histogram("gen_ai.client.token.usage", metric.WithUnit("{token}"),
+		metric.WithDescription("Tokens a model call that decided a turn used, by type (input, output), agent, provider and model."),
+		metric.WithExplicitBucketBoundaries(genAITokenBuckets...))
 	errs = append(errs, err)
 	m.modelDuration, err = meter.Float64Histogram("gen_ai.client.operation.duration", metric.WithUnit("s"),
-		metric.WithDescription("How long a model call that decided a turn took, retries included, by provider and model."),
-		metric.WithExplicitBucketBoundaries(metricsToolDurationBuckets...))
+		metric.WithDescription("How long a model call that decided a turn took, retries included, by agent, provider and model."),
+		metric.WithExplicitBucketBoundaries(genAIDurationBuckets...))
 	errs = append(errs, err)
 	m.lag, err = meter.Float64Histogram("noeta.observer.lag", metric.WithUnit("s"),
 		metric.WithDescription("Time from a record's commit to its handling by the metrics observer."),
@@ -450,28 +472,34 @@ func (m *Metrics) Observe(ctx context.Context, env eventlog.Envelope) error {
 	return nil
 }
 
-// decided counts a turn's decision: the call, its tokens, its cost and,
-// for a model, its latency. The agent is what the task's TaskCreated said
-// (observed, or read from the log), or UnknownAgent when neither could be.
+// decided counts a model's decision of a turn: the call, its tokens, its
+// cost and its latency, under the GenAI conventions' attribute names (the
+// agent as gen_ai.agent.name; the model as gen_ai.request.model). A
+// scripted turn (no provider, no model) called no model and counts
+// nowhere here: noeta_events_total{type="PolicyDecided"} counts every
+// turn. The agent is what the task's TaskCreated said (observed, or read
+// from the log), or UnknownAgent when neither could be.
 func (m *Metrics) decided(ctx context.Context, env eventlog.Envelope, p *noeta.PolicyDecided) {
+	if p.Provider == "" && p.Model == "" {
+		return
+	}
 	agent := UnknownAgent
 	if mt, ok := m.memory.get(env.Task); ok && mt.agent != "" {
 		agent = mt.agent
 	}
-	model, provider, latency := p.Model, p.Provider, p.LatencyMS
-	who := []string{"agent", agent, "provider", provider, "model", model}
+	who := []string{"gen_ai.operation.name", "chat", "gen_ai.agent.name", agent, "gen_ai.provider.name", p.Provider, "gen_ai.request.model", p.Model}
 	m.modelCalls.Add(ctx, 1, m.attrs(who...))
 	if p.InputTokens > 0 {
-		m.modelTokens.Add(ctx, p.InputTokens, m.attrs(append(who, "type", "input")...))
+		m.modelTokens.Record(ctx, float64(p.InputTokens), m.attrs(append(who, "gen_ai.token.type", "input")...))
 	}
 	if p.OutputTokens > 0 {
-		m.modelTokens.Add(ctx, p.OutputTokens, m.attrs(append(who, "type", "output")...))
+		m.modelTokens.Record(ctx, float64(p.OutputTokens), m.attrs(append(who, "gen_ai.token.type", "output")...))
 	}
 	if p.CostUSD > 0 {
 		m.modelCost.Add(ctx, p.CostUSD, m.attrs(who...))
 	}
-	if model != "" && latency > 0 {
-		m.modelDuration.Record(ctx, float64(latency)/1000, m.attrs("provider", provider, "model", model))
+	if p.LatencyMS > 0 {
+		m.modelDuration.Record(ctx, float64(p.LatencyMS)/1000, m.attrs(who...))
 	}
 }
 
