@@ -173,8 +173,8 @@ type Metrics struct {
 	lag, toolDuration                                                  metric.Float64Histogram
 	// What the models deciding turns took: calls, tokens, cost and
 	// latency, by agent, provider and model.
-	modelCalls                  metric.Int64Counter
-	modelCost                   metric.Float64Counter
+	modelCalls                 metric.Int64Counter
+	modelCost                  metric.Float64Counter
 	modelTokens, modelDuration metric.Float64Histogram
 
 	agentLog AgentLog
