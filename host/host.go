@@ -75,7 +75,7 @@ func Open(ctx context.Context, b Backend, opts Options) (_ *Host, err error) {
 	}
 	h := &Host{opts: o, logger: o.Logger, b: b, taps: map[int]eventlog.Handler{}, pools: map[*Pool]struct{}{},
 		log: b.Log(), disp: b.Dispatcher(), content: b.Content(), waiting: b.Waiting(),
-		ro: readOnly(b), route: router(b), tools: o.Tools, gov: o.Governance}
+		ro: o.ReadOnly || readOnly(b), route: router(b), tools: o.Tools, gov: o.Governance}
 	if h.log == nil || h.disp == nil || h.content == nil {
 		return nil, badOption("the backend has no log, dispatcher or content store")
 	}
@@ -98,7 +98,9 @@ func Open(ctx context.Context, b Backend, opts Options) (_ *Host, err error) {
 			return nil, err
 		}
 	}
-	if h.ro {
+	if readOnly(b) {
+		// Nothing to write with: no engine, and no record is committed
+		// here to tap.
 		return h, nil
 	}
 	h.policies = o.Policies

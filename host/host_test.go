@@ -273,3 +273,30 @@ func TestAwaitedChildren(t *testing.T) {
 		})
 	}
 }
+
+// TestReadOnlyOption: a host opened read-only on a backend that may write
+// reads, and submits, cancels and answers in process nothing.
+func TestReadOnlyOption(t *testing.T) {
+	t.Parallel()
+	cfg := exampleConfig(t)
+	h := openMem(t, cfg, Options{ReadOnly: true})
+	if !h.ReadOnly() {
+		t.Fatal("not read-only")
+	}
+	sub := task(t, "agent: helper\ngoal: g\nscript: [{finish: {answer: ok}}]\n")
+	if _, err := h.Submit(t.Context(), sub); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("submit: %v", err)
+	}
+	if _, err := h.Cancel(t.Context(), "01M8YE29RAYMXGK0EH11F3KEAG", "r", false); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("cancel: %v", err)
+	}
+	if err := h.Approve(t.Context(), "01M8YE29RAYMXGK0EH11F3KEAG", "approval-x", Answer{Decision: "approve", Approver: "ann"}); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("approve: %v", err)
+	}
+	if _, err := h.Tasks(t.Context()); err != nil {
+		t.Errorf("tasks: %v", err)
+	}
+	if _, err := Open(t.Context(), h.Backend(), Options{ReadOnly: true, Workers: 1, Governance: cfg.Governance, Tools: h.Tools()}); !errors.Is(err, ErrBadOptions) {
+		t.Errorf("read-only with workers: %v", err)
+	}
+}

@@ -100,6 +100,10 @@ type Options struct {
 	// Skip turns off parts a host that runs tasks would run: where
 	// observer-workers run them instead.
 	Skip Skip
+	// ReadOnly makes a host that only reads, even on a backend that may
+	// write: it submits, cancels and answers in process nothing
+	// (ErrReadOnly), and runs nothing.
+	ReadOnly bool
 
 	// Logger reports what the log cannot hold: a lost lease, a failed
 	// handoff, an observer that fell behind (discarded if nil).
@@ -140,6 +144,9 @@ func (o Options) withDefaults() (Options, error) {
 		if err := eventlog.ValidateQueue("queue", o.Queue); err != nil {
 			return o, badOption("%v", err)
 		}
+	}
+	if o.ReadOnly && o.Workers > 0 {
+		return o, badOption("a read-only host runs no workers")
 	}
 	if o.Workers > 0 && o.Governance == nil {
 		return o, badOption("a host that runs tasks needs a governance config (Options.Governance)")

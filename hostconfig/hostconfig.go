@@ -189,7 +189,7 @@ func Open(ctx context.Context, opts Options) (_ *Host, err error) {
 	ho := host.Options{
 		Guards: o.Guards, Observers: nil, Policies: o.Policies,
 		Workers: o.Workers, Deferred: o.Deferred, Queue: o.Queue, Workspace: o.Workspace, Actor: o.Actor,
-		Skip: host.Skip{ChildLifecycle: o.Skip.ChildLifecycle}, Logger: o.Logger,
+		Skip: host.Skip{ChildLifecycle: o.Skip.ChildLifecycle}, ReadOnly: o.ReadOnly, Logger: o.Logger,
 	}
 	if o.Config != nil {
 		ho.Governance, ho.Approvals = o.Config.Governance, o.Config.Approvals
