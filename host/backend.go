@@ -37,7 +37,10 @@ type ReadOnlyBackend interface {
 // other's word for who answered (a remote NATS): an answer given without
 // an authenticated principal travels on the approver's own subject, and
 // the broker vouches for the sender. Engines on it accept only
-// authenticated answers.
+// authenticated answers. A backend other processes can write to must
+// implement it: on one that does not, the host takes an answer in process
+// as the local user's (auth local), which is true only when nothing else
+// can reach the store.
 type AnswerRouter interface {
 	// RoutesAnswers reports whether answers travel so (false: handed to
 	// the dispatcher in process, vouched for by this process).
