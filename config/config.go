@@ -81,6 +81,7 @@ package config
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -109,8 +110,13 @@ type File struct {
 	// AgentModels holds, for each agent that names a model, its model
 	// keys; an agent without model: is absent (it runs scripts only).
 	AgentModels map[string]AgentModel
-	// MCPServers is the mcp_servers: section, by name, defaults filled in.
+	// MCPServers is the mcp_servers: section and the servers of
+	// mcp_servers_file, by name, defaults filled in.
 	MCPServers map[string]MCPServer
+	// MCPServersFile is the path of the MCP client's file mcp_servers_file
+	// named, as read (relative to noeta.yaml's directory when it was
+	// relative); "" when there is none.
+	MCPServersFile string
 	// Approvals is the approvals: section and the agents'
 	// approval_timeout, compiled: who may answer which approval request.
 	Approvals *approvals.Policy
@@ -128,18 +134,26 @@ type File struct {
 }
 
 // Load reads path, a regular file of at most MaxSize bytes, until ctx ends,
-// and decodes it. Every error names the file.
+// and decodes it with [ParseContext]. Every error names the file.
 func Load(ctx context.Context, path string) (*File, error) {
 	data, err := boundedio.ReadFile(ctx, path, MaxSize)
 	if err != nil {
 		return nil, err // a *fs.PathError: it names path
 	}
-	return Parse(path, data)
+	return ParseContext(ctx, path, data)
 }
 
-// Parse decodes data; name is the file's name in errors ("" allowed). data
-// over MaxSize bytes is refused before it is parsed.
+// Parse is [ParseContext] with a context that never ends: its only read is
+// of mcp_servers_file, a regular file of bounded size.
 func Parse(name string, data []byte) (*File, error) {
+	return ParseContext(context.Background(), name, data)
+}
+
+// ParseContext decodes data; name is the file's name in errors ("" allowed).
+// data over MaxSize bytes is refused before it is parsed. The file that
+// mcp_servers_file names, taken from name's directory when relative, is read
+// until ctx ends; its mistakes name that file and come after noeta.yaml's.
+func ParseContext(ctx context.Context, name string, data []byte) (*File, error) {
 	errs := &errorList{file: name, pos: positions{}}
 	if len(data) > MaxSize {
 		errs.addf("", "the config is %d bytes, over the limit of %d MiB", len(data), MaxSize>>20)
@@ -155,21 +169,22 @@ func Parse(name string, data []byte) (*File, error) {
 		errs.add("", err.Error())
 		return nil, errs.err()
 	}
-	d := &decoder{errs: errs}
+	d := &decoder{errs: errs, ctx: ctx, dir: filepath.Dir(name)}
 	s := d.top(&root)
 	if d.exhausted {
-		return nil, errs.err()
+		return nil, joinErrs(errs, d.fileErrs)
 	}
 	gov, err := guards.NewConfig(s.agents, s.rules, s.sets)
 	errs.addChecked(err)
 	validateHooks(s.hooks, errs)
 	checkAgentModels(s.agentModels, s.models, errs)
 	appr := compileApprovals(s.approvals, errs)
-	if err := errs.err(); err != nil {
+	if err := joinErrs(errs, d.fileErrs); err != nil {
 		return nil, err
 	}
 	return &File{Path: name, Governance: gov, Hooks: withHookDefaults(s.hooks), Observers: s.observers,
-		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, Approvals: appr, HTTP: s.http,
+		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, MCPServersFile: d.mcpFile,
+		Approvals: appr, HTTP: s.http,
 		Sandbox: s.sandbox, AgentSandboxes: s.agentSandboxes, pos: errs.pos}, nil
 }
 
