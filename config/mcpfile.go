@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 
 	"github.com/noeta-go/noeta/internal/boundedio"
 	"go.yaml.in/yaml/v3"
@@ -110,6 +111,7 @@ func (d *decoder) parseJSON(data []byte) (*yaml.Node, bool) {
 		d.errs.add("", "must be a JSON object with mcpServers")
 		return nil, false
 	}
+	data = yamlStrings(data)
 	if err := boundedio.CheckYAML(data, maxConfigNodes); err != nil {
 		d.errs.add("", err.Error())
 		return nil, false
@@ -145,6 +147,41 @@ func (d *decoder) mergeMCPServers(yamlServers map[string]MCPServer, file *mcpFil
 		if s, ok := file.servers[n]; ok {
 			out[n] = s
 		}
+	}
+	return out
+}
+
+// yamlStrings rewrites, in valid JSON, each string with an escape in a form
+// the YAML parser reads as the same string: YAML's double-quoted escapes
+// lack some of JSON's (a UTF-16 surrogate pair is not read as one
+// character). A JSON string holds no newline, so the lines stay.
+func yamlStrings(data []byte) []byte {
+	if !bytes.Contains(data, []byte{'\\'}) {
+		return data
+	}
+	out := make([]byte, 0, len(data))
+	for i := 0; i < len(data); i++ {
+		if data[i] != '"' {
+			out = append(out, data[i])
+			continue
+		}
+		end, escaped := i+1, false
+		for ; end < len(data) && data[end] != '"'; end++ {
+			if data[end] == '\\' {
+				escaped = true
+				end++
+			}
+		}
+		lit := data[i : end+1]
+		var s string
+		if !escaped || json.Unmarshal(lit, &s) != nil {
+			out = append(out, lit...)
+		} else {
+			// strconv.Quote's escapes (\n, \t, \uXXXX, \UXXXXXXXX...)
+			// are all YAML's too.
+			out = strconv.AppendQuote(out, s)
+		}
+		i = end
 	}
 	return out
 }
