@@ -58,6 +58,8 @@
 //	  files:  {command: ["npx", "-y", "@modelcontextprotocol/server-filesystem", "."], env: {}, cwd: "."}
 //	  issues: {url: "http://127.0.0.1:9000/mcp", headers: {Authorization: "Bearer ${ISSUES_TOKEN}"}}
 //	  db:     {command: ["./db-mcp"], sandbox: {write: [/srv/shared]}}   # over sandbox:
+//	  py:     {command: python3, args: [server.py], env: {}}   # the MCP clients' form; type: stdio | http allowed
+//	mcp_servers_file: .mcp.json            # more servers from an MCP client's file; see MCPServer
 //	http:                                  # the HTTP API and the inbox page; see HTTP
 //	  tokens: [{name: alice, sha256: "<64 hex>"}]
 //	sandbox:                               # how tools' processes run (shell, stdio MCP servers); see Sandbox

@@ -44,11 +44,38 @@ const (
 //	      format_sql: {risk: low, timeout_seconds: 5}
 //	      write_migration: {edits: true}   # permission mode acceptEdits runs it without asking
 //	    sandbox: {write: [/srv/shared]}    # over the top-level sandbox:; see Sandbox
+//
+// command is the whole argv as a list, or, as the MCP clients write it, the
+// program as a string with its arguments in args (a list with args is an
+// error); type, which the clients write beside it, may say stdio, or http
+// (streamable-http) for a url. The older HTTP+SSE transport (type: sse) is
+// refused. noeta expands ${VAR} only in env and headers, when the server
+// starts: a ${...} in a url, and in the clients' form's command and args,
+// is refused, as is ${VAR:-default} in env and headers, rather than taken as
+// text a client would have expanded.
+//
+// mcp_servers_file: PATH (relative to noeta.yaml's directory) reads the
+// servers of an MCP client's JSON file, {"mcpServers": {<name>: {...}}} as
+// Claude Code's .mcp.json, Claude Desktop and Cursor write it, or VS Code's
+// {"servers": {...}}, with the keys command (a string), args, env, cwd,
+// type, url and headers, read as above. They join mcp_servers: and are
+// governed like them (the top-level sandbox, default risks, the agents'
+// tool lists); a name in both is an error, and a server that needs
+// noeta's keys (tools, timeout_seconds, trust_annotations, sandbox) is
+// declared in noeta.yaml instead. The file is read strictly, an unknown
+// key being an error naming the file, the JSON path and the line, and the
+// clients' own keys are decided one by one: disabled: true leaves the
+// server out; autoApprove and alwaysAllow (tools a client runs unasked)
+// are refused unless empty, approvals being noeta.yaml's; timeout is
+// refused, its unit differing between clients; envFile and VS Code's
+// inputs are refused, the server needing what they would give it; and a
+// file with comments or trailing commas (JSONC) is not JSON.
 type MCPServer struct {
 	// Name is the server's key: a letter, then letters, digits, '-' and
 	// single '_', at most 32 characters.
 	Name string
-	// Command is the argv of a stdio server, started by the engine.
+	// Command is the argv of a stdio server, started by the engine: the
+	// list, or the program and then args.
 	Command []string
 	// Env is added to the command's environment, which otherwise has only
 	// the engine's HOME, LOGNAME, PATH, SHELL, TERM, USER, LANG and TMPDIR
