@@ -121,11 +121,67 @@ func (d *decoder) parseJSON(data []byte) (*yaml.Node, bool) {
 		d.errs.add("", fmt.Sprintf("cannot read the JSON: %v", err))
 		return nil, false
 	}
-	if root.Kind != yaml.DocumentNode || len(root.Content) != 1 {
-		d.errs.add("", "must be a JSON object with mcpServers")
+	if root.Kind != yaml.DocumentNode || len(root.Content) != 1 || !sameJSON(root.Content[0], v) {
+		// The YAML parser read something else than encoding/json did:
+		// refused, never decoded as the one or the other.
+		d.errs.add("", "cannot read the JSON: the YAML parser that finds its lines reads it differently")
 		return nil, false
 	}
 	return root.Content[0], true
+}
+
+// sameJSON reports whether the node tree the YAML parser built holds what
+// encoding/json decoded: the same keys, lengths, kinds and strings. A key
+// given twice is left to the decoder, which refuses it.
+func sameJSON(n *yaml.Node, v any) bool {
+	switch n.Kind {
+	case yaml.MappingNode:
+		m, ok := v.(map[string]any)
+		if !ok || len(n.Content)%2 != 0 {
+			return false
+		}
+		count := map[string]int{}
+		for i := 0; i < len(n.Content); i += 2 {
+			if k := n.Content[i]; k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str" {
+				return false
+			}
+			count[n.Content[i].Value]++
+		}
+		if len(count) != len(m) {
+			return false
+		}
+		for i := 0; i < len(n.Content); i += 2 {
+			k := n.Content[i].Value
+			mv, ok := m[k]
+			if !ok || (count[k] == 1 && !sameJSON(n.Content[i+1], mv)) {
+				return false
+			}
+		}
+		return true
+	case yaml.SequenceNode:
+		s, ok := v.([]any)
+		if !ok || len(s) != len(n.Content) {
+			return false
+		}
+		for i, it := range n.Content {
+			if !sameJSON(it, s[i]) {
+				return false
+			}
+		}
+		return true
+	case yaml.ScalarNode:
+		switch v := v.(type) {
+		case string:
+			return n.ShortTag() == "!!str" && n.Value == v
+		case bool:
+			return n.ShortTag() == "!!bool"
+		case float64:
+			return n.ShortTag() == "!!int" || n.ShortTag() == "!!float"
+		case nil:
+			return n.ShortTag() == "!!null"
+		}
+	}
+	return false
 }
 
 // mergeMCPServers adds the file's servers to those of mcp_servers:. A name
@@ -151,14 +207,13 @@ func (d *decoder) mergeMCPServers(yamlServers map[string]MCPServer, file *mcpFil
 	return out
 }
 
-// yamlStrings rewrites, in valid JSON, each string with an escape in a form
-// the YAML parser reads as the same string: YAML's double-quoted escapes
-// lack some of JSON's (a UTF-16 surrogate pair is not read as one
-// character). A JSON string holds no newline, so the lines stay.
+// yamlStrings rewrites, in valid JSON, each string with an escape or a
+// character beyond ASCII in a form the YAML parser reads as the same
+// string: YAML's double-quoted escapes lack some of JSON's (a UTF-16
+// surrogate pair is not read as one character), and YAML folds a raw
+// U+0085, U+2028 or U+2029 as a line break where JSON keeps it. A JSON
+// string holds no newline, so the lines stay.
 func yamlStrings(data []byte) []byte {
-	if !bytes.Contains(data, []byte{'\\'}) {
-		return data
-	}
 	out := make([]byte, 0, len(data))
 	for i := 0; i < len(data); i++ {
 		if data[i] != '"' {
@@ -167,9 +222,12 @@ func yamlStrings(data []byte) []byte {
 		}
 		end, escaped := i+1, false
 		for ; end < len(data) && data[end] != '"'; end++ {
-			if data[end] == '\\' {
+			switch {
+			case data[end] == '\\':
 				escaped = true
 				end++
+			case data[end] >= 0x80:
+				escaped = true
 			}
 		}
 		lit := data[i : end+1]

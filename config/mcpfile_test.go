@@ -1,12 +1,14 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestParseMCPClientForm: a server written the way the MCP clients write
@@ -278,4 +280,37 @@ func TestMCPServersFileAndYAML(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzMCPServersFileStrings: a string in an MCP client's file is read as
+// encoding/json reads it, whatever its escapes and characters (the YAML
+// parser, which finds the lines, reads some of them otherwise), or the
+// file is refused; it is never read as another string.
+func FuzzMCPServersFileStrings(f *testing.F) {
+	for _, s := range []string{"plain", "C:\\bin", "a/b", "é", "😀", "\u0085", "\u2028x\u2029", "\x00", "\t\n", "\ufeff", "\"q\"", "'s'", "*a", "&a", "!!int 1", "{a: b}", "- x", "#c", "\ud7ff\ue000"} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, s string, raw bool) {
+		lit, err := json.Marshal(s)
+		if err != nil {
+			t.Skip()
+		}
+		if raw && !strings.ContainsAny(s, "\"\\") && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 }) && utf8.ValidString(s) {
+			lit = []byte(`"` + s + `"`) // what JSON allows unescaped, written so
+		}
+		data := []byte(`{"k": ` + string(lit) + `}`)
+		var want map[string]string
+		if json.Unmarshal(data, &want) != nil {
+			t.Skip()
+		}
+		d := &decoder{errs: &errorList{file: "f.json", pos: positions{}}}
+		n, ok := d.parseJSON(data)
+		if !ok {
+			return // refused: never misread
+		}
+		if got := n.Content[1].Value; got != want["k"] {
+			t.Fatalf("%q read as %q, want %q", data, got, want["k"])
+		}
+	})
 }
