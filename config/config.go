@@ -2,8 +2,9 @@
 // strictly, into the typed values of each part of noeta: the governance
 // (agents:, rules:, guards:) as a compiled *guards.Config, the hooks: section
 // for the hooks observer, the observers: section for the observers a
-// process runs in process, and the sandbox: section for the processes tools
-// start.
+// process runs in process, the MCP servers whose tools the engine offers
+// (mcp_servers:, and an MCP client's JSON file mcp_servers_file names), and
+// the sandbox: section for the processes tools start.
 //
 //	models:
 //	  <name>:
@@ -75,6 +76,9 @@
 // the order of the file. A key given as null counts as absent: an absent
 // list is "no list", an empty one ([]) a list of nothing. Anchors, aliases
 // and merge keys (<<) are followed, within bounds on the nodes they make.
+// The file mcp_servers_file names is read as strictly, its mistakes naming
+// it, the JSON path (mcpServers.files.args[0]) and the line, after
+// noeta.yaml's.
 //
 // Package config imports guards (it compiles the governance with
 // guards.NewConfig), and observers imports config (it runs the hooks and
