@@ -183,8 +183,9 @@ var (
 )
 
 // mcpServer reads one server, written the way noeta.yaml writes it (keys
-// yamlKeys) or, client, the way an MCP client's file does (clientKeys). It reports
-// false for an entry in error, and for a client's entry marked disabled.
+// yamlKeys) or, client, the way an MCP client's file does (clientKeys). It
+// reports false for an entry in error, and for a client's entry marked
+// disabled.
 func (d *decoder) mcpServer(n *yaml.Node, sp, name string, client bool) (MCPServer, bool) {
 	keys := yamlKeys
 	if client {
@@ -265,7 +266,10 @@ func (d *decoder) mcpServer(n *yaml.Node, sp, name string, client bool) (MCPServ
 // clients expand ${VAR} in command, args, cwd and url too; noeta does only
 // in env and headers, when the server starts, so a ${VAR} anywhere else
 // would reach the server as its literal text.
-const noExpansion = "noeta expands ${VAR} only in env and headers (when the server starts): write the value here, or pass it to the server in env"
+const noExpansion = "noeta expands ${VAR} only in env and headers (when the server starts): write the value here"
+
+// noArgExpansion is noExpansion for a command's program and arguments.
+const noArgExpansion = noExpansion + ", or pass it to the server in env"
 
 // mcpCommand reads a server's command: a list of strings (noeta's form,
 // the whole argv), or a string with args (the MCP clients' form). In the
@@ -289,11 +293,11 @@ func (d *decoder) mcpCommand(cn, an *yaml.Node, sp string, client bool) []string
 	case cn.Kind == yaml.ScalarNode && cn.ShortTag() == "!!str":
 		argv := []string{cn.Value}
 		if strings.Contains(cn.Value, "${") {
-			d.errs.add(cp, noExpansion)
+			d.errs.add(cp, noArgExpansion)
 		}
 		for i, a := range d.strList(an, ap) {
 			if strings.Contains(a, "${") {
-				d.errs.add(index(ap, i), noExpansion)
+				d.errs.add(index(ap, i), noArgExpansion)
 			}
 			argv = append(argv, a)
 		}
