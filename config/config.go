@@ -137,6 +137,9 @@ type File struct {
 	AgentSandboxes map[string]Sandbox
 
 	pos positions
+	// mcpDisabled holds the servers MCPServersFile marks disabled, for
+	// CheckTools to say why a tool of one is unknown.
+	mcpDisabled map[string]bool
 }
 
 // Load reads path, a regular file of at most MaxSize bytes, until ctx ends,
@@ -190,7 +193,8 @@ func ParseContext(ctx context.Context, name string, data []byte) (*File, error) 
 	}
 	return &File{Path: name, Governance: gov, Hooks: withHookDefaults(s.hooks), Observers: s.observers,
 		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, MCPServersFile: d.mcpFile,
-		Approvals: appr, HTTP: s.http,
+		mcpDisabled: d.disabled,
+		Approvals:   appr, HTTP: s.http,
 		Sandbox: s.sandbox, AgentSandboxes: s.agentSandboxes, pos: errs.pos}, nil
 }
 

@@ -52,6 +52,8 @@ type decoder struct {
 	fileErrs *errorList
 	// mcpFile is the path of mcp_servers_file, as read.
 	mcpFile string
+	// disabled holds the servers a client's file marks disabled.
+	disabled map[string]bool
 }
 
 // enter resolves aliases and counts the node against the limits; it returns
@@ -343,6 +345,7 @@ func (d *decoder) top(root *yaml.Node) sections {
 	if n, ok := f["mcp_servers_file"]; ok {
 		if file := d.mcpServersFile(n, "mcp_servers_file"); file != nil {
 			d.mcpFile = file.path
+			d.disabled = file.disabled
 			out.mcpServers = d.mergeMCPServers(out.mcpServers, file)
 		}
 	}

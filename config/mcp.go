@@ -240,6 +240,12 @@ func (d *decoder) mcpServer(n *yaml.Node, sp, name string, client bool) (MCPServ
 	}
 	if client {
 		disabled := d.clientOnlyKeys(f, sp)
+		if disabled && len(d.errs.list) == before {
+			if d.disabled == nil {
+				d.disabled = map[string]bool{}
+			}
+			d.disabled[name] = true
+		}
 		if disabled || len(d.errs.list) > before {
 			return MCPServer{}, false
 		}
@@ -474,6 +480,9 @@ func (f *File) deferredMCP(name string) (bool, string) {
 		return true, fmt.Sprintf("%q matches no configured MCP server (%s)", name, list)
 	}
 	if _, ok := f.MCPServers[server]; !ok {
+		if f.mcpDisabled[server] {
+			return true, fmt.Sprintf("%q: MCP server %q is disabled in %s (%s)", name, server, f.MCPServersFile, list)
+		}
 		return true, fmt.Sprintf("%q: no MCP server %q is configured (%s)", name, server, list)
 	}
 	return true, ""

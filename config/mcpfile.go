@@ -22,6 +22,8 @@ type mcpFile struct {
 	servers map[string]MCPServer
 	lines   map[string]int
 	key     string // mcpServers, or VS Code's servers
+	// disabled holds the servers the file marks disabled.
+	disabled map[string]bool
 }
 
 // mcpServersFile reads the MCP client's file named at path (the value of
@@ -87,6 +89,7 @@ func (d *decoder) mcpServersFile(n *yaml.Node, path string) *mcpFile {
 		}
 	}
 	fd.depth--
+	out.disabled = fd.disabled
 	d.exhausted = d.exhausted || fd.exhausted
 	return out
 }

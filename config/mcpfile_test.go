@@ -259,6 +259,18 @@ func TestMCPServersFileAndYAML(t *testing.T) {
 		t.Errorf("servers %v", got)
 	}
 
+	// A disabled server is left out, and an agent that names its tools
+	// is told why.
+	disabled := writeMCPFiles(t, "mcp_servers_file: .mcp.json\nagents:\n  a: {tools: [\"mcp__db__*\"]}\n", ".mcp.json",
+		`{"mcpServers": {"files": {"command": "x"}, "db": {"command": "db-mcp", "disabled": true}}}`)
+	if f, err = Load(t.Context(), disabled); err != nil {
+		t.Fatal(err)
+	}
+	want := `agents.a.tools[0]: "mcp__db__*": MCP server "db" is disabled in ` + filepath.Join(filepath.Dir(disabled), ".mcp.json") + " (mcp_servers: files)"
+	if err := f.CheckTools(nil); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("CheckTools: %v\nwant %q", err, want)
+	}
+
 	jsonPath := filepath.Join(filepath.Dir(cfg), ".mcp.json")
 	for _, tt := range []struct{ name, yaml, want string }{
 		{"a name in both", "mcp_servers:\n  db: {command: [./db]}\nmcp_servers_file: .mcp.json\n",
