@@ -49,10 +49,12 @@ const (
 // program as a string with its arguments in args (a list with args is an
 // error); type, which the clients write beside it, may say stdio, or http
 // (streamable-http) for a url. The older HTTP+SSE transport (type: sse) is
-// refused. noeta expands ${VAR} only in env and headers, when the server
-// starts: a ${...} in a url, and in the clients' form's command and args,
-// is refused, as is ${VAR:-default} in env and headers, rather than taken as
-// text a client would have expanded.
+// refused, and a url without type is taken as streamable HTTP. noeta
+// expands ${VAR} only in env and headers, when the server starts (Cursor's
+// ${env:VAR} is read as ${VAR}): a ${...} in a url, and in the clients'
+// form's command and args, is refused, as are ${VAR:-default} and
+// ${input:...} in env and headers, rather than taken as text a client would
+// have expanded.
 //
 // mcp_servers_file: PATH (relative to noeta.yaml's directory) reads the
 // servers of an MCP client's JSON file, {"mcpServers": {<name>: {...}}} as
@@ -128,6 +130,10 @@ func (s MCPServer) Stdio() bool { return len(s.Command) > 0 }
 // server starts (package tools/mcp) meets only well-formed references.
 var varRef = regexp.MustCompile(`\$\{([^}]*)\}`)
 
+// cursorRef is Cursor's and VS Code's spelling of ${VAR}, ${env:VAR}: the
+// same variable, so it is read as ${VAR}.
+var cursorRef = regexp.MustCompile(`\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}`)
+
 // checkVars reports a value whose ${...} references are not all variable
 // names, or that has a '$' followed by '{' without a closing '}'. The value
 // is not quoted: it may be a secret.
@@ -135,6 +141,7 @@ func checkVars(v string) string {
 	for _, m := range varRef.FindAllStringSubmatch(v, -1) {
 		switch {
 		case envName.MatchString(m[1]):
+		case strings.HasPrefix(m[1], "env:") && envName.MatchString(m[1][len("env:"):]):
 		case strings.Contains(m[1], ":-"):
 			// The MCP clients' default; noeta refuses to start a
 			// server whose variable is unset rather than guess.
@@ -403,7 +410,7 @@ func (d *decoder) secretMap(n *yaml.Node, path string) map[string]string {
 			d.errs.add(kp, msg)
 			continue
 		}
-		out[p.key] = v.Value
+		out[p.key] = cursorRef.ReplaceAllString(v.Value, "$${$1}")
 	}
 	return out
 }
