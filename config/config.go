@@ -2,8 +2,9 @@
 // strictly, into the typed values of each part of noeta: the governance
 // (agents:, rules:, guards:) as a compiled *guards.Config, the hooks: section
 // for the hooks observer, the observers: section for the observers a
-// process runs in process, and the sandbox: section for the processes tools
-// start.
+// process runs in process, the MCP servers whose tools the engine offers
+// (mcp_servers:, and an MCP client's JSON file mcp_servers_file names), and
+// the sandbox: section for the processes tools start.
 //
 //	models:
 //	  <name>:
@@ -58,6 +59,8 @@
 //	  files:  {command: ["npx", "-y", "@modelcontextprotocol/server-filesystem", "."], env: {}, cwd: "."}
 //	  issues: {url: "http://127.0.0.1:9000/mcp", headers: {Authorization: "Bearer ${ISSUES_TOKEN}"}}
 //	  db:     {command: ["./db-mcp"], sandbox: {write: [/srv/shared]}}   # over sandbox:
+//	  py:     {command: python3, args: [server.py], env: {}}   # the MCP clients' form; type: stdio | http allowed
+//	mcp_servers_file: .mcp.json            # more servers from an MCP client's file; see MCPServer
 //	http:                                  # the HTTP API and the inbox page; see HTTP
 //	  tokens: [{name: alice, sha256: "<64 hex>"}]
 //	sandbox:                               # how tools' processes run (shell, stdio MCP servers); see Sandbox
@@ -73,6 +76,9 @@
 // the order of the file. A key given as null counts as absent: an absent
 // list is "no list", an empty one ([]) a list of nothing. Anchors, aliases
 // and merge keys (<<) are followed, within bounds on the nodes they make.
+// The file mcp_servers_file names is read as strictly, its mistakes naming
+// it, the JSON path (mcpServers.files.args[0]) and the line, after
+// noeta.yaml's.
 //
 // Package config imports guards (it compiles the governance with
 // guards.NewConfig), and observers imports config (it runs the hooks and
@@ -81,6 +87,7 @@ package config
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -109,8 +116,13 @@ type File struct {
 	// AgentModels holds, for each agent that names a model, its model
 	// keys; an agent without model: is absent (it runs scripts only).
 	AgentModels map[string]AgentModel
-	// MCPServers is the mcp_servers: section, by name, defaults filled in.
+	// MCPServers is the mcp_servers: section and the servers of
+	// mcp_servers_file, by name, defaults filled in.
 	MCPServers map[string]MCPServer
+	// MCPServersFile is the path of the MCP client's file mcp_servers_file
+	// named, as read (relative to noeta.yaml's directory when it was
+	// relative); "" when there is none.
+	MCPServersFile string
 	// Approvals is the approvals: section and the agents'
 	// approval_timeout, compiled: who may answer which approval request.
 	Approvals *approvals.Policy
@@ -125,21 +137,32 @@ type File struct {
 	AgentSandboxes map[string]Sandbox
 
 	pos positions
+	// mcpDisabled holds the servers MCPServersFile marks disabled, for
+	// CheckTools to say why a tool of one is unknown.
+	mcpDisabled map[string]bool
 }
 
 // Load reads path, a regular file of at most MaxSize bytes, until ctx ends,
-// and decodes it. Every error names the file.
+// and decodes it with [ParseContext]. Every error names the file.
 func Load(ctx context.Context, path string) (*File, error) {
 	data, err := boundedio.ReadFile(ctx, path, MaxSize)
 	if err != nil {
 		return nil, err // a *fs.PathError: it names path
 	}
-	return Parse(path, data)
+	return ParseContext(ctx, path, data)
 }
 
-// Parse decodes data; name is the file's name in errors ("" allowed). data
-// over MaxSize bytes is refused before it is parsed.
+// Parse is [ParseContext] with a context that never ends: its only read is
+// of mcp_servers_file, a regular file of bounded size.
 func Parse(name string, data []byte) (*File, error) {
+	return ParseContext(context.Background(), name, data)
+}
+
+// ParseContext decodes data; name is the file's name in errors ("" allowed).
+// data over MaxSize bytes is refused before it is parsed. The file that
+// mcp_servers_file names, taken from name's directory when relative, is read
+// until ctx ends; its mistakes name that file and come after noeta.yaml's.
+func ParseContext(ctx context.Context, name string, data []byte) (*File, error) {
 	errs := &errorList{file: name, pos: positions{}}
 	if len(data) > MaxSize {
 		errs.addf("", "the config is %d bytes, over the limit of %d MiB", len(data), MaxSize>>20)
@@ -155,21 +178,23 @@ func Parse(name string, data []byte) (*File, error) {
 		errs.add("", err.Error())
 		return nil, errs.err()
 	}
-	d := &decoder{errs: errs}
+	d := &decoder{errs: errs, ctx: ctx, dir: filepath.Dir(name)}
 	s := d.top(&root)
 	if d.exhausted {
-		return nil, errs.err()
+		return nil, joinErrs(errs, d.fileErrs)
 	}
 	gov, err := guards.NewConfig(s.agents, s.rules, s.sets)
 	errs.addChecked(err)
 	validateHooks(s.hooks, errs)
 	checkAgentModels(s.agentModels, s.models, errs)
 	appr := compileApprovals(s.approvals, errs)
-	if err := errs.err(); err != nil {
+	if err := joinErrs(errs, d.fileErrs); err != nil {
 		return nil, err
 	}
 	return &File{Path: name, Governance: gov, Hooks: withHookDefaults(s.hooks), Observers: s.observers,
-		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, Approvals: appr, HTTP: s.http,
+		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, MCPServersFile: d.mcpFile,
+		mcpDisabled: d.disabled,
+		Approvals:   appr, HTTP: s.http,
 		Sandbox: s.sandbox, AgentSandboxes: s.agentSandboxes, pos: errs.pos}, nil
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -41,6 +42,18 @@ type decoder struct {
 	nodes     int
 	depth     int
 	exhausted bool
+
+	// ctx bounds the read of mcp_servers_file, and dir is the directory
+	// its relative path is taken from (noeta.yaml's).
+	ctx context.Context
+	dir string
+	// fileErrs are the mistakes found in mcp_servers_file, which name
+	// that file; nil when there is none.
+	fileErrs *errorList
+	// mcpFile is the path of mcp_servers_file, as read.
+	mcpFile string
+	// disabled holds the servers a client's file marks disabled.
+	disabled map[string]bool
 }
 
 // enter resolves aliases and counts the node against the limits; it returns
@@ -315,8 +328,8 @@ func (d *decoder) top(root *yaml.Node) sections {
 	if isNull(doc) {
 		return out
 	}
-	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models", "mcp_servers", "approvals",
-		"http", "sandbox")
+	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models", "mcp_servers",
+		"mcp_servers_file", "approvals", "http", "sandbox")
 	if n, ok := f["http"]; ok && !isNull(n) {
 		out.http = d.http(n, "http")
 	}
@@ -328,6 +341,13 @@ func (d *decoder) top(root *yaml.Node) sections {
 	}
 	if n, ok := f["mcp_servers"]; ok {
 		out.mcpServers = d.mcpServers(n, "mcp_servers")
+	}
+	if n, ok := f["mcp_servers_file"]; ok {
+		if file := d.mcpServersFile(n, "mcp_servers_file"); file != nil {
+			d.mcpFile = file.path
+			d.disabled = file.disabled
+			out.mcpServers = d.mergeMCPServers(out.mcpServers, file)
+		}
 	}
 	if n, ok := f["models"]; ok {
 		out.models = d.models(n, "models")

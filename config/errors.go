@@ -105,6 +105,20 @@ func (e *errorList) err() error {
 	return errors.Join(e.list...)
 }
 
+// joinErrs joins the errors of noeta.yaml, then those of a second file
+// (mcp_servers_file; nil when there is none), in one flat list, each file's
+// in its own order: the caller unwraps one level to find every *Error.
+func joinErrs(main, second *errorList) error {
+	if second == nil {
+		return main.err()
+	}
+	// err sorts each list by line.
+	if main.err() == nil && second.err() == nil {
+		return nil
+	}
+	return errors.Join(append(slices.Clone(main.list), second.list...)...)
+}
+
 func lineOf(err error) int {
 	if ce, ok := err.(*Error); ok && ce.Line > 0 {
 		return ce.Line

@@ -44,11 +44,40 @@ const (
 //	      format_sql: {risk: low, timeout_seconds: 5}
 //	      write_migration: {edits: true}   # permission mode acceptEdits runs it without asking
 //	    sandbox: {write: [/srv/shared]}    # over the top-level sandbox:; see Sandbox
+//
+// command is the whole argv as a list, or, as the MCP clients write it, the
+// program as a string with its arguments in args (a list with args is an
+// error); type, which the clients write beside it, may say stdio, or http
+// (streamable-http) for a url. The older HTTP+SSE transport (type: sse) is
+// refused, and a url without type is taken as streamable HTTP. noeta
+// expands ${VAR} only in env and headers, when the server starts (Cursor's
+// ${env:VAR} is read as ${VAR}): a ${...} in a url, and in the clients'
+// form's command and args, is refused, as are ${VAR:-default} and
+// ${input:...} in env and headers, rather than taken as text a client would
+// have expanded.
+//
+// mcp_servers_file: PATH (relative to noeta.yaml's directory) reads the
+// servers of an MCP client's JSON file, {"mcpServers": {<name>: {...}}} as
+// Claude Code's .mcp.json, Claude Desktop and Cursor write it, or VS Code's
+// {"servers": {...}}, with the keys command (a string), args, env, cwd,
+// type, url and headers, read as above. They join mcp_servers: and are
+// governed like them (the top-level sandbox, default risks, the agents'
+// tool lists); a name in both is an error, and a server that needs
+// noeta's keys (tools, timeout_seconds, trust_annotations, sandbox) is
+// declared in noeta.yaml instead. The file is read strictly, an unknown
+// key being an error naming the file, the JSON path and the line, and the
+// clients' own keys are decided one by one: disabled: true leaves the
+// server out; autoApprove and alwaysAllow (tools a client runs unasked)
+// are refused unless empty, approvals being noeta.yaml's; timeout is
+// refused, its unit differing between clients; envFile and VS Code's
+// inputs are refused, the server needing what they would give it; and a
+// file with comments or trailing commas (JSONC) is not JSON.
 type MCPServer struct {
 	// Name is the server's key: a letter, then letters, digits, '-' and
 	// single '_', at most 32 characters.
 	Name string
-	// Command is the argv of a stdio server, started by the engine.
+	// Command is the argv of a stdio server, started by the engine: the
+	// list, or the program and then args.
 	Command []string
 	// Env is added to the command's environment, which otherwise has only
 	// the engine's HOME, LOGNAME, PATH, SHELL, TERM, USER, LANG and TMPDIR
@@ -101,12 +130,25 @@ func (s MCPServer) Stdio() bool { return len(s.Command) > 0 }
 // server starts (package tools/mcp) meets only well-formed references.
 var varRef = regexp.MustCompile(`\$\{([^}]*)\}`)
 
+// cursorRef is Cursor's and VS Code's spelling of ${VAR}, ${env:VAR}: the
+// same variable, so it is read as ${VAR}.
+var cursorRef = regexp.MustCompile(`\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}`)
+
 // checkVars reports a value whose ${...} references are not all variable
 // names, or that has a '$' followed by '{' without a closing '}'. The value
 // is not quoted: it may be a secret.
 func checkVars(v string) string {
 	for _, m := range varRef.FindAllStringSubmatch(v, -1) {
-		if !envName.MatchString(m[1]) {
+		switch {
+		case envName.MatchString(m[1]):
+		case strings.HasPrefix(m[1], "env:") && envName.MatchString(m[1][len("env:"):]):
+		case strings.Contains(m[1], ":-"):
+			// The MCP clients' default; noeta refuses to start a
+			// server whose variable is unset rather than guess.
+			return "noeta does not take ${VAR:-default}: write ${VAR}, which must be set when the server starts"
+		case strings.HasPrefix(m[1], "input:"):
+			return "noeta asks no one for ${input:...}: write ${VAR}, taken from the engine's environment"
+		default:
 			return "a ${...} in the value must name an environment variable (letters, digits and _)"
 		}
 	}
@@ -130,61 +172,214 @@ func (d *decoder) mcpServers(n *yaml.Node, path string) map[string]MCPServer {
 	for _, p := range ps {
 		sp := join(path, p.key)
 		d.mark(sp, p.keyN)
-		if !mcpServerName.MatchString(p.key) || len(p.key) > maxMCPServerName {
-			d.errs.addf(sp, "a server name must be a letter, then letters, digits, '-' and single '_' (at most %d characters), to make tool names mcp__<server>__<tool>", maxMCPServerName)
-			continue
+		if s, ok := d.mcpServer(p.value, sp, p.key, false); ok {
+			out[p.key] = s
 		}
-		f, ok := d.fields(p.value, sp, "command", "env", "cwd", "url", "headers", "timeout_seconds", "trust_annotations", "tools", "sandbox")
-		if !ok && f == nil {
-			continue
-		}
-		s := MCPServer{Name: p.key, TimeoutSeconds: DefaultMCPTimeoutSeconds}
-		s.Command = d.strList(f["command"], join(sp, "command"))
-		u, hasURL := d.str(f["url"], join(sp, "url"))
-		switch {
-		case s.Command != nil && hasURL:
-			d.errs.add(sp, "give command (a stdio server) or url (a streamable HTTP server), not both")
-		case s.Command == nil && !hasURL:
-			d.errs.add(sp, "needs command (a stdio server) or url (a streamable HTTP server)")
-		case s.Command != nil && (len(s.Command) == 0 || s.Command[0] == ""):
-			d.errs.add(join(sp, "command"), "must start with the program to run")
-		case hasURL:
-			if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-				d.errs.add(join(sp, "url"), "must be an http:// or https:// URL with a host")
-			} else if pu.User != nil {
-				d.errs.add(join(sp, "url"), "must not hold credentials; send them in headers with ${VAR}")
-			} else {
-				s.URL = u
-			}
-		}
-		s.Env = d.secretMap(f["env"], join(sp, "env"))
-		if c, ok := d.str(f["cwd"], join(sp, "cwd")); ok {
-			s.Cwd = c
-		}
-		s.Headers = d.secretMap(f["headers"], join(sp, "headers"))
-		if hasURL && (len(s.Env) > 0 || s.Cwd != "") {
-			d.errs.add(sp, "env and cwd are for a command; a url server takes headers")
-		}
-		if s.Command != nil && len(s.Headers) > 0 {
-			d.errs.add(join(sp, "headers"), "headers are for a url server; a command takes env")
-		}
-		if sn, ok := f["sandbox"]; ok && !isNull(sn) {
-			if hasURL {
-				d.errs.add(join(sp, "sandbox"), "a url server starts no process to sandbox; sandbox is for a command")
-			} else {
-				s.Sandbox = d.sandbox(sn, join(sp, "sandbox"))
-			}
-		}
-		d.bounded(f["timeout_seconds"], join(sp, "timeout_seconds"), 1, maxMCPTimeoutSeconds, &s.TimeoutSeconds)
-		if e := d.enter(f["trust_annotations"], join(sp, "trust_annotations")); !isNull(e) {
-			if e.Kind != yaml.ScalarNode || e.ShortTag() != "!!bool" || e.Decode(&s.TrustAnnotations) != nil {
-				d.errs.addf(join(sp, "trust_annotations"), "must be true or false, not %s", kindName(e))
-			}
-		}
-		s.Tools = d.mcpTools(f["tools"], join(sp, "tools"), p.key)
-		out[p.key] = s
 	}
 	return out
+}
+
+// The keys of a server in noeta.yaml, and in an MCP client's file
+// (mcp_servers_file): the clients' keys that noeta reads, and those it
+// refuses by name rather than as unknown, with why.
+var (
+	yamlKeys = []string{"command", "args", "type", "env", "cwd", "url", "headers", "timeout_seconds",
+		"trust_annotations", "tools", "sandbox"}
+	clientKeys = []string{"command", "args", "type", "env", "cwd", "url", "headers", "disabled",
+		"autoApprove", "alwaysAllow", "timeout", "envFile"}
+)
+
+// mcpServer reads one server, written the way noeta.yaml writes it (keys
+// yamlKeys) or, client, the way an MCP client's file does (clientKeys). It
+// reports false for an entry in error, and for a client's entry marked
+// disabled.
+func (d *decoder) mcpServer(n *yaml.Node, sp, name string, client bool) (MCPServer, bool) {
+	keys := yamlKeys
+	if client {
+		keys = clientKeys
+	}
+	if !mcpServerName.MatchString(name) || len(name) > maxMCPServerName {
+		d.errs.addf(sp, "a server name must be a letter, then letters, digits, '-' and single '_' (at most %d characters), to make tool names mcp__<server>__<tool>", maxMCPServerName)
+		return MCPServer{}, false
+	}
+	f, ok := d.fields(n, sp, keys...)
+	if !ok && f == nil {
+		return MCPServer{}, false
+	}
+	before := len(d.errs.list)
+	s := MCPServer{Name: name, TimeoutSeconds: DefaultMCPTimeoutSeconds}
+	s.Command = d.mcpCommand(f["command"], f["args"], sp, client)
+	u, hasURL := d.str(f["url"], join(sp, "url"))
+	switch {
+	case s.Command != nil && hasURL:
+		d.errs.add(sp, "give command (a stdio server) or url (a streamable HTTP server), not both")
+	case s.Command == nil && !hasURL:
+		if _, ok := f["command"]; !ok || isNull(f["command"]) {
+			d.errs.add(sp, "needs command (a stdio server) or url (a streamable HTTP server)")
+		}
+	case s.Command != nil && (len(s.Command) == 0 || s.Command[0] == ""):
+		d.errs.add(join(sp, "command"), "must start with the program to run")
+	case hasURL:
+		if pu, err := url.Parse(u); strings.Contains(u, "${") {
+			d.errs.add(join(sp, "url"), noExpansion)
+		} else if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			d.errs.add(join(sp, "url"), "must be an http:// or https:// URL with a host")
+		} else if pu.User != nil {
+			d.errs.add(join(sp, "url"), "must not hold credentials; send them in headers with ${VAR}")
+		} else {
+			s.URL = u
+		}
+	}
+	d.mcpType(f["type"], join(sp, "type"), s.Command != nil, hasURL)
+	s.Env = d.secretMap(f["env"], join(sp, "env"))
+	if c, ok := d.str(f["cwd"], join(sp, "cwd")); ok {
+		if client && strings.Contains(c, "${") {
+			d.errs.add(join(sp, "cwd"), noExpansion)
+		}
+		s.Cwd = c
+	}
+	s.Headers = d.secretMap(f["headers"], join(sp, "headers"))
+	if hasURL && (len(s.Env) > 0 || s.Cwd != "") {
+		d.errs.add(sp, "env and cwd are for a command; a url server takes headers")
+	}
+	if s.Command != nil && len(s.Headers) > 0 {
+		d.errs.add(join(sp, "headers"), "headers are for a url server; a command takes env")
+	}
+	if client {
+		disabled := d.clientOnlyKeys(f, sp)
+		if disabled && len(d.errs.list) == before {
+			if d.disabled == nil {
+				d.disabled = map[string]bool{}
+			}
+			d.disabled[name] = true
+		}
+		if disabled || len(d.errs.list) > before {
+			return MCPServer{}, false
+		}
+		return s, true
+	}
+	if sn, ok := f["sandbox"]; ok && !isNull(sn) {
+		if hasURL {
+			d.errs.add(join(sp, "sandbox"), "a url server starts no process to sandbox; sandbox is for a command")
+		} else {
+			s.Sandbox = d.sandbox(sn, join(sp, "sandbox"))
+		}
+	}
+	d.bounded(f["timeout_seconds"], join(sp, "timeout_seconds"), 1, maxMCPTimeoutSeconds, &s.TimeoutSeconds)
+	if e := d.enter(f["trust_annotations"], join(sp, "trust_annotations")); !isNull(e) {
+		if e.Kind != yaml.ScalarNode || e.ShortTag() != "!!bool" || e.Decode(&s.TrustAnnotations) != nil {
+			d.errs.addf(join(sp, "trust_annotations"), "must be true or false, not %s", kindName(e))
+		}
+	}
+	s.Tools = d.mcpTools(f["tools"], join(sp, "tools"), name)
+	return s, true
+}
+
+// noExpansion is the error for a ${...} where noeta expands none. The MCP
+// clients expand ${VAR} in command, args, cwd and url too; noeta does only
+// in env and headers, when the server starts, so a ${VAR} anywhere else
+// would reach the server as its literal text.
+const noExpansion = "noeta expands ${VAR} only in env and headers (when the server starts): write the value here"
+
+// noArgExpansion is noExpansion for a command's program and arguments.
+const noArgExpansion = noExpansion + ", or pass it to the server in env"
+
+// mcpCommand reads a server's command: a list of strings (noeta's form,
+// the whole argv), or a string with args (the MCP clients' form). In the
+// clients' form a ${...} in the program or an argument is refused: a
+// client would expand it, noeta would pass it on as written. A client's
+// file has only the clients' form.
+func (d *decoder) mcpCommand(cn, an *yaml.Node, sp string, client bool) []string {
+	cp, ap := join(sp, "command"), join(sp, "args")
+	cn = d.enter(cn, cp)
+	switch {
+	case isNull(cn):
+		if a := d.enter(an, ap); !isNull(a) {
+			d.errs.add(ap, "args needs command, the program to run")
+		}
+		return nil
+	case cn.Kind == yaml.SequenceNode && !client:
+		if a := d.enter(an, ap); !isNull(a) {
+			d.errs.add(ap, "args goes with command as a string (command: npx, args: [-y, pkg]); with command as a list, put the arguments in the list")
+		}
+		return d.strList(cn, cp)
+	case cn.Kind == yaml.ScalarNode && cn.ShortTag() == "!!str":
+		argv := []string{cn.Value}
+		if strings.Contains(cn.Value, "${") {
+			d.errs.add(cp, noArgExpansion)
+		}
+		for i, a := range d.strList(an, ap) {
+			if strings.Contains(a, "${") {
+				d.errs.add(index(ap, i), noArgExpansion)
+			}
+			argv = append(argv, a)
+		}
+		return argv
+	case client:
+		d.errs.addf(cp, "must be a string, the program to run (its arguments go in args), not %s", kindName(cn))
+	default:
+		d.errs.addf(cp, "must be a list of strings, or a string with its arguments in args, not %s", kindName(cn))
+	}
+	return nil
+}
+
+// mcpType checks a server's type, the key the MCP clients write beside
+// command or url. noeta speaks stdio and streamable HTTP; the older
+// HTTP+SSE transport is refused, not tried as streamable HTTP.
+func (d *decoder) mcpType(n *yaml.Node, path string, command, hasURL bool) {
+	t, ok := d.str(n, path)
+	if !ok {
+		return
+	}
+	switch t {
+	case "stdio":
+		if hasURL {
+			d.errs.add(path, "type stdio needs command, not url")
+		}
+	case "http", "streamable-http", "streamableHttp":
+		if command {
+			d.errs.addf(path, "type %s needs url, not command", t)
+		}
+	case "sse":
+		d.errs.add(path, "noeta speaks MCP over stdio and streamable HTTP, not the older HTTP+SSE transport: give the server's streamable HTTP endpoint (often /mcp) with type http")
+	default:
+		d.errs.addf(path, "must be stdio, http or streamable-http, not %q", t)
+	}
+}
+
+// clientOnlyKeys reads the keys MCP clients write that noeta.yaml does not
+// have, and reports whether the server is disabled. Each is decided by
+// what ignoring it would do:
+//   - disabled: true is honoured (the server is left out: it runs no tool).
+//   - autoApprove and alwaysAllow (Cline's and Roo Code's lists of tools
+//     that run unasked) are refused unless empty: whether a tool runs
+//     unasked is noeta.yaml's to say, in agents' permissions and rules.
+//   - timeout is refused: the clients that write it disagree on its unit
+//     (seconds, milliseconds), and noeta does not guess.
+//   - envFile (VS Code's, Cursor's) is refused: the server would start
+//     without the variables it names.
+func (d *decoder) clientOnlyKeys(f map[string]*yaml.Node, sp string) bool {
+	var disabled bool
+	if e := d.enter(f["disabled"], join(sp, "disabled")); !isNull(e) {
+		if e.Kind != yaml.ScalarNode || e.ShortTag() != "!!bool" || e.Decode(&disabled) != nil {
+			d.errs.addf(join(sp, "disabled"), "must be true or false, not %s", kindName(e))
+		}
+	}
+	for _, k := range []string{"autoApprove", "alwaysAllow"} {
+		if _, ok := f[k]; !ok {
+			continue
+		}
+		if l := d.strList(f[k], join(sp, k)); len(l) > 0 {
+			d.errs.add(join(sp, k), "noeta takes no approvals from a client's file: which tools run unasked is noeta.yaml's to say (agents' permissions, rules with action: allow); leave the list empty")
+		}
+	}
+	if _, ok := f["timeout"]; ok {
+		d.errs.add(join(sp, "timeout"), "the clients disagree on its unit (seconds, milliseconds) and noeta does not guess: remove it (a call gets 60 seconds), or declare the server in noeta.yaml with timeout_seconds")
+	}
+	if _, ok := f["envFile"]; ok {
+		d.errs.add(join(sp, "envFile"), "noeta reads no env file: name the variables in env as ${VAR}, taken from the engine's environment when the server starts")
+	}
+	return disabled
 }
 
 // secretMap reads a mapping of strings whose values may be secrets: an
@@ -215,7 +410,7 @@ func (d *decoder) secretMap(n *yaml.Node, path string) map[string]string {
 			d.errs.add(kp, msg)
 			continue
 		}
-		out[p.key] = v.Value
+		out[p.key] = cursorRef.ReplaceAllString(v.Value, "$${$1}")
 	}
 	return out
 }
@@ -292,6 +487,9 @@ func (f *File) deferredMCP(name string) (bool, string) {
 		return true, fmt.Sprintf("%q matches no configured MCP server (%s)", name, list)
 	}
 	if _, ok := f.MCPServers[server]; !ok {
+		if f.mcpDisabled[server] {
+			return true, fmt.Sprintf("%q: MCP server %q is disabled in %s (%s)", name, server, f.MCPServersFile, list)
+		}
 		return true, fmt.Sprintf("%q: no MCP server %q is configured (%s)", name, server, list)
 	}
 	return true, ""

@@ -77,7 +77,7 @@ func TestParseMCPServersBad(t *testing.T) {
 		{"credentials in url", "mcp_servers:\n  a: {url: \"https://u:" + secret + "@h/x\"}\n", "must not hold credentials"},
 		{"name with __", "mcp_servers:\n  a__b: {command: [x]}\n", "mcp_servers.a__b: a server name must be"},
 		{"name with a glob", "mcp_servers:\n  \"a*\": {command: [x]}\n", "a server name must be"},
-		{"unknown key", "mcp_servers:\n  a: {command: [x], args: [y]}\n", "mcp_servers.a.args: unknown key"},
+		{"unknown key", "mcp_servers:\n  a: {command: [x], autoApprove: [y]}\n", "mcp_servers.a.autoApprove: unknown key"},
 		{"headers on a command", "mcp_servers:\n  a: {command: [x], headers: {A: b}}\n", "mcp_servers.a.headers: headers are for a url server"},
 		{"env on a url", "mcp_servers:\n  a: {url: \"http://h/mcp\", env: {A: b}}\n", "env and cwd are for a command"},
 		{"timeout", "mcp_servers:\n  a: {command: [x], timeout_seconds: 0}\n", "mcp_servers.a.timeout_seconds: must be from 1 to 3600"},

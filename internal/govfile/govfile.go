@@ -28,14 +28,19 @@ func Load(ctx context.Context, path string) (*config.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, data)
+	return parse(ctx, path, data)
 }
 
 // Parse parses a governance config and checks every tool it names against
 // the built-in tools, which are the tools of every command's registry: a
 // misspelt tool is refused here, not when a task of the agent first runs.
 func Parse(name string, data []byte) (*config.File, error) {
-	cfg, err := config.Parse(name, data)
+	return parse(context.Background(), name, data)
+}
+
+// parse is Parse, reading the file mcp_servers_file names until ctx ends.
+func parse(ctx context.Context, name string, data []byte) (*config.File, error) {
+	cfg, err := config.ParseContext(ctx, name, data)
 	if err != nil {
 		return nil, errors.New(Errors(name, err))
 	}
@@ -104,7 +109,8 @@ func builtinToolNames() ([]string, error) {
 }
 
 // Errors renders the errors of config.Parse one per line, each prefixed
-// with the file name and line.
+// with the file name and line: name, or the file the error names (the
+// MCP client's file mcp_servers_file reads).
 func Errors(name string, err error) string {
 	var list []error
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -117,9 +123,13 @@ func Errors(name string, err error) string {
 		var ce *config.Error
 		switch {
 		case errors.As(e, &ce):
-			loc := name + ": "
+			file := name
+			if ce.File != "" {
+				file = ce.File
+			}
+			loc := file + ": "
 			if ce.Line > 0 {
-				loc = fmt.Sprintf("%s:%d: ", name, ce.Line)
+				loc = fmt.Sprintf("%s:%d: ", file, ce.Line)
 			}
 			if ce.Path != "" {
 				loc += ce.Path + ": "

@@ -89,3 +89,33 @@ func TestGovernanceAndTask(t *testing.T) {
 		t.Errorf("a missing task file: %v", err)
 	}
 }
+
+// TestLoadMCPServersFile: a mistake in the MCP client's file that
+// noeta.yaml's mcp_servers_file names is reported with that file's name
+// and line, beside noeta.yaml's own mistakes with theirs; a good file's
+// servers are the config's.
+func TestLoadMCPServersFile(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, ".mcp.json", "{\"mcpServers\": {\n  \"files\": {\"command\": \"npx\", \"args\": [\"x\"]},\n  \"old\": {\"type\": \"sse\", \"url\": \"https://h/sse\"}\n}}\n")
+	cfg := write(t, dir, "noeta.yaml", "mcp_servers_file: .mcp.json\nagents:\n  a:\n    tools: [echo]\n    nonsense: 1\n")
+	_, err := Load(t.Context(), cfg)
+	want := []string{
+		cfg + ":5: agents.a.nonsense: unknown key",
+		filepath.Join(dir, ".mcp.json") + ":3: mcpServers.old.type: noeta speaks MCP over stdio and streamable HTTP",
+	}
+	for _, w := range want {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("got %v\nwant a line %q", err, w)
+		}
+	}
+
+	write(t, dir, ".mcp.json", `{"mcpServers": {"files": {"command": "npx", "args": ["x"]}}}`)
+	cfg = write(t, dir, "noeta.yaml", "mcp_servers_file: .mcp.json\nagents:\n  a:\n    tools: [echo, \"mcp__files__*\"]\n")
+	f, err := Load(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := f.MCPServers["files"]; strings.Join(s.Command, " ") != "npx x" {
+		t.Errorf("files = %+v", s)
+	}
+}
