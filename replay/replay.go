@@ -1,0 +1,349 @@
+// Package replay re-judges the actions a task's log recorded under another
+// governance config: each proposed tool call and finish is asked of the
+// new config's guard stack with the guard context it had when it was
+// judged (the fold of the log up to that point), and the verdict it would
+// get is set beside the one it got. It reads and never writes: what a
+// policy change would have done to last week's actions, before it decides
+// tomorrow's.
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/guards"
+)
+
+// ErrNotReplayable marks an action a guard of the new stack cannot judge
+// again from the log alone (its verdict depends on state outside it: an
+// external decider, a rate window).
+var ErrNotReplayable = errors.New("replay: not replayable")
+
+// Replayable is a guard that says whether its verdict is a function of the
+// action and the guard context alone. A caller's Go guard that does not
+// implement it is taken as not replayable: replay reports the actions it
+// would have judged rather than guess. Every built-in guard is replayable.
+type Replayable interface {
+	Replayable() bool
+}
+
+// Verdict is a guard stack's answer: allow, deny or require_approval, and
+// the guard and reason of a verdict other than allow.
+type Verdict struct {
+	Verdict noeta.Verdict `json:"verdict"`
+	Guard   string        `json:"guard,omitempty"`
+	Reason  string        `json:"reason,omitempty"`
+}
+
+// Action is one recorded proposal: a tool call or a finish.
+type Action struct {
+	Task  string    `json:"task"`
+	Agent string    `json:"agent"`
+	Turn  int       `json:"turn"`
+	Seq   uint64    `json:"seq"` // the record that carries its verdict
+	Time  time.Time `json:"time"`
+	// Point is tool_call or finish.
+	Point  string `json:"point"`
+	Tool   string `json:"tool,omitempty"`
+	CallID string `json:"call_id,omitempty"`
+}
+
+// Outcome is an action with the verdict it got and the one the new config
+// gives it. Err is set when it could not be judged again (the new stack
+// cannot be built for its agent, its arguments are not in the store, a
+// guard is not replayable); Replayed is then empty.
+type Outcome struct {
+	Action
+	Recorded Verdict `json:"recorded"`
+	Replayed Verdict `json:"replayed"`
+	Err      error   `json:"-"`
+}
+
+// Changed reports whether the new config decides the action otherwise
+// (the verdict, not the guard's wording).
+func (o Outcome) Changed() bool { return o.Err == nil && o.Recorded.Verdict != o.Replayed.Verdict }
+
+// Content reads content-store bodies (arguments and answers recorded by
+// ref).
+type Content interface {
+	Get(ctx context.Context, ref noeta.ContentRef) ([]byte, error)
+}
+
+// JudgeOptions say what the new config's stacks are built with beside the
+// governance: what the host builds them with.
+type JudgeOptions struct {
+	// Risks looks up a tool's risk level (tools.Registry.RiskString).
+	Risks guards.RiskLookup
+	// Edits reports whether a tool edits (tools.Registry.Edits).
+	Edits func(tool string) bool
+	// Guards are the caller's Go guards, added to every stack.
+	Guards []guards.Guard
+}
+
+// Judge asks the new config's guard stacks. Safe for one goroutine.
+type Judge struct {
+	gov    *guards.Config
+	opts   JudgeOptions
+	stacks map[string]stackOf
+}
+
+type stackOf struct {
+	s   *guards.Stack
+	err error
+}
+
+// NewJudge is a judge of gov's stacks.
+func NewJudge(gov *guards.Config, opts JudgeOptions) *Judge {
+	return &Judge{gov: gov, opts: opts, stacks: map[string]stackOf{}}
+}
+
+func (j *Judge) stack(agent string) (*guards.Stack, error) {
+	if s, ok := j.stacks[agent]; ok {
+		return s.s, s.err
+	}
+	opts := []guards.StackOption{}
+	if j.opts.Edits != nil {
+		opts = append(opts, guards.WithEditTools(j.opts.Edits))
+	}
+	s, err := j.gov.AgentStack(agent, j.opts.Risks, j.opts.Guards, opts...)
+	if err == nil {
+		for _, g := range s.Guards() {
+			if r, ok := g.(Replayable); ok && r.Replayable() {
+				continue
+			}
+			if isBuiltin(g) {
+				continue
+			}
+			err = fmt.Errorf("%w: guard %s judges from state outside the log", ErrNotReplayable, g.Name())
+			break
+		}
+	}
+	j.stacks[agent] = stackOf{s, err}
+	return s, err
+}
+
+// isBuiltin reports a guard the governance config builds: a function of
+// the action and the context alone.
+func isBuiltin(g guards.Guard) bool {
+	switch g.(type) {
+	case *guards.Budget, *guards.Permission, *guards.Repetition, *guards.Rules:
+		return true
+	}
+	return false
+}
+
+// Task re-judges every recorded tool call and finish of task's log, in
+// log order, calling fn with each outcome. Reading the log fails it; an
+// action that cannot be judged again is an outcome with Err.
+func (j *Judge) Task(ctx context.Context, log eventlog.Reader, content Content, task string, fn func(Outcome)) error {
+	envs, err := log.Read(ctx, task, 0)
+	if err != nil {
+		return err
+	}
+	r := taskReplay{j: j, ctx: ctx, content: content, st: &engine.State{}, fn: fn}
+	for _, env := range envs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := r.before(env); err != nil {
+			return err
+		}
+		if err := r.st.Apply(env); err != nil {
+			return fmt.Errorf("replay: task %s seq %d: %w", task, env.Seq, err)
+		}
+	}
+	return nil
+}
+
+// taskReplay walks one log: the fold up to the record at hand is the
+// state the guards judged on when the engine wrote it.
+type taskReplay struct {
+	j       *Judge
+	ctx     context.Context
+	content Content
+	st      *engine.State
+	fn      func(Outcome)
+	// decision is the current turn's recorded decision, rebuilt once.
+	decisionTurn int
+	calls        map[string]noeta.ToolCall
+	answer       json.RawMessage
+	decisionErr  error
+	// approved are the calls and the finish a person approved: their
+	// start is the approval's outcome, judged at the request.
+	approved map[string]bool
+}
+
+// before looks at env before it is folded in: if it carries the verdict
+// of a proposal, the proposal is judged again on the state before it.
+func (r *taskReplay) before(env eventlog.Envelope) error {
+	if env.Seq == 0 {
+		return nil
+	}
+	switch env.Type {
+	case noeta.TypeToolCallStarted, noeta.TypeToolCallDenied, noeta.TypeApprovalRequested,
+		noeta.TypeTaskCompleted, noeta.TypeFinishDenied, noeta.TypeApprovalResolved:
+	default:
+		return nil
+	}
+	p, _, err := env.Decode()
+	if err != nil {
+		return fmt.Errorf("replay: task %s seq %d: %w", env.Task, env.Seq, err)
+	}
+	act := Action{Task: env.Task, Agent: r.st.Agent, Turn: r.st.Turn.N, Seq: env.Seq, Time: env.Time}
+	switch p := p.(type) {
+	case *noeta.ApprovalResolved:
+		if pa, ok := r.st.Governance.PendingApprovals[p.Handle]; ok && p.Decision == noeta.ApprovalApprove {
+			if r.approved == nil {
+				r.approved = map[string]bool{}
+			}
+			r.approved[approvedKey(pa.Action, pa.CallID)] = true
+		}
+		return nil
+	case *noeta.ToolCallStarted:
+		if r.approved[approvedKey(noeta.ApprovalToolCall, p.CallID)] {
+			return nil
+		}
+		act.Point, act.Tool, act.CallID = "tool_call", p.Tool, p.CallID
+		r.toolCall(act, Verdict{Verdict: noeta.VerdictAllow})
+	case *noeta.ToolCallDenied:
+		if p.Guard == engine.GuardSchema {
+			// Refused before any guard was asked: it could not run.
+			return nil
+		}
+		act.Point, act.Tool, act.CallID = "tool_call", p.Tool, p.CallID
+		r.toolCall(act, Verdict{Verdict: noeta.VerdictDeny, Guard: p.Guard, Reason: p.Reason})
+	case *noeta.ApprovalRequested:
+		rec := Verdict{Verdict: noeta.VerdictRequireApproval, Guard: p.Guard, Reason: p.Reason}
+		switch p.Action {
+		case noeta.ApprovalToolCall:
+			act.Point, act.Tool, act.CallID = "tool_call", p.Tool, p.CallID
+			r.toolCall(act, rec)
+		case noeta.ApprovalFinish:
+			act.Point = "finish"
+			r.finish(act, rec)
+		}
+	case *noeta.TaskCompleted:
+		if r.approved[approvedKey(noeta.ApprovalFinish, "")] {
+			return nil
+		}
+		act.Point = "finish"
+		r.finish(act, Verdict{Verdict: noeta.VerdictAllow})
+	case *noeta.FinishDenied:
+		act.Point = "finish"
+		r.finish(act, Verdict{Verdict: noeta.VerdictDeny, Guard: p.Guard, Reason: p.Reason})
+	}
+	return nil
+}
+
+func approvedKey(a noeta.ApprovalAction, callID string) string { return string(a) + "/" + callID }
+
+func (r *taskReplay) toolCall(act Action, rec Verdict) {
+	out := Outcome{Action: act, Recorded: rec}
+	if err := r.decision(); err != nil {
+		out.Err = err
+		r.fn(out)
+		return
+	}
+	call, ok := r.calls[act.CallID]
+	if !ok {
+		out.Err = fmt.Errorf("replay: task %s turn %d: call %s is not in the turn's recorded decision", act.Task, act.Turn, act.CallID)
+		r.fn(out)
+		return
+	}
+	out.Replayed, out.Err = r.judge(act.Agent, noeta.ProposedToolCall{Call: call})
+	r.fn(out)
+}
+
+func (r *taskReplay) finish(act Action, rec Verdict) {
+	out := Outcome{Action: act, Recorded: rec}
+	if err := r.decision(); err != nil {
+		out.Err = err
+		r.fn(out)
+		return
+	}
+	out.Replayed, out.Err = r.judge(act.Agent, noeta.ProposedFinish{Answer: r.answer})
+	r.fn(out)
+}
+
+// judge asks the new stack of agent about a on the state before the
+// record.
+func (r *taskReplay) judge(agent string, a noeta.ProposedAction) (Verdict, error) {
+	s, err := r.j.stack(agent)
+	if err != nil {
+		return Verdict{}, err
+	}
+	gc := guards.NewContext(guards.ContextParams{
+		TaskID:       r.st.Task,
+		Governance:   r.st.Governance,
+		SubtaskDepth: r.st.Depth,
+		Metadata:     map[string]string{"agent": agent},
+	})
+	d := s.Check(r.ctx, a, gc)
+	if err := r.ctx.Err(); err != nil {
+		return Verdict{}, err
+	}
+	return Verdict{Verdict: d.Verdict, Guard: d.Guard, Reason: d.Reason}, nil
+}
+
+// decision rebuilds the current turn's recorded calls and answer, once
+// per turn.
+func (r *taskReplay) decision() error {
+	if r.decisionTurn == r.st.Turn.N && (r.calls != nil || r.decisionErr != nil || r.answer != nil) {
+		return r.decisionErr
+	}
+	r.decisionTurn, r.calls, r.answer, r.decisionErr = r.st.Turn.N, map[string]noeta.ToolCall{}, nil, nil
+	rec := r.st.Turn.Decision
+	if rec == nil {
+		r.decisionErr = fmt.Errorf("%w: task %s turn %d has no recorded decision (a log written before decisions were recorded)", ErrNotReplayable, r.st.Task, r.st.Turn.N)
+		return r.decisionErr
+	}
+	parts := noeta.RecordedParts{ToolCalls: rec.ToolCalls, Answer: rec.Answer}
+	if rec.DecisionRef != nil {
+		b, err := r.get(rec.DecisionRef)
+		if err != nil {
+			r.decisionErr = err
+			return err
+		}
+		parts = noeta.RecordedParts{}
+		if err := json.Unmarshal(b, &parts); err != nil {
+			r.decisionErr = fmt.Errorf("replay: task %s turn %d: the recorded decision does not decode: %w", r.st.Task, r.st.Turn.N, err)
+			return r.decisionErr
+		}
+	}
+	for _, c := range parts.ToolCalls {
+		tc := noeta.ToolCall{CallID: c.CallID, Tool: c.Tool, Args: c.Args, Invalid: c.Invalid}
+		if c.ArgsRef != nil {
+			b, err := r.get(c.ArgsRef)
+			if err != nil {
+				r.decisionErr = err
+				return err
+			}
+			tc.Args = b
+		}
+		r.calls[c.CallID] = tc
+	}
+	r.answer = parts.Answer
+	if rec.AnswerRef != nil {
+		b, err := r.get(rec.AnswerRef)
+		if err != nil {
+			r.decisionErr = err
+			return err
+		}
+		r.answer = b
+	}
+	return nil
+}
+
+func (r *taskReplay) get(ref *noeta.ContentRef) ([]byte, error) {
+	b, err := r.content.Get(r.ctx, *ref)
+	if err != nil {
+		return nil, fmt.Errorf("replay: task %s turn %d: the recorded decision's content %s: %w", r.st.Task, r.st.Turn.N, ref.Hash, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,204 @@
+package replay_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/eventlog/memlog"
+	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/policy"
+	"github.com/noeta-go/noeta/replay"
+	"github.com/noeta-go/noeta/tools"
+)
+
+const agentsDoc = `
+agents:
+  a:
+    tools: [echo]
+`
+
+const denySecret = `
+rules:
+  - match_tool: echo
+    match_arg: {path: text, regex: "secret"}
+    action: deny
+    reason: "no secrets"
+`
+
+const askLoud = `
+rules:
+  - match_tool: echo
+    match_arg: {path: text, regex: "LOUD"}
+    action: require_approval
+    reason: "shouting"
+`
+
+// The recorded tasks: four echo calls and a finish each.
+const script = `agent: a
+goal: g
+script:
+  - tool_calls: [{tool: echo, args: {text: hello}}, {tool: echo, args: {text: "a secret"}}]
+  - tool_calls: [{tool: echo, args: {text: LOUD}}, {tool: echo, args: {text: quiet}}]
+  - finish: {answer: done}
+`
+
+func parse(t *testing.T, doc string) *config.File {
+	t.Helper()
+	cfg, err := config.Parse("noeta.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func registry(t *testing.T) *tools.Registry {
+	t.Helper()
+	all, err := tools.Builtins(tools.BuiltinConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.NewRegistry(all[0]) // echo
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// record runs n tasks of script under doc on a memlog backend and returns
+// it.
+func record(t *testing.T, doc string, n int) *memlog.Backend {
+	t.Helper()
+	b, err := memlog.NewBackend(memlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	cfg := parse(t, doc)
+	h, err := host.Open(t.Context(), b, host.Options{Governance: cfg.Governance, Tools: registry(t), Workers: 2, Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	tf, err := policy.ParseTaskFile("task.yaml", []byte(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := host.TaskFromFile(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		id, err := h.Submit(t.Context(), sub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			rest, err := h.Wait(t.Context(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rest.Status != host.RestWaiting {
+				break
+			}
+			// A person approves what the recorded config asked about.
+			if err := h.Approve(t.Context(), id, rest.Waiting[0].Handle, host.Answer{Decision: noeta.ApprovalApprove, Approver: "sre", Auth: noeta.AuthToken}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return b
+}
+
+func judge(t *testing.T, doc string) *replay.Judge {
+	t.Helper()
+	reg := registry(t)
+	return replay.NewJudge(parse(t, doc).Governance, replay.JudgeOptions{Risks: reg.RiskString, Edits: reg.Edits})
+}
+
+// TestReplay: the recorded verdicts set beside those of another config,
+// grouped by change, for every kind of change; the same config changes
+// nothing; a replay writes nothing.
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, recorded, replayed string
+		want                     []replay.Group // counts and keys; examples not compared
+		actions                  int
+	}{
+		{name: "the same config", recorded: agentsDoc, replayed: agentsDoc, actions: 2 * 5},
+		{name: "a new deny rule", recorded: agentsDoc, replayed: agentsDoc + denySecret, actions: 2 * 5,
+			want: []replay.Group{{From: "allow", To: "deny", Point: "tool_call", Tool: "echo", Guard: "rules", Count: 2}}},
+		{name: "a deny rule dropped", recorded: agentsDoc + denySecret, replayed: agentsDoc, actions: 2 * 5,
+			want: []replay.Group{{From: "deny", To: "allow", Point: "tool_call", Tool: "echo", Guard: "rules", Count: 2}}},
+		{name: "a new approval rule", recorded: agentsDoc, replayed: agentsDoc + askLoud, actions: 2 * 5,
+			want: []replay.Group{{From: "allow", To: "require_approval", Point: "tool_call", Tool: "echo", Guard: "rules", Count: 2}}},
+		// The approved call's start is the approval's outcome, not a
+		// verdict of its own: judged once, at the request.
+		// The call after the one asked about was skipped, never judged.
+		{name: "an approval rule dropped", recorded: agentsDoc + askLoud, replayed: agentsDoc, actions: 2 * 4,
+			want: []replay.Group{{From: "require_approval", To: "allow", Point: "tool_call", Tool: "echo", Guard: "rules", Count: 2}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := record(t, tc.recorded, 2)
+			before, err := b.Store.Tasks(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := replay.Run(t.Context(), b.Store, b.Store, judge(t, tc.replayed), replay.Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Tasks != 2 || rep.Actions != tc.actions || len(rep.NotReplayed) != 0 {
+				out, _ := json.MarshalIndent(rep, "", "  ")
+				t.Fatalf("report %s, want 2 tasks, %d actions, all replayed", out, tc.actions)
+			}
+			if len(rep.Changes) != len(tc.want) {
+				out, _ := json.MarshalIndent(rep.Changes, "", "  ")
+				t.Fatalf("changes %s, want %+v", out, tc.want)
+			}
+			for i, w := range tc.want {
+				g := rep.Changes[i]
+				if g.From != w.From || g.To != w.To || g.Point != w.Point || g.Tool != w.Tool || g.Guard != w.Guard || g.Count != w.Count {
+					t.Errorf("change %d: %+v, want %+v", i, g, w)
+				}
+				if len(g.Examples) == 0 || g.Examples[0].Seq == 0 || g.Examples[0].Agent != "a" {
+					t.Errorf("change %d: examples %+v", i, g.Examples)
+				}
+			}
+			after, err := b.Store.Tasks(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range before {
+				if before[i].LastSeq != after[i].LastSeq {
+					t.Errorf("task %s: %d records before the replay, %d after", before[i].Task, before[i].LastSeq, after[i].LastSeq)
+				}
+			}
+		})
+	}
+}
+
+// TestNotReplayable: a Go guard that does not say it is replayable makes
+// its agent's actions reported as not replayed, never guessed.
+func TestNotReplayable(t *testing.T) {
+	t.Parallel()
+	b := record(t, agentsDoc, 1)
+	reg := registry(t)
+	j := replay.NewJudge(parse(t, agentsDoc).Governance, replay.JudgeOptions{Risks: reg.RiskString, Edits: reg.Edits,
+		Guards: []guards.Guard{guards.Func("external", guards.MinUserPriority, func(_ context.Context, _ noeta.ProposedAction, _ *guards.Context) (noeta.VerdictResult, error) {
+			return noeta.Allow(), nil
+		})}})
+	rep, err := replay.Run(t.Context(), b.Store, b.Store, j, replay.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Actions != 5 || rep.NotReplayed["not replayable"] != 5 || rep.Changed != 0 {
+		t.Fatalf("%+v", rep)
+	}
+}

@@ -1,0 +1,141 @@
+package replay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// Source is what a replay reads: the logs and the task index.
+type Source interface {
+	eventlog.Reader
+	eventlog.TaskIndex
+}
+
+// Filter narrows a replay (zero: every task).
+type Filter struct {
+	// Since keeps the tasks appended to since then, and of their actions
+	// those judged since then.
+	Since time.Time
+	// Agent keeps the actions of one agent; Task one task.
+	Agent, Task string
+}
+
+// MaxExamples bounds the examples a group of changes keeps.
+const MaxExamples = 3
+
+// Group is the changes of one kind: one recorded verdict to one new one,
+// at one action point, of one tool, decided by one guard of the new stack
+// (or, for a verdict that became allow, the guard that had decided it).
+type Group struct {
+	From  string `json:"from"`
+	To    string `json:"to"`
+	Point string `json:"point"`
+	Tool  string `json:"tool,omitempty"`
+	Guard string `json:"guard,omitempty"`
+	Count int    `json:"count"`
+	// Examples are the first few, with the reasons.
+	Examples []Outcome `json:"examples"`
+}
+
+// Report is what a replay found.
+type Report struct {
+	Tasks   int `json:"tasks"`
+	Actions int `json:"actions"`
+	Changed int `json:"changed"`
+	// Changes are grouped, the largest group first.
+	Changes []Group `json:"changes"`
+	// NotReplayed counts the actions that could not be judged again, by
+	// why (the first error of each kind names an example).
+	NotReplayed map[string]int `json:"not_replayed,omitempty"`
+}
+
+// Run replays the actions of the tasks f keeps.
+func Run(ctx context.Context, src Source, content Content, j *Judge, f Filter) (*Report, error) {
+	tasks, err := taskList(ctx, src, f)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Changes: []Group{}}
+	type groupKey struct{ from, to, point, tool, guard string }
+	groups := map[groupKey]*Group{}
+	for _, task := range tasks {
+		rep.Tasks++
+		err := j.Task(ctx, src, content, task, func(o Outcome) {
+			if f.Agent != "" && o.Agent != f.Agent || !f.Since.IsZero() && o.Time.Before(f.Since) {
+				return
+			}
+			rep.Actions++
+			if o.Err != nil {
+				if rep.NotReplayed == nil {
+					rep.NotReplayed = map[string]int{}
+				}
+				rep.NotReplayed[why(o.Err)]++
+				return
+			}
+			if !o.Changed() {
+				return
+			}
+			rep.Changed++
+			guard := o.Replayed.Guard
+			if guard == "" {
+				guard = o.Recorded.Guard
+			}
+			key := groupKey{o.Recorded.Verdict.String(), o.Replayed.Verdict.String(), o.Point, o.Tool, guard}
+			g, ok := groups[key]
+			if !ok {
+				g = &Group{From: key.from, To: key.to, Point: key.point, Tool: key.tool, Guard: key.guard}
+				groups[key] = g
+			}
+			g.Count++
+			if len(g.Examples) < MaxExamples {
+				g.Examples = append(g.Examples, o)
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("replay: task %s: %w", task, err)
+		}
+	}
+	for _, g := range groups {
+		rep.Changes = append(rep.Changes, *g)
+	}
+	slices.SortFunc(rep.Changes, func(a, b Group) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To),
+			cmp.Compare(a.Point, b.Point), cmp.Compare(a.Tool, b.Tool), cmp.Compare(a.Guard, b.Guard))
+	})
+	return rep, nil
+}
+
+// taskList is the tasks f keeps, oldest first.
+func taskList(ctx context.Context, src Source, f Filter) ([]string, error) {
+	if f.Task != "" {
+		return []string{f.Task}, nil
+	}
+	all, err := src.Tasks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i := len(all) - 1; i >= 0; i-- {
+		if f.Since.IsZero() || !all[i].LastTime.Before(f.Since) {
+			out = append(out, all[i].Task)
+		}
+	}
+	return out, nil
+}
+
+// why is the kind of a replay error, for counting.
+func why(err error) string {
+	switch {
+	case errors.Is(err, ErrNotReplayable):
+		return "not replayable"
+	case errors.Is(err, eventlog.ErrNotFound):
+		return "content missing"
+	}
+	return "stack not built"
+}
