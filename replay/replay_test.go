@@ -46,7 +46,7 @@ script:
   - finish: {answer: done}
 `
 
-func parse(t *testing.T, doc string) *config.File {
+func parse(t testing.TB, doc string) *config.File {
 	t.Helper()
 	cfg, err := config.Parse("noeta.yaml", []byte(doc))
 	if err != nil {
@@ -55,7 +55,7 @@ func parse(t *testing.T, doc string) *config.File {
 	return cfg
 }
 
-func registry(t *testing.T) *tools.Registry {
+func registry(t testing.TB) *tools.Registry {
 	t.Helper()
 	all, err := tools.Builtins(tools.BuiltinConfig{})
 	if err != nil {
@@ -70,7 +70,7 @@ func registry(t *testing.T) *tools.Registry {
 
 // record runs n tasks of script under doc on a memlog backend and returns
 // it.
-func record(t *testing.T, doc string, n int) *memlog.Backend {
+func record(t testing.TB, doc string, n int) *memlog.Backend {
 	t.Helper()
 	b, err := memlog.NewBackend(memlog.Options{})
 	if err != nil {
@@ -113,7 +113,7 @@ func record(t *testing.T, doc string, n int) *memlog.Backend {
 	return b
 }
 
-func judge(t *testing.T, doc string) *replay.Judge {
+func judge(t testing.TB, doc string) *replay.Judge {
 	t.Helper()
 	reg := registry(t)
 	return replay.NewJudge(parse(t, doc).Governance, replay.JudgeOptions{Risks: reg.RiskString, Edits: reg.Edits})
