@@ -34,7 +34,10 @@ func TestSizeBoundIsABound(t *testing.T) {
 		rec := noeta.PolicyDecided{Turn: r.IntN(1 << 30), Decision: noeta.DecisionToolCalls, Version: 2,
 			CostUSD: r.Float64() * 1e-7, InputTokens: r.Int64(), OutputTokens: r.Int64(), LatencyMS: r.Int64(),
 			Model: str(r.IntN(40)), Provider: str(r.IntN(10)), Question: str(r.IntN(100)), Error: str(r.IntN(100)), EventKind: str(r.IntN(20)),
-			ResponseRef: &ref, WaitSeconds: r.Float64() * 1e9}
+			ResponseRef: &ref, WaitSeconds: r.Float64() * 1e9, Text: str(r.IntN(300))}
+		if r.IntN(2) == 0 {
+			rec.Text, rec.TextRef = "", &ref
+		}
 		for range r.IntN(8) {
 			rec.Notes = append(rec.Notes, str(r.IntN(60)))
 		}
@@ -93,6 +96,12 @@ func TestRecordReplayRoundTrip(t *testing.T) {
 		{"patch", noeta.Decision{Kind: noeta.DecisionStatePatch, Patch: json.RawMessage(`{"k":` + big + `}`)}},
 		{"answer", noeta.Decision{Kind: noeta.DecisionFinish, Answer: json.RawMessage(big), Model: "m", Provider: "openai", LatencyMS: 9, CostUSD: 0.1, InputTokens: 1, OutputTokens: 2, Response: []byte(`{"id":"r"}`), Notes: []string{"retried after 429"}}},
 		{"fail", noeta.Decision{Kind: noeta.DecisionFail, Error: "cannot"}},
+		{"calls with text", noeta.Decision{Kind: noeta.DecisionToolCalls, Text: "Let me check the file first.", ToolCalls: []noeta.ToolCall{{CallID: "a", Tool: "read_file", Args: json.RawMessage(`{"path":"README.md"}`)}}}},
+		{"long text", noeta.Decision{Kind: noeta.DecisionYieldForHuman, Question: "which?", Text: strings.Repeat("I weigh the options. ", 400)}},
+		{"text at the bound", noeta.Decision{Kind: noeta.DecisionToolCalls, Text: strings.Repeat("t", noeta.TextInlineLimit-2), ToolCalls: []noeta.ToolCall{{CallID: "a", Tool: "echo", Args: json.RawMessage(`{}`)}}}},
+		{"text and large args", noeta.Decision{Kind: noeta.DecisionToolCalls, Text: strings.Repeat("é", 900), ToolCalls: []noeta.ToolCall{{CallID: "a", Tool: "x", Args: json.RawMessage(`{"x":` + big + `}`)}}}},
+		{"text and many calls", noeta.Decision{Kind: noeta.DecisionToolCalls, Text: strings.Repeat("w", 1500), ToolCalls: many()}},
+		{"text beside a finish", noeta.Decision{Kind: noeta.DecisionFinish, Text: "Here it is.", Answer: json.RawMessage(`{"n":42}`)}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if err := tt.d.Validate(); err != nil {
@@ -118,6 +127,17 @@ func TestRecordReplayRoundTrip(t *testing.T) {
 			var back noeta.PolicyDecided
 			if err := json.Unmarshal(b, &back); err != nil {
 				t.Fatal(err)
+			}
+			// The text: inline or by ref, never both, never cut; by ref
+			// whenever it is over the bound.
+			if back.Text != "" && back.TextRef != nil {
+				t.Fatalf("text both inline and by ref: %s", b)
+			}
+			if tb, _ := noeta.Canonical(tt.d.Text); tt.d.Text != "" && len(tb) > noeta.TextInlineLimit && back.TextRef == nil {
+				t.Fatalf("a text of %d bytes is inline", len(tb))
+			}
+			if back.Text != "" && back.Text != tt.d.Text {
+				t.Fatalf("inline text %q, want %q", back.Text, tt.d.Text)
 			}
 			got, err := g.replayDecision(&back)
 			if err != nil {
