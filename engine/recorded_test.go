@@ -233,3 +233,52 @@ func TestSnapshotWithoutContextFoldsFromGenesis(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordsWithoutTextAsBefore: a decision record written before records
+// carried the model's text encodes to the same bytes, validates, folds the
+// same with the fast reader and the decoder, and composes an assistant
+// message without text, as it did (docs/adr/0084).
+func TestRecordsWithoutTextAsBefore(t *testing.T) {
+	old := `{"cost_usd":0.5,"decision":"tool_calls","input_tokens":3,"model":"m","output_tokens":4,"provider":"openai","tool_calls":[{"args":{"a":1},"call_id":"call-1-0","tool":"echo"}],"turn":1,"version":2}`
+	if err := schemas.Validate(noeta.TypePolicyDecided, []byte(old)); err != nil {
+		t.Fatal(err)
+	}
+	var rec noeta.PolicyDecided
+	if err := json.Unmarshal([]byte(old), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := noeta.Canonical(rec); err != nil || string(b) != old {
+		t.Fatalf("re-encoded: %s %v\nwant %s", b, err, old)
+	}
+	created, err := eventlog.NewEnvelope("T", eventlog.OriginEngine, "x", noeta.TaskCreated{TaskID: "T", Agent: "a", Goal: "g", RootTaskID: "T"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn, err := eventlog.NewEnvelope("T", eventlog.OriginEngine, "x", noeta.TurnStarted{Turn: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decided := turn
+	decided.Type, decided.Payload = noeta.TypePolicyDecided, json.RawMessage(old)
+	created.Seq, turn.Seq, decided.Seq = 1, 2, 3
+	envs := []eventlog.Envelope{created, turn, decided}
+	fast, err := Fold(envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fastFold = false
+	slow, err := Fold(envs)
+	fastFold = true
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := fast.Canonical()
+	b, _ := slow.Canonical()
+	if !bytes.Equal(a, b) || fast.Turn.Decision == nil || fast.Turn.Decision.Text != "" || fast.Turn.Decision.TextRef != nil {
+		t.Fatalf("fast fold\n%s\ndecoded fold\n%s", a, b)
+	}
+	msgs := fast.Context.Transcript().Messages
+	if len(msgs) != 3 || msgs[1].Role != noeta.RoleAssistant || msgs[1].Text != "" || len(msgs[1].ToolCalls) != 1 {
+		t.Fatalf("transcript %+v", msgs)
+	}
+}
