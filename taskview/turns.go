@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/timeline"
@@ -61,6 +62,25 @@ func TurnsJSON(envs []eventlog.Envelope) ([]byte, error) {
 		ts = []Turn{}
 	}
 	return json.MarshalIndent(ts, "", "  ")
+}
+
+// InspectJSON is StateJSON with the task's decisions beside the state:
+// {"state": …, "dispatcher": …, "turns": […]}, what engine inspect --json
+// prints once it reads the task's records too.
+func InspectJSON(s *engine.State, ds eventlog.DispatchState, known bool, envs []eventlog.Envelope) ([]byte, error) {
+	ts := Turns(envs)
+	if ts == nil {
+		ts = []Turn{}
+	}
+	out := struct {
+		State      *engine.State           `json:"state"`
+		Dispatcher *eventlog.DispatchState `json:"dispatcher,omitempty"`
+		Turns      []Turn                  `json:"turns"`
+	}{State: s, Turns: ts}
+	if known {
+		out.Dispatcher = &ds
+	}
+	return json.MarshalIndent(out, "", "  ")
 }
 
 // WriteTurns writes the decisions among a task's records, a line each,

@@ -135,3 +135,44 @@ func TestWriteStateShowsTheDecision(t *testing.T) {
 		t.Errorf("a turn without a recorded decision shows one:\n%s", b.String())
 	}
 }
+
+// TestInspectJSON: the state, the dispatcher's row and the turns, the
+// state as StateJSON writes it.
+func TestInspectJSON(t *testing.T) {
+	envs := turnLog(t)
+	s, err := engine.Fold(envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := InspectJSON(s, eventlog.DispatchState{Status: eventlog.DispatchReady}, true, envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		State      json.RawMessage `json:"state"`
+		Dispatcher map[string]any  `json:"dispatcher"`
+		Turns      []Turn          `json:"turns"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := StateJSON(s, eventlog.DispatchState{}, false)
+	var st struct {
+		State json.RawMessage `json:"state"`
+	}
+	_ = json.Unmarshal(want, &st)
+	if !jsonEqual(t, got.State, st.State) || got.Dispatcher == nil || len(got.Turns) != 4 || got.Turns[1].Text != hostile {
+		t.Errorf("inspect JSON: %s", b)
+	}
+}
+
+func jsonEqual(t *testing.T, a, b json.RawMessage) bool {
+	t.Helper()
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return string(xa) == string(ya)
+}
