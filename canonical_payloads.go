@@ -245,6 +245,8 @@ func (p PolicyDecided) appendCanonical(dst []byte) ([]byte, bool) {
 		}
 		o.b = append(o.b, ']')
 	}
+	o.strOmitEmpty("text", p.Text)
+	o.refOmitEmpty("text_ref", p.TextRef)
 	o.int("turn", int64(p.Turn))
 	o.intOmitEmpty("version", int64(p.Version))
 	o.floatOmitEmpty("wait_seconds", p.WaitSeconds)

@@ -67,6 +67,15 @@ type Decision struct {
 	// fail: why the task fails.
 	Error string `json:"error,omitempty"`
 
+	// Text is what the model said in the turn beside its decision: the
+	// text content of the reply that asked for tool calls, a subtask or a
+	// human ("Let me check the file first."). Any kind may carry it; a
+	// finish whose answer is the reply's text leaves it empty rather than
+	// record the words twice. The engine records it whole in PolicyDecided
+	// (inline or by ref) and shows it to the model again as its own words
+	// in later turns (docs/adr/0084).
+	Text string `json:"text,omitempty"`
+
 	// What deciding cost, for any kind; the budget reads it from PolicyDecided.
 	CostUSD      float64 `json:"cost_usd,omitempty"`
 	InputTokens  int64   `json:"input_tokens,omitempty"`

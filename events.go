@@ -85,6 +85,13 @@ const (
 	// ArgsInlineLimit bounds tool arguments (and tool outputs, subtask
 	// results, approval arguments) kept inline; larger ones are spilled.
 	ArgsInlineLimit = PayloadMaxBytes - 1024
+	// TextInlineLimit bounds the model's text of a turn kept inline in
+	// PolicyDecided (its canonical JSON string, quotes included): a
+	// paragraph or two stays in the record, and in the transcript later
+	// turns read, leaving half the payload for the decision's own parts.
+	// Longer text is stored whole in the content store (text_ref), never
+	// cut (docs/adr/0084).
+	TextInlineLimit = PayloadMaxBytes / 2
 )
 
 // TaskCreated is the genesis record of every task (seq 1).
@@ -209,6 +216,15 @@ type PolicyDecided struct {
 	Answer      json.RawMessage `json:"answer,omitempty"`
 	AnswerRef   *ContentRef     `json:"answer_ref,omitempty"`
 	Error       string          `json:"error,omitempty"`
+	// Text is what the model said beside its decision ("Let me check the
+	// file first."), inline when its canonical JSON string fits in
+	// TextInlineLimit bytes; TextRef holds it whole (a JSON string in the
+	// content store) when it does not, or when the record needed the room.
+	// At most one of them is set; neither for a decision made without
+	// words (a script, a finish whose text is its answer). See
+	// docs/adr/0084.
+	Text    string      `json:"text,omitempty"`
+	TextRef *ContentRef `json:"text_ref,omitempty"`
 	// DecisionRef holds the decision's parts (a [RecordedParts], canonical
 	// JSON) when they do not fit inline even with their large parts by ref;
 	// the part fields above are then empty.

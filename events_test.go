@@ -14,7 +14,7 @@ var catalogue = map[string]string{
 	TypeTaskCreated:           "task_id agent goal goal_ref parent_task_id root_task_id subtask_depth group_id script_ref submitted_by budget",
 	TypeLeaseGranted:          "lease_id generation worker",
 	TypeTurnStarted:           "turn",
-	TypePolicyDecided:         "turn decision cost_usd input_tokens output_tokens version tool_calls spawn question wait_seconds event_kind patch patch_ref answer answer_ref error decision_ref model provider latency_ms response_ref notes",
+	TypePolicyDecided:         "turn decision cost_usd input_tokens output_tokens version tool_calls spawn question wait_seconds event_kind patch patch_ref answer answer_ref error text text_ref decision_ref model provider latency_ms response_ref notes",
 	TypeToolCallStarted:       "call_id tool args args_ref turn",
 	TypeToolCallFinished:      "call_id tool ok output output_ref error duration_ms cost_usd egress",
 	TypeToolCallDenied:        "call_id tool guard reason",

@@ -65,6 +65,11 @@ type openTurn struct {
 	Kind noeta.DecisionKind `json:"kind,omitempty"`
 	// Said is the assistant's text for a decision that is not tool calls.
 	Said string `json:"said,omitempty"`
+	// Text is what the model said beside its decision, from the record
+	// (text, or a note naming text_ref): the assistant message carries it
+	// before Said and the calls, as the provider returned it
+	// (docs/adr/0084).
+	Text string `json:"text,omitempty"`
 	// FromRecord is set when the decision record carried its parts (a v2
 	// PolicyDecided): later records add results, not a second copy of the
 	// decision.
@@ -91,7 +96,9 @@ type approval struct {
 }
 
 // empty reports a turn with nothing to show yet.
-func (t *openTurn) empty() bool { return len(t.Calls) == 0 && t.Said == "" && len(t.Notes) == 0 }
+func (t *openTurn) empty() bool {
+	return len(t.Calls) == 0 && t.Said == "" && t.Text == "" && len(t.Notes) == 0
+}
 
 // NewComposer returns an empty composer.
 func NewComposer(cfg ComposerConfig) *Composer {
@@ -255,6 +262,14 @@ func (c *Composer) Apply(env eventlog.Envelope, p noeta.Payload) {
 func (c *Composer) decided(raw json.RawMessage, d *noeta.PolicyDecided) {
 	kind := d.Decision
 	c.open.Kind = kind
+	// The model's own words go back to it as it said them, whatever the
+	// record carries of the parts; a text by ref is named, not fetched
+	// (the composer is pure). A record without text (a script's, or one
+	// written before records had it) composes as it always did.
+	c.open.Text = d.Text
+	if d.TextRef != nil {
+		c.open.Text = "[text stored by content ref " + refName(d.TextRef) + " (" + strconv.FormatInt(d.TextRef.Size, 10) + " bytes); not shown]"
+	}
 	full := true
 	switch kind {
 	case noeta.DecisionToolCalls:
@@ -447,6 +462,7 @@ func (t *openTurn) render(dst []noeta.Message, handOver bool) []noeta.Message {
 		// carries (a finish a guard denied): its kind is all there is.
 		said = "[" + string(t.Kind) + ": not recorded]"
 	}
+	said = joinNonEmpty(t.Text, said)
 	if len(t.Calls) > 0 || said != "" {
 		m := noeta.Message{Role: noeta.RoleAssistant, Text: said}
 		switch {

@@ -355,6 +355,27 @@ func TestComposeShapes(t *testing.T) {
 			raw{noeta.TypePolicyDecided, `{"turn":4,"decision":"finish","answer":{"n":1}}`},
 			&noeta.TaskCompleted{Answer: json.RawMessage(`{"n":1}`)},
 		}},
+		{"model-text", engine.ComposerConfig{}, []noeta.Payload{
+			&noeta.TaskCreated{TaskID: "t1", Agent: "a", Goal: "fix the README", RootTaskID: "t1"},
+			&noeta.TurnStarted{Turn: 1},
+			&noeta.PolicyDecided{Turn: 1, Decision: noeta.DecisionToolCalls, Version: 2, Text: "Let me check the file first.",
+				ToolCalls: []noeta.RecordedCall{{CallID: "call-1-0", Tool: "read_file", Args: json.RawMessage(`{"path":"README.md"}`)}}},
+			&noeta.ToolCallStarted{CallID: "call-1-0", Tool: "read_file", Args: json.RawMessage(`{"path":"README.md"}`), Turn: 1},
+			&noeta.ToolCallFinished{CallID: "call-1-0", Tool: "read_file", OK: true, Output: json.RawMessage(`"# hi"`)},
+			&noeta.TurnStarted{Turn: 2},
+			&noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionYieldForHuman, Version: 2, Question: "Which title?", TextRef: &ref},
+			&noeta.TaskSuspended{Reason: "waiting_human: Which title?", WakeOn: noeta.HumanResponseWake("question-2")},
+			&noeta.TaskWoken{WakeEvent: noeta.Wake{Kind: noeta.WakeHumanResponse, Handle: "question-2", Text: "noeta"}},
+			&noeta.TurnStarted{Turn: 3},
+			// Parts stored whole by decision_ref: the text is still the
+			// record's own.
+			&noeta.PolicyDecided{Turn: 3, Decision: noeta.DecisionToolCalls, Version: 2, Text: "Now the edit.", DecisionRef: &ref},
+			&noeta.ToolCallStarted{CallID: "call-3-0", Tool: "write_file", Args: json.RawMessage(`{"path":"README.md"}`), Turn: 3},
+			&noeta.ToolCallFinished{CallID: "call-3-0", Tool: "write_file", OK: true, Output: json.RawMessage(`"ok"`)},
+			&noeta.TurnStarted{Turn: 4},
+			&noeta.PolicyDecided{Turn: 4, Decision: noeta.DecisionFinish, Version: 2, Answer: json.RawMessage(`"done"`)},
+			&noeta.TaskCompleted{Answer: json.RawMessage(`"done"`)},
+		}},
 		{"cut-and-by-ref", engine.ComposerConfig{MaxToolOutput: 10}, []noeta.Payload{
 			&noeta.TaskCreated{TaskID: "t1", Agent: "a", GoalRef: &ref, RootTaskID: "t1"},
 			&noeta.TurnStarted{Turn: 1},

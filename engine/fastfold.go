@@ -347,6 +347,15 @@ func fastPayload(typ string, b []byte, sc *foldScratch) (p noeta.Payload, ok boo
 				d.LatencyMS, ok = intValue(v)
 			case "response_ref":
 				d.ResponseRef, ok = ref(v)
+			case "text":
+				// The model's words: most have a newline or a quote, which
+				// plainString refuses, so those are read the decoder's way
+				// here rather than sending the record to the decoder.
+				if d.Text, ok = plainString(v); !ok {
+					ok = json.Unmarshal(v, &d.Text) == nil
+				}
+			case "text_ref":
+				d.TextRef, ok = ref(v)
 			}
 			// Anything else (spawn, refs, notes…): the decoder reads it.
 			return ok

@@ -108,7 +108,7 @@ func TestFastReaderAgreesOnEveryField(t *testing.T) {
 		noeta.TypeToolCallStarted:  {"call_id", "tool", "args", "args_ref", "turn"},
 		noeta.TypeToolCallFinished: {"call_id", "tool", "ok", "output", "output_ref", "error", "duration_ms", "cost_usd", "egress"},
 		noeta.TypeToolCallDenied:   {"call_id", "tool", "guard", "reason"},
-		noeta.TypePolicyDecided:    {"turn", "decision", "cost_usd", "input_tokens", "output_tokens", "version", "tool_calls", "answer", "model", "provider", "latency_ms", "response_ref"},
+		noeta.TypePolicyDecided:    {"turn", "decision", "cost_usd", "input_tokens", "output_tokens", "version", "tool_calls", "answer", "model", "provider", "latency_ms", "response_ref", "text", "text_ref"},
 		noeta.TypeLeaseGranted:     {"lease_id", "generation", "worker"},
 		noeta.TypeTaskSnapshot:     {"state_ref", "upto_seq"},
 	}

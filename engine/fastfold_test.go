@@ -46,6 +46,11 @@ func TestFastFoldAgreesWithDecode(t *testing.T) {
 		}})
 	add(noeta.TurnStarted{Turn: 4})
 	add(noeta.PolicyDecided{Turn: 4, Decision: noeta.DecisionToolCalls, Version: 2, Notes: []string{"n"}, ToolCalls: []noeta.RecordedCall{{CallID: "q\"", Tool: "echo", Args: []byte(`{}`)}}})
+	add(noeta.TurnStarted{Turn: 6})
+	add(noeta.PolicyDecided{Turn: 6, Decision: noeta.DecisionToolCalls, Version: 2, Text: "Let me \"check\" it.\n\tFirst the file \u00e9 \U0001F600 \x1b[31m",
+		ToolCalls: []noeta.RecordedCall{{CallID: "t6", Tool: "echo", Args: []byte(`{}`)}}})
+	add(noeta.TurnStarted{Turn: 7})
+	add(noeta.PolicyDecided{Turn: 7, Decision: noeta.DecisionFinish, Version: 2, Answer: []byte(`1`), TextRef: &ref})
 	add(noeta.TurnStarted{Turn: 5})
 	add(noeta.PolicyDecided{Turn: 5, Decision: noeta.DecisionSpawn, Version: 2, Spawn: []noeta.RecordedSpawn{{Agent: "a", Goal: "g"}}})
 	logs["odd"] = odd
@@ -70,8 +75,8 @@ func TestFastFoldAgreesWithDecode(t *testing.T) {
 			t.Errorf("seq %d %s: fast %+v, decoded %+v", env.Seq, env.Type, fp, dp)
 		}
 	}
-	if read != 4 {
-		t.Errorf("the fast reader read %d PolicyDecided records, want 4 (notes, an escaped call id and spawn go to the decoder)", read)
+	if read != 6 {
+		t.Errorf("the fast reader read %d PolicyDecided records, want 6 (notes, an escaped call id and spawn go to the decoder; text with escapes does not)", read)
 	}
 	for name, envs := range logs {
 		fast, err := Fold(envs)

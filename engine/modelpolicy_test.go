@@ -20,12 +20,14 @@ import (
 )
 
 // modelServer is a local model server speaking one provider's wire format:
-// the first request of a task is answered with a call of echo, every later
+// the first request of a task is answered with a call of echo and the
+// words "Let me check the file first." beside it, every later
 // one with a final answer; each reply reports 50 input and 10 output tokens.
 type modelServer struct {
 	provider string
 	srv      *httptest.Server
 	requests atomic.Int64
+	last     atomic.Value // the last request's body, a string
 }
 
 func newModelServer(t *testing.T, provider string) *modelServer {
@@ -33,17 +35,18 @@ func newModelServer(t *testing.T, provider string) *modelServer {
 	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		n := m.requests.Add(1)
+		m.last.Store(string(body))
 		// A tool result in the request means the call ran: answer. The
 		// first request of the task has none.
 		answered := strings.Contains(string(body), `"role":"tool"`) || strings.Contains(string(body), `"tool_result"`) || n > 1
 		w.Header().Set("Content-Type", "application/json")
 		switch {
 		case provider == config.ProviderOpenAI && !answered:
-			io.WriteString(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-test","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"x","type":"function","function":{"name":"echo","arguments":"{\"text\":\"hello\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":10,"total_tokens":60}}`)
+			io.WriteString(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-test","choices":[{"index":0,"message":{"role":"assistant","content":"Let me check the file first.","tool_calls":[{"id":"x","type":"function","function":{"name":"echo","arguments":"{\"text\":\"hello\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":10,"total_tokens":60}}`)
 		case provider == config.ProviderOpenAI:
 			io.WriteString(w, `{"id":"c2","object":"chat.completion","created":1,"model":"gpt-test","choices":[{"index":0,"message":{"role":"assistant","content":"It said hello."},"finish_reason":"stop"}],"usage":{"prompt_tokens":50,"completion_tokens":10,"total_tokens":60}}`)
 		case !answered:
-			io.WriteString(w, `{"id":"m1","type":"message","role":"assistant","model":"claude-test","content":[{"type":"tool_use","id":"toolu_1","name":"echo","input":{"text":"hello"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":50,"output_tokens":10}}`)
+			io.WriteString(w, `{"id":"m1","type":"message","role":"assistant","model":"claude-test","content":[{"type":"text","text":"Let me check the file first."},{"type":"tool_use","id":"toolu_1","name":"echo","input":{"text":"hello"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":50,"output_tokens":10}}`)
 		default:
 			io.WriteString(w, `{"id":"m2","type":"message","role":"assistant","model":"claude-test","content":[{"type":"text","text":"It said hello."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":50,"output_tokens":10}}`)
 		}
@@ -150,6 +153,15 @@ func TestModelAgent(t *testing.T) {
 				pd := payload[noeta.PolicyDecided](t, envs, noeta.TypePolicyDecided)
 				if pd.InputTokens != 50 || pd.OutputTokens != 10 {
 					t.Errorf("PolicyDecided %+v", pd)
+				}
+				// The model's words beside its call are recorded with it
+				// and sent back to it as its own on the next turn
+				// (docs/adr/0084).
+				if pd.Text != "Let me check the file first." || pd.TextRef != nil {
+					t.Errorf("PolicyDecided text %q (ref %v), want the reply's words", pd.Text, pd.TextRef)
+				}
+				if last, _ := ms.last.Load().(string); !strings.Contains(last, "Let me check the file first.") {
+					t.Errorf("the second request does not carry the first turn's words: %s", last)
 				}
 			})
 		}

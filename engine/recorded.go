@@ -33,9 +33,11 @@ const (
 
 // recordDecision builds the version 2 PolicyDecided of turn n: the whole
 // decision, its large parts in the content store, the raw response by ref.
-// Parts are moved to the content store largest first until the payload fits
-// its cap; if even then it does not (many calls), all the parts go in one
-// body under decision_ref.
+// The model's text stays inline up to noeta.TextInlineLimit and goes whole
+// to the content store beyond it: it is never cut. Parts (the text among
+// them) are moved to the content store largest first until the payload
+// fits its cap; if even then it does not (many calls), all the parts go in
+// one body under decision_ref.
 func (g *segment) recordDecision(n int, d noeta.Decision) (noeta.PolicyDecided, error) {
 	rec := noeta.PolicyDecided{
 		Turn: n, Decision: d.Kind, Version: noeta.PolicyDecidedVersion,
@@ -59,6 +61,13 @@ func (g *segment) recordDecision(n int, d noeta.Decision) (noeta.PolicyDecided, 
 			return rec, fmt.Errorf("engine: task %s turn %d: storing the model's response: %w", g.st.Task, n, err)
 		}
 		rec.ResponseRef = &ref
+	}
+	if d.Text != "" {
+		text, ref, err := eventlog.SpillString(g.ctx, g.e.cfg.Content, d.Text, noeta.TextInlineLimit)
+		if err != nil {
+			return rec, fmt.Errorf("engine: task %s turn %d: storing the model's text: %w", g.st.Task, n, err)
+		}
+		rec.Text, rec.TextRef = text, ref
 	}
 	parts, err := partsOf(d)
 	if err != nil {
@@ -122,7 +131,10 @@ func sizeBound(rec noeta.PolicyDecided) int {
 	const fixed = 600 // every member name, the refs of a response, the version
 	str := func(s string) int { return 6*len(s) + 2 }
 	n := fixed + str(string(rec.Decision)) + str(rec.Model) + str(rec.Provider) + str(rec.Question) + str(rec.EventKind) + str(rec.Error) +
-		len(rec.Patch) + len(rec.Answer)
+		str(rec.Text) + len(rec.Patch) + len(rec.Answer)
+	if rec.TextRef != nil {
+		n += 200 // its member name and a ref: hash, size, media type
+	}
 	for _, note := range rec.Notes {
 		n += str(note) + 1
 	}
@@ -249,6 +261,19 @@ func largestPart(rec *noeta.PolicyDecided) *spillable {
 			return err
 		}})
 	}
+	if rec.Text != "" {
+		// The model's words are commentary, but they are kept whole like
+		// every part: moved, never cut.
+		all = append(all, spillable{len(rec.Text), len(all), func(ctx context.Context, cs eventlog.ContentStore) error {
+			b, err := noeta.Canonical(rec.Text)
+			if err != nil {
+				return err
+			}
+			rec.TextRef, err = put(ctx, cs, b)
+			rec.Text = ""
+			return err
+		}})
+	}
 	// A ref costs about 120 bytes: moving a part smaller than that gains
 	// nothing.
 	all = slices.DeleteFunc(all, func(s spillable) bool { return s.size <= 160 })
@@ -292,9 +317,18 @@ func (g *segment) replayDecision(rec *noeta.PolicyDecided) (noeta.Decision, erro
 		Kind: rec.Decision, Question: parts.Question, WaitSeconds: parts.WaitSeconds, EventKind: parts.EventKind,
 		Patch: parts.Patch, Answer: parts.Answer, Error: parts.Error,
 		CostUSD: rec.CostUSD, InputTokens: rec.InputTokens, OutputTokens: rec.OutputTokens,
-		Model: rec.Model, Provider: rec.Provider, LatencyMS: rec.LatencyMS, Notes: rec.Notes,
+		Model: rec.Model, Provider: rec.Provider, LatencyMS: rec.LatencyMS, Notes: rec.Notes, Text: rec.Text,
 	}
 	var err error
+	if rec.TextRef != nil {
+		b, err := get(rec.TextRef)
+		if err != nil {
+			return d, err
+		}
+		if err := json.Unmarshal(b, &d.Text); err != nil {
+			return d, fmt.Errorf("%w: task %s turn %d: the recorded text does not decode: %v", ErrBadLog, g.st.Task, rec.Turn, err)
+		}
+	}
 	if rec.PatchRef != nil {
 		if d.Patch, err = get(rec.PatchRef); err != nil {
 			return d, err

@@ -34,7 +34,10 @@ func TestSizeBoundIsABound(t *testing.T) {
 		rec := noeta.PolicyDecided{Turn: r.IntN(1 << 30), Decision: noeta.DecisionToolCalls, Version: 2,
 			CostUSD: r.Float64() * 1e-7, InputTokens: r.Int64(), OutputTokens: r.Int64(), LatencyMS: r.Int64(),
 			Model: str(r.IntN(40)), Provider: str(r.IntN(10)), Question: str(r.IntN(100)), Error: str(r.IntN(100)), EventKind: str(r.IntN(20)),
-			ResponseRef: &ref, WaitSeconds: r.Float64() * 1e9}
+			ResponseRef: &ref, WaitSeconds: r.Float64() * 1e9, Text: str(r.IntN(300))}
+		if r.IntN(2) == 0 {
+			rec.Text, rec.TextRef = "", &ref
+		}
 		for range r.IntN(8) {
 			rec.Notes = append(rec.Notes, str(r.IntN(60)))
 		}
@@ -93,6 +96,12 @@ func TestRecordReplayRoundTrip(t *testing.T) {
 		{"patch", noeta.Decision{Kind: noeta.DecisionStatePatch, Patch: json.RawMessage(`{"k":` + big + `}`)}},
 		{"answer", noeta.Decision{Kind: noeta.DecisionFinish, Answer: json.RawMessage(big), Model: "m", Provider: "openai", LatencyMS: 9, CostUSD: 0.1, InputTokens: 1, OutputTokens: 2, Response: []byte(`{"id":"r"}`), Notes: []string{"retried after 429"}}},
 		{"fail", noeta.Decision{Kind: noeta.DecisionFail, Error: "cannot"}},
+		{"calls with text", noeta.Decision{Kind: noeta.DecisionToolCalls, Text: "Let me check the file first.", ToolCalls: []noeta.ToolCall{{CallID: "a", Tool: "read_file", Args: json.RawMessage(`{"path":"README.md"}`)}}}},
+		{"long text", noeta.Decision{Kind: noeta.DecisionYieldForHuman, Question: "which?", Text: strings.Repeat("I weigh the options. ", 400)}},
+		{"text at the bound", noeta.Decision{Kind: noeta.DecisionToolCalls, Text: strings.Repeat("t", noeta.TextInlineLimit-2), ToolCalls: []noeta.ToolCall{{CallID: "a", Tool: "echo", Args: json.RawMessage(`{}`)}}}},
+		{"text and large args", noeta.Decision{Kind: noeta.DecisionToolCalls, Text: strings.Repeat("é", 900), ToolCalls: []noeta.ToolCall{{CallID: "a", Tool: "x", Args: json.RawMessage(`{"x":` + big + `}`)}}}},
+		{"text and many calls", noeta.Decision{Kind: noeta.DecisionToolCalls, Text: strings.Repeat("w", 1500), ToolCalls: many()}},
+		{"text beside a finish", noeta.Decision{Kind: noeta.DecisionFinish, Text: "Here it is.", Answer: json.RawMessage(`{"n":42}`)}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if err := tt.d.Validate(); err != nil {
@@ -118,6 +127,17 @@ func TestRecordReplayRoundTrip(t *testing.T) {
 			var back noeta.PolicyDecided
 			if err := json.Unmarshal(b, &back); err != nil {
 				t.Fatal(err)
+			}
+			// The text: inline or by ref, never both, never cut; by ref
+			// whenever it is over the bound.
+			if back.Text != "" && back.TextRef != nil {
+				t.Fatalf("text both inline and by ref: %s", b)
+			}
+			if tb, _ := noeta.Canonical(tt.d.Text); tt.d.Text != "" && len(tb) > noeta.TextInlineLimit && back.TextRef == nil {
+				t.Fatalf("a text of %d bytes is inline", len(tb))
+			}
+			if back.Text != "" && back.Text != tt.d.Text {
+				t.Fatalf("inline text %q, want %q", back.Text, tt.d.Text)
 			}
 			got, err := g.replayDecision(&back)
 			if err != nil {
@@ -211,5 +231,54 @@ func TestSnapshotWithoutContextFoldsFromGenesis(t *testing.T) {
 				t.Fatalf("state %v, note %q; want a note containing %q", got != nil, note, tt.wantNote)
 			}
 		})
+	}
+}
+
+// TestRecordsWithoutTextAsBefore: a decision record written before records
+// carried the model's text encodes to the same bytes, validates, folds the
+// same with the fast reader and the decoder, and composes an assistant
+// message without text, as it did (docs/adr/0084).
+func TestRecordsWithoutTextAsBefore(t *testing.T) {
+	old := `{"cost_usd":0.5,"decision":"tool_calls","input_tokens":3,"model":"m","output_tokens":4,"provider":"openai","tool_calls":[{"args":{"a":1},"call_id":"call-1-0","tool":"echo"}],"turn":1,"version":2}`
+	if err := schemas.Validate(noeta.TypePolicyDecided, []byte(old)); err != nil {
+		t.Fatal(err)
+	}
+	var rec noeta.PolicyDecided
+	if err := json.Unmarshal([]byte(old), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := noeta.Canonical(rec); err != nil || string(b) != old {
+		t.Fatalf("re-encoded: %s %v\nwant %s", b, err, old)
+	}
+	created, err := eventlog.NewEnvelope("T", eventlog.OriginEngine, "x", noeta.TaskCreated{TaskID: "T", Agent: "a", Goal: "g", RootTaskID: "T"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn, err := eventlog.NewEnvelope("T", eventlog.OriginEngine, "x", noeta.TurnStarted{Turn: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decided := turn
+	decided.Type, decided.Payload = noeta.TypePolicyDecided, json.RawMessage(old)
+	created.Seq, turn.Seq, decided.Seq = 1, 2, 3
+	envs := []eventlog.Envelope{created, turn, decided}
+	fast, err := Fold(envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fastFold = false
+	slow, err := Fold(envs)
+	fastFold = true
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := fast.Canonical()
+	b, _ := slow.Canonical()
+	if !bytes.Equal(a, b) || fast.Turn.Decision == nil || fast.Turn.Decision.Text != "" || fast.Turn.Decision.TextRef != nil {
+		t.Fatalf("fast fold\n%s\ndecoded fold\n%s", a, b)
+	}
+	msgs := fast.Context.Transcript().Messages
+	if len(msgs) != 3 || msgs[1].Role != noeta.RoleAssistant || msgs[1].Text != "" || len(msgs[1].ToolCalls) != 1 {
+		t.Fatalf("transcript %+v", msgs)
 	}
 }

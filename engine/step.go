@@ -575,7 +575,8 @@ func (g *segment) decide(n int) (d noeta.Decision, stop bool, err error) {
 // failedDecision is a fail decision saying why d cannot be carried out,
 // with what deciding d cost, so the budget still counts it.
 func failedDecision(d noeta.Decision, why string) noeta.Decision {
-	f := noeta.Decision{Kind: noeta.DecisionFail, Error: why,
+	// The model's text stays: what it said is part of why the task failed.
+	f := noeta.Decision{Kind: noeta.DecisionFail, Error: why, Text: d.Text,
 		CostUSD: d.CostUSD, InputTokens: d.InputTokens, OutputTokens: d.OutputTokens, Model: d.Model, Provider: d.Provider, LatencyMS: d.LatencyMS, Response: d.Response, Notes: d.Notes}
 	if err := f.Validate(); err != nil {
 		// The cost itself is what is wrong: record none of it.

@@ -41,7 +41,7 @@ const Version = 1
 // records of its older versions, and a record that carries an older id is
 // validated against it.
 var versions = map[string]int{
-	"PolicyDecided":         2, // the recorded decision (docs/adr/0027)
+	"PolicyDecided":         3, // the recorded decision (2, docs/adr/0027); the model's text (3, docs/adr/0084)
 	"ApprovalRequested":     2, // quorum, rules, expiry (docs/adr/0032)
 	"ApprovalResolved":      2, // auth, approvers
 	"TaskCreated":           3, // submitted_by (2); budget (3, docs/adr/0054)

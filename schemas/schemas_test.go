@@ -79,6 +79,9 @@ func validPayloads() map[string][]noeta.Payload {
 			noeta.PolicyDecided{Turn: 7, Decision: noeta.DecisionFinish, Version: 2, AnswerRef: &bigRef},
 			noeta.PolicyDecided{Turn: 8, Decision: noeta.DecisionFail, Version: 2, Error: "cannot"},
 			noeta.PolicyDecided{Turn: 9, Decision: noeta.DecisionToolCalls, Version: 2, DecisionRef: &jsonRef},
+			noeta.PolicyDecided{Turn: 10, Decision: noeta.DecisionToolCalls, Version: 2, Text: "Let me check the file first.\n", ToolCalls: []noeta.RecordedCall{{CallID: "call-10-0", Tool: "read_file", Args: json.RawMessage(`{"path":"README.md"}`)}}},
+			noeta.PolicyDecided{Turn: 11, Decision: noeta.DecisionYieldForHuman, Version: 2, TextRef: &jsonRef, Question: "Which one?"},
+			noeta.PolicyDecided{Turn: 12, Decision: noeta.DecisionToolCalls, Version: 2, TextRef: &jsonRef, DecisionRef: &jsonRef},
 		},
 		noeta.TypeToolCallStarted: {
 			noeta.ToolCallStarted{CallID: callID, Tool: "web_search", Args: json.RawMessage(`{"query":"noeta event sourcing","limit":5}`), Turn: 1},
@@ -616,7 +619,7 @@ func TestIDKnownRoundTrip(t *testing.T) {
 		"urn:noeta:schema:TaskCreated:4", "urn:noeta:schema:TaskCreated:01",
 		"urn:noeta:schema:TaskCreated", "https://example.com/TaskCreated.json",
 		"URN:NOETA:SCHEMA:TaskCreated:1",
-		"urn:noeta:schema:PolicyDecided:3",
+		"urn:noeta:schema:PolicyDecided:4",
 	} {
 		if got, ok := schemas.Known(id); ok {
 			t.Errorf("Known(%q) = %q, true; want not known", id, got)
@@ -624,15 +627,21 @@ func TestIDKnownRoundTrip(t *testing.T) {
 	}
 }
 
-// TestPolicyDecidedVersions: PolicyDecided is at version 2; a record of
-// version 1 (written before) is still known and validates against it, and
-// version 2's exclusive members are refused together.
+// TestPolicyDecidedVersions: PolicyDecided's schema is at version 3 (the
+// model's text); records of versions 1 and 2 (written before) are still
+// known and validate against it, and the exclusive members are refused
+// together.
 func TestPolicyDecidedVersions(t *testing.T) {
-	if got, want := schemas.ID(noeta.TypePolicyDecided), "urn:noeta:schema:PolicyDecided:2"; got != want {
+	if got, want := schemas.ID(noeta.TypePolicyDecided), "urn:noeta:schema:PolicyDecided:3"; got != want {
 		t.Fatalf("ID = %q, want %q", got, want)
 	}
-	if typ, ok := schemas.Known("urn:noeta:schema:PolicyDecided:1"); !ok || typ != noeta.TypePolicyDecided {
-		t.Fatalf("the version 1 id is not known: %q %v", typ, ok)
+	for _, id := range []string{"urn:noeta:schema:PolicyDecided:1", "urn:noeta:schema:PolicyDecided:2"} {
+		if typ, ok := schemas.Known(id); !ok || typ != noeta.TypePolicyDecided {
+			t.Fatalf("the older id %s is not known: %q %v", id, typ, ok)
+		}
+	}
+	if err := schemas.Validate(noeta.TypePolicyDecided, []byte(`{"decision":"tool_calls","tool_calls":[{"args":{},"call_id":"c","tool":"t"}],"turn":1,"version":2}`)); err != nil {
+		t.Fatalf("a schema 2 record (no text): %v", err)
 	}
 	if err := schemas.Validate(noeta.TypePolicyDecided, []byte(`{"cost_usd":0.5,"decision":"finish","input_tokens":3,"turn":2}`)); err != nil {
 		t.Fatalf("a version 1 record: %v", err)
@@ -641,6 +650,8 @@ func TestPolicyDecidedVersions(t *testing.T) {
 		{"answer and answer_ref", `{"answer":"a","answer_ref":` + string(mustMarshal(t, jsonRef)) + `,"decision":"finish","turn":1,"version":2}`, "/answer: not allowed together with answer_ref"},
 		{"parts and decision_ref", `{"decision":"tool_calls","decision_ref":` + string(mustMarshal(t, jsonRef)) + `,"tool_calls":[{"call_id":"c"}],"turn":1,"version":2}`, "/tool_calls: not allowed together with decision_ref"},
 		{"version 3", `{"decision":"finish","turn":1,"version":3}`, "/version"},
+		{"text and text_ref", `{"decision":"finish","text":"t","text_ref":` + string(mustMarshal(t, jsonRef)) + `,"turn":1,"version":2}`, "/text: not allowed together with text_ref"},
+		{"text not a string", `{"decision":"finish","text":["t"],"turn":1,"version":2}`, "/text"},
 		{"call without id", `{"decision":"tool_calls","tool_calls":[{"tool":"t"}],"turn":1,"version":2}`, "/tool_calls/0/call_id: missing property"},
 		{"unknown member", `{"decision":"finish","turn":1,"thoughts":"x"}`, "/thoughts: unknown property"},
 	} {

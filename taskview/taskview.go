@@ -165,6 +165,14 @@ func WriteState(w io.Writer, s *engine.State, ds eventlog.DispatchState, known b
 		line("answer    %s", a)
 	}
 	line("log       %d records, lease generation %d, turn %d", s.LastSeq, s.LeaseGen, s.Turn.N)
+	if d := s.Turn.Decision; d != nil {
+		// The turn's decision as recorded, with the model's words whole
+		// (escaped onto the line): why the task is doing what it does.
+		line("decided   %s", decidedString(d))
+		if said := saidString(d); said != "" {
+			line("said      %s", said)
+		}
+	}
 	if known {
 		d := "dispatch  " + string(ds.Status)
 		if ds.Worker != "" {

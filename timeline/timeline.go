@@ -87,7 +87,7 @@ func Describe(env eventlog.Envelope, p noeta.Payload) string {
 		if p.InputTokens > 0 || p.OutputTokens > 0 {
 			s += fmt.Sprintf(" tokens=%d/%d", p.InputTokens, p.OutputTokens)
 		}
-		return s
+		return s + Said(p.Text, p.TextRef)
 	case *noeta.ToolCallStarted:
 		return p.Tool + " " + p.CallID + " " + Args(p.Args, p.ArgsRef)
 	case *noeta.ToolCallFinished:
@@ -240,6 +240,21 @@ func Goal(goal string, ref *noeta.ContentRef) string {
 	}
 	// cut has escaped what needs it; the quotes show where the goal ends.
 	return `"` + Cut(goal, 60) + `"`
+}
+
+// Said is what a model said beside its decision, for the end of a line:
+// ` said "…"` quoted and cut (the record keeps it whole), where the content
+// store holds it, or nothing for a decision made without words (a script,
+// a record written before records had it), so such lines read as before.
+func Said(text string, ref *noeta.ContentRef) string {
+	switch {
+	case ref != nil:
+		return " said " + Ref(*ref)
+	case text != "":
+		// Cut escapes what needs it; the quotes show where the words end.
+		return ` said "` + Cut(text, 100) + `"`
+	}
+	return ""
 }
 
 // Args is a call's arguments, or where the content store holds them.

@@ -74,6 +74,20 @@ func logs() map[string][]rec {
 			{rootID, 9, &noeta.ToolCallFinished{CallID: "call-3", Tool: "read_file", OK: true, OutputRef: &noeta.ContentRef{Hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Size: 1 << 20}, DurationMS: 9}},
 			{rootID, 10, &noeta.TaskCompleted{Answer: json.RawMessage(`"done"`)}},
 		},
+		// A model's turns: its words beside its calls, cut for the line
+		// and escaped, words stored by ref, and a turn without words (a
+		// script's, or a record written before records had them) as
+		// before.
+		"model": {
+			{rootID, 3, &noeta.TurnStarted{Turn: 1}},
+			{rootID, 4, &noeta.PolicyDecided{Turn: 1, Decision: noeta.DecisionToolCalls, Version: 2, CostUSD: 0.002, InputTokens: 1500, OutputTokens: 40, Model: "gpt-test", Provider: "openai",
+				Text:      "Let me check the file first.\nThen \x1b[31mthe\x1b[0m tests, one by one, until every one of them passes and the README says what the code does.",
+				ToolCalls: []noeta.RecordedCall{{CallID: "call-1-0", Tool: "read_file", Args: json.RawMessage(`{"path":"go.mod"}`)}}}},
+			{rootID, 5, &noeta.TurnStarted{Turn: 2}},
+			{rootID, 6, &noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionYieldForHuman, Version: 2, Question: "Which?", TextRef: &noeta.ContentRef{Hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Size: 9000}}},
+			{rootID, 7, &noeta.TurnStarted{Turn: 3}},
+			{rootID, 8, &noeta.PolicyDecided{Turn: 3, Decision: noeta.DecisionFinish, CostUSD: 0.001, InputTokens: 900, OutputTokens: 12}},
+		},
 		"approvals": {
 			{rootID, 5, &noeta.ApprovalRequested{Handle: "approval-7Q", Action: noeta.ApprovalToolCall, CallID: "call-2", Tool: "shell", Args: args,
 				Guard: "permission", Reason: "shell needs a human", Rules: []string{"sre-on-call"}, Quorum: 2, ExpiresAt: t0.Add(time.Hour)}},

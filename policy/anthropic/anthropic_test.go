@@ -363,3 +363,44 @@ func TestArgsThatCannotBeRecorded(t *testing.T) {
 		})
 	}
 }
+
+// TestTextBesideCalls: the text blocks of a reply that asks for calls are
+// the decision's Text, joined in order; the next request sends them back
+// as text blocks before the tool_use blocks, as the API returned them.
+func TestTextBesideCalls(t *testing.T) {
+	srv := newServer(t, func(req map[string]any, n int) (int, string) {
+		if n == 1 {
+			reply := toolCallsReply(10, 5, [2]string{"echo", `{"text":"hi"}`})
+			return 200, strings.Replace(reply, `{"type":"text","text":"Let me check."}`, `{"type":"text","text":"Let me check "},{"type":"text","text":"the file first."}`, 1)
+		}
+		return 200, textReply(10, 5, "done")
+	})
+	p := newPolicy(t, srv.model(), llm.Agent{Model: "fast"})
+	in := noeta.PolicyInput{Task: "t1", Turn: 1, Agent: "a", Context: goal("say hi"), Tools: []noeta.ToolSpec{echoSpec}}
+	d, err := p.Decide(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Kind != noeta.DecisionToolCalls || d.Text != "Let me check the file first." {
+		t.Fatalf("turn 1 = %s with text %q, want tool_calls with the reply's text", d.Kind, d.Text)
+	}
+	in.Turn = 2
+	in.Context = &noeta.Transcript{Messages: []noeta.Message{
+		{Role: noeta.RoleUser, Text: "say hi"},
+		{Role: noeta.RoleAssistant, Text: d.Text, ToolCalls: d.ToolCalls},
+		{Role: noeta.RoleTool, ToolCallID: "call-1-0", ToolName: "echo", Text: "hi"},
+	}}
+	d2, err := p.Decide(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d2.Kind != noeta.DecisionFinish || d2.Text != "" {
+		t.Errorf("turn 2 = %s with text %q, want a finish without text (the answer is the text)", d2.Kind, d2.Text)
+	}
+	msgs := srv.requests()[1].body["messages"].([]any)
+	blocks := msgs[1].(map[string]any)["content"].([]any)
+	if len(blocks) != 2 || blocks[0].(map[string]any)["type"] != "text" || blocks[0].(map[string]any)["text"] != "Let me check the file first." ||
+		blocks[1].(map[string]any)["type"] != "tool_use" {
+		t.Errorf("turn 2's request replays the assistant turn as %v, want its text, then its call", blocks)
+	}
+}

@@ -74,9 +74,13 @@ func offered(in noeta.PolicyInput) ([]noeta.ToolSpec, error) {
 	return append(out, askHumanSpec), nil
 }
 
-// decide turns a reply into d's kind and payload.
+// decide turns a reply into d's kind and payload, and keeps the reply's
+// text beside calls as d.Text: the model's words ("Let me check the file
+// first.") are recorded with the decision and read back by the model on
+// later turns (docs/adr/0084).
 //
-//   - No tool calls: finish, the text as a JSON string.
+//   - No tool calls: finish, the text as a JSON string (and no Text: the
+//     answer is the text, recorded once).
 //   - Only spawn_subtask calls, every one valid: a spawn decision.
 //   - One ask_human call, valid: a yield for a human.
 //   - Otherwise tool calls, ids call-<turn>-<index>. A call that cannot
@@ -90,6 +94,7 @@ func decide(d noeta.Decision, r Reply, in noeta.PolicyInput) noeta.Decision {
 		d.Answer, _ = json.Marshal(r.Text)
 		return d
 	}
+	d.Text = r.Text
 	if spawn, ok := spawnOnly(r.Calls, in.SpawnAgents); ok {
 		d.Kind = noeta.DecisionSpawn
 		d.Spawn = spawn

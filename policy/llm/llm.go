@@ -260,7 +260,7 @@ func (p *Policy) Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decisi
 	d := noeta.Decision{Model: p.model, Provider: p.provider}
 	fail := func(format string, args ...any) (noeta.Decision, error) {
 		d.Kind = noeta.DecisionFail
-		d.ToolCalls, d.Spawn, d.Question, d.Answer = nil, nil, "", nil
+		d.ToolCalls, d.Spawn, d.Question, d.Answer, d.Text = nil, nil, "", nil, ""
 		d.Error = p.scrub(fmt.Sprintf("%s %s: ", p.provider, p.model) + fmt.Sprintf(format, args...))
 		d.LatencyMS = p.now().Sub(start).Milliseconds()
 		return d, nil

@@ -574,3 +574,62 @@ func TestArgsThatCannotBeRecorded(t *testing.T) {
 		})
 	}
 }
+
+// TestTextBesideCalls: the words a reply carries beside its calls (or
+// beside an ask_human) are the decision's Text, and go back on a later
+// turn as the assistant message's content next to its calls; a reply that
+// is only text is a finish whose answer is that text, with no Text.
+func TestTextBesideCalls(t *testing.T) {
+	askSpec := `{"question":"Which file?"}`
+	srv := newServer(t, func(req map[string]any, n int) (int, string) {
+		switch n {
+		case 1:
+			return 200, withContent(toolCallsReply(10, 5, [2]string{"echo", `{"text":"hi"}`}), "Let me check the file first.\nThen I answer.")
+		case 2:
+			return 200, withContent(toolCallsReply(10, 5, [2]string{llm.ToolAskHuman, askSpec}), "I need to know one thing.")
+		}
+		return 200, textReply(10, 5, "all done")
+	})
+	p := newPolicy(t, srv.model(), llm.Agent{Model: "fast"})
+	ctx := context.Background()
+	in := noeta.PolicyInput{Task: "t1", Turn: 1, Agent: "a", Context: goal("say hi"), Tools: []noeta.ToolSpec{echoSpec}}
+	for _, tt := range []struct {
+		kind noeta.DecisionKind
+		text string
+	}{
+		{noeta.DecisionToolCalls, "Let me check the file first.\nThen I answer."},
+		{noeta.DecisionYieldForHuman, "I need to know one thing."},
+		{noeta.DecisionFinish, ""},
+	} {
+		if in.Turn == 2 {
+			in.Context = &noeta.Transcript{Messages: []noeta.Message{
+				{Role: noeta.RoleUser, Text: "say hi"},
+				{Role: noeta.RoleAssistant, Text: "Let me check the file first.\nThen I answer.", ToolCalls: []noeta.ToolCall{{CallID: "call-1-0", Tool: "echo", Args: json.RawMessage(`{"text":"hi"}`)}}},
+				{Role: noeta.RoleTool, ToolCallID: "call-1-0", ToolName: "echo", Text: "hi"},
+			}}
+		}
+		d, err := p.Decide(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if d.Kind != tt.kind || d.Text != tt.text {
+			t.Errorf("turn %d: %s with text %q, want %s with %q", in.Turn, d.Kind, d.Text, tt.kind, tt.text)
+		}
+		in.Turn++
+	}
+	reqs := srv.requests()
+	msgs := reqs[1].body["messages"].([]any)
+	asst := msgs[1].(map[string]any)
+	if asst["role"] != "assistant" || asst["content"] != "Let me check the file first.\nThen I answer." || asst["tool_calls"] == nil {
+		t.Errorf("turn 2's request replays the assistant turn as %v, want its text beside its calls", asst)
+	}
+}
+
+// withContent sets the message content of a tool-calls reply.
+func withContent(reply, text string) string {
+	b, _ := json.Marshal(text)
+	return strings.Replace(reply, `"content":null`, `"content":`+string(b), 1)
+}

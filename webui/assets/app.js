@@ -352,6 +352,7 @@ async function loadTasks() {
 function describe(ev) {
   const p = ev.payload || {};
   switch (ev.type) {
+    case "PolicyDecided": return decided(p);
     case "TaskCreated": return "agent " + p.agent + ": " + (p.goal || "") + (p.submitted_by ? " (by " + p.submitted_by + ")" : "");
     case "ApprovalRequested": return (p.tool || p.action) + " " + pretty(p.args).slice(0, 300) + " — " + p.guard + ": " + p.reason;
     case "ApprovalResolved": return p.decision + " by " + p.approver + (p.auth ? " (" + p.auth + ")" : "") + (p.reason ? ": " + p.reason : "");
@@ -367,11 +368,34 @@ function describe(ev) {
   }
 }
 
+// decided is a model turn's line: what it decided, who decided, what it
+// cost.
+function decided(p) {
+  let s = "turn " + p.turn + ": " + p.decision;
+  if (p.model) s += " · " + p.model + (p.provider ? " (" + p.provider + ")" : "");
+  if (p.input_tokens || p.output_tokens) s += " · tokens " + (p.input_tokens || 0) + " in / " + (p.output_tokens || 0) + " out";
+  if (p.cost_usd) s += " · $" + String(Number(Number(p.cost_usd).toPrecision(4)));
+  if (p.latency_ms) s += " · " + p.latency_ms + " ms";
+  return s;
+}
+
+// said is what the model said beside its decision, whole (the record holds
+// it whole; docs/adr/0084), or where the content store holds it; null for a
+// decision made without words.
+function said(ev) {
+  const p = ev.payload || {};
+  if (ev.type !== "PolicyDecided") return null;
+  if (p.text_ref) return el("div", { class: "said ref", text: "said: " + p.text_ref.size + " bytes in the content store, sha256 " + String(p.text_ref.hash).slice(0, 12) + "…" });
+  if (p.text) return el("div", { class: "said", text: p.text });
+  return null;
+}
+
 function timelineItem(ev) {
   return el("li", { class: ev.type, "data-seq": String(ev.seq) },
     el("span", { class: "seq", text: "#" + ev.seq }),
     el("span", { class: "t", text: ev.type }),
-    el("span", { class: "d", text: describe(ev) }));
+    el("span", { class: "d", text: describe(ev) }),
+    said(ev));
 }
 
 async function openTask(id) {
