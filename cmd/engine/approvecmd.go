@@ -84,7 +84,7 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))
 	}
 	fmt.Fprintln(g.stdout, id)
-	fmt.Fprintf(g.stderr, "engine: submitted task %s (%s, agent %s) to queue %s, %s\n", id, taskPath, tf.Agent, queueName(queue), g.where(h))
+	fmt.Fprintf(g.stderr, "engine: submitted task %s (%s, agent %s) to queue %s, %s\n", id, taskPath, tf.Agent, queueName(queue), h.Where())
 	if _, attached := h.Attached(); h.Embedded() && !attached {
 		fmt.Fprintf(g.stderr, "engine: it runs when a process serves %s: engine serve --config %s --data %s\n", h.DataDir(), cfg.Path, h.DataDir())
 	}
@@ -243,7 +243,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	defer h.Close()
 	out, err := timeline.AnswerRequest(ctx, h.Host, timeline.AnswerOptions{
 		Task: task, Handle: handle, Answer: host.Answer{Decision: decision, Approver: who, Reason: reason}, Verb: verb,
-		Runs: runs, Out: g.stdout, Msgs: g.stderr, Approver: approver(), Where: g.where(h), Flags: g.flags(h),
+		Runs: runs, Out: g.stdout, Msgs: g.stderr, Approver: approver(), Where: h.Where(), Flags: g.flags(h),
 	})
 	if err != nil {
 		return failErr(err)
@@ -294,7 +294,7 @@ func approveOnNATS(ctx context.Context, g *globals, task, handle string, decisio
 	}
 	defer h.Close()
 	if err := h.Approve(ctx, task, handle, host.Answer{Decision: decision, Approver: who, Reason: reason}); err != nil {
-		return failErr(timeline.AnswerError(err, task, handle, g.where(h)))
+		return failErr(timeline.AnswerError(err, task, handle, h.Where()))
 	}
 	fmt.Fprintf(g.stdout, "%s: the answer to %s of task %s is on %s's approval subject (the task was waiting on it); a serve process applies it unless another answer came first\n", verb, handle, task, who)
 	return nil

@@ -108,7 +108,7 @@ func runBench(ctx context.Context, g *globals, o benchOpts) error {
 		return err
 	}
 	defer func() { h.Close() }()
-	lo.Target = g.where(h)
+	lo.Target = h.Where()
 	lo.Reopen = func(ctx context.Context, dir string) (*hostconfig.Host, error) {
 		opts.DataDir = dir
 		return g.open(ctx, "bench", opts)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -140,24 +139,4 @@ func (g *globals) flags(h *hostconfig.Host) string {
 		s += " --prefix " + g.conn.prefix
 	}
 	return s
-}
-
-// where describes the deployment of h for a message: the data directory,
-// or the NATS servers.
-func (g *globals) where(h *hostconfig.Host) string {
-	if h.Embedded() {
-		return "data " + h.DataDir()
-	}
-	return "nats " + g.describe(h)
-}
-
-// describe is a one-line description of the connection for logs.
-func (g *globals) describe(h *hostconfig.Host) string {
-	if holder, ok := h.Attached(); ok {
-		return fmt.Sprintf("the embedded server of %v on %s", holder, h.DataDir())
-	}
-	if h.Embedded() {
-		return "embedded"
-	}
-	return g.conn.nc.Describe()
 }

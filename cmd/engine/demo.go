@@ -68,7 +68,7 @@ func runDemo(ctx context.Context, g *globals) error {
 	w := g.stdout
 	on := "an embedded NATS JetStream in " + data
 	if !g.conn.embedded() {
-		on = "NATS JetStream at " + g.describe(h)
+		on = "NATS JetStream at " + h.Describe()
 	}
 	fmt.Fprintf(w, "noeta demo: every example of examples/ under examples/noeta.yaml, on %s\n", on)
 	where := ""

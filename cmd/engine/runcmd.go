@@ -131,7 +131,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	}
 	if !o.json {
 		fmt.Fprintf(g.stdout, "task %s: %s (agent %s); config %s, workspace %s, %s, %d workers, approvals %s\n",
-			id, taskPath, tf.Agent, cfg.Path, workspace, g.where(h), g.workers, mode)
+			id, taskPath, tf.Agent, cfg.Path, workspace, h.Where(), g.workers, mode)
 	}
 	sub.ID = id
 	if _, err := h.Submit(ctx, sub); err != nil {
