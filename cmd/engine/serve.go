@@ -225,7 +225,7 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 		srv := webui.NewHTTPServer(h.Mux(ui), o.web.limits())
 		stop.Server, stop.Streams = srv, ui
 		// Served until ServeUntil shuts srv down.
-		go func() { _ = o.web.serve(srv, ln) }()
+		go func() { _ = webui.ServeOn(srv, ln, o.web.cert) }()
 		httpAddr = ln.Addr().String()
 		logger.Info("http listening", "addr", httpAddr)
 	}

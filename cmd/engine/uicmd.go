@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"runtime"
-	"time"
 
 	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
 	"github.com/noeta-go/noeta/hostconfig"
@@ -158,18 +154,14 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 		return failErr(err)
 	}
 	defer srv.Close()
-	hs := webui.NewHTTPServer(srv, o.web.limits())
-	served := make(chan error, 1)
-	go func() { served <- o.web.serve(hs, ln) }()
-
-	base := o.web.scheme() + "://" + ln.Addr().String()
+	inbox := webui.StartInbox(srv, ln, o.web.limits(), o.web.cert)
+	base := inbox.URL()
 	switch {
 	case h.Embedded():
-		tok := srv.LoginToken(webui.Principal{Name: approver(), Auth: noeta.AuthLocal})
-		url := base + "/login#token=" + tok
+		url := inbox.LoginURL(webui.Principal{Name: approver(), Auth: noeta.AuthLocal})
 		fmt.Fprintf(g.stdout, "inbox: %s\nlog in as %s (the link works once): %s\n", base, approver(), url)
 		if o.open {
-			openBrowser(url, logger)
+			webui.OpenBrowser(url, logger)
 		}
 	case cfg.HTTP.Empty():
 		fmt.Fprintf(g.stdout, "inbox: %s\nnobody can log in: the config has no http.tokens or http.trusted_proxy (engine token prints a token)\n", base)
@@ -180,40 +172,13 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 		logger.Info("using the server of the process that holds the data directory", "holder", hold.String())
 	}
 
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return failErr(fmt.Errorf("serving %s: %w", base, err))
-		}
+	if err := inbox.Wait(ctx); err != nil {
+		return failErr(fmt.Errorf("serving %s: %w", base, err))
 	}
-	srv.Close()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
 	if h.Runs() {
 		grace, cancel := context.WithTimeout(context.Background(), defaultGrace)
 		defer cancel()
 		h.Drain(grace)
 	}
 	return nil
-}
-
-// openBrowser asks the desktop to open url; failing is only logged, the URL
-// is printed anyway.
-func openBrowser(url string, logger interface{ Warn(string, ...any) }) {
-	var cmd *exec.Cmd
-	switch runtime.GOOS {
-	case "darwin":
-		cmd = exec.Command("open", url)
-	case "windows":
-		cmd = exec.Command("rundll32", "url.dll,FileProtocolHandler", url)
-	default:
-		cmd = exec.Command("xdg-open", url)
-	}
-	if err := cmd.Start(); err != nil {
-		logger.Warn("could not open a browser; open the URL yourself", "err", err)
-		return
-	}
-	go func() { _ = cmd.Wait() }()
 }
