@@ -476,24 +476,3 @@ script:
 		t.Errorf("shutting down took %v", took)
 	}
 }
-
-// TestIsTerminal: neither /dev/null (a character device) nor a pipe is a
-// terminal, so a run fed from either does not wait for answers.
-func TestIsTerminal(t *testing.T) {
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer null.Close()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
-	for name, f := range map[string]*os.File{"null": null, "pipe": r} {
-		if isTerminal(f.Fd()) {
-			t.Errorf("%s is taken for a terminal", name)
-		}
-	}
-}

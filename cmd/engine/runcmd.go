@@ -16,6 +16,7 @@ import (
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/govfile"
+	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/policy"
 	"github.com/noeta-go/noeta/timeline"
 )
@@ -24,7 +25,7 @@ import (
 var stdin io.Reader = os.Stdin
 
 // stdinIsTerminal decides the default of --approvals.
-var stdinIsTerminal = func() bool { return isTerminal(os.Stdin.Fd()) }
+var stdinIsTerminal = func() bool { return termsafe.IsTerminal(os.Stdin.Fd()) }
 
 // defaultConfig is the config run reads when --config is not given.
 const defaultConfig = "noeta.yaml"
