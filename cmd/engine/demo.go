@@ -6,16 +6,12 @@ import (
 
 	"github.com/noeta-go/noeta/hostconfig"
 
-	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
-	"github.com/noeta-go/noeta/config"
-	"github.com/noeta-go/noeta/examples"
 	"github.com/noeta-go/noeta/examples/demo"
-	"github.com/noeta-go/noeta/internal/govfile"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -37,7 +33,7 @@ func runDemo(ctx context.Context, g *globals) error {
 	if err := g.check(); err != nil {
 		return err
 	}
-	cfg, err := readExampleConfig()
+	cfg, err := demo.Config()
 	if err != nil {
 		return failErr(err)
 	}
@@ -80,22 +76,8 @@ func runDemo(ctx context.Context, g *globals) error {
 		return failErr(err)
 	}
 	failed := demo.WriteSummary(w, results)
-	if ctx.Err() != nil {
-		fmt.Fprintln(w, "interrupted")
+	if !demo.WriteVerdict(w, len(results), failed, ctx.Err() != nil) {
 		return exitCode(exitFailed)
 	}
-	if failed > 0 {
-		fmt.Fprintf(w, "%d of %d examples did not end as expected\n", failed, len(results))
-		return exitCode(exitFailed)
-	}
-	fmt.Fprintf(w, "all %d examples ended as expected\n", len(results))
 	return nil
-}
-
-func readExampleConfig() (*config.File, error) {
-	data, err := fs.ReadFile(examples.FS, "noeta.yaml")
-	if err != nil {
-		return nil, err
-	}
-	return govfile.Parse("examples/noeta.yaml", data)
 }
