@@ -69,7 +69,7 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 	}
 	if g.conn.embedded() {
 		// The local user: who can read the data directory.
-		sub.SubmittedBy = approver()
+		sub.SubmittedBy = approvals.LocalApprover()
 	}
 	// Nothing runs here: a client, of the data directory's holder if it
 	// has one.
@@ -194,7 +194,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	}
 	who := o.as
 	if who == "" {
-		who = approver()
+		who = approvals.LocalApprover()
 	}
 	// The name as it is compared and recorded (CLI:alice is cli:alice);
 	// one that hides invisible characters is refused.
@@ -243,7 +243,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	defer h.Close()
 	out, err := timeline.AnswerRequest(ctx, h.Host, timeline.AnswerOptions{
 		Task: task, Handle: handle, Answer: host.Answer{Decision: decision, Approver: who, Reason: reason}, Verb: verb,
-		Runs: runs, Out: g.stdout, Msgs: g.stderr, Approver: approver(), Where: h.Where(), Flags: g.flags(h),
+		Runs: runs, Out: g.stdout, Msgs: g.stderr, Approver: approvals.LocalApprover(), Where: h.Where(), Flags: g.flags(h),
 	})
 	if err != nil {
 		return failErr(err)

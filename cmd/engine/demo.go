@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/hostconfig"
 
 	"os"
@@ -71,7 +72,7 @@ func runDemo(ctx context.Context, g *globals) error {
 	if g.data != "" || !g.conn.embedded() {
 		where = g.flags(h)
 	}
-	results, err := demo.Run(ctx, h, tmp, demo.Options{Workers: g.workers, Approver: approver(), Out: w, Msgs: g.stderr, Where: where})
+	results, err := demo.Run(ctx, h, tmp, demo.Options{Workers: g.workers, Approver: approvals.LocalApprover(), Out: w, Msgs: g.stderr, Where: where})
 	if err != nil {
 		return failErr(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/hostconfig"
 
 	"github.com/spf13/cobra"
@@ -104,7 +105,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	}
 	if g.conn.embedded() {
 		// The local user: who can read the data directory.
-		sub.SubmittedBy = approver()
+		sub.SubmittedBy = approvals.LocalApprover()
 	}
 	workspace, err := absDir("--workspace", o.workspace)
 	if err != nil {
@@ -123,7 +124,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	if o.json {
 		msgs = g.stderr
 	}
-	p := timeline.NewPrinter(id, g.stdout, g.stderr, o.json, mode, approver())
+	p := timeline.NewPrinter(id, g.stdout, g.stderr, o.json, mode, approvals.LocalApprover())
 	if mode == timeline.Ask {
 		p.Answers = bufio.NewReader(stdin)
 	}

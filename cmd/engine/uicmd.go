@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
 	"github.com/noeta-go/noeta/hostconfig"
 
@@ -158,8 +159,8 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 	base := inbox.URL()
 	switch {
 	case h.Embedded():
-		url := inbox.LoginURL(webui.Principal{Name: approver(), Auth: noeta.AuthLocal})
-		fmt.Fprintf(g.stdout, "inbox: %s\nlog in as %s (the link works once): %s\n", base, approver(), url)
+		url := inbox.LoginURL(webui.Principal{Name: approvals.LocalApprover(), Auth: noeta.AuthLocal})
+		fmt.Fprintf(g.stdout, "inbox: %s\nlog in as %s (the link works once): %s\n", base, approvals.LocalApprover(), url)
 		if o.open {
 			webui.OpenBrowser(url, logger)
 		}
