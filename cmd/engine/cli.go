@@ -189,7 +189,7 @@ config or task file, 3 it waits for an approval.`,
 			serve := cmd.Name() == "serve"
 			file := ""
 			if serve {
-				file = serveConfigFile(cmd, g.lookupEnv)
+				file = settings.FileName(cmd.Flags(), "serve-config", envServeConfig, g.lookupEnv)
 			}
 			src, err := applySettings(cmd, serve, file, g.lookupEnv)
 			if err != nil {

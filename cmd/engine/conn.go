@@ -37,13 +37,8 @@ func (c connOpts) embedded() bool { return c.nc.URL == "" }
 // check refuses a combination that cannot work, naming the flags.
 func (c connOpts) check() error {
 	if c.embedded() {
-		for _, f := range []struct{ flag, v string }{
-			{"--creds", c.nc.Creds}, {"--user", c.nc.User}, {"--password", c.nc.Password},
-			{"--tls-ca", c.nc.TLSCA}, {"--tls-cert", c.nc.TLSCert}, {"--tls-key", c.nc.TLSKey},
-		} {
-			if f.v != "" {
-				return usageErr("%s needs --nats: the embedded server (no --nats) takes no credentials or TLS", f.flag)
-			}
+		if err := c.nc.CheckEmbedded(); err != nil {
+			return usageErr("%v", err)
 		}
 		if c.replicas > 1 {
 			return usageErr("--replicas %d needs a cluster (--nats): the embedded server is a single node", c.replicas)

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -128,34 +126,6 @@ The environment variables are NOETA_ and the key in capitals:
 	return cmd
 }
 
-// serveConfigFile is the serve config file: --serve-config, else
-// NOETA_SERVE_CONFIG.
-func serveConfigFile(cmd *cobra.Command, lookupEnv func(string) (string, bool)) string {
-	if fl := cmd.Flags().Lookup("serve-config"); fl != nil && fl.Changed {
-		return fl.Value.String()
-	}
-	if v, ok := lookupEnv(envServeConfig); ok {
-		return v
-	}
-	return ""
-}
-
-// newLogger is the structured logger of --log-format and --log-level.
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, usageErr("--log-level is %q, want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, usageErr("--log-format is %q, want text or json", format)
-}
-
 func serve(ctx context.Context, g *globals, o serveOpts) error {
 	if err := g.check(); err != nil {
 		return err
@@ -168,9 +138,9 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 			return usageErr("%v", err)
 		}
 	}
-	logger, err := newLogger(g.stderr, o.logFormat, o.logLevel)
+	logger, err := settings.Logger(g.stderr, o.logFormat, o.logLevel)
 	if err != nil {
-		return err
+		return usageErr("%v", err)
 	}
 	cfg, err := governance(ctx, o.config)
 	if err != nil {

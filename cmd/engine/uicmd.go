@@ -16,6 +16,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/internal/govfile"
+	"github.com/noeta-go/noeta/internal/settings"
 	"github.com/noeta-go/noeta/webui"
 )
 
@@ -127,7 +128,7 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 		return failErr(fmt.Errorf("--listen: %w", err))
 	}
 	defer ln.Close()
-	logger, _ := newLogger(g.stderr, "text", "info")
+	logger, _ := settings.Logger(g.stderr, "text", "info")
 	embedded := g.conn.embedded()
 	gate := webui.NewGate(cfg.HTTP, o.web.limits())
 	opts := hostconfig.Options{
