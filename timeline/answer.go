@@ -27,6 +27,12 @@ type AnswerOptions struct {
 	// root to its next rest, and its timeline written to Out. Otherwise
 	// another process runs it, and AnswerRequest only answers.
 	Runs bool
+	// OnSubject says the answer goes out on the approver's approval
+	// subject (<prefix>.approve.<approver>.<p>.<task>), for a serve
+	// process to apply: AnswerRequest only answers, needing no more than
+	// the read permissions and that one publish of deploy/nats's approver
+	// role, and says where the answer went.
+	OnSubject bool
 	// Out gets the report and the timeline; Msgs the watch's notes.
 	Out, Msgs io.Writer
 	// Approver answers the requests the followed tree makes next: none, as
@@ -55,6 +61,13 @@ func AnswerRequest(ctx context.Context, h *host.Host, o AnswerOptions) (*host.Re
 		o.ExpiryWait = DefaultExpiryWait
 	}
 	task, handle := o.Task, o.Handle
+	if o.OnSubject {
+		if err := h.Approve(ctx, task, handle, o.Answer); err != nil {
+			return nil, AnswerError(err, task, handle, o.Where)
+		}
+		fmt.Fprintf(o.Out, "%s: the answer to %s of task %s is on %s's approval subject (the task was waiting on it); a serve process applies it unless another answer came first\n", o.Verb, handle, task, o.Answer.Approver)
+		return nil, nil
+	}
 	ds, err := h.Dispatch(ctx, task)
 	switch {
 	case errors.Is(err, eventlog.ErrNotFound):

@@ -81,11 +81,12 @@ func TestAnswerRequest(t *testing.T) {
 		// task and handle replace the waiting task's, when set.
 		task, handle string
 		// answered answers the request first, elsewhere.
-		answered bool
-		wantRest host.RestStatus
-		wantOut  []string
-		wantErr  error
-		errText  string
+		answered  bool
+		onSubject bool
+		wantRest  host.RestStatus
+		wantOut   []string
+		wantErr   error
+		errText   string
 	}{
 		{name: "approve and run", runs: true, decision: noeta.ApprovalApprove, wantRest: host.RestCompleted,
 			wantOut: []string{"approved: task ", "it is ready to run again (answer by cli:tester)", "ToolCallFinished", "completed: task "}},
@@ -93,6 +94,10 @@ func TestAnswerRequest(t *testing.T) {
 			wantOut: []string{"refused: task ", "ApprovalResolved", "deny by cli:tester: test", "completed: task "}},
 		{name: "answer only", decision: noeta.ApprovalApprove,
 			wantOut: []string{"approved: task ", "it is ready to run again"}},
+		{name: "on the approval subject", decision: noeta.ApprovalApprove, onSubject: true,
+			wantOut: []string{"approved: the answer to ", "is on cli:tester's approval subject"}},
+		{name: "on the approval subject, an unknown task", decision: noeta.ApprovalApprove, onSubject: true, task: noeta.NewTaskID(),
+			errText: "in this deployment (data test)"},
 		{name: "unknown handle", runs: true, decision: noeta.ApprovalApprove, handle: "approval-call-9-9-zzzzzzzzzz",
 			wantErr: eventlog.ErrNotWaiting, errText: "has no open request approval-call-9-9-zzzzzzzzzz; nothing was answered or kept"},
 		{name: "unknown handle, answer only", decision: noeta.ApprovalApprove, handle: "approval-call-9-9-zzzzzzzzzz",
@@ -127,7 +132,7 @@ func TestAnswerRequest(t *testing.T) {
 			rest, err := AnswerRequest(t.Context(), h, AnswerOptions{
 				Task: task, Handle: handle, Answer: host.Answer{Decision: tt.decision, Approver: "cli:tester", Reason: "test"},
 				Verb: map[noeta.ApprovalDecision]string{noeta.ApprovalApprove: "approved", noeta.ApprovalDeny: "refused"}[tt.decision],
-				Runs: tt.runs, Out: &out, Msgs: &msgs, Approver: "cli:tester", Where: "data test", Flags: "--data test",
+				Runs: tt.runs, OnSubject: tt.onSubject, Out: &out, Msgs: &msgs, Approver: "cli:tester", Where: "data test", Flags: "--data test",
 			})
 			if tt.errText != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.errText) || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) {

@@ -187,7 +187,16 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		if err != nil {
 			return err
 		}
-		return approveOnNATS(ctx, g, task, handle, decision, verb, who, reason)
+		// With read-only permissions and one publish: what deploy/nats's
+		// approver role allows.
+		h, err := g.open(ctx, "approve", hostconfig.Options{ReadOnly: true})
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		_, err = timeline.AnswerRequest(ctx, h.Host, timeline.AnswerOptions{Task: task, Handle: handle,
+			Answer: host.Answer{Decision: decision, Approver: who, Reason: reason}, Verb: verb, OnSubject: true, Out: g.stdout, Where: h.Where()})
+		return failIf(err)
 	}
 	if o.viaIngress {
 		return usageErr("--via-ingress needs --nats: on the embedded default approve answers and runs the task itself")
@@ -282,20 +291,4 @@ func natsApprover(as, user string) (string, error) {
 		return "", usageErr("--as %q: %v", who, errors.Unwrap(err))
 	}
 	return who, nil
-}
-
-// approveOnNATS answers on the approver's approval subject
-// (<prefix>.approve.<approver>.<p>.<task>) with read-only permissions and
-// that one publish: what deploy/nats's approver role allows.
-func approveOnNATS(ctx context.Context, g *globals, task, handle string, decision noeta.ApprovalDecision, verb, who, reason string) error {
-	h, err := g.open(ctx, "approve", hostconfig.Options{ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	if err := h.Approve(ctx, task, handle, host.Answer{Decision: decision, Approver: who, Reason: reason}); err != nil {
-		return failErr(timeline.AnswerError(err, task, handle, h.Where()))
-	}
-	fmt.Fprintf(g.stdout, "%s: the answer to %s of task %s is on %s's approval subject (the task was waiting on it); a serve process applies it unless another answer came first\n", verb, handle, task, who)
-	return nil
 }
