@@ -2,6 +2,7 @@ package timeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -253,4 +254,94 @@ func TestWaitResolved(t *testing.T) {
 			t.Errorf("%s: waited %v, want from %v to %v", tt.handle, took, tt.min, tt.max)
 		}
 	}
+}
+
+// TestPrinterRun: Run submits the task as the printer's root, prints its
+// tree, answers as the mode says and writes the outcome: after the header
+// and the timeline, or, with JSON lines, to the messages, so the output
+// holds nothing but CloudEvents.
+func TestPrinterRun(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load(t.Context(), "../examples/noeta.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf, err := policy.ParseTaskFile("task.yaml", []byte("agent: researcher\ngoal: g\nscript:\n  - tool_calls: [{tool: shell, args: {command: 'echo hi'}}]\n  - finish: {answer: done}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := host.TaskFromFile(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name          string
+		json          bool
+		mode          Mode
+		rest          host.RestStatus
+		wantOut       []string
+		wantMsgs      []string
+		jsonLinesOnly bool
+	}{
+		{name: "approve", mode: Approve, rest: host.RestCompleted,
+			wantOut: []string{"HEADER\n", "ApprovalResolved", "completed: task "}},
+		{name: "leave", mode: Leave, rest: host.RestWaiting,
+			wantOut: []string{"HEADER\n", "waiting for approval: task ", "engine approve ", " --data test"}},
+		{name: "json", json: true, mode: Deny, rest: host.RestCompleted,
+			wantMsgs: []string{"completed: task "}, jsonLinesOnly: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := memlog.NewBackend(memlog.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.Close() })
+			h := openOn(t, b, cfg, host.Options{Workers: 2})
+			var out, msgs syncBuffer
+			id := noeta.NewTaskID()
+			p := NewPrinter(id, &out, &msgs, tt.json, tt.mode, "cli:tester")
+			rest, err := p.Run(t.Context(), h, sub, RunOptions{Header: "HEADER\n", Source: "task.yaml", Flags: "--data test"})
+			if err != nil || rest.Status != tt.rest {
+				t.Fatalf("Run: %+v, %v\n%s", rest, err, out.String())
+			}
+			if evs, err := h.Events(t.Context(), id, 0); err != nil || len(evs) == 0 {
+				t.Errorf("the task did not run as the printer's root: %v", err)
+			}
+			for _, want := range tt.wantOut {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+			for _, want := range tt.wantMsgs {
+				if !strings.Contains(msgs.String(), want) {
+					t.Errorf("messages lack %q:\n%s", want, msgs.String())
+				}
+			}
+			if tt.jsonLinesOnly {
+				for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+					if !json.Valid([]byte(line)) {
+						t.Errorf("not a JSON line: %q", line)
+					}
+				}
+			}
+		})
+	}
+	t.Run("a submission refused", func(t *testing.T) {
+		t.Parallel()
+		b, err := memlog.NewBackend(memlog.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		h := openOn(t, b, cfg, host.Options{Workers: 2})
+		bad := sub
+		bad.Agent = "nobody"
+		var out syncBuffer
+		_, err = NewPrinter(noeta.NewTaskID(), &out, &out, false, Leave, "cli:tester").Run(t.Context(), h, bad, RunOptions{Source: "task.yaml"})
+		if err == nil || !strings.HasPrefix(err.Error(), "submit task.yaml: ") {
+			t.Errorf("err = %v, want the submission's, naming task.yaml", err)
+		}
+	})
 }

@@ -120,30 +120,16 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	defer h.Close()
 
 	id := noeta.NewTaskID()
-	msgs := g.stdout
-	if o.json {
-		msgs = g.stderr
-	}
 	p := timeline.NewPrinter(id, g.stdout, g.stderr, o.json, mode, approvals.LocalApprover())
 	if mode == timeline.Ask {
 		p.Answers = bufio.NewReader(stdin)
 	}
-	if err := p.Watch(ctx, h.Host, false); err != nil {
-		return failErr(err)
-	}
-	if !o.json {
-		fmt.Fprintf(g.stdout, "task %s: %s (agent %s); config %s, workspace %s, %s, %d workers, approvals %s\n",
-			id, taskPath, tf.Agent, cfg.Path, workspace, h.Where(), g.workers, mode)
-	}
-	sub.ID = id
-	if _, err := h.Submit(ctx, sub); err != nil {
-		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))
-	}
-	out, err := p.Follow(ctx)
+	header := fmt.Sprintf("task %s: %s (agent %s); config %s, workspace %s, %s, %d workers, approvals %s\n",
+		id, taskPath, tf.Agent, cfg.Path, workspace, h.Where(), g.workers, mode)
+	out, err := p.Run(ctx, h.Host, sub, timeline.RunOptions{Header: header, Source: taskPath, Flags: g.flags(h)})
 	if err != nil {
 		return failErr(err)
 	}
-	timeline.WriteOutcome(msgs, id, g.flags(h), out)
 	return exitCode(restCode(out))
 }
 
