@@ -2,7 +2,6 @@ package hostconfig
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"time"
@@ -99,26 +98,4 @@ func (h *Host) ServeUntil(ctx context.Context, o ServeOptions) host.DrainReport 
 	logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond), "finished_while_stopping", rep.Finished,
 		"left_to_expire", len(rep.Abandoned), "segments", h.Segments())
 	return rep
-}
-
-// Where names the deployment of h in a message: its data directory, or
-// the NATS servers it is connected to.
-func (h *Host) Where() string {
-	if h.Embedded() {
-		return "data " + h.DataDir()
-	}
-	return "nats " + h.Describe()
-}
-
-// Describe is a one-line description of h's connection for logs: the
-// embedded server (its own, or the one of the process that holds its data
-// directory), or the NATS servers with the user (passwords hidden).
-func (h *Host) Describe() string {
-	if holder, ok := h.Attached(); ok {
-		return fmt.Sprintf("the embedded server of %v on %s", holder, h.DataDir())
-	}
-	if h.Embedded() {
-		return "embedded"
-	}
-	return h.opts.NATS.Describe()
 }

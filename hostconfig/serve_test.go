@@ -168,7 +168,8 @@ func TestServeUntil(t *testing.T) {
 }
 
 // TestWhereAndDescribe: a host names its deployment by its data
-// directory, the holder whose server it uses, or the NATS servers.
+// directory, the holder whose server it uses, or the NATS servers; its
+// flags reach it again, with a prefix that is not the default.
 func TestWhereAndDescribe(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
@@ -183,23 +184,26 @@ func TestWhereAndDescribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	remote, err := Open(t.Context(), Options{NATS: Connection{URL: srv.ClientURL()}, Name: "remote"})
+	remote, err := Open(t.Context(), Options{NATS: Connection{URL: srv.ClientURL()}, Prefix: "other", Name: "remote"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(remote.Close)
 	tests := []struct {
-		name            string
-		h               *Host
-		where, describe string
+		name                   string
+		h                      *Host
+		where, describe, flags string
 	}{
-		{"holder", holder, "data " + holder.DataDir(), "embedded"},
-		{"client", client, "data " + client.DataDir(), "the embedded server of "},
-		{"remote", remote, "nats " + srv.ClientURL(), srv.ClientURL()},
+		{"holder", holder, "data " + holder.DataDir(), "embedded", "--data " + holder.DataDir()},
+		{"client", client, "data " + client.DataDir(), "the embedded server of ", "--data " + client.DataDir()},
+		{"remote", remote, "nats " + srv.ClientURL(), srv.ClientURL(), "--nats " + srv.ClientURL() + " --prefix other"},
 	}
 	for _, tt := range tests {
 		if got := tt.h.Where(); !strings.HasPrefix(got, tt.where) {
 			t.Errorf("%s: Where() = %q, want %q", tt.name, got, tt.where)
+		}
+		if got := tt.h.Flags(); got != tt.flags {
+			t.Errorf("%s: Flags() = %q, want %q", tt.name, got, tt.flags)
 		}
 		if got := tt.h.Describe(); !strings.Contains(got, tt.describe) {
 			t.Errorf("%s: Describe() = %q, want it to hold %q", tt.name, got, tt.describe)

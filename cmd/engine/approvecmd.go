@@ -252,7 +252,7 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 	defer h.Close()
 	out, err := timeline.AnswerRequest(ctx, h.Host, timeline.AnswerOptions{
 		Task: task, Handle: handle, Answer: host.Answer{Decision: decision, Approver: who, Reason: reason}, Verb: verb,
-		Runs: runs, Out: g.stdout, Msgs: g.stderr, Approver: approvals.LocalApprover(), Where: h.Where(), Flags: g.flags(h),
+		Runs: runs, Out: g.stdout, Msgs: g.stderr, Approver: approvals.LocalApprover(), Where: h.Where(), Flags: h.Flags(),
 	})
 	if err != nil {
 		return failErr(err)

@@ -120,18 +120,3 @@ func busyUsage(verb string, busy *jshost.BusyError) error {
 	}
 	return usageErr("%w; engine %s needs the data directory to itself: %s", busy, verb, strings.TrimSpace(hint))
 }
-
-// flags names the deployment of h in messages, as the flags that reach it
-// again.
-func (g *globals) flags(h *hostconfig.Host) string {
-	var s string
-	if h.Embedded() {
-		s = "--data " + h.DataDir()
-	} else {
-		s = "--nats " + natsconn.RedactURL(g.conn.nc.URL)
-	}
-	if g.conn.prefix != defaultPrefix {
-		s += " --prefix " + g.conn.prefix
-	}
-	return s
-}

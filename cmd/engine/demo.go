@@ -70,7 +70,7 @@ func runDemo(ctx context.Context, g *globals) error {
 	fmt.Fprintf(w, "noeta demo: every example of examples/ under examples/noeta.yaml, on %s\n", on)
 	where := ""
 	if g.data != "" || !g.conn.embedded() {
-		where = g.flags(h)
+		where = h.Flags()
 	}
 	results, err := demo.Run(ctx, h, tmp, demo.Options{Workers: g.workers, Approver: approvals.LocalApprover(), Out: w, Msgs: g.stderr, Where: where})
 	if err != nil {

@@ -126,7 +126,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	}
 	header := fmt.Sprintf("task %s: %s (agent %s); config %s, workspace %s, %s, %d workers, approvals %s\n",
 		id, taskPath, tf.Agent, cfg.Path, workspace, h.Where(), g.workers, mode)
-	out, err := p.Run(ctx, h.Host, sub, timeline.RunOptions{Header: header, Source: taskPath, Flags: g.flags(h)})
+	out, err := p.Run(ctx, h.Host, sub, timeline.RunOptions{Header: header, Source: taskPath, Flags: h.Flags()})
 	if err != nil {
 		return failErr(err)
 	}
