@@ -4,11 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os/exec"
 	"runtime"
 	"time"
+
+	"github.com/noeta-go/noeta/config"
 )
 
 // ServeOn serves srv on ln until srv is shut down: over HTTPS with cert
@@ -56,6 +60,24 @@ func (in *Inbox) URL() string { return in.url }
 // never reaches a server's log.
 func (in *Inbox) LoginURL(p Principal) string {
 	return in.url + "/login#token=" + in.s.LoginToken(p)
+}
+
+// WriteWelcome says on w where the inbox is and how to log in. With local
+// (the local user of the embedded default) it is a one-time link that logs
+// the browser in as local, which it returns for a browser to open; else a
+// token of http.tokens, or, when http has neither tokens nor a trusted
+// proxy, that nobody can log in.
+func (in *Inbox) WriteWelcome(w io.Writer, local *Principal, http config.HTTP) (loginURL string) {
+	switch {
+	case local != nil:
+		loginURL = in.LoginURL(*local)
+		fmt.Fprintf(w, "inbox: %s\nlog in as %s (the link works once): %s\n", in.url, local.Name, loginURL)
+	case http.Empty():
+		fmt.Fprintf(w, "inbox: %s\nnobody can log in: the config has no http.tokens or http.trusted_proxy (engine token prints a token)\n", in.url)
+	default:
+		fmt.Fprintf(w, "inbox: %s (log in with a token of http.tokens)\n", in.url)
+	}
+	return loginURL
 }
 
 // Wait serves until ctx ends, then ends the live streams and shuts the

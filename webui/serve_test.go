@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/noeta-go/noeta/config"
 )
 
 // testCert is a self-signed certificate for 127.0.0.1.
@@ -104,4 +106,33 @@ func TestInbox(t *testing.T) {
 			t.Error("Wait returned nil for a listener that failed")
 		}
 	})
+}
+
+// TestWriteWelcome: the local user gets a one-time link, returned for a
+// browser; others are told to log in with a token, or that nobody can.
+func TestWriteWelcome(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, openHost(t))
+	in := &Inbox{s: s, url: "http://127.0.0.1:9470"}
+	tests := []struct {
+		name    string
+		local   *Principal
+		http    config.HTTP
+		want    string
+		wantURL bool
+	}{
+		{"local", &Principal{Name: "cli:alice", Auth: "local"}, config.HTTP{}, "inbox: http://127.0.0.1:9470\nlog in as cli:alice (the link works once): http://127.0.0.1:9470/login#token=", true},
+		{"tokens", nil, testHTTP(), "inbox: http://127.0.0.1:9470 (log in with a token of http.tokens)\n", false},
+		{"nobody", nil, config.HTTP{}, "inbox: http://127.0.0.1:9470\nnobody can log in: the config has no http.tokens or http.trusted_proxy (engine token prints a token)\n", false},
+	}
+	for _, tt := range tests {
+		var b strings.Builder
+		url := in.WriteWelcome(&b, tt.local, tt.http)
+		if !strings.HasPrefix(b.String(), tt.want) {
+			t.Errorf("%s: wrote %q, want %q", tt.name, b.String(), tt.want)
+		}
+		if (url != "") != tt.wantURL || (tt.wantURL && !strings.Contains(b.String(), url)) {
+			t.Errorf("%s: returned %q", tt.name, url)
+		}
+	}
 }

@@ -157,25 +157,19 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 	}
 	defer srv.Close()
 	inbox := webui.StartInbox(srv, ln, o.web.limits(), o.web.cert)
-	base := inbox.URL()
-	switch {
-	case h.Embedded():
-		url := inbox.LoginURL(webui.Principal{Name: approvals.LocalApprover(), Auth: noeta.AuthLocal})
-		fmt.Fprintf(g.stdout, "inbox: %s\nlog in as %s (the link works once): %s\n", base, approvals.LocalApprover(), url)
-		if o.open {
-			webui.OpenBrowser(url, logger)
-		}
-	case cfg.HTTP.Empty():
-		fmt.Fprintf(g.stdout, "inbox: %s\nnobody can log in: the config has no http.tokens or http.trusted_proxy (engine token prints a token)\n", base)
-	default:
-		fmt.Fprintf(g.stdout, "inbox: %s (log in with a token of http.tokens)\n", base)
+	var local *webui.Principal
+	if h.Embedded() {
+		local = &webui.Principal{Name: approvals.LocalApprover(), Auth: noeta.AuthLocal}
+	}
+	if url := inbox.WriteWelcome(g.stdout, local, cfg.HTTP); url != "" && o.open {
+		webui.OpenBrowser(url, logger)
 	}
 	if hold, ok := h.Attached(); ok {
 		logger.Info("using the server of the process that holds the data directory", "holder", hold.String())
 	}
 
 	if err := inbox.Wait(ctx); err != nil {
-		return failErr(fmt.Errorf("serving %s: %w", base, err))
+		return failErr(fmt.Errorf("serving %s: %w", inbox.URL(), err))
 	}
 	if h.Runs() {
 		grace, cancel := context.WithTimeout(context.Background(), defaultGrace)
