@@ -35,8 +35,9 @@ type AnswerOptions struct {
 	OnSubject bool
 	// Out gets the report and the timeline; Msgs the watch's notes.
 	Out, Msgs io.Writer
-	// Approver answers the requests the followed tree makes next: none, as
-	// the printer leaves them waiting, but its notes name it.
+	// Approver is the following printer's approver; it answers nothing:
+	// a request the tree makes next is left waiting, and its outcome says
+	// how to answer it.
 	Approver string
 	// Where names the deployment in messages (data DIR, nats URL); Flags
 	// are the flags that reach it again, for the outcome's hints.
