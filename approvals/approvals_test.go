@@ -137,3 +137,25 @@ func TestSelfVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalApprover: the local user is cli:$USER, else cli: and the
+// process's user; never a bare name that is anyone's.
+func TestLocalApprover(t *testing.T) {
+	tests := []struct {
+		user string
+		want func(string) bool
+	}{
+		{"alice", func(s string) bool { return s == "cli:alice" }},
+		{"", func(s string) bool { return strings.HasPrefix(s, CLIPrefix) && len(s) > len(CLIPrefix) || s == "cli" }},
+	}
+	for _, tt := range tests {
+		t.Setenv("USER", tt.user)
+		got := LocalApprover()
+		if !tt.want(got) {
+			t.Errorf("USER=%q: LocalApprover() = %q", tt.user, got)
+		}
+		if _, err := Approver(got); err != nil {
+			t.Errorf("USER=%q: %q is no approver name: %v", tt.user, got, err)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package approvals
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/user"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -18,6 +20,22 @@ var ErrBadApprover = errors.New("approvals: not an approver name")
 // CLIPrefix is the door prefix of the local user of the embedded default
 // (cli:$USER).
 const CLIPrefix = "cli:"
+
+// LocalApprover names the local user of the embedded default, who answers
+// from the command line: cli:$USER, else cli: and the name of the
+// process's user (a shell without USER, a container), or cli when neither
+// is known. Without the fallback every local user of such an environment
+// was the same "cli", and a submitter named so could not be told from
+// anyone else.
+func LocalApprover() string {
+	if u := os.Getenv("USER"); u != "" {
+		return CLIPrefix + u
+	}
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return CLIPrefix + u.Username
+	}
+	return "cli"
+}
 
 // reserved are the names no person answers as, compared as [SamePerson]
 // does: the expiry's own approver.

@@ -109,6 +109,44 @@ func (p *Printer) Follow(ctx context.Context) (host.Rest, error) {
 	return p.w.Wait(ctx)
 }
 
+// RunOptions say what [Printer.Run] writes besides the tree's records.
+type RunOptions struct {
+	// Header is written once the tree is watched, before the task is
+	// submitted; not with JSON lines.
+	Header string
+	// Source names the task's file in a failed submission's error.
+	Source string
+	// Flags reach the deployment again, for the outcome ([WriteOutcome]).
+	Flags string
+}
+
+// Run submits sub as the printer's root task on h and prints its tree
+// until it comes to rest, answering its approvals as the printer's mode
+// says, then writes the outcome: to the output with the timeline, to the
+// messages with JSON lines, which stay JSON.
+func (p *Printer) Run(ctx context.Context, h *host.Host, sub host.Submission, o RunOptions) (host.Rest, error) {
+	if err := p.Watch(ctx, h, false); err != nil {
+		return host.Rest{}, err
+	}
+	outcome := p.out
+	if p.json {
+		outcome = p.msgs
+	} else {
+		fmt.Fprint(p.out, o.Header)
+	}
+	sub.ID = p.root
+	if _, err := h.Submit(ctx, sub); err != nil {
+		p.w.Stop()
+		return host.Rest{}, fmt.Errorf("submit %s: %w", o.Source, err)
+	}
+	out, err := p.Follow(ctx)
+	if err != nil {
+		return out, err
+	}
+	WriteOutcome(outcome, p.root, o.Flags, out)
+	return out, nil
+}
+
 func (p *Printer) print(env eventlog.Envelope) {
 	if p.json {
 		body, err := jetstream.CloudEvent(env)

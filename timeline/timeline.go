@@ -2,8 +2,10 @@
 // line per record, each field that came from outside escaped
 // (internal/termsafe) so that nothing in a record reaches a terminal raw,
 // and a Printer that follows a tree as it runs and answers its approval
-// requests as told (ask on a terminal, approve, deny, or leave them). It is
-// what `engine run`, `engine approve`, `engine events` and the demo print.
+// requests as told (ask on a terminal, approve, deny, or leave them);
+// AnswerRequest answers one open request from the command line and
+// follows the tree it frees to its next rest. It is what `engine run`,
+// `engine approve`, `engine events` and the demo print.
 package timeline
 
 import (

@@ -14,10 +14,8 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/config"
-	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/host"
-	"github.com/noeta-go/noeta/taskview"
 	"github.com/noeta-go/noeta/timeline"
 )
 
@@ -71,7 +69,7 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 	}
 	if g.conn.embedded() {
 		// The local user: who can read the data directory.
-		sub.SubmittedBy = approver()
+		sub.SubmittedBy = approvals.LocalApprover()
 	}
 	// Nothing runs here: a client, of the data directory's holder if it
 	// has one.
@@ -86,7 +84,7 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))
 	}
 	fmt.Fprintln(g.stdout, id)
-	fmt.Fprintf(g.stderr, "engine: submitted task %s (%s, agent %s) to queue %s, %s\n", id, taskPath, tf.Agent, queueName(queue), g.where(h))
+	fmt.Fprintf(g.stderr, "engine: submitted task %s (%s, agent %s) to queue %s, %s\n", id, taskPath, tf.Agent, queueName(queue), h.Where())
 	if _, attached := h.Attached(); h.Embedded() && !attached {
 		fmt.Fprintf(g.stderr, "engine: it runs when a process serves %s: engine serve --config %s --data %s\n", h.DataDir(), cfg.Path, h.DataDir())
 	}
@@ -189,14 +187,23 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		if err != nil {
 			return err
 		}
-		return approveOnNATS(ctx, g, task, handle, decision, verb, who, reason)
+		// With read-only permissions and one publish: what deploy/nats's
+		// approver role allows.
+		h, err := g.open(ctx, "approve", hostconfig.Options{ReadOnly: true})
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		_, err = timeline.AnswerRequest(ctx, h.Host, timeline.AnswerOptions{Task: task, Handle: handle,
+			Answer: host.Answer{Decision: decision, Approver: who, Reason: reason}, Verb: verb, OnSubject: true, Out: g.stdout, Where: h.Where()})
+		return failIf(err)
 	}
 	if o.viaIngress {
 		return usageErr("--via-ingress needs --nats: on the embedded default approve answers and runs the task itself")
 	}
 	who := o.as
 	if who == "" {
-		who = approver()
+		who = approvals.LocalApprover()
 	}
 	// The name as it is compared and recorded (CLI:alice is cli:alice);
 	// one that hides invisible characters is refused.
@@ -243,123 +250,17 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		}
 	}
 	defer h.Close()
-
-	ds, known, err := taskview.DispatchState(ctx, h, task)
-	switch {
-	case err != nil:
-		return failErr(err)
-	case !known:
-		return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, g.where(h)))
-	}
-	if ds.Status == eventlog.DispatchTerminal {
-		// Say that another answer won, if one did (the loser of a race
-		// whose winner's answer ended the task).
-		if state, err := h.Inspect(ctx, task); err == nil {
-			if err := engine.OpenRequest(state, handle); errors.Is(err, eventlog.ErrAlreadyAnswered) {
-				return answerErr(err, task, handle, g.where(h))
-			}
-		}
-		return failErr(fmt.Errorf("task %s has ended (%s); there is nothing to answer", task, ds.Reason))
-	}
-
-	// When this process runs the tree, follow it from its root, printing
-	// only what happens from now on. An answer to nothing open is refused
-	// before anything runs.
-	var p *timeline.Printer
-	if runs {
-		state, err := h.Inspect(ctx, task)
-		if err != nil {
-			return failErr(err)
-		}
-		if err := engine.OpenRequest(state, handle); err != nil {
-			return answerErr(err, task, handle, g.where(h))
-		}
-		root := state.Root
-		if root == "" {
-			root = task
-		}
-		p = timeline.NewPrinter(root, g.stdout, g.stderr, false, timeline.Leave, approver())
-		if err := p.Watch(ctx, h.Host, true); err != nil {
-			return failErr(err)
-		}
-		if err := h.Start(ctx); err != nil {
-			return failErr(err)
-		}
-	}
-
-	if err := h.Approve(ctx, task, handle, host.Answer{Decision: decision, Approver: who, Reason: reason}); err != nil {
-		if runs && errors.Is(err, engine.ErrRequestExpired) {
-			// Too late: the request resolves denied by timeout, and
-			// nothing else here would run the task past it. Run it to its
-			// next rest, printing the expiry, then say the answer lost.
-			// The expiry's timer fires a moment after this process
-			// started its dispatcher: until it has, the task looks at rest
-			// (suspended on the request), so wait for the resolution first.
-			waitResolved(ctx, h, task, handle, expiryWait)
-			out, ferr := p.Follow(ctx)
-			if ferr == nil {
-				timeline.WriteOutcome(g.stdout, p.Root(), g.flags(h), out)
-			}
-		}
-		return answerErr(err, task, handle, g.where(h))
-	}
-	fmt.Fprintf(g.stdout, "%s: task %s was waiting on %s; it is ready to run again (answer by %s)\n", verb, task, handle, who)
-	if !runs {
-		return nil
-	}
-	out, err := p.Follow(ctx)
+	out, err := timeline.AnswerRequest(ctx, h.Host, timeline.AnswerOptions{
+		Task: task, Handle: handle, Answer: host.Answer{Decision: decision, Approver: who, Reason: reason}, Verb: verb,
+		Runs: runs, Out: g.stdout, Msgs: g.stderr, Approver: approvals.LocalApprover(), Where: h.Where(), Flags: h.Flags(),
+	})
 	if err != nil {
 		return failErr(err)
 	}
-	timeline.WriteOutcome(g.stdout, p.Root(), g.flags(h), out)
-	return exitCode(restCode(out))
-}
-
-// expiryWait bounds how long approve waits for an expired request's timer
-// to resolve it before following the task.
-const expiryWait = 30 * time.Second
-
-// waitResolved returns once handle is no longer an open request of task
-// (or the task ended), within limit, or when ctx ends.
-func waitResolved(ctx context.Context, h *hostconfig.Host, task, handle string, limit time.Duration) {
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if st, err := h.Inspect(ctx, task); err == nil {
-			if _, open := st.Governance.PendingApprovals[handle]; !open || st.Status == noeta.StatusTerminal {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-deadline.C:
-			return
-		case <-tick.C:
-		}
+	if out == nil {
+		return nil
 	}
-}
-
-// answerErr is the error of an answer Approve refused: exit 1, saying
-// whether nothing was asked under the handle or another answer won.
-func answerErr(err error, task, handle, where string) error {
-	switch {
-	case errors.Is(err, eventlog.ErrNotFound):
-		return failErr(fmt.Errorf("no task %s in this deployment (%s)", task, where))
-	case errors.Is(err, eventlog.ErrAlreadyAnswered):
-		return failErr(fmt.Errorf("not applied: another answer to %s of task %s came first; yours was not applied: %w", handle, task, err))
-	case errors.Is(err, eventlog.ErrNotWaiting):
-		return failErr(fmt.Errorf("refused: task %s has no open request %s; nothing was answered or kept: %w", task, handle, err))
-	case errors.Is(err, engine.ErrRequestExpired):
-		return failErr(fmt.Errorf("too late: %s of task %s expired before this answer; it was not applied: %w", handle, task, err))
-	case errors.Is(err, engine.ErrApproverNotAllowed):
-		return failErr(fmt.Errorf("refused by the approvals rules; the answer was not taken: %w", err))
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return failErr(fmt.Errorf("answer %s of task %s: stopped before it was applied: %w", handle, task, err))
-	}
-	return failErr(fmt.Errorf("answer %s of task %s: %w", handle, task, err))
+	return exitCode(restCode(*out))
 }
 
 // withTimeout bounds ctx by --timeout d (0: no bound).
@@ -390,20 +291,4 @@ func natsApprover(as, user string) (string, error) {
 		return "", usageErr("--as %q: %v", who, errors.Unwrap(err))
 	}
 	return who, nil
-}
-
-// approveOnNATS answers on the approver's approval subject
-// (<prefix>.approve.<approver>.<p>.<task>) with read-only permissions and
-// that one publish: what deploy/nats's approver role allows.
-func approveOnNATS(ctx context.Context, g *globals, task, handle string, decision noeta.ApprovalDecision, verb, who, reason string) error {
-	h, err := g.open(ctx, "approve", hostconfig.Options{ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	if err := h.Approve(ctx, task, handle, host.Answer{Decision: decision, Approver: who, Reason: reason}); err != nil {
-		return answerErr(err, task, handle, g.where(h))
-	}
-	fmt.Fprintf(g.stdout, "%s: the answer to %s of task %s is on %s's approval subject (the task was waiting on it); a serve process applies it unless another answer came first\n", verb, handle, task, who)
-	return nil
 }

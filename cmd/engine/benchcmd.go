@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"io"
 	"os"
 
 	"github.com/noeta-go/noeta/hostconfig"
+	"github.com/noeta-go/noeta/internal/termsafe"
 
 	"github.com/spf13/cobra"
 
@@ -82,7 +82,7 @@ func runBench(ctx context.Context, g *globals, o benchOpts) error {
 	lo := loadgen.Options{
 		Tasks: o.tasks, Calls: o.calls, Mix: mix, Probes: o.probes, Restart: o.restart,
 		ServerPID: o.serverPID, ServerDir: o.serverDir, Profile: o.profile,
-		Workers: g.workers, Progress: g.stderr, Bar: isTerminalWriter(g.stderr), Quiet: o.json,
+		Workers: g.workers, Progress: g.stderr, Bar: termsafe.IsTerminalWriter(g.stderr), Quiet: o.json,
 	}
 	if err := lo.Check(g.conn.embedded()); err != nil {
 		return usageErr("%v", err)
@@ -108,7 +108,7 @@ func runBench(ctx context.Context, g *globals, o benchOpts) error {
 		return err
 	}
 	defer func() { h.Close() }()
-	lo.Target = g.where(h)
+	lo.Target = h.Where()
 	lo.Reopen = func(ctx context.Context, dir string) (*hostconfig.Host, error) {
 		opts.DataDir = dir
 		return g.open(ctx, "bench", opts)
@@ -119,10 +119,4 @@ func runBench(ctx context.Context, g *globals, o benchOpts) error {
 		return failErr(err)
 	}
 	return res.Write(g.stdout, o.json)
-}
-
-// isTerminalWriter reports whether w is a terminal, for a progress bar.
-func isTerminalWriter(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && isTerminal(f.Fd())
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/user"
 	"path/filepath"
 	"syscall"
 
@@ -190,7 +189,7 @@ config or task file, 3 it waits for an approval.`,
 			serve := cmd.Name() == "serve"
 			file := ""
 			if serve {
-				file = serveConfigFile(cmd, g.lookupEnv)
+				file = settings.FileName(cmd.Flags(), "serve-config", envServeConfig, g.lookupEnv)
 			}
 			src, err := applySettings(cmd, serve, file, g.lookupEnv)
 			if err != nil {
@@ -221,21 +220,6 @@ config or task file, 3 it waits for an approval.`,
 		newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newDoctorCmd(g), newDemoCmd(g), newToolsCmd(g),
 		newApprovalsCmd(g), newUICmd(g), newTokenCmd(g), newBenchCmd(g))
 	return root, g
-}
-
-// approver names who answers approvals from this command: cli:$USER, else
-// cli: and the name of the process's user (a shell without USER, a
-// container), or cli when neither is known. Without the fallback every
-// local user of such an environment was the same "cli", and a submitter
-// named so could not be told from anyone else.
-func approver() string {
-	if u := os.Getenv("USER"); u != "" {
-		return "cli:" + u
-	}
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return "cli:" + u.Username
-	}
-	return "cli"
 }
 
 // absDir makes dir absolute and checks that it is a directory.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -38,13 +37,8 @@ func (c connOpts) embedded() bool { return c.nc.URL == "" }
 // check refuses a combination that cannot work, naming the flags.
 func (c connOpts) check() error {
 	if c.embedded() {
-		for _, f := range []struct{ flag, v string }{
-			{"--creds", c.nc.Creds}, {"--user", c.nc.User}, {"--password", c.nc.Password},
-			{"--tls-ca", c.nc.TLSCA}, {"--tls-cert", c.nc.TLSCert}, {"--tls-key", c.nc.TLSKey},
-		} {
-			if f.v != "" {
-				return usageErr("%s needs --nats: the embedded server (no --nats) takes no credentials or TLS", f.flag)
-			}
+		if err := c.nc.CheckEmbedded(); err != nil {
+			return usageErr("%v", err)
 		}
 		if c.replicas > 1 {
 			return usageErr("--replicas %d needs a cluster (--nats): the embedded server is a single node", c.replicas)
@@ -125,39 +119,4 @@ func busyUsage(verb string, busy *jshost.BusyError) error {
 		hint = "submit to it with 'engine submit', follow with 'engine events --follow', or use another --data"
 	}
 	return usageErr("%w; engine %s needs the data directory to itself: %s", busy, verb, strings.TrimSpace(hint))
-}
-
-// flags names the deployment of h in messages, as the flags that reach it
-// again.
-func (g *globals) flags(h *hostconfig.Host) string {
-	var s string
-	if h.Embedded() {
-		s = "--data " + h.DataDir()
-	} else {
-		s = "--nats " + natsconn.RedactURL(g.conn.nc.URL)
-	}
-	if g.conn.prefix != defaultPrefix {
-		s += " --prefix " + g.conn.prefix
-	}
-	return s
-}
-
-// where describes the deployment of h for a message: the data directory,
-// or the NATS servers.
-func (g *globals) where(h *hostconfig.Host) string {
-	if h.Embedded() {
-		return "data " + h.DataDir()
-	}
-	return "nats " + g.describe(h)
-}
-
-// describe is a one-line description of the connection for logs.
-func (g *globals) describe(h *hostconfig.Host) string {
-	if holder, ok := h.Attached(); ok {
-		return fmt.Sprintf("the embedded server of %v on %s", holder, h.DataDir())
-	}
-	if h.Embedded() {
-		return "embedded"
-	}
-	return g.conn.nc.Describe()
 }

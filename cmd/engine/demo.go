@@ -4,18 +4,15 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/hostconfig"
 
-	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
-	"github.com/noeta-go/noeta/config"
-	"github.com/noeta-go/noeta/examples"
 	"github.com/noeta-go/noeta/examples/demo"
-	"github.com/noeta-go/noeta/internal/govfile"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -37,7 +34,7 @@ func runDemo(ctx context.Context, g *globals) error {
 	if err := g.check(); err != nil {
 		return err
 	}
-	cfg, err := readExampleConfig()
+	cfg, err := demo.Config()
 	if err != nil {
 		return failErr(err)
 	}
@@ -68,34 +65,20 @@ func runDemo(ctx context.Context, g *globals) error {
 	w := g.stdout
 	on := "an embedded NATS JetStream in " + data
 	if !g.conn.embedded() {
-		on = "NATS JetStream at " + g.describe(h)
+		on = "NATS JetStream at " + h.Describe()
 	}
 	fmt.Fprintf(w, "noeta demo: every example of examples/ under examples/noeta.yaml, on %s\n", on)
 	where := ""
 	if g.data != "" || !g.conn.embedded() {
-		where = g.flags(h)
+		where = h.Flags()
 	}
-	results, err := demo.Run(ctx, h, tmp, demo.Options{Workers: g.workers, Approver: approver(), Out: w, Msgs: g.stderr, Where: where})
+	results, err := demo.Run(ctx, h, tmp, demo.Options{Workers: g.workers, Approver: approvals.LocalApprover(), Out: w, Msgs: g.stderr, Where: where})
 	if err != nil {
 		return failErr(err)
 	}
 	failed := demo.WriteSummary(w, results)
-	if ctx.Err() != nil {
-		fmt.Fprintln(w, "interrupted")
+	if !demo.WriteVerdict(w, len(results), failed, ctx.Err() != nil) {
 		return exitCode(exitFailed)
 	}
-	if failed > 0 {
-		fmt.Fprintf(w, "%d of %d examples did not end as expected\n", failed, len(results))
-		return exitCode(exitFailed)
-	}
-	fmt.Fprintf(w, "all %d examples ended as expected\n", len(results))
 	return nil
-}
-
-func readExampleConfig() (*config.File, error) {
-	data, err := fs.ReadFile(examples.FS, "noeta.yaml")
-	if err != nil {
-		return nil, err
-	}
-	return govfile.Parse("examples/noeta.yaml", data)
 }

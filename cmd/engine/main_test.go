@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/tools/sandbox"
 
 	"github.com/noeta-go/noeta/examples/demo"
@@ -224,7 +225,7 @@ script:
 		{"approval granted", []string{example("06-approval-granted.yaml"), "--approvals", "approve"}, exitDone,
 			[]string{"approval-call-1-0-<nonce> approve by cli", "ToolCallStarted       shell call-1-0", "marker.txt"}, nil},
 		{"approval refused", []string{example("07-approval-refused.yaml"), "--approvals", "deny"}, exitDone,
-			[]string{"approval-call-1-0-<nonce> deny by " + approver() + ": refused from the command line", `answer "no date, the approver said no"`},
+			[]string{"approval-call-1-0-<nonce> deny by " + approvals.LocalApprover() + ": refused from the command line", `answer "no date, the approver said no"`},
 			[]string{"ToolCallStarted"}},
 		{"repetition approved", []string{example("05-repetition-approval.yaml"), "--approvals=approve"}, exitDone,
 			[]string{"guard=repetition", "approval-call-1-2-<nonce> approve by cli"}, nil},
@@ -422,8 +423,8 @@ func TestAsk(t *testing.T) {
 		code        int
 		want        string
 	}{
-		{"yes", "y\n", []string{"--approvals", "ask"}, exitDone, "approval-call-1-0-<nonce> approve by " + approver() + ": answered on the terminal"},
-		{"no", "n\n", []string{"--approvals", "ask"}, exitDone, "approval-call-1-0-<nonce> deny by " + approver() + ": answered on the terminal"},
+		{"yes", "y\n", []string{"--approvals", "ask"}, exitDone, "approval-call-1-0-<nonce> approve by " + approvals.LocalApprover() + ": answered on the terminal"},
+		{"no", "n\n", []string{"--approvals", "ask"}, exitDone, "approval-call-1-0-<nonce> deny by " + approvals.LocalApprover() + ": answered on the terminal"},
 		{"empty answer is no", "\n", []string{"--approvals", "ask"}, exitDone, "approval-call-1-0-<nonce> deny by cli"},
 		{"no input leaves it waiting", "", []string{"--approvals", "ask"}, exitWaiting, "waiting for approval"},
 		{"ask is the default on a terminal", "yes\n", nil, exitDone, "approve by cli"},
@@ -474,26 +475,5 @@ script:
 	t.Logf("from cancel to return (follower stop, pool, dispatcher, log, connection, server): %v", took)
 	if took > 30*time.Second {
 		t.Errorf("shutting down took %v", took)
-	}
-}
-
-// TestIsTerminal: neither /dev/null (a character device) nor a pipe is a
-// terminal, so a run fed from either does not wait for answers.
-func TestIsTerminal(t *testing.T) {
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer null.Close()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
-	for name, f := range map[string]*os.File{"null": null, "pipe": r} {
-		if isTerminal(f.Fd()) {
-			t.Errorf("%s is taken for a terminal", name)
-		}
 	}
 }

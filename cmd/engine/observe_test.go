@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 	"github.com/noeta-go/noeta/webui"
@@ -127,7 +128,7 @@ func TestRunRunsConfiguredObservers(t *testing.T) {
 	if m == nil {
 		t.Fatalf("run names no task:\n%s", out)
 	}
-	wantAudited(t, checkAudit(t, auditFile, m[1]), approver())
+	wantAudited(t, checkAudit(t, auditFile, m[1]), approvals.LocalApprover())
 	wantHookRan(t, hookOut)
 }
 

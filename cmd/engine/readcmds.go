@@ -2,16 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/noeta-go/noeta/hostconfig"
 
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/taskview"
 )
 
@@ -58,15 +55,7 @@ CloudEvents JSON object it is stored as, one per line.`,
 			if cmd.Context().Err() != nil {
 				return nil // interrupted while following
 			}
-			state, _, err := rv.Fold(cmd.Context(), args[0])
-			if err != nil {
-				return failErr(taskview.DamagedHint(err))
-			}
-			ds, known, err := taskview.DispatchState(cmd.Context(), rv, args[0])
-			if err != nil {
-				return failErr(err)
-			}
-			return failIf(taskview.TailCheck(cmd.Context(), rv, state, ds, known))
+			return failIf(taskview.CheckTail(cmd.Context(), rv, args[0]))
 		},
 	}
 	cmd.Flags().BoolVar(&follow, "follow", false, "keep printing new records until the task ends")
@@ -89,38 +78,8 @@ func newInspectCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			// The fold reads from the newest snapshot on; the whole log is
-			// read first, so a hole before the snapshot is not folded over.
-			if _, err := st.Events(cmd.Context(), args[0], 0); err != nil {
-				if errors.Is(err, eventlog.ErrNotFound) {
-					return failErr(taskview.NoTask(cmd.Context(), st, args[0]))
-				}
-				return failErr(taskview.DamagedHint(err))
-			}
-			state, note, err := st.Fold(cmd.Context(), args[0])
-			if note != "" {
-				fmt.Fprintln(g.stderr, "engine: note:", note)
-			}
-			if err != nil {
-				if errors.Is(err, eventlog.ErrNotFound) {
-					return failErr(fmt.Errorf("no task %s in this deployment", args[0]))
-				}
-				return failErr(err)
-			}
-			ds, known, err := taskview.DispatchState(cmd.Context(), st, args[0])
-			if err != nil {
-				return failErr(err)
-			}
-			if asJSON {
-				b, err := taskview.StateJSON(state, ds, known)
-				if err != nil {
-					return failErr(err)
-				}
-				fmt.Fprintf(g.stdout, "%s\n", b)
-			} else {
-				taskview.WriteState(g.stdout, state, ds, known)
-			}
-			return failIf(taskview.TailCheck(cmd.Context(), st, state, ds, known))
+			note := func(n string) { fmt.Fprintln(g.stderr, "engine: note:", n) }
+			return failIf(taskview.Inspect(cmd.Context(), st, args[0], asJSON, g.stdout, note))
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the folded state and the dispatcher's row as JSON")
@@ -138,34 +97,7 @@ func newTasksCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			sums, err := st.Tasks(cmd.Context())
-			if err != nil {
-				return failErr(err)
-			}
-			fmt.Fprintf(g.stdout, "%-26s  %-10s  %7s  %s\n", "TASK", "DISPATCH", "RECORDS", "LAST RECORD")
-			var damaged []error
-			if err := st.CheckStream(cmd.Context()); err != nil {
-				damaged = append(damaged, err)
-			}
-			for _, s := range sums {
-				status := "-"
-				if ds, known, err := taskview.DispatchState(cmd.Context(), st, s.Task); err == nil && known {
-					status = string(ds.Status)
-				}
-				fmt.Fprintf(g.stdout, "%-26s  %-10s  %7d  %s\n", s.Task, status, s.LastSeq, s.LastTime.Format(time.RFC3339))
-				// The listing reads only each log's last record; a hole
-				// before it shows only to a read of the whole log.
-				if _, err := st.Events(cmd.Context(), s.Task, 0); err != nil {
-					if !eventlog.IsDamage(err) {
-						return failErr(err)
-					}
-					damaged = append(damaged, err)
-				}
-			}
-			if len(damaged) > 0 {
-				return failErr(taskview.DamagedHint(errors.Join(damaged...)))
-			}
-			return nil
+			return failIf(taskview.WriteTasks(cmd.Context(), st, g.stdout))
 		},
 	}
 }

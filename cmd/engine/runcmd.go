@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/hostconfig"
 
 	"github.com/spf13/cobra"
@@ -16,6 +17,7 @@ import (
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/govfile"
+	"github.com/noeta-go/noeta/internal/termsafe"
 	"github.com/noeta-go/noeta/policy"
 	"github.com/noeta-go/noeta/timeline"
 )
@@ -24,7 +26,7 @@ import (
 var stdin io.Reader = os.Stdin
 
 // stdinIsTerminal decides the default of --approvals.
-var stdinIsTerminal = func() bool { return isTerminal(os.Stdin.Fd()) }
+var stdinIsTerminal = func() bool { return termsafe.IsTerminal(os.Stdin.Fd()) }
 
 // defaultConfig is the config run reads when --config is not given.
 const defaultConfig = "noeta.yaml"
@@ -103,7 +105,7 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	}
 	if g.conn.embedded() {
 		// The local user: who can read the data directory.
-		sub.SubmittedBy = approver()
+		sub.SubmittedBy = approvals.LocalApprover()
 	}
 	workspace, err := absDir("--workspace", o.workspace)
 	if err != nil {
@@ -118,30 +120,16 @@ func runTask(ctx context.Context, g *globals, o runOpts, taskPath string, approv
 	defer h.Close()
 
 	id := noeta.NewTaskID()
-	msgs := g.stdout
-	if o.json {
-		msgs = g.stderr
-	}
-	p := timeline.NewPrinter(id, g.stdout, g.stderr, o.json, mode, approver())
+	p := timeline.NewPrinter(id, g.stdout, g.stderr, o.json, mode, approvals.LocalApprover())
 	if mode == timeline.Ask {
 		p.Answers = bufio.NewReader(stdin)
 	}
-	if err := p.Watch(ctx, h.Host, false); err != nil {
-		return failErr(err)
-	}
-	if !o.json {
-		fmt.Fprintf(g.stdout, "task %s: %s (agent %s); config %s, workspace %s, %s, %d workers, approvals %s\n",
-			id, taskPath, tf.Agent, cfg.Path, workspace, g.where(h), g.workers, mode)
-	}
-	sub.ID = id
-	if _, err := h.Submit(ctx, sub); err != nil {
-		return failErr(fmt.Errorf("submit %s: %w", taskPath, err))
-	}
-	out, err := p.Follow(ctx)
+	header := fmt.Sprintf("task %s: %s (agent %s); config %s, workspace %s, %s, %d workers, approvals %s\n",
+		id, taskPath, tf.Agent, cfg.Path, workspace, h.Where(), g.workers, mode)
+	out, err := p.Run(ctx, h.Host, sub, timeline.RunOptions{Header: header, Source: taskPath, Flags: h.Flags()})
 	if err != nil {
 		return failErr(err)
 	}
-	timeline.WriteOutcome(msgs, id, g.flags(h), out)
 	return exitCode(restCode(out))
 }
 

@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -44,9 +41,6 @@ type serveOpts struct {
 const (
 	defaultGrace     = 30 * time.Second
 	defaultServeHTTP = "127.0.0.1:9465"
-	// stopWait bounds the wait for workers whose segments were told to stop
-	// when the grace period ran out: they stop at their next write.
-	stopWait = 10 * time.Second
 )
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -132,34 +126,6 @@ The environment variables are NOETA_ and the key in capitals:
 	return cmd
 }
 
-// serveConfigFile is the serve config file: --serve-config, else
-// NOETA_SERVE_CONFIG.
-func serveConfigFile(cmd *cobra.Command, lookupEnv func(string) (string, bool)) string {
-	if fl := cmd.Flags().Lookup("serve-config"); fl != nil && fl.Changed {
-		return fl.Value.String()
-	}
-	if v, ok := lookupEnv(envServeConfig); ok {
-		return v
-	}
-	return ""
-}
-
-// newLogger is the structured logger of --log-format and --log-level.
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, usageErr("--log-level is %q, want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, usageErr("--log-format is %q, want text or json", format)
-}
-
 func serve(ctx context.Context, g *globals, o serveOpts) error {
 	if err := g.check(); err != nil {
 		return err
@@ -172,9 +138,9 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 			return usageErr("%v", err)
 		}
 	}
-	logger, err := newLogger(g.stderr, o.logFormat, o.logLevel)
+	logger, err := settings.Logger(g.stderr, o.logFormat, o.logLevel)
 	if err != nil {
-		return err
+		return usageErr("%v", err)
 	}
 	cfg, err := governance(ctx, o.config)
 	if err != nil {
@@ -218,17 +184,18 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	}
 	defer h.Close()
 
-	var srv *http.Server
-	var ui *webui.Server
+	stop := hostconfig.ServeOptions{Grace: o.grace, Signals: sigs}
 	httpAddr := ""
 	if ln != nil {
-		ui, err = webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.http}, Limits: o.web.limits(), Gate: gate, BehindTLSProxy: o.web.behindProxy, Logger: logger})
+		ui, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.http}, Limits: o.web.limits(), Gate: gate, BehindTLSProxy: o.web.behindProxy, Logger: logger})
 		if err != nil {
 			return failErr(err)
 		}
 		defer ui.Close()
-		srv = webui.NewHTTPServer(serveMux(h.Handler(), ui), o.web.limits())
-		go func() { _ = o.web.serve(srv, ln) }()
+		srv := webui.NewHTTPServer(h.Mux(ui), o.web.limits())
+		stop.Server, stop.Streams = srv, ui
+		// Served until ServeUntil shuts srv down.
+		go func() { _ = webui.ServeOn(srv, ln, o.web.cert) }()
 		httpAddr = ln.Addr().String()
 		logger.Info("http listening", "addr", httpAddr)
 	}
@@ -236,56 +203,13 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	if ttl == 0 {
 		ttl = jetstream.DefaultLeaseTTL
 	}
-	logger.Info("serving", "actor", actor, "nats", g.describe(h), "prefix", g.conn.prefix, "replicas", g.conn.replicas,
+	logger.Info("serving", "actor", actor, "nats", h.Describe(), "prefix", g.conn.prefix, "replicas", g.conn.replicas,
 		"queue", queueName(o.queue), "workers", g.workers, "lease_ttl", ttl, "grace", o.grace, "child", o.child,
 		"hooks", o.hooks, "audit", o.audit,
 		"config", cfg.Path, "workspace", workspace, "http", httpAddr)
 
-	<-ctx.Done()
-	start := time.Now()
-	grace, cancel := context.WithTimeout(context.Background(), o.grace)
-	defer cancel()
-	go func() {
-		// The signal that ended ctx is the first; another one hurries.
-		n := 0
-		for range sigs {
-			if n++; n == 2 {
-				logger.Warn("second signal: the segments still running stop now")
-				cancel()
-				return
-			}
-		}
-	}()
-	logger.Info("stopping: no new tasks; the segments in hand finish", "in_flight", h.InFlight(), "grace", o.grace)
-	rep := h.Drain(grace)
-	if srv != nil {
-		// The live streams end first: Shutdown waits for every request.
-		ui.Close()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = srv.Shutdown(sctx)
-		cancel()
-	}
-	h.Close()
-	logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond), "finished_while_stopping", rep.Finished,
-		"left_to_expire", len(rep.Abandoned), "segments", h.Segments())
+	h.ServeUntil(ctx, stop)
 	return nil
-}
-
-// serveMux serves the host's endpoints (/healthz, /metrics, the fanout's
-// /tasks/{id}/events) and, at every other path, the API and the inbox page.
-// The fanout streams whole records, so the host guards it with the API's
-// gate (hostconfig.Options.Streams): it authenticates as the API does and counts
-// toward its stream caps. /healthz (a liveness probe) and /metrics
-// (counters, no record's content; scraped without credentials by
-// convention) stay open, on a listener that is loopback unless TLS or a
-// TLS proxy is in front (docs/adr/0049).
-func serveMux(hostHandler http.Handler, ui http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/healthz", hostHandler)
-	mux.Handle("/metrics", hostHandler)
-	mux.Handle("/tasks/", hostHandler)
-	mux.Handle("/", ui)
-	return mux
 }
 
 func queueName(q string) string {

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"runtime"
-	"time"
 
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
 	"github.com/noeta-go/noeta/hostconfig"
 
@@ -19,6 +16,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/internal/govfile"
+	"github.com/noeta-go/noeta/internal/settings"
 	"github.com/noeta-go/noeta/webui"
 )
 
@@ -130,7 +128,7 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 		return failErr(fmt.Errorf("--listen: %w", err))
 	}
 	defer ln.Close()
-	logger, _ := newLogger(g.stderr, "text", "info")
+	logger, _ := settings.Logger(g.stderr, "text", "info")
 	embedded := g.conn.embedded()
 	gate := webui.NewGate(cfg.HTTP, o.web.limits())
 	opts := hostconfig.Options{
@@ -158,62 +156,25 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 		return failErr(err)
 	}
 	defer srv.Close()
-	hs := webui.NewHTTPServer(srv, o.web.limits())
-	served := make(chan error, 1)
-	go func() { served <- o.web.serve(hs, ln) }()
-
-	base := o.web.scheme() + "://" + ln.Addr().String()
-	switch {
-	case h.Embedded():
-		tok := srv.LoginToken(webui.Principal{Name: approver(), Auth: noeta.AuthLocal})
-		url := base + "/login#token=" + tok
-		fmt.Fprintf(g.stdout, "inbox: %s\nlog in as %s (the link works once): %s\n", base, approver(), url)
-		if o.open {
-			openBrowser(url, logger)
-		}
-	case cfg.HTTP.Empty():
-		fmt.Fprintf(g.stdout, "inbox: %s\nnobody can log in: the config has no http.tokens or http.trusted_proxy (engine token prints a token)\n", base)
-	default:
-		fmt.Fprintf(g.stdout, "inbox: %s (log in with a token of http.tokens)\n", base)
+	inbox := webui.StartInbox(srv, ln, o.web.limits(), o.web.cert)
+	var local *webui.Principal
+	if h.Embedded() {
+		local = &webui.Principal{Name: approvals.LocalApprover(), Auth: noeta.AuthLocal}
+	}
+	if url := inbox.WriteWelcome(g.stdout, local, cfg.HTTP); url != "" && o.open {
+		webui.OpenBrowser(url, logger)
 	}
 	if hold, ok := h.Attached(); ok {
 		logger.Info("using the server of the process that holds the data directory", "holder", hold.String())
 	}
 
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return failErr(fmt.Errorf("serving %s: %w", base, err))
-		}
+	if err := inbox.Wait(ctx); err != nil {
+		return failErr(fmt.Errorf("serving %s: %w", inbox.URL(), err))
 	}
-	srv.Close()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
 	if h.Runs() {
 		grace, cancel := context.WithTimeout(context.Background(), defaultGrace)
 		defer cancel()
 		h.Drain(grace)
 	}
 	return nil
-}
-
-// openBrowser asks the desktop to open url; failing is only logged, the URL
-// is printed anyway.
-func openBrowser(url string, logger interface{ Warn(string, ...any) }) {
-	var cmd *exec.Cmd
-	switch runtime.GOOS {
-	case "darwin":
-		cmd = exec.Command("open", url)
-	case "windows":
-		cmd = exec.Command("rundll32", "url.dll,FileProtocolHandler", url)
-	default:
-		cmd = exec.Command("xdg-open", url)
-	}
-	if err := cmd.Start(); err != nil {
-		logger.Warn("could not open a browser; open the URL yourself", "err", err)
-		return
-	}
-	go func() { _ = cmd.Wait() }()
 }

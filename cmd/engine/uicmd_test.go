@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/config"
 )
 
@@ -36,8 +37,8 @@ func TestUILoginURL(t *testing.T) {
 		return m != nil
 	})
 	base, tok := "http://"+m[3], m[4]
-	if m[1] != approver() {
-		t.Errorf("principal %s, want %s", m[1], approver())
+	if m[1] != approvals.LocalApprover() {
+		t.Errorf("principal %s, want %s", m[1], approvals.LocalApprover())
 	}
 	login := func() *http.Response {
 		req, _ := http.NewRequestWithContext(t.Context(), "POST", base+"/api/v1/login", strings.NewReader(`{"token":"`+tok+`"}`))
@@ -62,7 +63,7 @@ func TestUILoginURL(t *testing.T) {
 	}
 	defer who.Body.Close()
 	var pr struct{ Name, Auth string }
-	if err := json.NewDecoder(who.Body).Decode(&pr); err != nil || pr.Name != approver() || pr.Auth != "local" {
+	if err := json.NewDecoder(who.Body).Decode(&pr); err != nil || pr.Name != approvals.LocalApprover() || pr.Auth != "local" {
 		t.Fatalf("whoami: %+v %v", pr, err)
 	}
 	if res := login(); res.StatusCode != http.StatusUnauthorized {

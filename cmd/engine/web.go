@@ -2,8 +2,6 @@ package main
 
 import (
 	"crypto/tls"
-	"net"
-	"net/http"
 
 	"github.com/spf13/pflag"
 
@@ -55,20 +53,4 @@ func (o *webOpts) check(listenFlag, addr string) error {
 
 func (o *webOpts) limits() webui.Limits {
 	return webui.Limits{MaxStreams: o.maxStreams, MaxStreamsPerPrincipal: o.maxStreamsPerUser}
-}
-
-func (o *webOpts) scheme() string {
-	if o.cert != nil {
-		return "https"
-	}
-	return "http"
-}
-
-// serve serves srv on ln, over TLS when a certificate is given.
-func (o *webOpts) serve(srv *http.Server, ln net.Listener) error {
-	if o.cert != nil {
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*o.cert}, MinVersion: tls.VersionTLS12}
-		return srv.ServeTLS(ln, "", "")
-	}
-	return srv.Serve(ln)
 }

@@ -21,8 +21,10 @@ import (
 	"github.com/noeta-go/noeta/hostconfig"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/examples"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/internal/govfile"
 	"github.com/noeta-go/noeta/policy"
 	"github.com/noeta-go/noeta/timeline"
 )
@@ -115,6 +117,32 @@ func WriteSummary(w io.Writer, results []Result) (failed int) {
 	}
 	_ = tw.Flush()
 	return failed
+}
+
+// WriteVerdict writes the tour's last line, and reports whether it went as
+// it must: every one of total examples ended as expected (failed is
+// WriteSummary's count) and the tour was not interrupted.
+func WriteVerdict(w io.Writer, total, failed int, interrupted bool) bool {
+	switch {
+	case interrupted:
+		fmt.Fprintln(w, "interrupted")
+		return false
+	case failed > 0:
+		fmt.Fprintf(w, "%d of %d examples did not end as expected\n", failed, total)
+		return false
+	}
+	fmt.Fprintf(w, "all %d examples ended as expected\n", total)
+	return true
+}
+
+// Config is the examples' governance config, examples/noeta.yaml, as the
+// binary embeds it.
+func Config() (*config.File, error) {
+	data, err := fs.ReadFile(examples.FS, "noeta.yaml")
+	if err != nil {
+		return nil, err
+	}
+	return govfile.Parse("examples/noeta.yaml", data)
 }
 
 // runExample runs one example task in a fresh workspace with its own engine,

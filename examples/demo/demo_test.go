@@ -89,3 +89,36 @@ func TestQueueToken(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteVerdict: the tour's last line, and whether it went as it must.
+func TestWriteVerdict(t *testing.T) {
+	tests := []struct {
+		total, failed int
+		interrupted   bool
+		want          string
+		ok            bool
+	}{
+		{8, 0, false, "all 8 examples ended as expected\n", true},
+		{8, 2, false, "2 of 8 examples did not end as expected\n", false},
+		{3, 0, true, "interrupted\n", false},
+		{3, 1, true, "interrupted\n", false},
+	}
+	for _, tt := range tests {
+		var b bytes.Buffer
+		if ok := WriteVerdict(&b, tt.total, tt.failed, tt.interrupted); ok != tt.ok || b.String() != tt.want {
+			t.Errorf("WriteVerdict(%d, %d, %v) = %v, %q; want %v, %q", tt.total, tt.failed, tt.interrupted, ok, b.String(), tt.ok, tt.want)
+		}
+	}
+}
+
+// TestConfig: the embedded examples' config loads, with the agents the
+// table's examples run.
+func TestConfig(t *testing.T) {
+	cfg, err := Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Path != "examples/noeta.yaml" || cfg.Governance == nil || len(cfg.Governance.Agents()) == 0 {
+		t.Errorf("Config() = %+v", cfg)
+	}
+}

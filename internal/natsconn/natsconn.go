@@ -98,6 +98,20 @@ func (o Options) Check() error {
 	return nil
 }
 
+// CheckEmbedded refuses what an embedded server (no URL) cannot take:
+// credentials and TLS are for a server reached over the network.
+func (o Options) CheckEmbedded() error {
+	for _, f := range []struct{ flag, v string }{
+		{"--creds", o.Creds}, {"--user", o.User}, {"--password", o.Password},
+		{"--tls-ca", o.TLSCA}, {"--tls-cert", o.TLSCert}, {"--tls-key", o.TLSKey},
+	} {
+		if f.v != "" {
+			return usage("%s needs --nats: the embedded server (no --nats) takes no credentials or TLS", f.flag)
+		}
+	}
+	return nil
+}
+
 // reconnectWait is the pause between two reconnection attempts; a
 // connection retries for ever.
 const reconnectWait = time.Second

@@ -96,3 +96,32 @@ func TestCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckEmbedded: an embedded server takes no credentials or TLS, and
+// the refusal names the flag.
+func TestCheckEmbedded(t *testing.T) {
+	tests := []struct {
+		o    Options
+		flag string
+	}{
+		{Options{}, ""},
+		{Options{Creds: "x.creds"}, "--creds"},
+		{Options{User: "alice"}, "--user"},
+		{Options{Password: "pw"}, "--password"},
+		{Options{TLSCA: "ca.pem"}, "--tls-ca"},
+		{Options{TLSCert: "c.pem", TLSKey: "k.pem"}, "--tls-cert"},
+		{Options{TLSKey: "k.pem"}, "--tls-key"},
+	}
+	for _, tt := range tests {
+		err := tt.o.CheckEmbedded()
+		if tt.flag == "" {
+			if err != nil {
+				t.Errorf("%+v: %v", tt.o, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrUsage) || err.Error() != tt.flag+" needs --nats: the embedded server (no --nats) takes no credentials or TLS" {
+			t.Errorf("%+v: %v, want the refusal naming %s", tt.o, err, tt.flag)
+		}
+	}
+}

@@ -10,6 +10,9 @@
 // valid inside a JSON string and mean the same rune there, so a JSON
 // document passed through stays a JSON document that decodes to the same
 // values. A backslash is left as it is, so escaping twice changes nothing.
+//
+// IsTerminal tells whether a file is a terminal: whether a command may ask
+// a person on it, or redraw a line.
 package termsafe
 
 import (

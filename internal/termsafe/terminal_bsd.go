@@ -1,12 +1,12 @@
 //go:build darwin || dragonfly || freebsd || netbsd || openbsd
 
-package main
+package termsafe
 
 import "golang.org/x/sys/unix"
 
-// isTerminal reports whether fd is a terminal: it answers the ioctl that
+// IsTerminal reports whether fd is a terminal: it answers the ioctl that
 // reads terminal attributes (/dev/null, a character device too, does not).
-func isTerminal(fd uintptr) bool {
+func IsTerminal(fd uintptr) bool {
 	_, err := unix.IoctlGetTermios(int(fd), unix.TIOCGETA)
 	return err == nil
 }
