@@ -235,42 +235,75 @@ func (x *WaitingIndex) list(ctx context.Context, keys string) ([]eventlog.Waitin
 		ctx, cancel = context.WithTimeout(ctx, waitingListTimeout)
 		defer cancel()
 	}
-	w, err := x.kv.Watch(ctx, keys, jetstream.IgnoreDeletes())
+	// The watch's consumer is an R1 consumer the cluster places on any
+	// replica of the bucket, one that may not have applied the latest
+	// writes yet: on its own, a listing right after a put could miss it.
+	// The leader's last sequence when the listing starts is what a whole
+	// listing reads up to, deletes included (a task's keys alone cannot be
+	// so bounded: its listing is as fresh as its replica).
+	var upTo uint64
+	if keys == ">" {
+		if st, err := x.kv.Status(ctx); err == nil {
+			if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+				upTo = bs.StreamInfo().State.LastSeq
+			}
+		}
+	}
+	w, err := x.kv.Watch(ctx, keys)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: list the waiting index: %w", err)
 	}
 	defer stopWatcher(w)
 	var (
-		out []eventlog.Waiting
-		bad int
+		byKey   = map[string]eventlog.Waiting{}
+		bad     int
+		seen    uint64
+		initial bool
 	)
 	defer func() {
 		if bad > 0 {
 			x.log.Warn("the waiting index holds malformed entries; they are skipped", "count", bad)
 		}
 	}()
+	done := func() []eventlog.Waiting {
+		out := make([]eventlog.Waiting, 0, len(byKey))
+		for _, e := range byKey {
+			out = append(out, e)
+		}
+		eventlog.SortWaiting(out)
+		return out
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("jetstream: list the waiting index (%d entries read): %w", len(out), ctx.Err())
+			return nil, fmt.Errorf("jetstream: list the waiting index (%d entries read): %w", len(byKey), ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
 				return nil, fmt.Errorf("jetstream: list the waiting index: the watch ended (connection closed)")
 			}
 			if e == nil {
-				eventlog.SortWaiting(out)
-				return out, nil
+				initial = true
+			} else {
+				seen = max(seen, e.Revision())
+				switch e.Operation() {
+				case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
+					delete(byKey, e.Key())
+				default:
+					entry, err := x.decode(e)
+					if err != nil {
+						bad++
+						delete(byKey, e.Key())
+						break
+					}
+					if _, ok := byKey[e.Key()]; !ok && len(byKey) == x.cfg.ListMax {
+						return done(), fmt.Errorf("%w: %d returned; more wait", ErrWaitingCut, len(byKey))
+					}
+					byKey[e.Key()] = entry
+				}
 			}
-			entry, err := x.decode(e)
-			if err != nil {
-				bad++
-				continue
+			if initial && seen >= upTo {
+				return done(), nil
 			}
-			if len(out) == x.cfg.ListMax {
-				eventlog.SortWaiting(out)
-				return out, fmt.Errorf("%w: %d returned; more wait", ErrWaitingCut, len(out))
-			}
-			out = append(out, entry)
 		}
 	}
 }
