@@ -2,6 +2,9 @@ package guards
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -209,5 +212,101 @@ func TestShadowCancelled(t *testing.T) {
 	d := s.Check(ctx, toolCall("x", `{}`), gctx(noeta.GovernanceState{}, 0))
 	if d.Verdict != noeta.VerdictDeny || len(d.Shadows) != 0 {
 		t.Errorf("got %v %q with shadows %v", d.Verdict, d.Reason, d.Shadows)
+	}
+}
+
+// TestShadowNeverChangesTheDecision is the property that makes shadow mode
+// safe to roll out: for any rules and rule sets, adding shadow rules
+// anywhere in them, and shadow rule sets at any priority, never changes a
+// decision — its verdict or the guard that gave it — whatever the shadow
+// rules say, erroring ones included.
+func TestShadowNeverChangesTheDecision(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2026, 86))
+	tools := []string{"read_file", "write_file", "shell", "echo"}
+	argsPool := []string{`{}`, `{"path":"/etc/passwd"}`, `{"command":"rm -rf /"}`, `{"n":3}`, `not json`}
+	patterns := []string{"*", "shell", "*_file", "?cho", "nothing"}
+	whens := []string{"", "true", `tool == "shell"`, `args.path.startsWith("/")`, `args.missing == 1`}
+	verdicts := []noeta.Verdict{noeta.VerdictAllow, noeta.VerdictDeny, noeta.VerdictRequireApproval}
+	rule := func() Rule {
+		r := Rule{MatchTool: patterns[rng.IntN(len(patterns))], Action: verdicts[rng.IntN(len(verdicts))], When: whens[rng.IntN(len(whens))]}
+		switch rng.IntN(4) {
+		case 1:
+			r.MatchArg = &MatchArg{Path: "command", Op: MatchContains, Value: "rm"}
+		case 2:
+			r.MatchShell = &MatchShell{Path: "command", Programs: []string{"rm"}}
+		}
+		return r
+	}
+	rules := func(n int) []Rule {
+		out := make([]Rule, n)
+		for i := range out {
+			out[i] = rule()
+		}
+		return out
+	}
+	// withShadows inserts shadow rules at random places.
+	withShadows := func(rs []Rule) []Rule {
+		out := slices.Clone(rs)
+		for range rng.IntN(4) {
+			out = slices.Insert(out, rng.IntN(len(out)+1), shadowOf(rule()))
+		}
+		return out
+	}
+	agents := map[string]AgentConfig{"main": {Permissions: PermissionPolicy{Mode: ModeBypassPermissions}}}
+	reported := 0
+	for iter := range 1500 {
+		realRules := rules(rng.IntN(5))
+		var sets, shadowSets []RuleSet
+		for i := range rng.IntN(3) {
+			sets = append(sets, RuleSet{Name: fmt.Sprintf("set%d", i), Priority: 100 + rng.IntN(100), Rules: rules(1 + rng.IntN(4))})
+		}
+		shadowSets = make([]RuleSet, len(sets))
+		for i, s := range sets {
+			s.Rules = withShadows(s.Rules)
+			shadowSets[i] = s
+		}
+		for i := range rng.IntN(3) {
+			shadowSets = append(shadowSets, RuleSet{Name: fmt.Sprintf("trial%d", i), Priority: 100 + rng.IntN(100), Rules: rules(1 + rng.IntN(4)), Shadow: true})
+		}
+		base, err := NewConfig(agents, realRules, sets)
+		if err != nil {
+			t.Fatalf("iteration %d: %v", iter, err)
+		}
+		shadowed, err := NewConfig(agents, withShadows(realRules), shadowSets)
+		if err != nil {
+			t.Fatalf("iteration %d: %v", iter, err)
+		}
+		sBase, err := base.AgentStack("main", nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sShadow, err := shadowed.AgentStack("main", nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a noeta.ProposedAction
+		switch rng.IntN(6) {
+		case 0:
+			a = spawn("main")
+		case 1:
+			a = finish()
+		default:
+			a = toolCall(tools[rng.IntN(len(tools))], argsPool[rng.IntN(len(argsPool))])
+		}
+		c := gctx(noeta.GovernanceState{Iterations: rng.IntN(6)}, 0)
+		want := sBase.Check(t.Context(), a, c)
+		got := sShadow.Check(t.Context(), a, c)
+		if got.Verdict != want.Verdict || got.Guard != want.Guard {
+			t.Errorf("iteration %d: without shadows %v by %q (%s); with: %v by %q (%s); shadows %s",
+				iter, want.Verdict, want.Guard, want.Reason, got.Verdict, got.Guard, got.Reason, shadowString(got.Shadows))
+		}
+		if len(want.Shadows) != 0 {
+			t.Errorf("iteration %d: shadows from a stack without shadow rules: %v", iter, want.Shadows)
+		}
+		reported += len(got.Shadows)
+	}
+	// The property must not hold for want of shadow verdicts.
+	if reported < 500 {
+		t.Errorf("only %d shadow verdicts in 1500 actions", reported)
 	}
 }
