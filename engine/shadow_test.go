@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 )
 
@@ -114,5 +115,60 @@ script:
 		if env.Type == noeta.TypeGuardShadowed && env.Origin != eventlog.OriginEngine {
 			t.Errorf("GuardShadowed from %s", env.Origin)
 		}
+	}
+}
+
+// TestShadowRecordsSurviveACrashOnce: a worker that stops mid-turn leaves
+// the rest of the turn to the next; every call of the turn has its shadow
+// records exactly once, those of the call that was running included (its
+// records landed with its start, and it is not judged again).
+func TestShadowRecordsSurviveACrashOnce(t *testing.T) {
+	for _, mk := range backends(t) {
+		t.Run(mk(t).name, func(t *testing.T) {
+			doc := modelConfig + `
+rules:
+  - {match_tool: "*", action: deny, reason: "would deny everything", shadow: true}
+`
+			counter := &runCounter{runs: map[string]int{}}
+			cr := &crasher{}
+			m := newModelLike(func(turn int) noeta.Decision {
+				if turn == 1 {
+					return noeta.Decision{Kind: noeta.DecisionToolCalls, ToolCalls: []noeta.ToolCall{count("a"), {Tool: "crash", Args: json.RawMessage(`{}`)}, count("b")}}
+				}
+				return noeta.Decision{Kind: noeta.DecisionFinish, Answer: json.RawMessage(`"done"`)}
+			})
+			h := newHarness(t, mk(t), doc, withModel(m, counter, cr))
+			id, err := h.eng.Submit(t.Context(), engine.Submission{Agent: "worker", Goal: "shadows and a crash"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runUntilCrash(t, h, cr, id)
+			resume(t, h, id)
+			h.waitStatus(id, noeta.StatusTerminal)
+			perCall := map[string]int{}
+			for _, env := range h.log(id) {
+				if env.Type != noeta.TypeGuardShadowed {
+					continue
+				}
+				var g noeta.GuardShadowed
+				if err := json.Unmarshal(env.Payload, &g); err != nil {
+					t.Fatal(err)
+				}
+				perCall[g.CallID]++
+			}
+			if len(perCall) != 3 {
+				t.Errorf("shadow records for %d calls, want 3\n%s", len(perCall), h.dump(id))
+			}
+			for call, n := range perCall {
+				if n != 1 {
+					t.Errorf("call %s has %d shadow records\n%s", call, n, h.dump(id))
+				}
+			}
+			counter.mu.Lock()
+			defer counter.mu.Unlock()
+			if counter.runs["a"] != 1 || counter.runs["b"] != 1 {
+				t.Errorf("runs %v: a shadow deny stopped a call", counter.runs)
+			}
+		})
 	}
 }
