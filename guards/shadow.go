@@ -70,8 +70,8 @@ func (r *Rules) judgeShadow(list []compiledRule, ev *ruleEval) (sv ShadowVerdict
 	defer func() {
 		if v := recover(); v != nil {
 			// A panic may leave the shared evaluation state half-built:
-			// the next list starts afresh.
-			ev.release()
+			// the next list starts afresh, and what it held is dropped,
+			// not handed back to a pool for another check to reuse.
 			*ev = ruleEval{call: ev.call, c: ev.c}
 			sv = ShadowVerdict{
 				Guard: r.name, Rule: list[0].path, Failed: true,
