@@ -19,6 +19,7 @@ const (
 	TypeSubtaskSpawned        = "SubtaskSpawned"
 	TypeSubtaskDenied         = "SubtaskDenied"
 	TypeFinishDenied          = "FinishDenied"
+	TypeGuardShadowed         = "GuardShadowed"
 	TypeApprovalRequested     = "ApprovalRequested"
 	TypeApprovalResolved      = "ApprovalResolved"
 	TypeApprovalCounted       = "ApprovalCounted"
@@ -38,7 +39,7 @@ const (
 var knownTypes = []string{
 	TypeTaskCreated, TypeLeaseGranted, TypeTurnStarted, TypePolicyDecided,
 	TypeToolCallStarted, TypeToolCallFinished, TypeToolCallDenied,
-	TypeSubtaskSpawned, TypeSubtaskDenied, TypeFinishDenied,
+	TypeSubtaskSpawned, TypeSubtaskDenied, TypeFinishDenied, TypeGuardShadowed,
 	TypeApprovalRequested, TypeApprovalResolved, TypeApprovalCounted, TypeApprovalRefused,
 	TypeSubtaskCompleted, TypeSubtaskResultRecorded, TypeTaskStatePatched,
 	TypeTaskSuspended, TypeTaskWoken, TypeTaskSnapshot, TypeStepAttemptAbandoned,
@@ -346,6 +347,39 @@ type FinishDenied struct {
 	Reason string `json:"reason"`
 }
 
+// GuardShadowed records what a shadow rule (one marked shadow: true) would
+// have decided about a proposed action. It never decides: the action's own
+// verdict record follows it, in the same batch, and the fold gives it no
+// weight. One is written for each shadow rule that matched the action
+// (docs/adr/0086-shadow-rules-are-judged-and-never-decide.md).
+type GuardShadowed struct {
+	// Action is the action point judged; CallID and Tool name a tool call,
+	// Agent a spawn's child.
+	Action ApprovalAction `json:"action"`
+	CallID string         `json:"call_id,omitempty"`
+	Tool   string         `json:"tool,omitempty"`
+	Agent  string         `json:"agent,omitempty"`
+	// Guard is the guard the shadow rule belongs to ("rules" or a rule
+	// set's name); Rule is where the rule is in the config (rules[2],
+	// guards[0].rules[1]), empty when the guard's shadow rules failed as a
+	// whole.
+	Guard string `json:"guard"`
+	Rule  string `json:"rule,omitempty"`
+	// Verdict and Reason are what the rule would have decided. Failed says
+	// it could not judge (an error, a panic): its verdict is then the DENY
+	// it would have failed closed to.
+	Verdict Verdict `json:"verdict"`
+	Reason  string  `json:"reason"`
+	Failed  bool    `json:"failed,omitempty"`
+	// Decided is the real verdict of the action, and DecidedBy the guard
+	// that gave it (empty when every guard allowed).
+	Decided   Verdict `json:"decided"`
+	DecidedBy string  `json:"decided_by,omitempty"`
+}
+
+// Changed reports whether the shadow rule would have changed the decision.
+func (g GuardShadowed) Changed() bool { return g.Verdict != g.Decided }
+
 // ApprovalAction is the action point an approval was asked for.
 type ApprovalAction string
 
@@ -540,6 +574,7 @@ func (ToolCallDenied) EventType() string        { return TypeToolCallDenied }
 func (SubtaskSpawned) EventType() string        { return TypeSubtaskSpawned }
 func (SubtaskDenied) EventType() string         { return TypeSubtaskDenied }
 func (FinishDenied) EventType() string          { return TypeFinishDenied }
+func (GuardShadowed) EventType() string         { return TypeGuardShadowed }
 func (ApprovalRequested) EventType() string     { return TypeApprovalRequested }
 func (ApprovalResolved) EventType() string      { return TypeApprovalResolved }
 func (ApprovalCounted) EventType() string       { return TypeApprovalCounted }
@@ -579,6 +614,8 @@ func NewPayload(eventType string) (p Payload, ok bool) {
 		return &SubtaskDenied{}, true
 	case TypeFinishDenied:
 		return &FinishDenied{}, true
+	case TypeGuardShadowed:
+		return &GuardShadowed{}, true
 	case TypeApprovalRequested:
 		return &ApprovalRequested{}, true
 	case TypeApprovalResolved:

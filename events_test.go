@@ -21,6 +21,7 @@ var catalogue = map[string]string{
 	TypeSubtaskSpawned:        "subtask_id agent goal goal_ref group_id call_id budget",
 	TypeSubtaskDenied:         "agent guard reason group_id",
 	TypeFinishDenied:          "guard reason",
+	TypeGuardShadowed:         "action call_id tool agent guard rule verdict reason failed decided decided_by",
 	TypeApprovalRequested:     "handle action call_id tool args args_ref agent guard reason quorum rules expires_at",
 	TypeApprovalResolved:      "handle decision approver reason auth approvers",
 	TypeApprovalCounted:       "handle approver auth reason approvals quorum",

@@ -42,8 +42,9 @@
 //	    when: 'args.command.size() > 100'  # CEL over tool, args, task
 //	    action: deny                       # allow | deny | require_approval
 //	    reason: "destructive shell command"
+//	    shadow: false                      # true: judged and recorded (GuardShadowed), never decides
 //	guards:                                # named rule sets, priority >= 100
-//	  - {name: change-freeze, priority: 150, rules: [...]}
+//	  - {name: change-freeze, priority: 150, rules: [...]}   # shadow: true puts the whole set in shadow
 //	hooks:                                 # run by package observers
 //	  post_tool_use: [{match_tool: "*", command: ["./notify.sh"], timeout_seconds: 10}]
 //	  notification: [{on: approval, command: ["./page-oncall.sh"]}]

@@ -367,7 +367,7 @@ func (d *decoder) top(root *yaml.Node) sections {
 	if n, ok := f["guards"]; ok {
 		for i, g := range d.seq(n, "guards") {
 			p := index("guards", i)
-			gf, ok := d.fields(g, p, "name", "priority", "rules")
+			gf, ok := d.fields(g, p, "name", "priority", "rules", "shadow")
 			if !ok && gf == nil {
 				continue
 			}
@@ -377,6 +377,9 @@ func (d *decoder) top(root *yaml.Node) sections {
 				s.Priority = *pr
 			}
 			s.Rules = d.rules(gf["rules"], join(p, "rules"))
+			// A boolean and nothing else: a shadow set decides nothing, so
+			// a misread true would let through what the set denies.
+			s.Shadow, _ = d.boolean(gf["shadow"], join(p, "shadow"))
 			out.sets = append(out.sets, s)
 		}
 	}
@@ -472,7 +475,7 @@ func (d *decoder) rules(n *yaml.Node, path string) []guards.Rule {
 	out := make([]guards.Rule, 0, len(items))
 	for i, it := range items {
 		p := index(path, i)
-		f, ok := d.fields(it, p, "match_tool", "match_arg", "match_shell", "when", "action", "reason")
+		f, ok := d.fields(it, p, "match_tool", "match_arg", "match_shell", "when", "action", "reason", "shadow")
 		if !ok && f == nil {
 			continue
 		}
@@ -480,6 +483,7 @@ func (d *decoder) rules(n *yaml.Node, path string) []guards.Rule {
 		r.MatchTool, _ = d.str(f["match_tool"], join(p, "match_tool"))
 		r.When, _ = d.str(f["when"], join(p, "when"))
 		r.Reason, _ = d.str(f["reason"], join(p, "reason"))
+		r.Shadow, _ = d.boolean(f["shadow"], join(p, "shadow"))
 		if s, ok := d.str(f["action"], join(p, "action")); ok {
 			if err := r.Action.UnmarshalText([]byte(s)); err != nil {
 				d.errs.addf(join(p, "action"), "must be allow, deny or require_approval, not %q", s)

@@ -447,6 +447,52 @@ func fastPayload(typ string, b []byte, sc *foldScratch) (p noeta.Payload, ok boo
 			return ok
 		})
 		return d, ok
+	case noeta.TypeGuardShadowed:
+		// A shadow rule's would-be verdict: one per shadow rule that
+		// matched a call, as many as the calls in a log that rolls a
+		// rule out in shadow.
+		var d *noeta.GuardShadowed
+		if sc != nil {
+			d = &sc.shadowed
+			*d = noeta.GuardShadowed{}
+		} else {
+			d = new(noeta.GuardShadowed)
+		}
+		verdict := func(v []byte, out *noeta.Verdict) bool {
+			s, ok := plainString(v)
+			return ok && out.UnmarshalText([]byte(s)) == nil
+		}
+		ok = members(b, func(k, v []byte) bool {
+			var ok bool
+			switch string(k) {
+			case "action":
+				var s string
+				s, ok = plainString(v)
+				d.Action = noeta.ApprovalAction(s)
+			case "call_id":
+				d.CallID, ok = sc.str(lastCallID, v)
+			case "tool":
+				d.Tool, ok = sc.str(lastTool, v)
+			case "agent":
+				d.Agent, ok = plainString(v)
+			case "guard":
+				d.Guard, ok = sc.str(lastGuard, v)
+			case "rule":
+				d.Rule, ok = plainString(v)
+			case "verdict":
+				ok = verdict(v, &d.Verdict)
+			case "reason":
+				d.Reason, ok = sc.str(lastReason, v)
+			case "failed":
+				d.Failed, ok = boolValue(v)
+			case "decided":
+				ok = verdict(v, &d.Decided)
+			case "decided_by":
+				d.DecidedBy, ok = plainString(v)
+			}
+			return ok
+		})
+		return d, ok
 	}
 	return nil, false
 }
@@ -472,6 +518,7 @@ type foldScratch struct {
 	started  noeta.ToolCallStarted
 	finished noeta.ToolCallFinished
 	denied   noeta.ToolCallDenied
+	shadowed noeta.GuardShadowed
 }
 
 // The members whose last string a foldScratch keeps.

@@ -21,6 +21,11 @@ func fill(v reflect.Value, name string, depth int) {
 	if depth > 6 {
 		return
 	}
+	if v.Type() == reflect.TypeFor[noeta.Verdict]() {
+		// A verdict is an enum: any other number does not encode.
+		v.SetUint(uint64(noeta.VerdictRequireApproval))
+		return
+	}
 	switch v.Kind() {
 	case reflect.String:
 		v.SetString(name)
@@ -88,6 +93,12 @@ func payloadVariants(t testing.TB, typ string) []noeta.Payload {
 	out := []noeta.Payload{all.Interface().(noeta.Payload)}
 	for i := range rt.NumField() {
 		one := reflect.New(rt)
+		for j := range rt.NumField() {
+			// A verdict has no zero that encodes: the others are allow.
+			if rt.Field(j).Type == reflect.TypeFor[noeta.Verdict]() {
+				one.Elem().Field(j).SetUint(uint64(noeta.VerdictAllow))
+			}
+		}
 		fill(one.Elem().Field(i), jsonName(rt.Field(i)), 1)
 		out = append(out, one.Interface().(noeta.Payload))
 	}
@@ -108,6 +119,7 @@ func TestFastReaderAgreesOnEveryField(t *testing.T) {
 		noeta.TypeToolCallStarted:  {"call_id", "tool", "args", "args_ref", "turn"},
 		noeta.TypeToolCallFinished: {"call_id", "tool", "ok", "output", "output_ref", "error", "duration_ms", "cost_usd", "egress"},
 		noeta.TypeToolCallDenied:   {"call_id", "tool", "guard", "reason"},
+		noeta.TypeGuardShadowed:    {"action", "call_id", "tool", "agent", "guard", "rule", "verdict", "reason", "failed", "decided", "decided_by"},
 		noeta.TypePolicyDecided:    {"turn", "decision", "cost_usd", "input_tokens", "output_tokens", "version", "tool_calls", "answer", "model", "provider", "latency_ms", "response_ref", "text", "text_ref"},
 		noeta.TypeLeaseGranted:     {"lease_id", "generation", "worker"},
 		noeta.TypeTaskSnapshot:     {"state_ref", "upto_seq"},
@@ -155,7 +167,8 @@ func TestFastReaderAgreesOnEveryField(t *testing.T) {
 // skip it.
 func TestFastReaderRefusesUnknownMembers(t *testing.T) {
 	for _, typ := range []string{noeta.TypeLeaseGranted, noeta.TypeTaskSnapshot, noeta.TypeTurnStarted,
-		noeta.TypePolicyDecided, noeta.TypeToolCallStarted, noeta.TypeToolCallFinished, noeta.TypeToolCallDenied} {
+		noeta.TypePolicyDecided, noeta.TypeToolCallStarted, noeta.TypeToolCallFinished, noeta.TypeToolCallDenied,
+		noeta.TypeGuardShadowed} {
 		for _, p := range payloadVariants(t, typ)[1:] {
 			b, err := noeta.Canonical(p)
 			if err != nil {

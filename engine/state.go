@@ -114,6 +114,16 @@ type Turn struct {
 	// (version 2): the turn is carried out from it and the policy is not
 	// asked again. A version 1 record leaves it nil.
 	Decision *noeta.PolicyDecided `json:"decision,omitempty"`
+	// Shadowed holds the actions of the turn whose GuardShadowed records
+	// are in the log (shadowKey): an action judged again, because its
+	// verdict record never landed, does not record them twice.
+	Shadowed map[string]bool `json:"shadowed,omitempty"`
+}
+
+// shadowKey names an action of the turn in Turn.Shadowed: a tool call by
+// its id, the turn's spawn or finish by its action point.
+func shadowKey(action noeta.ApprovalAction, callID string) string {
+	return string(action) + ":" + callID
 }
 
 // CallStatus is where a tool call (or a spawn or finish approval) of the
@@ -233,6 +243,13 @@ func (s *State) apply(env eventlog.Envelope, sc *foldScratch) error {
 		g.Denials = append(g.Denials, noeta.Denial{Type: env.Type, Guard: p.Guard, Reason: p.Reason, Agent: p.Agent})
 	case *noeta.FinishDenied:
 		g.Denials = append(g.Denials, noeta.Denial{Type: env.Type, Guard: p.Guard, Reason: p.Reason})
+	case *noeta.GuardShadowed:
+		// A shadow verdict never decides: no denial, no count, nothing
+		// a guard reads. Only that it is recorded.
+		if s.Turn.Shadowed == nil {
+			s.Turn.Shadowed = map[string]bool{}
+		}
+		s.Turn.Shadowed[shadowKey(p.Action, p.CallID)] = true
 	case *noeta.ApprovalRequested:
 		if g.PendingApprovals == nil {
 			g.PendingApprovals = map[string]noeta.PendingApproval{}
@@ -460,6 +477,7 @@ func (s *State) Clone() *State {
 	c.Governance = s.Governance.Clone()
 	c.Turn.Calls = maps.Clone(s.Turn.Calls)
 	c.Turn.Approved = maps.Clone(s.Turn.Approved)
+	c.Turn.Shadowed = maps.Clone(s.Turn.Shadowed)
 	c.Turn.Spawned = slices.Clone(s.Turn.Spawned)
 	c.Data = slices.Clone(s.Data)
 	c.Answer = slices.Clone(s.Answer)

@@ -27,6 +27,10 @@ const (
 	msgInterrupted = "interrupted: the worker running this call stopped before it finished; the call is not run again"
 	msgSkipped     = "skipped: a prior call in this batch awaits approval"
 	maxErrorLen    = 2048
+	// maxShadowReason bounds a GuardShadowed's reason, in bytes: its
+	// canonical JSON may escape each byte to six, and a shadow record that
+	// would not fit in a record must not hold up the action it is about.
+	maxShadowReason = 256
 )
 
 // ErrWakeRecovery is wrapped when a lease's wake fits nothing in the task's
@@ -728,6 +732,9 @@ func (g *segment) toolCalls(calls []noeta.ToolCall) error {
 		if err != nil {
 			return err
 		}
+		if err := g.shadowed(noeta.GuardShadowed{Action: noeta.ApprovalToolCall, CallID: call.CallID, Tool: call.Tool}, d); err != nil {
+			return err
+		}
 		switch d.Verdict {
 		case noeta.VerdictAllow:
 			if err := g.runTool(call); err != nil {
@@ -826,6 +833,29 @@ type finishArgs struct {
 	Answer json.RawMessage `json:"answer"`
 }
 
+// shadowed records what the shadow rules would have decided about an
+// action (d.Shadows), one GuardShadowed each, given the action's fields in
+// base. They are folded in now and written with the action's own verdict
+// record, which comes next (emitLater): the records that say what did
+// happen and what a shadow rule would have done land together. An action
+// whose shadow records are in the log already (a resumed turn judging it
+// again) gets none.
+func (g *segment) shadowed(base noeta.GuardShadowed, d guards.Decision) error {
+	if len(d.Shadows) == 0 || g.st.Turn.Shadowed[shadowKey(base.Action, base.CallID)] {
+		return nil
+	}
+	for _, sv := range d.Shadows {
+		rec := base
+		rec.Guard, rec.Rule, rec.Verdict, rec.Failed = sv.Guard, sv.Rule, sv.Verdict, sv.Failed
+		rec.Reason = truncate(sv.Reason, maxShadowReason)
+		rec.Decided, rec.DecidedBy = d.Verdict, d.Guard
+		if err := g.emitLater(rec, eventlog.OriginEngine, g.e.cfg.Actor); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // requestApproval records req, the action's args (spilled when large) and
 // the guard's verdict: the durable anchor written before the task suspends.
 func (g *segment) requestApproval(req noeta.ApprovalRequested, args json.RawMessage, d guards.Decision) error {
@@ -890,6 +920,9 @@ func (g *segment) spawn(specs []noeta.SpawnSpec) error {
 		sp := specs[0]
 		d, err := g.check(noeta.ProposedSpawnSubtask{Spawn: noeta.SpawnSubtask{Agent: sp.Agent, Goal: sp.Goal}})
 		if err != nil {
+			return err
+		}
+		if err := g.shadowed(noeta.GuardShadowed{Action: noeta.ApprovalSpawnSubtask, Agent: sp.Agent}, d); err != nil {
 			return err
 		}
 		switch d.Verdict {
@@ -1071,6 +1104,9 @@ func (g *segment) finish(answer json.RawMessage) error {
 	}
 	d, err := g.check(noeta.ProposedFinish{Answer: answer})
 	if err != nil {
+		return err
+	}
+	if err := g.shadowed(noeta.GuardShadowed{Action: noeta.ApprovalFinish}, d); err != nil {
 		return err
 	}
 	switch d.Verdict {

@@ -32,6 +32,10 @@ type RuleSet struct {
 	Name     string
 	Priority int
 	Rules    []Rule
+	// Shadow puts the whole set in shadow: it is judged on every tool call
+	// as it would decide, and its answer is reported in [Decision.Shadows],
+	// never counted.
+	Shadow bool
 }
 
 // Config is the governance config of a process: each agent's budget,
@@ -92,7 +96,7 @@ func buildConfig(agents map[string]AgentConfig, rules []Rule, sets []RuleSet, er
 		}
 	}
 	if len(rules) > 0 {
-		cfg.rules = &Rules{name: NameRules, priority: PriorityRules, rules: compileRules(rules, "rules", errs)}
+		cfg.rules = buildRules(NameRules, PriorityRules, rules, false, "rules", errs)
 	}
 	seen := map[string]bool{}
 	for i, s := range sets {
@@ -105,7 +109,7 @@ func buildConfig(agents map[string]AgentConfig, rules []Rule, sets []RuleSet, er
 		if len(s.Rules) == 0 {
 			errs.add(join(p, "rules"), "required: a rule set needs at least one rule")
 		}
-		cfg.sets = append(cfg.sets, &Rules{name: s.Name, priority: s.Priority, rules: compileRules(s.Rules, join(p, "rules"), errs)})
+		cfg.sets = append(cfg.sets, buildRules(s.Name, s.Priority, s.Rules, s.Shadow, join(p, "rules"), errs))
 	}
 	return cfg
 }

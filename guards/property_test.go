@@ -129,7 +129,7 @@ func TestRulesNeverLoosen(t *testing.T) {
 		want := sBase.Check(t.Context(), a, c)
 		got := sRules.Check(t.Context(), a, c)
 		decisions[want.Verdict.String()+"/"+got.Verdict.String()]++
-		if !want.IsAllow() && got != want {
+		if !want.IsAllow() && (got.VerdictResult != want.VerdictResult || got.Guard != want.Guard) {
 			loosened++
 			t.Errorf("iteration %d: built-ins decided %v %q by %s; with rules: %v %q by %s (action %#v)",
 				iter, want.Verdict, want.Reason, want.Guard, got.Verdict, got.Reason, got.Guard, a)

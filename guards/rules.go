@@ -48,6 +48,11 @@ type Rule struct {
 	Action noeta.Verdict
 	// Reason is the verdict's reason; empty means `hook rule on "<MatchTool>"`.
 	Reason string
+	// Shadow makes the rule a shadow rule: it is judged on every tool call,
+	// on its own, and what it would have decided is reported beside the
+	// stack's decision ([Decision.Shadows]), but it never decides
+	// (docs/adr/0086-shadow-rules-are-judged-and-never-decide.md).
+	Shadow bool
 }
 
 // MatchOp is how [MatchArg] compares.
@@ -98,7 +103,11 @@ const CELCostLimit = 1_000_000
 type Rules struct {
 	name     string
 	priority int
-	rules    []compiledRule
+	rules    []compiledRule // the rules that decide, in order
+	// shadows are the shadow rules: each a list judged first-match on its
+	// own, whose answer never counts. A shadow rule is a list of one; a
+	// shadow rule set is one list of all its rules.
+	shadows [][]compiledRule
 }
 
 var _ inlineGuard = (*Rules)(nil)
@@ -111,21 +120,58 @@ func NewRules(rules []Rule) (*Rules, error) {
 // NewRuleSet compiles a named user rule set. Its priority must be at least
 // MinUserPriority, and its name must not be one of the built-ins'.
 func NewRuleSet(name string, priority int, rules []Rule) (*Rules, error) {
+	return newRuleSet(name, priority, rules, false)
+}
+
+// NewShadowRuleSet compiles a named user rule set in shadow: the set is
+// judged on every tool call as it would be if it decided, and its answer is
+// reported in [Decision.Shadows], never counted.
+func NewShadowRuleSet(name string, priority int, rules []Rule) (*Rules, error) {
+	return newRuleSet(name, priority, rules, true)
+}
+
+func newRuleSet(name string, priority int, rules []Rule, shadow bool) (*Rules, error) {
 	var errs configErrors
 	checkUserGuard(name, priority, "name", "priority", &errs)
 	if err := errs.err(); err != nil {
 		return nil, fmt.Errorf("guards: rule set: %w", err)
 	}
-	return newRules(name, priority, rules, "rules")
+	r := buildRules(name, priority, rules, shadow, "rules", &errs)
+	if err := errs.err(); err != nil {
+		return nil, fmt.Errorf("guards: %w", err)
+	}
+	return r, nil
 }
 
 func newRules(name string, priority int, rules []Rule, path string) (*Rules, error) {
 	var errs configErrors
-	cr := compileRules(rules, path, &errs)
+	r := buildRules(name, priority, rules, false, path, &errs)
 	if err := errs.err(); err != nil {
 		return nil, fmt.Errorf("guards: %w", err)
 	}
-	return &Rules{name: name, priority: priority, rules: cr}, nil
+	return r, nil
+}
+
+// buildRules compiles rules into a Rules guard, setting the shadow rules
+// apart from those that decide. With shadowSet, the whole list is one
+// shadow list and nothing decides.
+func buildRules(name string, priority int, rules []Rule, shadowSet bool, path string, errs *configErrors) *Rules {
+	cr := compileRules(rules, path, errs)
+	r := &Rules{name: name, priority: priority}
+	if shadowSet {
+		if len(cr) > 0 {
+			r.shadows = [][]compiledRule{cr}
+		}
+		return r
+	}
+	for _, c := range cr {
+		if c.shadow {
+			r.shadows = append(r.shadows, []compiledRule{c})
+			continue
+		}
+		r.rules = append(r.rules, c)
+	}
+	return r
 }
 
 // checkUserGuard refuses a user guard that would run before the built-ins or
@@ -150,7 +196,7 @@ func (r *Rules) Priority() int { return r.priority }
 
 func (*Rules) inline() {}
 
-// Len is the number of rules.
+// Len is the number of rules that decide; shadow rules are not counted.
 func (r *Rules) Len() int { return len(r.rules) }
 
 // Check evaluates the rules against a.
@@ -162,20 +208,32 @@ func (r *Rules) Check(_ context.Context, a noeta.ProposedAction, c *Context) (no
 		}
 		return noeta.Allow(), nil
 	}
+	if len(r.rules) == 0 {
+		return noeta.Allow(), nil
+	}
 	ev := ruleEval{call: call, c: c}
 	defer ev.release()
-	for i := range r.rules {
-		cr := &r.rules[i]
-		if !cr.glob.Match(call.Tool) {
+	v, _, _ := judge(r.rules, &ev)
+	return v, nil
+}
+
+// judge runs a list of rules against a call: the first rule that matches
+// decides. It returns the verdict, the rule that gave it (nil when none
+// matched, and the call is allowed), and whether that rule failed (an
+// error, which denies: fail-closed).
+func judge(rules []compiledRule, ev *ruleEval) (noeta.VerdictResult, *compiledRule, bool) {
+	for i := range rules {
+		cr := &rules[i]
+		if !cr.glob.Match(ev.call.Tool) {
 			continue
 		}
-		res, why, err := cr.eval(&ev)
+		res, why, err := cr.eval(ev)
 		if err != nil {
-			return noeta.Deny(fmt.Sprintf("%s on %q failed: %v; fail-closed", cr.path, cr.matchTool, err)), nil
+			return noeta.Deny(fmt.Sprintf("%s on %q failed: %v; fail-closed", cr.path, cr.matchTool, err)), cr, true
 		}
 		switch res {
 		case matched:
-			return cr.verdict, nil
+			return cr.verdict, cr, false
 		case unjudged:
 			// What the rule could not read may be exactly what it is
 			// there to catch; only a refusing rule may act on it.
@@ -185,10 +243,10 @@ func (r *Rules) Check(_ context.Context, a noeta.ProposedAction, c *Context) (no
 			return noeta.VerdictResult{
 				Verdict: cr.verdict.Verdict,
 				Reason:  fmt.Sprintf("%s (%s on %q: %s: treated as matching)", cr.verdict.Reason, cr.path, cr.matchTool, why),
-			}, nil
+			}, cr, false
 		}
 	}
-	return noeta.Allow(), nil
+	return noeta.Allow(), nil, false
 }
 
 // ruleOutcome is what one rule, or one of its tests, makes of a call.
@@ -224,7 +282,8 @@ type compiledRule struct {
 	glob      glob.Pattern
 	verdict   noeta.VerdictResult
 
-	allow bool // the action is ALLOW: a rule that cannot judge does not match
+	allow  bool // the action is ALLOW: a rule that cannot judge does not match
+	shadow bool // judged, reported, never counted
 
 	hasArg   bool
 	argPath  string   // the path as written, for reasons
@@ -244,7 +303,7 @@ func compileRules(rules []Rule, path string, errs *configErrors) []compiledRule 
 	out := make([]compiledRule, 0, len(rules))
 	for i, r := range rules {
 		p := index(path, i)
-		cr := compiledRule{path: p, matchTool: r.MatchTool}
+		cr := compiledRule{path: p, matchTool: r.MatchTool, shadow: r.Shadow}
 		ok := true
 		fail := func(field, format string, args ...any) {
 			errs.addf(join(p, field), format, args...)

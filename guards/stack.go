@@ -29,6 +29,10 @@ type Decision struct {
 	// guard allowed (or there were none), and [StackName] when the stack
 	// refused before asking any guard.
 	Guard string
+	// Shadows are the answers of the shadow rules that matched the action,
+	// in stack order: what they would have decided. They never count; nil
+	// when there are none.
+	Shadows []ShadowVerdict
 }
 
 // FanOutDecision is a stack's answer for a fan-out batch.
@@ -46,6 +50,8 @@ type Stack struct {
 	timeout time.Duration
 	log     *slog.Logger
 	edits   func(tool string) bool // for AgentStack's Permission guard
+	// shadowed: some guard has shadow rules, judged after each decision.
+	shadowed bool
 }
 
 type stackEntry struct {
@@ -53,6 +59,7 @@ type stackEntry struct {
 	name     string
 	priority int
 	inline   bool
+	shadow   shadowJudge // nil: the guard has no shadow rules
 }
 
 // StackOption configures [NewStack].
@@ -114,7 +121,12 @@ func NewStack(guards []Guard, opts ...StackOption) (*Stack, error) {
 		}
 		seen[name] = true
 		_, inline := g.(inlineGuard)
-		s.entries = append(s.entries, stackEntry{g: g, name: name, priority: g.Priority(), inline: inline})
+		e := stackEntry{g: g, name: name, priority: g.Priority(), inline: inline}
+		if sj, ok := g.(shadowJudge); ok && sj.Shadowed() {
+			e.shadow = sj
+			s.shadowed = true
+		}
+		s.entries = append(s.entries, e)
 	}
 	for _, o := range opts {
 		if err := o(s); err != nil {
@@ -187,7 +199,25 @@ func (s *Stack) Remaining(c *Context) noeta.BudgetAllotment {
 // A guard from outside this package runs on its own goroutine, so that its
 // deadline holds even if it never returns; such a guard may still be reading a
 // and c after Check has returned, so the caller must not modify them.
+//
+// Once the decision is made, whatever it is, the shadow rules of the stack's
+// guards are judged and their answers put in the Decision's Shadows; they
+// cannot change it.
 func (s *Stack) Check(ctx context.Context, a noeta.ProposedAction, c *Context) Decision {
+	d := s.decide(ctx, a, c)
+	if s != nil && s.shadowed && c != nil && kindOf(a) != kindUnknown {
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		// Appended to a Decision value returned to the caller alone: the
+		// verdict and guard above are already fixed.
+		d.Shadows = s.shadows(ctx, a, c)
+	}
+	return d
+}
+
+// decide is Check without the shadow rules: the priority loop.
+func (s *Stack) decide(ctx context.Context, a noeta.ProposedAction, c *Context) Decision {
 	switch {
 	case s == nil:
 		return stackDeny("no guard stack")

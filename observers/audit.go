@@ -185,6 +185,9 @@ func (ts *auditTask) advance(seq uint64, key string, hash [32]byte) {
 //	SubtaskDenied          agent, guard, reason, verdict "deny", group_id?
 //	FinishDenied           guard, reason, verdict "deny"
 //	ApprovalRequested      handle, action, guard, reason, verdict "require_approval", call_id?, tool?, agent?
+//	GuardShadowed          action, call_id?, tool?, agent?, guard, rule?, shadow_verdict, reason,
+//	                       failed?, decided, decided_by? (a shadow rule's would-be verdict has
+//	                       no verdict field: a reader selecting verdicts sees only real ones)
 //	ApprovalResolved       handle, decision, approver, reason?
 //	TaskCreated            agent, parent_task_id?, root_task_id, subtask_depth, group_id?
 //	SubtaskSpawned         subtask_id, agent, group_id?, call_id?
@@ -719,6 +722,20 @@ func auditProject(l *auditLine, env eventlog.Envelope) error {
 		l.str("guard", p.Guard)
 		l.str("reason", p.Reason)
 		l.str("verdict", "deny")
+	case *noeta.GuardShadowed:
+		l.str("action", string(p.Action))
+		l.strOpt("call_id", p.CallID)
+		l.strOpt("tool", p.Tool)
+		l.strOpt("agent", p.Agent)
+		l.str("guard", p.Guard)
+		l.strOpt("rule", p.Rule)
+		l.str("shadow_verdict", p.Verdict.String())
+		l.str("reason", p.Reason)
+		if p.Failed {
+			l.bool("failed", true)
+		}
+		l.str("decided", p.Decided.String())
+		l.strOpt("decided_by", p.DecidedBy)
 	case *noeta.ApprovalRequested:
 		l.str("handle", p.Handle)
 		l.str("action", string(p.Action))

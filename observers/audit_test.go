@@ -232,6 +232,14 @@ func TestAuditProjection(t *testing.T) {
 		{"FinishDenied", func(task string) eventlog.Envelope {
 			return auditEnv(t, task, 1, noeta.FinishDenied{Guard: "rules", Reason: "no finish before review"})
 		}, `{"guard":"rules","reason":"no finish before review","verdict":"deny"}`},
+		{"GuardShadowed", func(task string) eventlog.Envelope {
+			return auditEnv(t, task, 1, noeta.GuardShadowed{Action: noeta.ApprovalToolCall, CallID: "c-5", Tool: "shell", Guard: "rules", Rule: "rules[0]",
+				Verdict: noeta.VerdictDeny, Reason: "new ban", Decided: noeta.VerdictAllow})
+		}, `{"action":"tool_call","call_id":"c-5","tool":"shell","guard":"rules","rule":"rules[0]","shadow_verdict":"deny","reason":"new ban","decided":"allow"}`},
+		{"GuardShadowed failed", func(task string) eventlog.Envelope {
+			return auditEnv(t, task, 1, noeta.GuardShadowed{Action: noeta.ApprovalToolCall, CallID: "c-5", Tool: "shell", Guard: "trial",
+				Verdict: noeta.VerdictDeny, Reason: "panicked", Failed: true, Decided: noeta.VerdictDeny, DecidedBy: "permission"})
+		}, `{"action":"tool_call","call_id":"c-5","tool":"shell","guard":"trial","shadow_verdict":"deny","reason":"panicked","failed":true,"decided":"deny","decided_by":"permission"}`},
 		{"ApprovalRequested", func(task string) eventlog.Envelope {
 			return auditEnv(t, task, 1, noeta.ApprovalRequested{Handle: "h-1", Action: noeta.ApprovalToolCall, CallID: "c-4", Tool: "shell",
 				Args: secret, Guard: "permission", Reason: "shell needs approval"})

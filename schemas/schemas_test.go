@@ -109,6 +109,17 @@ func validPayloads() map[string][]noeta.Payload {
 		noeta.TypeFinishDenied: {
 			noeta.FinishDenied{Guard: "answer_format", Reason: "answer is not JSON"},
 		},
+		noeta.TypeGuardShadowed: {
+			noeta.GuardShadowed{Action: noeta.ApprovalToolCall, CallID: callID, Tool: "shell", Guard: "rules", Rule: "rules[2]",
+				Verdict: noeta.VerdictDeny, Reason: "new shell ban", Decided: noeta.VerdictAllow},
+			noeta.GuardShadowed{Action: noeta.ApprovalToolCall, CallID: callID, Tool: "shell", Guard: "trial", Rule: "guards[0].rules[1]",
+				Verdict: noeta.VerdictAllow, Reason: `hook rule on "*" allows`, Decided: noeta.VerdictDeny, DecidedBy: "permission"},
+			noeta.GuardShadowed{Action: noeta.ApprovalToolCall, CallID: callID, Tool: "shell", Guard: "trial",
+				Verdict: noeta.VerdictDeny, Reason: "panicked", Failed: true, Decided: noeta.VerdictRequireApproval, DecidedBy: "rules"},
+			noeta.GuardShadowed{Action: noeta.ApprovalSpawnSubtask, Agent: "trader", Guard: "trial", Rule: "rules[0]",
+				Verdict: noeta.VerdictRequireApproval, Reason: "ask", Decided: noeta.VerdictAllow},
+			noeta.GuardShadowed{Action: noeta.ApprovalFinish, Guard: "trial", Rule: "rules[0]", Verdict: noeta.VerdictDeny, Reason: "", Decided: noeta.VerdictAllow},
+		},
 		noeta.TypeApprovalRequested: {
 			noeta.ApprovalRequested{Handle: "approval-1", Action: noeta.ApprovalFinish, Guard: "human_gate", Reason: "final answers need review"},
 			noeta.ApprovalRequested{Handle: "approval-2", Action: noeta.ApprovalToolCall, CallID: callID, Tool: "send_email", Args: json.RawMessage(`{"to":"cfo@example.com"}`), Guard: "human_gate", Reason: "outbound email"},
@@ -405,6 +416,8 @@ func TestInvalidPayloads(t *testing.T) {
 	approval := noeta.ApprovalRequested{Handle: "h-1", Action: noeta.ApprovalToolCall, Guard: "gate", Reason: "r"}
 	snapshot := noeta.TaskSnapshot{StateRef: jsonRef, UptoSeq: 4}
 	subtask := noeta.SubtaskCompleted{SubtaskID: child, Status: noeta.SubtaskStatusCompleted}
+	shadowed := noeta.GuardShadowed{Action: noeta.ApprovalToolCall, CallID: callID, Tool: "shell", Guard: "rules", Rule: "rules[0]",
+		Verdict: noeta.VerdictDeny, Reason: "r", Decided: noeta.VerdictAllow}
 
 	cases := []struct {
 		name  string
@@ -418,6 +431,14 @@ func TestInvalidPayloads(t *testing.T) {
 		{"bad approval decision", noeta.ApprovalResolved{Handle: "h", Decision: noeta.ApprovalApprove, Approver: "a"}, []mutation{set("maybe", "decision")}, "/decision"},
 		{"bad subtask status", subtask, []mutation{set("done", "status")}, "/status"},
 		{"bad recorded status", noeta.SubtaskResultRecorded{SubtaskID: child, Status: noeta.SubtaskStatusFailed}, []mutation{set("Completed", "status")}, "/status"},
+		{"bad shadow verdict", shadowed, []mutation{set("maybe", "verdict")}, "/verdict"},
+		{"bad decided verdict", shadowed, []mutation{set("", "decided")}, "/decided"},
+		{"bad shadow action", shadowed, []mutation{set("delete", "action")}, "/action"},
+		{"shadowed tool call without its call", shadowed, []mutation{del("call_id")}, "/call_id"},
+		{"shadowed tool call without its tool", shadowed, []mutation{del("tool")}, "/tool"},
+		{"failed shadow that allows", shadowed, []mutation{set(true, "failed"), set("allow", "verdict")}, "/verdict"},
+		{"failed false", shadowed, []mutation{set(false, "failed")}, "/failed"},
+		{"empty shadow rule", shadowed, []mutation{set("", "rule")}, "/rule"},
 		{"bad abandon action", noeta.StepAttemptAbandoned{BaselineSeq: 1, Action: noeta.AbandonPark, Reason: "r"}, []mutation{set("retry", "action")}, "/action"},
 		{"bad wake kind", human, []mutation{set("email", "wake_on", "kind"), del("wake_on", "handle")}, "/wake_on/kind"},
 		{"wake without kind", human, []mutation{del("wake_on", "kind")}, "/wake_on/kind"},

@@ -108,6 +108,8 @@ func Describe(env eventlog.Envelope, p noeta.Payload) string {
 		return fmt.Sprintf("guard=%s  agent=%s: %s", p.Guard, p.Agent, p.Reason)
 	case *noeta.FinishDenied:
 		return fmt.Sprintf("guard=%s: %s", p.Guard, p.Reason)
+	case *noeta.GuardShadowed:
+		return shadowed(p)
 	case *noeta.ApprovalRequested:
 		pa := noeta.PendingApproval{Action: p.Action, CallID: p.CallID, Tool: p.Tool, Args: p.Args, ArgsRef: p.ArgsRef, Agent: p.Agent}
 		s := fmt.Sprintf("guard=%s  %s %s: %s", p.Guard, p.Handle, ApprovalWhat(pa), p.Reason)
@@ -171,6 +173,32 @@ func Describe(env eventlog.Envelope, p noeta.Payload) string {
 		return p.Reason
 	}
 	return Raw(env.Payload)
+}
+
+// shadowed is the detail of a GuardShadowed: what the shadow rule would
+// have decided, beside what was decided, so that the line is never read as
+// a verdict.
+func shadowed(p *noeta.GuardShadowed) string {
+	what := string(p.Action)
+	switch p.Action {
+	case noeta.ApprovalToolCall:
+		what = p.Tool + " " + p.CallID
+	case noeta.ApprovalSpawnSubtask:
+		what = "spawn agent=" + p.Agent
+	}
+	rule := p.Rule
+	if rule == "" {
+		rule = "-"
+	}
+	s := fmt.Sprintf("guard=%s rule=%s  %s: would %s", p.Guard, rule, what, p.Verdict)
+	if p.Failed {
+		s += " (failed)"
+	}
+	s += ", decided " + p.Decided.String()
+	if p.DecidedBy != "" {
+		s += " by " + p.DecidedBy
+	}
+	return s + ": " + p.Reason
 }
 
 // Raw is the detail column of a record whose type is not known: its

@@ -35,7 +35,13 @@ func TestMetricsLint(t *testing.T) {
 		t.Fatal(err)
 	}
 	egress.Seq = 2
-	for _, env := range append(records, egress) {
+	shadowed, err := eventlog.NewEnvelope("t1", eventlog.OriginEngine, "x", noeta.GuardShadowed{Action: noeta.ApprovalToolCall, CallID: "c", Tool: "shell",
+		Guard: "rules", Rule: "rules[0]", Verdict: noeta.VerdictDeny, Reason: "r", Decided: noeta.VerdictAllow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shadowed.Seq = 3
+	for _, env := range append(records, egress, shadowed) {
 		if err := m.Observe(t.Context(), env); err != nil {
 			t.Fatal(err)
 		}

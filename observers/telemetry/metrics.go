@@ -118,6 +118,11 @@ const agentReadTimeout = 5 * time.Second
 //     approve (an allowed call has no record of its own: its start is the
 //     allow; a call started after an ApprovalResolved approve for it in the
 //     same task was counted as require_approval already).
+//   - noeta_guard_shadow_verdicts_total{guard, rule, verdict}: GuardShadowed,
+//     what a shadow rule would have decided (it decided nothing): the guard
+//     it belongs to, its place in the config (rules[2],
+//     guards[0].rules[1]) and its would-be verdict; a shadow rule that
+//     failed counts as the deny it would have failed closed to.
 //   - noeta_approvals_total{action, decision}: ApprovalResolved; the action
 //     (tool_call, spawn_subtask, finish) is the request's, remembered per
 //     task by handle, UnknownApprovalAction when this process did not see
@@ -169,6 +174,7 @@ type Metrics struct {
 	closed   atomic.Bool
 
 	events, guardDecisions, approvals, toolCalls, tasks, leases, wakes metric.Int64Counter
+	shadowVerdicts                                                     metric.Int64Counter
 	egressConns, egressBytes                                           metric.Int64Counter
 	lag, toolDuration                                                  metric.Float64Histogram
 	// What the models deciding turns took: calls, tokens, cost and
@@ -283,6 +289,7 @@ func (m *Metrics) instruments() error {
 	}
 	m.events = counter("noeta.events", "{event}", "Records committed, log and inbox, by type and origin.")
 	m.guardDecisions = counter("noeta.guard.decisions", "{decision}", "Guard verdicts: deny and require_approval by guard; allow (guard \"\") per tool call started without a human approval.")
+	m.shadowVerdicts = counter("noeta.guard.shadow_verdicts", "{verdict}", "What shadow rules would have decided (GuardShadowed records), by guard, rule and verdict; they decide nothing.")
 	m.approvals = counter("noeta.approvals", "{approval}", "Approvals resolved, by action and decision.")
 	m.toolCalls = counter("noeta.tool.calls", "{call}", "Tool calls finished, by tool and outcome (ok, failed).")
 	m.tasks = counter("noeta.tasks", "{task}", "Tasks ended, by status (completed, failed, cancelled).")
@@ -422,6 +429,8 @@ func (m *Metrics) Observe(ctx context.Context, env eventlog.Envelope) error {
 		m.verdict(ctx, p.Guard, "deny")
 	case *noeta.FinishDenied:
 		m.verdict(ctx, p.Guard, "deny")
+	case *noeta.GuardShadowed:
+		m.shadowVerdicts.Add(ctx, 1, m.attrs("guard", p.Guard, "rule", p.Rule, "verdict", p.Verdict.String()))
 	case *noeta.ApprovalRequested:
 		m.verdict(ctx, p.Guard, "require_approval")
 		mt := m.task(env.Task)

@@ -495,6 +495,41 @@ func TestMetricsEgress(t *testing.T) {
 	})
 }
 
+// TestMetricsShadowVerdicts: each GuardShadowed counts once under its
+// guard, rule and would-be verdict, and never as a guard decision: a shadow
+// rule decided nothing.
+func TestMetricsShadowVerdicts(t *testing.T) {
+	m, srv := newTestMetrics(t, MetricsConfig{})
+	recs := []noeta.GuardShadowed{
+		{Guard: "rules", Rule: "rules[0]", Verdict: noeta.VerdictDeny, Decided: noeta.VerdictAllow},
+		{Guard: "rules", Rule: "rules[0]", Verdict: noeta.VerdictDeny, Decided: noeta.VerdictDeny, DecidedBy: "permission"},
+		{Guard: "trial", Rule: "guards[0].rules[1]", Verdict: noeta.VerdictRequireApproval, Decided: noeta.VerdictAllow},
+		{Guard: "trial", Rule: "guards[0].rules[0]", Verdict: noeta.VerdictAllow, Decided: noeta.VerdictDeny, DecidedBy: "rules"},
+		{Guard: "trial", Verdict: noeta.VerdictDeny, Failed: true, Decided: noeta.VerdictAllow},
+	}
+	for i, r := range recs {
+		r.Action, r.CallID, r.Tool, r.Reason = noeta.ApprovalToolCall, "c", "shell", "r"
+		env, err := eventlog.NewEnvelope("t1", eventlog.OriginEngine, "x", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Seq = uint64(i + 2)
+		if err := m.Observe(t.Context(), env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fams := scrape(t, srv)
+	wantSeries(t, fams, "noeta_guard_shadow_verdicts_total", map[string]float64{
+		"guard=rules,rule=rules[0],verdict=deny":                       2,
+		"guard=trial,rule=guards[0].rules[1],verdict=require_approval": 1,
+		"guard=trial,rule=guards[0].rules[0],verdict=allow":            1,
+		"guard=trial,rule=,verdict=deny":                               1,
+	})
+	if _, ok := fams["noeta_guard_decisions_total"]; ok {
+		t.Errorf("shadow verdicts counted as guard decisions: %v", series(t, fams, "noeta_guard_decisions_total"))
+	}
+}
+
 func TestMetricsBoundsWhatItRemembers(t *testing.T) {
 	m, _ := newTestMetrics(t, MetricsConfig{MaxTasks: 2})
 	for i, task := range []string{"t1", "t2", "t3"} {

@@ -360,6 +360,10 @@ function describe(ev) {
     case "ToolCallStarted": return p.tool + " " + pretty(p.args).slice(0, 300);
     case "ToolCallFinished": return (p.tool || "") + (p.is_error ? " error" : " ok");
     case "ToolCallDenied": return (p.tool || "") + " denied by " + (p.guard || "?") + ": " + (p.reason || "");
+    // A shadow rule decided nothing: the line says what it would have done
+    // beside what was decided, so it is never read as a verdict.
+    case "GuardShadowed": return "shadow " + (p.guard || "?") + (p.rule ? " " + p.rule : "") + " on " + (p.tool || p.action || "") +
+      ": would " + p.verdict + (p.failed ? " (failed)" : "") + ", decided " + p.decided + (p.decided_by ? " by " + p.decided_by : "") + ": " + (p.reason || "");
     case "TaskSuspended": return p.reason || "";
     case "TaskCompleted": return "answer: " + pretty(p.answer).slice(0, 400);
     case "TaskFailed": return p.error || p.reason || pretty(p).slice(0, 300);
