@@ -23,6 +23,7 @@ type allOpts struct {
 	seconds float64
 	warmup  float64
 	steps   int
+	workers int
 	conc    []int
 	systems []string
 	dir     string
@@ -41,6 +42,7 @@ func parseAll(args []string, stderr io.Writer) (allOpts, error) {
 	fs.Float64Var(&o.seconds, "seconds", 10, "measured seconds of each measurement")
 	fs.Float64Var(&o.warmup, "warmup", 2, "unmeasured seconds before each measurement")
 	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
+	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as concurrent runs)")
 	fs.StringVar(&conc, "conc", "1,64", "concurrent runs, comma-separated")
 	fs.StringVar(&systems, "systems", "noeta,dbos,temporal", "systems, comma-separated")
 	fs.StringVar(&o.dir, "dir", "", "working directory for the servers' data (default: a new one under $TMPDIR)")
@@ -179,6 +181,9 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 func measure(ctx context.Context, self string, o allOpts, sys string, conc int, addr string, srv *server, stderr io.Writer) (Result, error) {
 	args := []string{"one", "-system", sys, "-conc", strconv.Itoa(conc), "-steps", strconv.Itoa(o.steps),
 		"-seconds", strconv.FormatFloat(o.seconds, 'f', -1, 64), "-warmup", strconv.FormatFloat(o.warmup, 'f', -1, 64), "-addr", addr}
+	if sys == "noeta" && o.workers > 0 {
+		args = append(args, "-noeta-workers", strconv.Itoa(o.workers))
+	}
 	if srv != nil {
 		args = append(args, "-server-pid", strconv.Itoa(srv.pid))
 	}

@@ -26,7 +26,9 @@ type oneOpts struct {
 	seconds   float64
 	warmup    float64
 	serverPID int
-	addr      string // Temporal's frontend, DBOS's database URL, noeta's data directory
+	// workers is noeta's engine workers; 0: as many as concurrent runs.
+	workers int
+	addr    string // Temporal's frontend, DBOS's database URL, noeta's data directory
 }
 
 func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
@@ -38,6 +40,7 @@ func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
 	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
 	fs.Float64Var(&o.seconds, "seconds", 10, "measured seconds")
 	fs.Float64Var(&o.warmup, "warmup", 2, "unmeasured seconds first")
+	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as -conc)")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "the server's pid, whose process tree's CPU and memory are read (0: none)")
 	fs.StringVar(&o.addr, "addr", "", "Temporal's frontend, DBOS's PostgreSQL URL or noeta's data directory")
 	if err := fs.Parse(args); err != nil {
@@ -52,10 +55,14 @@ func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
 func openSystem(ctx context.Context, o oneOpts) (system, error) {
 	switch o.system {
 	case "noeta":
-		// As many engine workers as concurrent runs, as the peers run every
-		// started run at once (Temporal's worker takes up to 1,000 at a
-		// time, DBOS a goroutine each).
-		return openNoeta(ctx, o.addr, o.conc, o.steps)
+		// As many engine workers as concurrent runs unless told, as the
+		// peers run every started run at once (Temporal's worker takes up
+		// to 1,000 at a time, DBOS a goroutine each).
+		w := o.workers
+		if w == 0 {
+			w = o.conc
+		}
+		return openNoeta(ctx, o.addr, w, o.steps)
 	case "dbos":
 		return openDBOS(ctx, o.addr, o.steps)
 	case "temporal":
