@@ -5,6 +5,7 @@
 //	peers [-rounds 3] [-seconds 10] [-conc 1,64] [-systems noeta,dbos,temporal]
 //	peers one -system S -conc N ...   (one measurement, run by the above)
 //	peers fsync [-dir D] [-n 1000]    (the disk's write+fsync latency)
+//	peers noeta-phases [-n 50]        (where a noeta run's time goes)
 package main
 
 import (
@@ -33,6 +34,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runOne(ctx, args[1:], stdout, stderr)
 		case "fsync":
 			return runFsync(ctx, args[1:], stdout, stderr)
+		case "noeta-phases":
+			return runPhases(ctx, args[1:], stdout, stderr)
 		}
 	}
 	return runAll(ctx, args, stdout, stderr)

@@ -41,6 +41,10 @@ type Result struct {
 	ClientRSS float64 `json:"client_rss_mib"`
 	ServerRSS float64 `json:"server_rss_mib"`
 	Load1     float64 `json:"load1"`
+	// OtherCores is the CPU the rest of the machine used over the window
+	// (all busy time in /proc/stat less the client's and the server's), in
+	// cores: the load from other work the measurement ran beside.
+	OtherCores float64 `json:"other_cores"`
 }
 
 // drive runs fn in a closed loop on conc goroutines until the deadline:
@@ -222,4 +226,27 @@ func load1() float64 {
 	}
 	v, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
 	return v
+}
+
+// machineBusy is the CPU seconds all cores spent busy since boot (user,
+// nice, system, irq, softirq, steal of /proc/stat's cpu line).
+func machineBusy() (float64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, fmt.Errorf("read /proc/stat: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected %q", line)
+	}
+	var ticks float64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		ticks += v
+	}
+	return ticks / clockTicks, nil
 }

@@ -101,6 +101,10 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("%s warm-up: %w", o.system, err)
 	}
 	r := Result{System: o.system, Concurrency: o.conc, Steps: o.steps, Load1: load1()}
+	m0, err := machineBusy()
+	if err != nil {
+		return err
+	}
 	c0, _, err := procStat(os.Getpid(), false)
 	if err != nil {
 		return err
@@ -119,7 +123,12 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	m1, err := machineBusy()
+	if err != nil {
+		return err
+	}
 	summarise(&r, lat, wall)
+	ours := c1 - c0
 	if r.Runs > 0 {
 		r.ClientCPU = (c1 - c0) / float64(r.Runs)
 	}
@@ -131,8 +140,10 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if r.Runs > 0 {
 			r.ServerCPU = (s1 - s0) / float64(r.Runs)
 		}
+		ours += s1 - s0
 		r.ServerRSS = treePss(o.serverPID)
 	}
+	r.OtherCores = max(0, m1-m0-ours) / wall.Seconds()
 	if r.ClientRSS, err = statusField("/proc/self/status", "VmHWM"); err != nil {
 		return err
 	}

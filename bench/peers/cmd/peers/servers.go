@@ -123,10 +123,30 @@ func freePort() (int, error) {
 // startTemporal starts bin in dir on its own development-sqlite-file.yaml
 // (SQLite on the file dir/default, WAL, synchronous FULL; every port on
 // loopback) and registers the default namespace.
-func startTemporal(ctx context.Context, bin, src, dir string) (*server, error) {
+//
+// Each of set ("key=value") is added to the server's dynamic config, for a
+// run that is not on the defaults.
+func startTemporal(ctx context.Context, bin, src, dir string, set []string) (*server, error) {
 	for _, f := range []string{"development-sqlite-file.yaml", "dynamicconfig/development-sql.yaml"} {
 		if err := copyFile(filepath.Join(dir, "config", f), filepath.Join(src, "config", f)); err != nil {
 			return nil, err
+		}
+	}
+	if len(set) > 0 {
+		f, err := os.OpenFile(filepath.Join(dir, "config", "dynamicconfig", "development-sql.yaml"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("temporal dynamic config: %w", err)
+		}
+		for _, kv := range set {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				f.Close()
+				return nil, fmt.Errorf("-temporal-set %q: want key=value", kv)
+			}
+			fmt.Fprintf(f, "\n%s:\n  - value: %s\n", k, v)
+		}
+		if err := f.Close(); err != nil {
+			return nil, fmt.Errorf("temporal dynamic config: %w", err)
 		}
 	}
 	for _, p := range []string{"7233", "7234", "7235", "7239", "6933", "6934", "6935", "6939", "7243", "7936", "8000"} {
