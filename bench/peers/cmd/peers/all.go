@@ -31,7 +31,8 @@ type allOpts struct {
 	out     string
 	// temporalSet are key=value settings added to Temporal's dynamic
 	// config; none by default.
-	temporalSet []string
+	temporalSet    []string
+	temporalConfig string
 	// maxOther, if above 0, is the most CPU (in cores) other work may use
 	// during a measurement: one beside more is taken again after a pause,
 	// up to retries times, and kept as it is after that.
@@ -52,9 +53,10 @@ func parseAll(args []string, stderr io.Writer) (allOpts, error) {
 	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
 	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as concurrent runs)")
 	fs.StringVar(&conc, "conc", "1,64", "concurrent runs, comma-separated")
-	fs.StringVar(&systems, "systems", "noeta,dbos,temporal", "systems, comma-separated")
+	fs.StringVar(&systems, "systems", "noeta,noeta-wait,dbos,temporal", "systems, comma-separated (noeta-wait: noeta's run ends when Host.Wait returns)")
 	fs.StringVar(&o.dir, "dir", "", "working directory for the servers' data (default: a new one under $TMPDIR)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the working directory")
+	fs.StringVar(&o.temporalConfig, "temporal-config", "development-sqlite-file.yaml", "the Temporal server's own config file to start it on (development-sqlite.yaml: SQLite in memory)")
 	fs.Func("temporal-set", "add key=value to Temporal's dynamic config (repeatable; default: the server's own, unchanged)", func(v string) error {
 		o.temporalSet = append(o.temporalSet, v)
 		return nil
@@ -74,8 +76,8 @@ func parseAll(args []string, stderr io.Writer) (allOpts, error) {
 	}
 	for _, s := range strings.Split(systems, ",") {
 		s = strings.TrimSpace(s)
-		if !slices.Contains([]string{"noeta", "dbos", "temporal"}, s) {
-			return o, fmt.Errorf("-systems: unknown %q (noeta, dbos, temporal)", s)
+		if !slices.Contains([]string{"noeta", "noeta-wait", "dbos", "temporal"}, s) {
+			return o, fmt.Errorf("-systems: unknown %q (noeta, noeta-wait, dbos, temporal)", s)
 		}
 		o.systems = append(o.systems, s)
 	}
@@ -117,7 +119,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	fmt.Fprintf(stderr, "working directory %s; load average %.2f\n", o.dir, rep.Load1)
 
 	servers := map[string]*server{}
-	addr := map[string]string{"noeta": filepath.Join(o.dir, "noeta")}
+	addr := map[string]string{"noeta": filepath.Join(o.dir, "noeta"), "noeta-wait": filepath.Join(o.dir, "noeta")}
 	defer func() {
 		for _, s := range servers {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -138,7 +140,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		}
 		dir := filepath.Join(o.dir, "temporal")
 		fmt.Fprintf(stderr, "starting %s in %s\n", bin, dir)
-		s, err := startTemporal(ctx, bin, src, dir, o.temporalSet)
+		s, err := startTemporal(ctx, bin, src, dir, o.temporalConfig, o.temporalSet)
 		if err != nil {
 			return err
 		}
@@ -204,7 +206,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 func measure(ctx context.Context, self string, o allOpts, sys string, conc int, addr string, srv *server, stderr io.Writer) (Result, error) {
 	args := []string{"one", "-system", sys, "-conc", strconv.Itoa(conc), "-steps", strconv.Itoa(o.steps),
 		"-seconds", strconv.FormatFloat(o.seconds, 'f', -1, 64), "-warmup", strconv.FormatFloat(o.warmup, 'f', -1, 64), "-addr", addr}
-	if sys == "noeta" && o.workers > 0 {
+	if strings.HasPrefix(sys, "noeta") && o.workers > 0 {
 		args = append(args, "-noeta-workers", strconv.Itoa(o.workers))
 	}
 	if srv != nil {
@@ -260,6 +262,9 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 	fmt.Fprintf(&b, "started %s, load average %.2f; write+fsync floor p50 %.0f µs, p99 %.0f µs\n",
 		rep.Start.Format(time.RFC3339), rep.Load1, rep.Floor.P50us, rep.Floor.P99us)
 	fmt.Fprintf(&b, "medians of %d rounds of %g s, %d steps per run\n", o.rounds, o.seconds, o.steps)
+	if o.temporalConfig != "development-sqlite-file.yaml" && slices.Contains(o.systems, "temporal") {
+		fmt.Fprintf(&b, "Temporal on its %s (not the default of this harness)\n", o.temporalConfig)
+	}
 	if len(o.temporalSet) > 0 {
 		fmt.Fprintf(&b, "Temporal's dynamic config with %s added (not its default)\n", strings.Join(o.temporalSet, ", "))
 	}
@@ -288,16 +293,19 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 				strings.Join(each, ", "))
 		}
 	}
-	if slices.Contains(o.systems, "noeta") {
-		b.WriteString("\nnoeta against each peer (medians): runs/s ratio (goal ≥ 2), p50 ratio (goal ≤ 0.5)\n")
+	b.WriteString("\nnoeta against each peer (medians): runs/s ratio (goal ≥ 2), p50 ratio (goal ≤ 0.5)\n")
+	for _, ns := range o.systems {
+		if !strings.HasPrefix(ns, "noeta") {
+			continue
+		}
 		for _, c := range o.conc {
-			n := by[key{"noeta", c}]
+			n := by[key{ns, c}]
 			for _, s := range o.systems {
-				if s == "noeta" || len(by[key{s, c}]) == 0 {
+				if strings.HasPrefix(s, "noeta") || len(n) == 0 || len(by[key{s, c}]) == 0 {
 					continue
 				}
 				p := by[key{s, c}]
-				fmt.Fprintf(&b, "  conc %d vs %s: %.2f× runs/s, %.2f× p50\n", c, s,
+				fmt.Fprintf(&b, "  %s at %d vs %s: %.2f× runs/s, %.2f× p50\n", ns, c, s,
 					med(n, func(r Result) float64 { return r.RunsPerSec })/med(p, func(r Result) float64 { return r.RunsPerSec }),
 					med(n, func(r Result) float64 { return r.P50ms })/med(p, func(r Result) float64 { return r.P50ms }))
 			}

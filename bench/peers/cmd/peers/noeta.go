@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
+	"time"
 
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/loadgen"
 )
@@ -14,12 +18,22 @@ import (
 // config and script, no mix: every call an echo) on the embedded default:
 // nats-server with JetStream in the process, sync always, on a data
 // directory of its own.
+//
+// A run ends, for the caller, either when Host.Wait returns (wait), or when
+// the task's terminal record is committed, seen through Host.Tap: Wait
+// checks whether the task tree is at rest on a 50 ms tick once the end is
+// in the log, which the peers' result calls do not pay.
 type noetaSystem struct {
 	h     *host.Host
 	steps int
+	wait  bool
+
+	mu    sync.Mutex
+	ended map[string]chan string // task id → its terminal record's type
+	untap func()
 }
 
-func openNoeta(ctx context.Context, dir string, workers, steps int) (*noetaSystem, error) {
+func openNoeta(ctx context.Context, dir string, workers, steps int, wait bool) (*noetaSystem, error) {
 	cfg, err := loadgen.Config(steps)
 	if err != nil {
 		return nil, fmt.Errorf("noeta config: %w", err)
@@ -34,7 +48,24 @@ func openNoeta(ctx context.Context, dir string, workers, steps int) (*noetaSyste
 	if err != nil {
 		return nil, fmt.Errorf("open noeta host on %s: %w", dir, err)
 	}
-	return &noetaSystem{h: h, steps: steps}, nil
+	s := &noetaSystem{h: h, steps: steps, wait: wait, ended: map[string]chan string{}}
+	s.untap = h.Tap(s.tap)
+	return s, nil
+}
+
+// tap hands a task's terminal record to the run waiting for it.
+func (s *noetaSystem) tap(_ context.Context, env eventlog.Envelope) error {
+	switch env.Type {
+	case noeta.TypeTaskCompleted, noeta.TypeTaskFailed, noeta.TypeTaskCancelled:
+		s.mu.Lock()
+		ch := s.ended[env.Task]
+		delete(s.ended, env.Task)
+		s.mu.Unlock()
+		if ch != nil {
+			ch <- env.Type // buffered: never blocks the writer
+		}
+	}
+	return nil
 }
 
 // run submits one task and waits for it to be completed.
@@ -43,18 +74,41 @@ func (s *noetaSystem) run(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("script: %w", err)
 	}
-	id, err := s.h.Submit(ctx, host.Submission{Agent: loadgen.Agent, Goal: "peers", Script: script})
-	if err != nil {
+	id := fmt.Sprintf("peers-%d-%d", time.Now().UnixNano(), i+1)
+	ch := make(chan string, 1)
+	s.mu.Lock()
+	s.ended[id] = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.ended, id)
+		s.mu.Unlock()
+	}()
+	if _, err := s.h.Submit(ctx, host.Submission{ID: id, Agent: loadgen.Agent, Goal: "peers", Script: script}); err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
-	rest, err := s.h.Wait(ctx, id)
-	if err != nil {
-		return fmt.Errorf("wait for %s: %w", id, err)
+	if s.wait {
+		rest, err := s.h.Wait(ctx, id)
+		if err != nil {
+			return fmt.Errorf("wait for %s: %w", id, err)
+		}
+		if rest.Status != host.RestCompleted {
+			return fmt.Errorf("task %s ended %v: %s", id, rest.Status, rest.Detail)
+		}
+		return nil
 	}
-	if rest.Status != host.RestCompleted {
-		return fmt.Errorf("task %s ended %v: %s", id, rest.Status, rest.Detail)
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("wait for %s: %w", id, ctx.Err())
+	case typ := <-ch:
+		if typ != noeta.TypeTaskCompleted {
+			return fmt.Errorf("task %s ended with %s", id, typ)
+		}
+		return nil
 	}
-	return nil
 }
 
-func (s *noetaSystem) close() { s.h.Close() }
+func (s *noetaSystem) close() {
+	s.untap()
+	s.h.Close()
+}

@@ -35,7 +35,7 @@ func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
 	var o oneOpts
 	fs := flag.NewFlagSet("peers one", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.system, "system", "", "noeta, dbos or temporal")
+	fs.StringVar(&o.system, "system", "", "noeta, noeta-wait, dbos or temporal")
 	fs.IntVar(&o.conc, "conc", 1, "concurrent runs (closed loop)")
 	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
 	fs.Float64Var(&o.seconds, "seconds", 10, "measured seconds")
@@ -54,7 +54,7 @@ func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
 
 func openSystem(ctx context.Context, o oneOpts) (system, error) {
 	switch o.system {
-	case "noeta":
+	case "noeta", "noeta-wait":
 		// As many engine workers as concurrent runs unless told, as the
 		// peers run every started run at once (Temporal's worker takes up
 		// to 1,000 at a time, DBOS a goroutine each).
@@ -62,13 +62,13 @@ func openSystem(ctx context.Context, o oneOpts) (system, error) {
 		if w == 0 {
 			w = o.conc
 		}
-		return openNoeta(ctx, o.addr, w, o.steps)
+		return openNoeta(ctx, o.addr, w, o.steps, o.system == "noeta-wait")
 	case "dbos":
 		return openDBOS(ctx, o.addr, o.steps)
 	case "temporal":
 		return openTemporal(ctx, o.addr, o.steps)
 	}
-	return nil, fmt.Errorf("peers one: unknown system %q (noeta, dbos, temporal)", o.system)
+	return nil, fmt.Errorf("peers one: unknown system %q (noeta, noeta-wait, dbos, temporal)", o.system)
 }
 
 // runOne opens one system, warms it up, measures o.seconds of closed-loop

@@ -42,7 +42,7 @@ func runPhases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("noeta-phases: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	s, err := openNoeta(ctx, dir, 1, *steps)
+	s, err := openNoeta(ctx, dir, 1, *steps, true)
 	if err != nil {
 		return err
 	}

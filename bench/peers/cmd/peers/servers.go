@@ -120,14 +120,15 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// startTemporal starts bin in dir on its own development-sqlite-file.yaml
+// startTemporal starts bin in dir on config, one of the server's own
+// config files: by default development-sqlite-file.yaml
 // (SQLite on the file dir/default, WAL, synchronous FULL; every port on
 // loopback) and registers the default namespace.
 //
 // Each of set ("key=value") is added to the server's dynamic config, for a
 // run that is not on the defaults.
-func startTemporal(ctx context.Context, bin, src, dir string, set []string) (*server, error) {
-	for _, f := range []string{"development-sqlite-file.yaml", "dynamicconfig/development-sql.yaml"} {
+func startTemporal(ctx context.Context, bin, src, dir, config string, set []string) (*server, error) {
+	for _, f := range []string{config, "dynamicconfig/development-sql.yaml"} {
 		if err := copyFile(filepath.Join(dir, "config", f), filepath.Join(src, "config", f)); err != nil {
 			return nil, err
 		}
@@ -158,7 +159,7 @@ func startTemporal(ctx context.Context, bin, src, dir string, set []string) (*se
 	if err != nil {
 		return nil, fmt.Errorf("temporal log: %w", err)
 	}
-	cmd := exec.Command(bin, "--config-file", "config/development-sqlite-file.yaml", "--allow-no-auth", "start")
+	cmd := exec.Command(bin, "--config-file", filepath.Join("config", config), "--allow-no-auth", "start")
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
