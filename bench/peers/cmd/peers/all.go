@@ -187,19 +187,29 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 				fmt.Fprintf(stderr, "round %d  %-8s conc %-3d  %7.1f runs/s  p50 %8.1f ms  p99 %8.1f ms  cpu/run %.4f + %.4f s  rss %.0f + %.0f MiB  load %.2f  other work %.2f cores\n",
 					round+1, sys, c, r.RunsPerSec, r.P50ms, r.P99ms, r.ClientCPU, r.ServerCPU, r.ClientRSS, r.ServerRSS, r.Load1, r.OtherCores)
 				rep.Results = append(rep.Results, r)
+				if err := writeReport(o.out, rep); err != nil {
+					return err
+				}
 			}
 		}
 	}
-	if o.out != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return fmt.Errorf("report: %w", err)
-		}
-		if err := os.WriteFile(o.out, b, 0o644); err != nil {
-			return fmt.Errorf("report: %w", err)
-		}
-	}
 	return writeTable(stdout, rep, o)
+}
+
+// writeReport writes rep to path as JSON, if path is set: after each
+// measurement, so an interrupted sitting keeps what it measured.
+func writeReport(path string, rep Report) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
 }
 
 // measure runs one measurement in a child process.
