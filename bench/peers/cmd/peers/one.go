@@ -92,10 +92,11 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err == nil {
 			break
 		}
-		if first.Err() != nil {
+		select {
+		case <-first.Done():
 			return fmt.Errorf("%s: no first run: %w", o.system, err)
+		case <-time.After(500 * time.Millisecond):
 		}
-		time.Sleep(500 * time.Millisecond)
 	}
 	if _, _, err := drive(ctx, o.conc, time.Duration(o.warmup*float64(time.Second)), s.run); err != nil {
 		return fmt.Errorf("%s warm-up: %w", o.system, err)
