@@ -271,8 +271,12 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "started %s, load average %.2f; write+fsync floor p50 %.0f µs, p99 %.0f µs\n",
 		rep.Start.Format(time.RFC3339), rep.Load1, rep.Floor.P50us, rep.Floor.P99us)
-	fmt.Fprintf(&b, "medians of %d rounds of %g s, %d steps per run\n", o.rounds, o.seconds, o.steps)
-	if o.temporalConfig != "development-sqlite-file.yaml" && slices.Contains(o.systems, "temporal") {
+	if o.rounds > 0 {
+		fmt.Fprintf(&b, "medians of %d rounds of %g s, %d steps per run\n", o.rounds, o.seconds, o.steps)
+	} else {
+		fmt.Fprintf(&b, "medians, %d steps per run\n", o.steps)
+	}
+	if o.temporalConfig != "" && o.temporalConfig != "development-sqlite-file.yaml" && slices.Contains(o.systems, "temporal") {
 		fmt.Fprintf(&b, "Temporal on its %s (not the default of this harness)\n", o.temporalConfig)
 	}
 	if len(o.temporalSet) > 0 {

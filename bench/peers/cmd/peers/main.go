@@ -6,6 +6,7 @@
 //	peers one -system S -conc N ...   (one measurement, run by the above)
 //	peers fsync [-dir D] [-n 1000]    (the disk's write+fsync latency)
 //	peers noeta-phases [-n 50]        (where a noeta run's time goes)
+//	peers merge [-max-other C] a.json b.json  (medians over several sittings)
 package main
 
 import (
@@ -34,6 +35,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runOne(ctx, args[1:], stdout, stderr)
 		case "fsync":
 			return runFsync(ctx, args[1:], stdout, stderr)
+		case "merge":
+			return runMerge(ctx, args[1:], stdout, stderr)
 		case "noeta-phases":
 			return runPhases(ctx, args[1:], stdout, stderr)
 		}
