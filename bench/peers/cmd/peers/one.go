@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// system is one of the three, open and ready to run.
+type system interface {
+	// run does one durable run of the steps and waits for its end.
+	run(ctx context.Context, i int) error
+	close()
+}
+
+// oneOpts are the flags of one measurement.
+type oneOpts struct {
+	system    string
+	conc      int
+	steps     int
+	seconds   float64
+	warmup    float64
+	serverPID int
+	// workers is noeta's engine workers; 0: as many as concurrent runs.
+	workers int
+	addr    string // Temporal's frontend, DBOS's database URL, noeta's data directory
+}
+
+func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
+	var o oneOpts
+	fs := flag.NewFlagSet("peers one", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.system, "system", "", "noeta, noeta-wait, dbos or temporal")
+	fs.IntVar(&o.conc, "conc", 1, "concurrent runs (closed loop)")
+	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
+	fs.Float64Var(&o.seconds, "seconds", 10, "measured seconds")
+	fs.Float64Var(&o.warmup, "warmup", 2, "unmeasured seconds first")
+	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as -conc)")
+	fs.IntVar(&o.serverPID, "server-pid", 0, "the server's pid, whose process tree's CPU and memory are read (0: none)")
+	fs.StringVar(&o.addr, "addr", "", "Temporal's frontend, DBOS's PostgreSQL URL or noeta's data directory")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.conc < 1 || o.steps < 1 || o.seconds <= 0 || o.addr == "" {
+		return o, errors.New("peers one: want -conc ≥ 1, -steps ≥ 1, -seconds > 0 and -addr")
+	}
+	return o, nil
+}
+
+func openSystem(ctx context.Context, o oneOpts) (system, error) {
+	switch o.system {
+	case "noeta", "noeta-wait":
+		// As many engine workers as concurrent runs unless told, as the
+		// peers run every started run at once (Temporal's worker takes up
+		// to 1,000 at a time, DBOS a goroutine each).
+		w := o.workers
+		if w == 0 {
+			w = o.conc
+		}
+		return openNoeta(ctx, o.addr, w, o.steps, o.system == "noeta-wait")
+	case "dbos":
+		return openDBOS(ctx, o.addr, o.steps)
+	case "temporal":
+		return openTemporal(ctx, o.addr, o.steps)
+	}
+	return nil, fmt.Errorf("peers one: unknown system %q (noeta, noeta-wait, dbos, temporal)", o.system)
+}
+
+// runOne opens one system, warms it up, measures o.seconds of closed-loop
+// runs at o.conc and prints the Result as JSON.
+func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseOne(args, stderr)
+	if err != nil {
+		return err
+	}
+	s, err := openSystem(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	// A first run, retried while a just-started server gets ready (a
+	// namespace Temporal registered answers NotFound for some seconds).
+	first, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	for {
+		err := s.run(first, -1)
+		if err == nil {
+			break
+		}
+		select {
+		case <-first.Done():
+			return fmt.Errorf("%s: no first run: %w", o.system, err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if _, _, err := drive(ctx, o.conc, time.Duration(o.warmup*float64(time.Second)), s.run); err != nil {
+		return fmt.Errorf("%s warm-up: %w", o.system, err)
+	}
+	r := Result{System: o.system, Concurrency: o.conc, Steps: o.steps, Load1: load1()}
+	m0, err := machineBusy()
+	if err != nil {
+		return err
+	}
+	c0, _, err := procStat(os.Getpid(), false)
+	if err != nil {
+		return err
+	}
+	var s0 float64
+	if o.serverPID > 0 {
+		if s0, err = treeCPU(o.serverPID); err != nil {
+			return err
+		}
+	}
+	lat, wall, err := drive(ctx, o.conc, time.Duration(o.seconds*float64(time.Second)), s.run)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.system, err)
+	}
+	c1, _, err := procStat(os.Getpid(), false)
+	if err != nil {
+		return err
+	}
+	m1, err := machineBusy()
+	if err != nil {
+		return err
+	}
+	summarise(&r, lat, wall)
+	ours := c1 - c0
+	if r.Runs > 0 {
+		r.ClientCPU = (c1 - c0) / float64(r.Runs)
+	}
+	if o.serverPID > 0 {
+		s1, err := treeCPU(o.serverPID)
+		if err != nil {
+			return err
+		}
+		if r.Runs > 0 {
+			r.ServerCPU = (s1 - s0) / float64(r.Runs)
+		}
+		ours += s1 - s0
+		r.ServerRSS = treePss(o.serverPID)
+	}
+	r.OtherCores = max(0, m1-m0-ours) / wall.Seconds()
+	if r.ClientRSS, err = statusField("/proc/self/status", "VmHWM"); err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(r)
+}
