@@ -59,6 +59,12 @@ type Host struct {
 
 	startMu sync.Mutex
 
+	// segEnd is closed, and replaced, when a segment of the host's pools
+	// ends: a watcher that found the tree's task still in a worker's
+	// hands waits on it rather than on its next tick.
+	segMu  sync.Mutex
+	segEnd chan struct{}
+
 	closeOnce sync.Once
 }
 
@@ -236,6 +242,26 @@ func (h *Host) Tap(fn eventlog.Handler) (cancel func()) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		delete(h.taps, id)
+	}
+}
+
+// segmentEnd is the channel the next end of a segment closes.
+func (h *Host) segmentEnd() <-chan struct{} {
+	h.segMu.Lock()
+	defer h.segMu.Unlock()
+	if h.segEnd == nil {
+		h.segEnd = make(chan struct{})
+	}
+	return h.segEnd
+}
+
+// segmentEnded wakes every watcher waiting on segmentEnd.
+func (h *Host) segmentEnded() {
+	h.segMu.Lock()
+	defer h.segMu.Unlock()
+	if h.segEnd != nil {
+		close(h.segEnd)
+		h.segEnd = nil
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 )
 
 // exampleConfig is examples/noeta.yaml.
-func exampleConfig(t *testing.T) *config.File {
+func exampleConfig(t testing.TB) *config.File {
 	t.Helper()
 	cfg, err := config.Load(t.Context(), "../examples/noeta.yaml")
 	if err != nil {
@@ -29,7 +29,7 @@ func exampleConfig(t *testing.T) *config.File {
 }
 
 // task parses a task file.
-func task(t *testing.T, body string) Submission {
+func task(t testing.TB, body string) Submission {
 	t.Helper()
 	tf, err := policy.ParseTaskFile("task.yaml", []byte(body))
 	if err != nil {
@@ -45,7 +45,7 @@ func task(t *testing.T, body string) Submission {
 // openMem opens a host of cfg on a memlog backend of its own, with the
 // built-in tools (unconfined: confinement is hostconfig's, tested there)
 // and what o adds.
-func openMem(t *testing.T, cfg *config.File, o Options) *Host {
+func openMem(t testing.TB, cfg *config.File, o Options) *Host {
 	t.Helper()
 	b, err := memlog.NewBackend(memlog.Options{})
 	if err != nil {

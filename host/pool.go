@@ -158,6 +158,9 @@ func (p *Pool) work(name string) {
 		p.mu.Lock()
 		delete(p.inFlight, lease.Task)
 		p.mu.Unlock()
+		// A watcher that saw the task's last record while this worker
+		// was still in the segment looks again now.
+		p.h.segmentEnded()
 		outcome := segmentOutcome(out, err, p.segCtx.Err() != nil)
 		if m != nil {
 			m.Segment(outcome, took)

@@ -207,6 +207,7 @@ func (w *Watch) Wait(ctx context.Context) (Rest, error) {
 	tick := time.NewTicker(settleEvery)
 	defer tick.Stop()
 	failures := 0
+	ended := w.h.segmentEnd()
 	for {
 		select {
 		case <-ctx.Done():
@@ -218,8 +219,14 @@ func (w *Watch) Wait(ctx context.Context) (Rest, error) {
 			if _, rest := w.drainRest(ctx); !rest {
 				continue
 			}
+		case <-ended:
+			// A worker of this host left a segment: the tree it held may
+			// rest now (settled waits for the worker to return).
 		case <-tick.C:
 		}
+		// Taken before the look: a segment that ends after it wakes the
+		// next round.
+		ended = w.h.segmentEnd()
 		w.drain(ctx)
 		out, done, err := w.settled(ctx)
 		switch {
