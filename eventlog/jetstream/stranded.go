@@ -39,7 +39,9 @@ func (d *Dispatcher) strandAfter() time.Duration {
 }
 
 // checkStranded notes the ready rows of s whose signal is there, and
-// republishes those stranded since the passes before.
+// republishes those stranded since the passes before. A queue or a task
+// that cannot be checked now is left to the next pass and the others are
+// checked; the errors are returned together.
 func (d *Dispatcher) checkStranded(ctx context.Context, s *snapshot, now time.Time) error {
 	seen := make(map[string]strandedSeen)
 	suspects := map[string][]string{} // queue → tasks
@@ -60,21 +62,23 @@ func (d *Dispatcher) checkStranded(ctx context.Context, s *snapshot, now time.Ti
 	d.stranded = seen
 	d.strandMu.Unlock()
 
+	var errs []error
 	for queue, tasks := range suspects {
 		idle, err := d.queueIdle(ctx, queue)
 		if err != nil {
-			return err
+			errs = append(errs, err)
+			continue
 		}
 		if !idle {
 			continue
 		}
 		for _, task := range tasks {
 			if err := d.republish(ctx, task); err != nil {
-				return err
+				errs = append(errs, err)
 			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // queueIdle reports whether queue's consumer has nothing pending and
