@@ -8,7 +8,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/observers"
+	"github.com/noeta-go/noeta/tasklist"
 )
 
 // Bounds of the API.
@@ -33,8 +33,6 @@ const (
 	MaxPage     = 200
 	// MaxEvents bounds one GET /api/v1/tasks/{id}/events list.
 	MaxEvents = 1000
-	// goalRunes cuts a goal in lists.
-	goalRunes = 300
 	// streamQueue bounds the changes queued for one approvals stream; a
 	// client that falls behind is closed and reconnects.
 	streamQueue = 1024
@@ -288,80 +286,61 @@ func applyChange(set []Approval, c eventlog.WaitingChange) []Approval {
 	return set
 }
 
-// TaskRow is one task of GET /api/v1/tasks.
-type TaskRow struct {
-	Task   string    `json:"task"`
-	Agent  string    `json:"agent"`
-	Goal   string    `json:"goal"`
-	Status string    `json:"status"`
-	Reason string    `json:"reason,omitempty"`
-	Seq    uint64    `json:"last_seq"`
-	Last   time.Time `json:"last_time,omitzero"`
-	// Outcome is the terminal record's type of an ended task.
-	Outcome    string   `json:"outcome,omitempty"`
-	AgeSeconds float64  `json:"age_seconds,omitempty"`
-	Waiting    []string `json:"waiting,omitempty"`
-}
+// TaskRow is one task of GET /api/v1/tasks: its status is a word of
+// tasklist.Statuses (completed, failed, cancelled, waiting, …).
+type TaskRow = tasklist.Row
 
+// tasks lists the tasks, newest first, a page at a time (limit, offset),
+// filtered by status (comma-separated words), agent, since (a duration such
+// as 24h, or an RFC 3339 time) and q (text in the id, agent or goal).
 func (s *Server) tasks(w http.ResponseWriter, r *http.Request, _ Principal) {
 	q := r.URL.Query()
 	limit, err1 := intParam(q.Get("limit"), DefaultPage, 1, MaxPage)
 	offset, err2 := intParam(q.Get("offset"), 0, 0, 1<<30)
-	if err := errors.Join(err1, err2); err != nil {
+	since, err3 := tasklist.ParseSince(q.Get("since"), time.Now())
+	if err := errors.Join(err1, err2, err3); err != nil {
 		problem(w, http.StatusBadRequest, "bad-query", "Bad query", err.Error())
 		return
 	}
-	all, err := s.cfg.Host.Tasks(r.Context())
+	f := tasklist.Filter{Agent: q.Get("agent"), Text: q.Get("q"), Since: since, Offset: offset, Limit: limit}
+	if st := q.Get("status"); st != "" {
+		f.Status = strings.Split(st, ",")
+	}
+	if err := f.Check(); err != nil {
+		problem(w, http.StatusBadRequest, "bad-query", "Bad query", err.Error())
+		return
+	}
+	p, err := tasklist.List(r.Context(), s.cfg.Host, f)
 	if err != nil {
 		s.internal(w, r, "list the tasks", err)
 		return
 	}
-	page := all[min(offset, len(all)):min(offset+limit, len(all))]
-	rows := make([]TaskRow, 0, len(page))
-	for _, t := range page {
-		row, _, err := s.taskRow(r.Context(), t.Task, t.LastTime)
-		if err != nil {
-			// One task that cannot be read does not hide the others.
-			row = TaskRow{Task: t.Task, Seq: t.LastSeq, Last: t.LastTime, Status: "unreadable", Reason: err.Error()}
+	now := time.Now()
+	rows := make([]taskListRow, 0, len(p.Rows))
+	for _, row := range p.Rows {
+		lr := taskListRow{Row: row}
+		if !row.Last.IsZero() {
+			lr.AgeSeconds = now.Sub(row.Last).Seconds()
 		}
-		rows = append(rows, row)
+		rows = append(rows, lr)
 	}
-	out := map[string]any{"tasks": rows, "total": len(all), "offset": offset, "limit": limit}
-	if offset+limit < len(all) {
+	out := map[string]any{"tasks": rows, "total": p.Total, "offset": offset, "limit": limit}
+	if p.More {
 		out["next_offset"] = offset + limit
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) taskRow(ctx context.Context, task string, at time.Time) (TaskRow, *engine.State, error) {
-	st, _, err := s.cfg.Host.Fold(ctx, task)
-	if err != nil {
-		return TaskRow{}, nil, err
-	}
-	row := TaskRow{
-		Task: task, Agent: st.Agent, Goal: cut(st.Goal, goalRunes), Status: string(st.Status), Reason: st.Reason,
-		Seq: st.LastSeq, Last: at,
-	}
-	if !at.IsZero() {
-		row.AgeSeconds = time.Since(at).Seconds()
-	}
-	for h := range st.Governance.PendingApprovals {
-		row.Waiting = append(row.Waiting, h)
-	}
-	slices.Sort(row.Waiting)
-	if st.Status == noeta.StatusTerminal && st.LastSeq > 0 {
-		if envs, err := s.cfg.Host.Events(ctx, task, st.LastSeq-1); err == nil && len(envs) > 0 {
-			row.Outcome = envs[len(envs)-1].Type
-		}
-	}
-	return row, st, nil
+// taskListRow is a row with its age, for the page to show "3m ago".
+type taskListRow struct {
+	tasklist.Row
+	AgeSeconds float64 `json:"age_seconds,omitempty"`
 }
 
 // TaskDetail is GET /api/v1/tasks/{id}.
 type TaskDetail struct {
 	TaskRow
 	Root    string                           `json:"root"`
-	Parent  string                           `json:"parent,omitempty"`
 	Pending map[string]noeta.PendingApproval `json:"pending_approvals,omitempty"`
 	Answer  json.RawMessage                  `json:"answer,omitempty"`
 }
@@ -372,13 +351,13 @@ func (s *Server) task(w http.ResponseWriter, r *http.Request, _ Principal) {
 		problem(w, http.StatusBadRequest, "bad-task", "Bad task id", err.Error())
 		return
 	}
-	row, st, err := s.taskRow(r.Context(), id, time.Time{})
+	row, st, err := tasklist.Fold(r.Context(), s.cfg.Host, id)
 	if err != nil {
 		s.fail(w, r, "read the task", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, TaskDetail{
-		TaskRow: row, Root: st.Root, Parent: st.Parent, Pending: st.Governance.PendingApprovals, Answer: st.Answer,
+		TaskRow: row, Root: st.Root, Pending: st.Governance.PendingApprovals, Answer: st.Answer,
 	})
 }
 
@@ -609,12 +588,4 @@ func intParam(v string, def, lo, hi int) (int, error) {
 		return 0, fmt.Errorf("%q: want an integer from %d to %d", v, lo, hi)
 	}
 	return n, nil
-}
-
-func cut(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n]) + "…"
 }

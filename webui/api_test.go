@@ -448,8 +448,35 @@ func TestTasksAndTask(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil || len(page.Tasks) != 1 || page.NextOffset != 0 || page.Tasks[0].Task != a {
 		t.Fatalf("second page: %+v %v", page, err)
 	}
-	if r := page.Tasks[0]; r.Agent != "assistant" || r.Status != string(noeta.StatusSuspended) || len(r.Waiting) != 1 || r.Waiting[0] != handle {
+	if r := page.Tasks[0]; r.Agent != "assistant" || r.Status != "waiting" || len(r.Waiting) != 1 || r.Waiting[0] != handle {
 		t.Errorf("row: %+v", r)
+	}
+	// Filters: status words, agent, text, since; a bad one is a 400 naming it.
+	filters := []struct {
+		query string
+		code  int
+		n     int
+	}{
+		{"status=waiting", http.StatusOK, 2},
+		{"status=completed,failed", http.StatusOK, 0},
+		{"agent=assistant&q=SOMEONE+AGREES", http.StatusOK, 2},
+		{"q=" + a, http.StatusOK, 1},
+		{"agent=nobody", http.StatusOK, 0},
+		{"since=1h", http.StatusOK, 2},
+		{"since=2000-01-01T00:00:00Z&status=waiting", http.StatusOK, 2},
+		{"status=terminal", http.StatusBadRequest, 0},
+		{"since=yesterday", http.StatusBadRequest, 0},
+		{"since=-1h", http.StatusBadRequest, 0},
+	}
+	for _, f := range filters {
+		w := do(s, req{method: "GET", path: "/api/v1/tasks?" + f.query, hdr: bearer(aliceToken)})
+		var got struct {
+			Tasks []TaskRow `json:"tasks"`
+		}
+		_ = json.Unmarshal(w.Body.Bytes(), &got)
+		if w.Code != f.code || len(got.Tasks) != f.n {
+			t.Errorf("?%s: %d with %d tasks, want %d with %d: %s", f.query, w.Code, len(got.Tasks), f.code, f.n, w.Body)
+		}
 	}
 	var d TaskDetail
 	w = do(s, req{method: "GET", path: "/api/v1/tasks/" + a, hdr: bearer(aliceToken)})

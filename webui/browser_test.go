@@ -183,7 +183,7 @@ func TestInboxInBrowser(t *testing.T) {
 		chromedp.WaitNotPresent(row(first)))
 	step(t, ctx, "the task completes",
 		chromedp.Navigate(base+"/#/task/"+first),
-		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="TaskCompleted"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="completed"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#timeline li.ApprovalResolved`)))
 	resolved, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#timeline li.ApprovalResolved`)))
 	if err != nil || !strings.Contains(resolved, "approve by alice (token)") {
@@ -192,7 +192,7 @@ func TestInboxInBrowser(t *testing.T) {
 
 	step(t, ctx, "the task list shows it completed",
 		chromedp.Navigate(base+"/#/tasks"),
-		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#tasks-body tr[data-task=%q] .status.TaskCompleted`, first))))
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#tasks-body tr[data-task=%q] .status.completed`, first))))
 
 	// A right-to-left override in the goal is shown escaped, not obeyed.
 	second := submit(t, h, "drop the staging database\u202e;lmth.emoc")
@@ -219,6 +219,26 @@ func TestInboxInBrowser(t *testing.T) {
 	if err != nil || !gapless {
 		t.Errorf("the timeline skips or repeats a record (%v)", err)
 	}
+	// The task list filters by text and by status word.
+	taskRow := func(id string) chromedp.Action[chromedp.Void] {
+		return chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#tasks-body tr[data-task=%q]`, id)))
+	}
+	step(t, ctx, "the list filtered by text",
+		chromedp.Navigate(base+"/#/tasks"),
+		taskRow(first), taskRow(second),
+		// pick chooses a status as a person would: the select changes.
+		chromedp.Evaluate[chromedp.Void](`window.pick = (v) => { const s = document.getElementById("tasks-status"); s.value = v; s.dispatchEvent(new Event("change")); }`),
+		chromedp.SendKeys(chromedp.CSS("#tasks-text"), "RELEASE to"),
+		chromedp.WaitNotPresent(chromedp.CSS(fmt.Sprintf(`#tasks-body tr[data-task=%q]`, second))),
+		taskRow(first))
+	step(t, ctx, "a text and a status that match nothing",
+		chromedp.Evaluate[chromedp.Void](`pick("cancelled")`),
+		chromedp.WaitVisible(chromedp.CSS("#tasks-empty")),
+		chromedp.WaitNotPresent(chromedp.CSS("#tasks-body tr")))
+	step(t, ctx, "the status that matches",
+		chromedp.Evaluate[chromedp.Void](`pick("completed")`),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#tasks-body tr[data-task=%q][data-status="completed"]`, first))),
+		chromedp.Blur(chromedp.CSS("#tasks-text")))
 	if p := os.Getenv("NOETA_TASK_SCREENSHOT"); p != "" {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err == nil {
@@ -340,7 +360,7 @@ script:
 		chromedp.SendKeys(chromedp.CSS(fmt.Sprintf(`li.approval[data-task=%q] input.reason-input`, id)), "eu-west-1\r"),
 		chromedp.WaitNotPresent(row(id)),
 		chromedp.Navigate(base+"/#/task/"+id),
-		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="TaskCompleted"]`)))
+		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="completed"]`)))
 }
 
 // TestQuorumInBrowser: a request that needs two approvers shows its quorum;

@@ -70,7 +70,7 @@ agents:
 		chromedp.Click(chromedp.CSS(`#login-form button[type="submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#live.on")),
 		chromedp.Navigate(base+"/#/task/"+id),
-		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="TaskCompleted"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="completed"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#timeline li.PolicyDecided .said`)))
 	read := func(js string) string {
 		t.Helper()

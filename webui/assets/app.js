@@ -11,6 +11,7 @@ const state = {
   inboxSource: null,
   taskSource: null,
   tasksOffset: 0,
+  tasksGen: 0,
   pendingG: false,
 };
 // When each approval row entered the page (ms since the epoch): read by the
@@ -136,9 +137,7 @@ function route() {
     openTask(decodeURIComponent(h.slice("#/task/".length)));
   } else if (h === "#/tasks") {
     show("tasks");
-    state.tasksOffset = 0;
-    $("tasks-body").replaceChildren();
-    loadTasks();
+    reloadTasks();
   } else {
     show("inbox");
     renderInbox();
@@ -332,19 +331,46 @@ function move(delta) {
 
 // ---- tasks ----
 
+// tasksQuery is the list's filter as the API's query: status words, agent,
+// text.
+function tasksQuery() {
+  const q = new URLSearchParams({ limit: "50", offset: String(state.tasksOffset) });
+  if ($("tasks-status").value) q.set("status", $("tasks-status").value);
+  if ($("tasks-agent").value.trim()) q.set("agent", $("tasks-agent").value.trim());
+  if ($("tasks-text").value.trim()) q.set("q", $("tasks-text").value.trim());
+  return q.toString();
+}
+
+// reloadTasks shows the first page of the list under the filter as it is
+// now; a reply to an older filter that arrives late is dropped.
+function reloadTasks() {
+  state.tasksOffset = 0;
+  $("tasks-body").replaceChildren();
+  loadTasks();
+}
+
 async function loadTasks() {
-  const r = await api("GET", "/api/v1/tasks?limit=50&offset=" + state.tasksOffset);
-  if (!r.ok) return;
+  const gen = ++state.tasksGen;
+  const first = state.tasksOffset === 0;
+  const r = await api("GET", "/api/v1/tasks?" + tasksQuery());
+  if (gen !== state.tasksGen) return;
   const body = $("tasks-body");
+  if (!r.ok) {
+    $("tasks-empty").textContent = shown((r.data && r.data.detail) || "cannot list the tasks");
+    $("tasks-empty").hidden = false;
+    return;
+  }
+  if (first) body.replaceChildren();
   for (const t of r.data.tasks) {
-    const status = t.outcome || t.status;
-    body.append(el("tr", { "data-task": t.task },
+    body.append(el("tr", { "data-task": t.task, "data-status": t.status },
       el("td", {}, el("a", { href: "#/task/" + encodeURIComponent(t.task), text: t.task })),
       el("td", { text: t.agent || "" }),
-      el("td", {}, el("span", { class: "status " + status, text: status + (t.waiting ? " (waits: " + t.waiting.length + ")" : "") })),
+      el("td", {}, el("span", { class: "status " + t.status, text: t.status + (t.waiting ? " (" + t.waiting.length + ")" : "") })),
       el("td", { class: "goal", text: t.goal || "", title: t.goal || "" }),
       el("td", { text: age(t.age_seconds) + " ago" })));
   }
+  $("tasks-empty").textContent = "No task matches.";
+  $("tasks-empty").hidden = body.children.length > 0;
   state.tasksOffset = r.data.next_offset || 0;
   $("tasks-more").hidden = !r.data.next_offset;
 }
@@ -413,7 +439,7 @@ async function openTask(id) {
   const r = await api("GET", "/api/v1/tasks/" + encodeURIComponent(id));
   if (r.ok) {
     $("task-goal").textContent = shown((r.data.agent ? "agent " + r.data.agent + " · " : "") + (r.data.goal || ""));
-    setStatus(r.data.outcome || r.data.status);
+    setStatus(r.data.status);
   } else {
     $("task-goal").textContent = shown((r.data && r.data.detail) || "cannot read the task");
     return;
@@ -426,13 +452,16 @@ async function openTask(id) {
     if (seen.has(rec.seq)) return;
     seen.add(rec.seq);
     tl.append(timelineItem(rec));
-    if (["TaskCompleted", "TaskFailed", "TaskCancelled"].includes(rec.type)) setStatus(rec.type);
-    else if (rec.type === "TaskSuspended") setStatus("suspended");
+    if (ends[rec.type]) setStatus(ends[rec.type]);
+    else if (rec.type === "TaskSuspended") setStatus(rec.payload && rec.payload.wake_on && rec.payload.wake_on.kind === "human_response" ? "waiting" : "suspended");
     else if (rec.type === "TaskWoken" || rec.type === "TurnStarted") setStatus("running");
   };
   es.addEventListener("record", onEvent);
   es.addEventListener("open", () => setLive(true));
 }
+
+// ends are the status words of a task's terminal records.
+const ends = { TaskCompleted: "completed", TaskFailed: "failed", TaskCancelled: "cancelled" };
 
 function setStatus(s) {
   const e = $("task-status");
@@ -446,7 +475,7 @@ function setStatus(s) {
 function onKey(ev) {
   const t = ev.target;
   const typing = t instanceof HTMLInputElement || t instanceof HTMLTextAreaElement;
-  if (ev.key === "Escape" && t === $("filter")) { t.blur(); return; }
+  if (ev.key === "Escape" && typing) { t.blur(); return; }
   if (typing || ev.ctrlKey || ev.metaKey || ev.altKey || !state.me) return;
   if (state.pendingG) {
     state.pendingG = false;
@@ -457,7 +486,10 @@ function onKey(ev) {
   switch (ev.key) {
     case "?": ev.preventDefault(); $("help").showModal(); return;
     case "g": state.pendingG = true; return;
-    case "/": if (inInbox) { ev.preventDefault(); $("filter").focus(); } return;
+    case "/":
+      if (inInbox) { ev.preventDefault(); $("filter").focus(); }
+      else if (!$("view-tasks").hidden) { ev.preventDefault(); $("tasks-text").focus(); }
+      return;
   }
   if (!inInbox) return;
   const row = selectedRow();
@@ -483,6 +515,12 @@ document.addEventListener("DOMContentLoaded", async () => {
   });
   $("filter").addEventListener("input", () => { state.filter = $("filter").value; renderInbox(); });
   $("tasks-more").addEventListener("click", loadTasks);
+  $("tasks-status").addEventListener("change", reloadTasks);
+  $("tasks-filter").addEventListener("submit", (ev) => { ev.preventDefault(); reloadTasks(); });
+  let typing = null;
+  for (const id of ["tasks-agent", "tasks-text"]) {
+    $(id).addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(reloadTasks, 250); });
+  }
   document.addEventListener("keydown", onKey);
   window.addEventListener("hashchange", route);
   setInterval(tickAges, 10000);
