@@ -146,7 +146,7 @@ func TestLocalApprover(t *testing.T) {
 		want func(string) bool
 	}{
 		{"alice", func(s string) bool { return s == "cli:alice" }},
-		{"", func(s string) bool { return strings.HasPrefix(s, CLIPrefix) && len(s) > len(CLIPrefix) || s == "cli" }},
+		{"", func(s string) bool { return strings.HasPrefix(s, CLIPrefix) && len(s) > len(CLIPrefix) }},
 	}
 	for _, tt := range tests {
 		t.Setenv("USER", tt.user)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -23,10 +24,10 @@ const CLIPrefix = "cli:"
 
 // LocalApprover names the local user of the embedded default, who answers
 // from the command line: cli:$USER, else cli: and the name of the
-// process's user (a shell without USER, a container), or cli when neither
-// is known. Without the fallback every local user of such an environment
-// was the same "cli", and a submitter named so could not be told from
-// anyone else.
+// process's user (a shell without USER, a container), or cli:uid-N by the
+// process's user id when no name is known. Without the fallbacks every
+// local user of such an environment was the same "cli", and a submitter
+// named so could not be told from anyone else.
 func LocalApprover() string {
 	if u := os.Getenv("USER"); u != "" {
 		return CLIPrefix + u
@@ -34,7 +35,7 @@ func LocalApprover() string {
 	if u, err := user.Current(); err == nil && u.Username != "" {
 		return CLIPrefix + u.Username
 	}
-	return "cli"
+	return CLIPrefix + "uid-" + strconv.Itoa(os.Getuid())
 }
 
 // reserved are the names no person answers as, compared as [SamePerson]

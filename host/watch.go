@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
@@ -679,7 +681,12 @@ func WakeString(w *noeta.Wake) string {
 		return fmt.Sprintf("subtask_group_completed %s (%d subtasks)", w.GroupID, len(w.SubtaskIDs))
 	case noeta.WakeHumanResponse:
 		s := "human_response " + w.Handle
-		if w.Decision != "" {
+		switch {
+		case w.Text != "" && !strings.HasPrefix(w.Handle, "approval-"):
+			// A question's or a park's reply: its words are the answer
+			// (an approval's reason is shown by ApprovalResolved).
+			s += " answered " + quoteCut(w.Text, 100)
+		case w.Decision != "":
 			s += " " + w.Decision
 		}
 		if w.Approver != "" {
@@ -698,6 +705,14 @@ func WakeString(w *noeta.Wake) string {
 		return "external_event " + w.EventKind
 	}
 	return string(w.Kind)
+}
+
+// quoteCut is s quoted, cut to n runes with … where it was cut.
+func quoteCut(s string, n int) string {
+	if utf8.RuneCountInString(s) > n {
+		s = string([]rune(s)[:n-1]) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 // short is the last six characters of an id, which tell the tasks of one

@@ -59,6 +59,8 @@ type Row struct {
 	Last    time.Time `json:"last_time,omitzero"`
 	// Outcome is the terminal record's type of an ended task.
 	Outcome string `json:"outcome,omitempty"`
+	// Answer is a completed task's answer (JSON), cut to AnswerRunes.
+	Answer string `json:"answer,omitempty"`
 	// Waiting are the handles of the approvals and the question it waits on.
 	Waiting []string `json:"waiting,omitempty"`
 	Parent  string   `json:"parent,omitempty"`
@@ -66,6 +68,9 @@ type Row struct {
 
 // GoalRunes bounds a row's goal: a list shows the start of it.
 const GoalRunes = 300
+
+// AnswerRunes bounds a row's answer.
+const AnswerRunes = 300
 
 // MaxLimit bounds a page.
 const MaxLimit = 10000
@@ -210,6 +215,9 @@ func Fold(ctx context.Context, src Source, task string) (Row, *engine.State, err
 		return Row{}, nil, err
 	}
 	row := Row{Task: task, Agent: st.Agent, Goal: cut(st.Goal, GoalRunes), Reason: st.Reason, LastSeq: st.LastSeq, Parent: st.Parent}
+	if st.GoalRef != nil {
+		row.Goal = fmt.Sprintf("(%d bytes in the content store, sha256 %s)", st.GoalRef.Size, st.GoalRef.Hash)
+	}
 	for h := range st.Governance.PendingApprovals {
 		row.Waiting = append(row.Waiting, h)
 	}
@@ -218,6 +226,9 @@ func Fold(ctx context.Context, src Source, task string) (Row, *engine.State, err
 	}
 	slices.Sort(row.Waiting)
 	row.Status = statusWord(st)
+	if len(st.Answer) > 0 {
+		row.Answer = cut(string(st.Answer), AnswerRunes)
+	}
 	if st.Status == noeta.StatusTerminal && st.LastSeq > 0 {
 		envs, err := src.Events(ctx, task, st.LastSeq-1)
 		if err != nil {
@@ -227,7 +238,18 @@ func Fold(ctx context.Context, src Source, task string) (Row, *engine.State, err
 			last := envs[len(envs)-1]
 			row.Outcome = last.Type
 			row.Status = outcomeWord(last.Type, row.Status)
+			// The end's own words: a failure's error, a cancellation's
+			// reason (the fold keeps the reason of the suspend before).
+			if p, _, err := last.Decode(); err == nil {
+				switch p := p.(type) {
+				case *noeta.TaskFailed:
+					row.Reason = p.Error
+				case *noeta.TaskCancelled:
+					row.Reason = p.Reason
+				}
+			}
 		}
+		row.Waiting = nil // an ended task waits on nothing
 	}
 	return row, st, nil
 }

@@ -2,10 +2,12 @@ package taskview
 
 import (
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/tasklist"
 )
 
 // TestReadVerbs: inspect writes a task's state as text or JSON and checks
@@ -24,11 +26,16 @@ func TestReadVerbs(t *testing.T) {
 		{"inspect", func(b *strings.Builder) error { return Inspect(ctx, h, id, false, b, func(string) {}) },
 			[]string{"task      " + id, "status    terminal", "dispatch  terminal"}, ""},
 		{"inspect --json", func(b *strings.Builder) error { return Inspect(ctx, h, id, true, b, func(string) {}) },
-			[]string{`"task_id": "` + id + `"`, `"dispatcher": {`}, ""},
+			[]string{`"task_id":"` + id + `"`, `"dispatcher":{`, `"turns":[`}, ""},
 		{"inspect an unknown task", func(b *strings.Builder) error { return Inspect(ctx, h, unknown, false, b, func(string) {}) },
 			nil, "no task " + unknown + " in this deployment"},
-		{"tasks", func(b *strings.Builder) error { return WriteTasks(ctx, h, b) },
-			[]string{"TASK                        DISPATCH    RECORDS  LAST RECORD", id + "  terminal"}, ""},
+		{"tasks", func(b *strings.Builder) error { return WriteTasks(ctx, h, tasklist.Filter{}, false, b, io.Discard) },
+			[]string{"TASK                        AGENT  STATUS     LAST RECORD", id + "  "}, ""},
+		{"tasks --json", func(b *strings.Builder) error { return WriteTasks(ctx, h, tasklist.Filter{}, true, b, io.Discard) },
+			[]string{`{"task":"` + id + `"`}, ""},
+		{"tasks of no status", func(b *strings.Builder) error {
+			return WriteTasks(ctx, h, tasklist.Filter{Status: []string{tasklist.Waiting}}, false, b, io.Discard)
+		}, []string{"TASK "}, ""},
 		{"the tail of a whole log", func(*strings.Builder) error { return CheckTail(ctx, h, id) }, nil, ""},
 		{"the tail of an unknown task", func(*strings.Builder) error { return CheckTail(ctx, h, unknown) }, nil, "not found"},
 	}

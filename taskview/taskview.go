@@ -128,7 +128,7 @@ func StateJSON(s *engine.State, ds eventlog.DispatchState, known bool) ([]byte, 
 	if known {
 		out.Dispatcher = &ds
 	}
-	return json.MarshalIndent(out, "", "  ")
+	return json.Marshal(out)
 }
 
 // WriteState writes a task's folded state and the dispatcher's row of it

@@ -2,6 +2,7 @@ package taskview
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -239,14 +240,15 @@ func TestJSONShapes(t *testing.T) {
 			t.Errorf("known %v, dispatcher in %s: %v", known, b, ok)
 		}
 	}
-	b, err := WaitingJSON(nil)
-	if err != nil || string(b) != "[]" {
-		t.Errorf("nothing waits: %s, %v", b, err)
+	var none, two bytes.Buffer
+	if err := WriteWaitingJSON(&none, nil); err != nil || none.Len() != 0 {
+		t.Errorf("nothing waits: %q, %v", none.String(), err)
 	}
-	b, err = WaitingJSON([]eventlog.Waiting{{Task: "t", Handle: "h"}})
-	var back []eventlog.Waiting
-	if err != nil || json.Unmarshal(b, &back) != nil || len(back) != 1 || back[0].Handle != "h" {
-		t.Errorf("one waits: %s, %v", b, err)
+	err := WriteWaitingJSON(&two, []eventlog.Waiting{{Task: "t", Handle: "h"}, {Task: "u", Handle: "i"}})
+	lines := strings.Split(strings.TrimSuffix(two.String(), "\n"), "\n")
+	var back eventlog.Waiting
+	if err != nil || len(lines) != 2 || json.Unmarshal([]byte(lines[1]), &back) != nil || back.Handle != "i" {
+		t.Errorf("two wait: %q, %v", two.String(), err)
 	}
 }
 

@@ -55,13 +55,13 @@ func Turns(envs []eventlog.Envelope) []Turn {
 }
 
 // TurnsJSON is Turns as inspect --json prints them beside the state: an
-// indented JSON array ([] for a task that decided nothing yet).
+// JSON array ([] for a task that decided nothing yet).
 func TurnsJSON(envs []eventlog.Envelope) ([]byte, error) {
 	ts := Turns(envs)
 	if ts == nil {
 		ts = []Turn{}
 	}
-	return json.MarshalIndent(ts, "", "  ")
+	return json.Marshal(ts)
 }
 
 // InspectJSON is StateJSON with the task's decisions beside the state:
@@ -80,7 +80,7 @@ func InspectJSON(s *engine.State, ds eventlog.DispatchState, known bool, envs []
 	if known {
 		out.Dispatcher = &ds
 	}
-	return json.MarshalIndent(out, "", "  ")
+	return json.Marshal(out)
 }
 
 // WriteTurns writes the decisions among a task's records, a line each,

@@ -15,13 +15,17 @@ import (
 	"github.com/noeta-go/noeta/timeline"
 )
 
-// WaitingJSON is the waiting list as engine approvals --json prints it:
-// one indented JSON array of the index's entries, [] when none wait.
-func WaitingJSON(ws []eventlog.Waiting) ([]byte, error) {
-	if ws == nil {
-		ws = []eventlog.Waiting{}
+// WriteWaitingJSON is the waiting list as engine approvals --json prints
+// it: one JSON object per entry per line (docs/cli.md), nothing when none
+// wait.
+func WriteWaitingJSON(w io.Writer, ws []eventlog.Waiting) error {
+	enc := json.NewEncoder(w)
+	for _, e := range ws {
+		if err := enc.Encode(e); err != nil {
+			return err
+		}
 	}
-	return json.MarshalIndent(ws, "", "  ")
+	return nil
 }
 
 // WriteWaiting prints one line per request and an indented line of its

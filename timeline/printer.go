@@ -272,14 +272,17 @@ func WriteOutcome(w io.Writer, id, where string, out host.Rest) {
 			}
 		}
 		if where == "" {
-			fmt.Fprintf(w, "to answer: run the task file again with --approvals ask (y/N on the terminal), approve or deny\n")
+			fmt.Fprintf(w, "to answer: through the host that holds the task (Host.Approve)\n")
 			return
 		}
-		fmt.Fprintf(w, "to answer (add --deny to refuse, --reason R to say why):\n")
+		fmt.Fprintf(w, "to answer:\n")
 		for _, wt := range out.Waiting {
-			fmt.Fprintf(w, "  engine approve %s %s %s\n", l(wt.Task), l(wt.Handle), where)
+			if wt.Approval != nil {
+				fmt.Fprintf(w, "  engine approve %s %s %s   (--deny to refuse, --reason R to say why)\n", l(wt.Task), l(wt.Handle), where)
+			} else {
+				fmt.Fprintf(w, "  engine answer %s %s TEXT %s\n", l(wt.Task), l(wt.Handle), where)
+			}
 		}
-		fmt.Fprintf(w, "or run the task file again with --approvals ask (y/N on the terminal), approve or deny\n")
 	case host.RestStuck:
 		fmt.Fprintf(w, "stuck: task %s: %s\n", id, l(out.Detail))
 	case host.RestInterrupted:

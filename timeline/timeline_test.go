@@ -403,6 +403,7 @@ func TestAskDropsTheLineOfAClosedPrompt(t *testing.T) {
 func TestWriteOutcome(t *testing.T) {
 	waiting := host.Rest{Status: host.RestWaiting, Waiting: []host.Waiting{{Task: rootID, Handle: "approval-1",
 		Approval: &noeta.PendingApproval{Action: noeta.ApprovalToolCall, Tool: "shell", CallID: "c1", Args: json.RawMessage(`{}`), Guard: "permission", Reason: hostile}}}}
+	question := host.Rest{Status: host.RestWaiting, Waiting: []host.Waiting{{Task: rootID, Handle: "question-1", Reason: "waiting_human: which file?"}}}
 	tests := []struct {
 		rest  host.Rest
 		where string
@@ -411,7 +412,8 @@ func TestWriteOutcome(t *testing.T) {
 		{host.Rest{Status: host.RestCompleted, Detail: `"42"`}, "", []string{`completed: task ` + rootID + ` answered "42"`}},
 		{host.Rest{Status: host.RestFailed, Detail: "over budget", Guard: "budget"}, "", []string{"failed: task " + rootID + ": over budget (guard budget)"}},
 		{waiting, "--data /d", []string{"waiting for approval: task " + rootID + " handle approval-1", "shell c1 {}", "engine approve " + rootID + " approval-1 --data /d"}},
-		{waiting, "", []string{"to answer: run the task file again with --approvals ask"}},
+		{waiting, "", []string{"to answer: through the host that holds the task"}},
+		{question, "--data /d", []string{"waiting for a human: task " + rootID + " handle question-1", "engine answer " + rootID + " question-1 TEXT --data /d"}},
 		{host.Rest{Status: host.RestInterrupted, Detail: "signal"}, "--data /d", []string{"interrupted: task " + rootID + " is left as it is (signal; --data /d)"}},
 	}
 	for _, tt := range tests {

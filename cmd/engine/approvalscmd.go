@@ -23,7 +23,7 @@ arguments, cut), the guard and its reason, how long it has waited, when it
 expires, and who may answer (with the quorum's progress). Answer with
 'engine approve TASK HANDLE'.
 
---json prints one JSON array of the index's entries.`,
+--json prints one JSON object per entry per line.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rv, err := openReadView(cmd.Context(), g, "approvals")
@@ -38,17 +38,12 @@ expires, and who may answer (with the quorum's progress). Answer with
 				return failErr(err)
 			}
 			if asJSON {
-				b, err := taskview.WaitingJSON(ws)
-				if err != nil {
-					return failErr(err)
-				}
-				_, err = fmt.Fprintf(g.stdout, "%s\n", b)
-				return err
+				return failIf(taskview.WriteWaitingJSON(g.stdout, ws))
 			}
 			taskview.WriteWaiting(g.stdout, ws, time.Now())
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the entries as one JSON array")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per entry per line")
 	return cmd
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
 	"github.com/noeta-go/noeta/hostconfig"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/approvals"
@@ -92,6 +94,8 @@ func submitTask(ctx context.Context, g *globals, config, queue, taskPath string)
 }
 
 type approveOpts struct {
+	// answer is engine answer's TEXT: the reply to a question or a park.
+	answer     *string
 	deny       bool
 	reason     string
 	as         string
@@ -151,11 +155,40 @@ ended, a handle that is not open, and a lost race exit 1.`,
 	f := cmd.Flags()
 	f.BoolVar(&o.deny, "deny", false, "refuse the request instead of approving it")
 	f.StringVar(&o.reason, "reason", "", "why, recorded with the answer")
-	f.StringVar(&o.as, "as", "", "who answers, recorded as the approver (default cli:$USER; with --nats your NATS user, --user)")
-	f.StringVar(&o.config, "config", "", "governance config (default "+defaultConfig+"; needed without --nats, where approve runs the task)")
-	f.StringVar(&o.workspace, "workspace", ".", "without --nats: the directory the file and shell tools work in")
 	f.BoolVar(&o.viaIngress, "via-ingress", false, "with --nats: the same as without it (kept for scripts: an answer goes on the approver's approval subject)")
+	o.bindFlags(f)
+	return cmd
+}
+
+// bindFlags binds the flags approve and answer share.
+func (o *approveOpts) bindFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.as, "as", "", "who answers, recorded as the approver (default cli:$USER; with --nats your NATS user, --user)")
+	f.StringVar(&o.config, "config", "", "governance config (default "+defaultConfig+"; needed without --nats, where the task runs here)")
+	f.StringVar(&o.workspace, "workspace", ".", "without --nats: the directory the file and shell tools work in")
 	f.DurationVar(&o.timeout, "timeout", 0, "stop after this long, leaving the task as it is (0: no limit; SIGINT stops it too)")
+}
+
+func newAnswerCmd(g *globals) *cobra.Command {
+	var o approveOpts
+	cmd := &cobra.Command{
+		Use:   "answer TASK HANDLE TEXT",
+		Short: "Answer a task's question (or release a parked task) with TEXT",
+		Long: `answer replies TEXT to the question HANDLE of TASK (the handle a waiting
+run prints, such as question-1): the task's model reads TEXT as the human's
+answer, and the log and the timeline record it as an answer, with who gave
+it (--as, default cli:$USER; with --nats the NATS user). A park's handle
+takes a reply the same way. An approval request is answered by engine
+approve instead. Everything else is as engine approve: on the embedded
+default answer runs the task tree to its next rest and exits like run; with
+--nats it answers on the approver's approval subject.`,
+		Example: `  engine answer 01J9Z3K7Q4M8X2V6B5N0C1D2E3 question-1 "the file is config/prod.yaml"`,
+		Args:    cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.answer = &args[2]
+			return approveTask(cmd.Context(), g, o, args[0], args[1])
+		},
+	}
+	o.bindFlags(cmd.Flags())
 	return cmd
 }
 
@@ -179,7 +212,16 @@ func approveTask(ctx context.Context, g *globals, o approveOpts, task, handle st
 		decision, verb = noeta.ApprovalDeny, "refused"
 	}
 	reason := o.reason
-	if reason == "" {
+	switch {
+	case o.answer != nil:
+		if strings.HasPrefix(handle, "approval-") {
+			return usageErr("%s is an approval request: approve or refuse it with engine approve %s %s [--deny]", handle, task, handle)
+		}
+		if strings.TrimSpace(*o.answer) == "" {
+			return usageErr("TEXT is empty: say what the answer is")
+		}
+		verb, reason = "answered", *o.answer
+	case reason == "":
 		reason = verb + " with engine approve"
 	}
 	if !g.conn.embedded() {

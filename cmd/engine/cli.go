@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/noeta-go/noeta/internal/buildinfo"
 	"github.com/noeta-go/noeta/internal/settings"
 	"github.com/noeta-go/noeta/internal/termsafe"
 )
@@ -78,6 +80,9 @@ type globals struct {
 	conn    connOpts
 	stdout  io.Writer
 	stderr  io.Writer
+	// rawOut is stdout without the terminal-safe escaping: for bytes a
+	// verb was asked to write as they are (content --raw).
+	rawOut io.Writer
 	// lookupEnv reads the environment (os.LookupEnv; tests replace it).
 	lookupEnv func(string) (string, bool)
 	// sources says where each setting came from, once resolved.
@@ -138,10 +143,12 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	// outside, and an escape sequence or bidi override in them would reach
 	// the terminal. The escapes of a rune are JSON escapes of the same rune,
 	// so --json stays JSON that decodes to what was recorded.
+	rawOut := stdout
 	safeOut, safeErr := termsafe.NewWriter(stdout), termsafe.NewWriter(stderr)
 	defer func() { _ = safeOut.Flush(); _ = safeErr.Flush() }()
 	stdout, stderr = safeOut, safeErr
-	root, _ := newRootCmd(stdout, stderr, lookupEnv)
+	root, g := newRootCmd(safeOut, safeErr, lookupEnv)
+	g.rawOut = rawOut
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -182,9 +189,10 @@ Every process of one deployment must use the same --prefix, --replicas and
 
 Exit codes: 0 the task completed, 1 it failed or was cancelled, 2 bad usage,
 config or task file, 3 it waits for an approval.`,
+		Version:       buildinfo.Read().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Args:          cobra.NoArgs,
+		Args:          unknownVerb,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			serve := cmd.Name() == "serve"
 			file := ""
@@ -201,10 +209,11 @@ config or task file, 3 it waits for an approval.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(stderr)
 			_ = cmd.Help()
-			return usageErr("name a verb: serve, ui, run, submit, approve, events, inspect, tasks, doctor or demo")
+			return usageErr("name a verb: %s", strings.Join(verbs(cmd), ", "))
 		},
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetVersionTemplate("engine {{.Version}}\n")
+	root.SuggestionsMinimumDistance = 2
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
@@ -216,10 +225,35 @@ config or task file, 3 it waits for an approval.`,
 	pf.IntVar(&g.conn.replicas, "replicas", 1, "replicas of the streams and buckets: 1 on a single node, 3 on a cluster")
 	pf.StringVar(&g.conn.batch, "batch", "packed", "how a turn's records are written: packed (one message per batch), sequential (one message per record), atomic (a JetStream atomic batch)")
 	pf.DurationVar(&g.conn.leaseTTL, "lease-ttl", 0, "lease length, whole seconds (default 30s); the same for every process of the prefix")
-	root.AddCommand(newServeCmd(g), newRunCmd(g), newSubmitCmd(g), newApproveCmd(g), newAuditCmd(g),
-		newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newDoctorCmd(g), newDemoCmd(g), newToolsCmd(g),
-		newApprovalsCmd(g), newUICmd(g), newTokenCmd(g), newBenchCmd(g))
+	root.AddCommand(newServeCmd(g), newRunCmd(g), newSubmitCmd(g), newApproveCmd(g), newAnswerCmd(g), newCancelCmd(g),
+		newAuditCmd(g), newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newContentCmd(g), newDoctorCmd(g),
+		newDemoCmd(g), newToolsCmd(g), newApprovalsCmd(g), newUICmd(g), newTokenCmd(g), newBenchCmd(g), newVersionCmd(g))
+	root.InitDefaultCompletionCmd() // bash, zsh, fish, powershell
 	return root, g
+}
+
+// verbs are the names of cmd's verbs, as help lists them.
+func verbs(cmd *cobra.Command) []string {
+	var out []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			out = append(out, c.Name())
+		}
+	}
+	return out
+}
+
+// unknownVerb refuses an argument where a verb was wanted, suggesting the
+// verbs it is close to (cobra's distance and prefix rules).
+func unknownVerb(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown verb %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return usageErr("%s\nRun '%s --help' for its verbs.", msg, cmd.CommandPath())
 }
 
 // absDir makes dir absolute and checks that it is a directory.

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -91,6 +94,11 @@ func (g *globals) open(ctx context.Context, verb string, o hostconfig.Options) (
 			return nil, err
 		}
 		o.DataDir = data
+		if _, err := os.Stat(data); errors.Is(err, fs.ErrNotExist) && !makesData[verb] {
+			// A verb that reads or answers finds nothing in a directory
+			// that does not exist, and must not leave one behind.
+			return nil, failErr(fmt.Errorf("no data directory %s: nothing has run here (pass --data DIR, or --nats URL for a deployment)", data))
+		}
 	}
 	h, err := hostconfig.Open(ctx, o)
 	if err != nil {
@@ -98,6 +106,10 @@ func (g *globals) open(ctx context.Context, verb string, o hostconfig.Options) (
 	}
 	return h, nil
 }
+
+// makesData are the verbs that may start a data directory: those that
+// submit or run tasks.
+var makesData = map[string]bool{"serve": true, "run": true, "submit": true, "ui": true, "demo": true, "bench": true}
 
 // hostErr gives an error of hostconfig.Open its exit code.
 func hostErr(verb string, err error) error {

@@ -69,7 +69,7 @@ not be read), 2 bad usage. --json prints one JSON object instead.`,
 			}
 			hostconfig.CheckSandbox(cmd.Context(), rep, cfg)
 			if asJSON {
-				b, err := json.MarshalIndent(rep, "", "  ")
+				b, err := json.Marshal(rep)
 				if err != nil {
 					return failErr(err)
 				}

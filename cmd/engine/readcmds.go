@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/noeta-go/noeta/hostconfig"
+	"github.com/noeta-go/noeta/tasklist"
 
 	"github.com/spf13/cobra"
 
@@ -87,17 +91,47 @@ func newInspectCmd(g *globals) *cobra.Command {
 }
 
 func newTasksCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	var since string
+	var f tasklist.Filter
+	cmd := &cobra.Command{
 		Use:   "tasks",
 		Short: "List the tasks of the deployment, most recently active first",
-		Args:  cobra.NoArgs,
+		Long: `tasks lists the deployment's tasks, most recently active first: id, agent,
+status, the last record's time, the goal and the outcome (a completed
+task's answer, a failed one's error, a cancelled one's reason, the handles
+a waiting one waits on). The status is one of completed, failed, cancelled,
+waiting (on a person: an approval, a question, a park), suspended (on a
+timer, its subtasks, an event), running, pending and unreadable (a log that
+could not be folded; the reason says why). --json prints one JSON object
+per task per line. Each listed task's log is read whole, so a damaged store
+is reported (exit 1, naming every damage) after the list.`,
+		Example: `  engine tasks --status waiting,failed --since 24h
+  engine tasks --agent researcher --limit 20 --json | jq -r .task`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if f.Since, err = tasklist.ParseSince(since, time.Now()); err != nil {
+				return usageErr("--since: %v", errors.Unwrap(err))
+			}
+			if err := f.Check(); err != nil {
+				return usageErr("%v", err)
+			}
 			st, err := openReadView(cmd.Context(), g, "tasks")
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			return failIf(taskview.WriteTasks(cmd.Context(), st, g.stdout))
+			return failIf(taskview.WriteTasks(cmd.Context(), st, f, asJSON, g.stdout, g.stderr))
 		},
 	}
+	fl := cmd.Flags()
+	fl.BoolVar(&asJSON, "json", false, "one JSON object per task per line")
+	fl.StringSliceVar(&f.Status, "status", nil, "only tasks with these statuses: "+strings.Join(tasklist.Statuses, ", "))
+	fl.StringVar(&f.Agent, "agent", "", "only the tasks of this agent")
+	fl.StringVar(&since, "since", "", "only tasks active since then: a duration back from now (24h) or an RFC 3339 time")
+	fl.StringVar(&f.Text, "text", "", "only tasks whose id, agent or goal contains this, in any case")
+	fl.IntVar(&f.Limit, "limit", 0, "at most this many tasks (0: all)")
+	_ = cmd.RegisterFlagCompletionFunc("status", cobra.FixedCompletions(tasklist.Statuses, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
 }

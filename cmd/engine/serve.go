@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/noeta-go/noeta/hostconfig"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
@@ -103,8 +105,7 @@ The environment variables are NOETA_ and the key in capitals:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.printConfig {
-				engineSettings.Print(g.stdout, cmd.Flags(), g.sources)
-				return nil
+				return printConfig(cmd.Context(), g, o, cmd.Flags())
 			}
 			return serve(cmd.Context(), g, o)
 		},
@@ -217,4 +218,47 @@ func queueName(q string) string {
 		return eventlog.DefaultQueue
 	}
 	return q
+}
+
+// printConfig prints serve's settings with the values they take in
+// effect (lease_ttl 30s, not 0s; the data directory's and config's paths),
+// then what the governance config names, or why serve would refuse it.
+func printConfig(ctx context.Context, g *globals, o serveOpts, flags *pflag.FlagSet) error {
+	ttl := g.conn.leaseTTL
+	if ttl == 0 {
+		ttl = jetstream.DefaultLeaseTTL
+	}
+	eff := map[string]string{"lease_ttl": ttl.String(), "queue": queueName(o.queue)}
+	if g.conn.embedded() {
+		if data, err := g.dataDir(); err == nil {
+			eff["data"] = data
+		}
+	} else {
+		eff["data"] = "(not used with --nats)"
+	}
+	cfgPath := o.config
+	if cfgPath == "" {
+		cfgPath = defaultConfig
+	}
+	if abs, err := filepath.Abs(cfgPath); err == nil {
+		eff["config"] = abs
+	}
+	if ws, err := filepath.Abs(o.workspace); err == nil {
+		eff["workspace"] = ws
+	}
+	engineSettings.Print(g.stdout, flags, g.sources, eff)
+	cfg, err := governance(ctx, o.config)
+	if err != nil {
+		// The settings stand on their own; what serve would say of the
+		// config is said, not hidden.
+		fmt.Fprintf(g.stderr, "engine: note: serve would not start: %v\n", err)
+		return nil
+	}
+	fmt.Fprintf(g.stdout, "\n# from %s\n", cfg.Path)
+	mcpFile := cfg.MCPServersFile
+	if mcpFile == "" {
+		mcpFile = "(none)"
+	}
+	fmt.Fprintf(g.stdout, "mcp_servers_file %s\nmcp_servers      %d\nagents           %d\n", mcpFile, len(cfg.MCPServers), len(cfg.Governance.Agents()))
+	return nil
 }

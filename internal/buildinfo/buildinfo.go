@@ -5,6 +5,7 @@
 package buildinfo
 
 import (
+	"runtime"
 	"runtime/debug"
 	"sync"
 )
@@ -47,3 +48,24 @@ var read = sync.OnceValue(func() Info {
 
 // Read returns the running binary's build information.
 func Read() Info { return read() }
+
+// String is the build on one line: version, the commit (cut to 12, with
+// "+changes" when the tree had them), its time, the toolchain and the
+// platform.
+func (in Info) String() string {
+	s := in.Version
+	if in.Revision != "" {
+		rev := in.Revision
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if in.Modified {
+			rev += "+changes"
+		}
+		s += " commit " + rev
+		if in.Time != "" {
+			s += " (" + in.Time + ")"
+		}
+	}
+	return s + " " + in.GoVersion + " " + runtime.GOOS + "/" + runtime.GOARCH
+}

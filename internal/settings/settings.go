@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -252,14 +253,22 @@ func setFlag(fl *pflag.Flag, s Setting, v string) error {
 	return fl.Value.Set(v)
 }
 
-// Print writes every setting of flags with its value and source.
-func (t Table) Print(w io.Writer, flags *pflag.FlagSet, src Sources) {
+// Print writes every setting of flags with its value and source, aligned.
+// effective holds, by key, the value a setting takes in effect where its
+// flag's own says less (a 0 that means 30s, an empty path that means a
+// default one); it is printed in its place.
+func (t Table) Print(w io.Writer, flags *pflag.FlagSet, src Sources, effective map[string]string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	for _, s := range t {
 		fl := flags.Lookup(s.Flag())
 		if fl == nil {
 			continue
 		}
-		v := fl.Value.String()
+		raw := fl.Value.String()
+		if e, ok := effective[s.Key]; ok {
+			raw = e
+		}
+		v := raw
 		if s.Kind == String {
 			v = strconv.Quote(v)
 		}
@@ -267,8 +276,9 @@ func (t Table) Print(w io.Writer, flags *pflag.FlagSet, src Sources) {
 			v = `"(set)"`
 		}
 		if s.Show != nil {
-			v = strconv.Quote(s.Show(fl.Value.String()))
+			v = strconv.Quote(s.Show(raw))
 		}
-		fmt.Fprintf(w, "%-10s %-32s %s\n", s.Key, v, src[s.Key])
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Key, v, src[s.Key])
 	}
+	_ = tw.Flush()
 }

@@ -129,12 +129,12 @@ func TestPrint(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	table.Print(&b, fs, src)
+	table.Print(&b, fs, src, map[string]string{"workers": "5"})
 	out := b.String()
 	if strings.Contains(out, "hunter2") || strings.Contains(out, "secret") {
 		t.Errorf("a secret is printed:\n%s", out)
 	}
-	for _, w := range []string{`url        "nats://u:xxx@h"`, `password   "(set)"`, "workers    4", "default"} {
+	for _, w := range []string{`url        "nats://u:xxx@h"`, `password   "(set)"`, "workers    5", "default"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("no %q in:\n%s", w, out)
 		}
