@@ -84,7 +84,9 @@ type Rule struct {
 // Config is the approvals: section and the agents' approval_timeout.
 type Config struct {
 	SelfApproval SelfApproval // "" is allow
-	Rules        []Rule
+	// Rules say who may answer which requests; every rule whose when holds
+	// applies to a request.
+	Rules []Rule
 	// AgentTimeouts is each agent's approval_timeout.
 	AgentTimeouts map[string]time.Duration
 }

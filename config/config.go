@@ -17,7 +17,7 @@
 //	    max_retries: 3                     # optional; on 429, 5xx and connection errors
 //	    max_context_chars: 200000          # optional
 //	    price: {input_per_mtok: 0.40, output_per_mtok: 1.60}   # or: price: free
-//	agents:
+//	agents:                                # the agents, by name: what each may do
 //	  <name>:
 //	    model: fast                        # a name in models:; without it the agent runs scripts
 //	    system_prompt: "You are a careful research assistant."
