@@ -276,7 +276,8 @@ func stripNode(n yaml.Node) yaml.Node {
 	return n
 }
 
-var docLink = regexp.MustCompile(`\[\*?([A-Za-z_][A-Za-z0-9_.]*)\]`)
+// docLink is a doc comment's link: [Name], [*Name], [pkg.Name], [Type.Method].
+var docLink = regexp.MustCompile(`\[\*?((?:[a-z]\w*\.)?[A-Z]\w*(?:\.[A-Z]\w*)?)\]`)
 
 // prose joins a doc comment's first paragraph into one line, its [links]
 // written as code.

@@ -31,6 +31,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/internal/hookspec"
@@ -160,6 +161,14 @@ var constants = map[string]string{
 	"guards.DefaultRepetitionWindow":  strconv.Itoa(guards.DefaultRepetitionWindow),
 }
 
+// goValues are the Go names a doc comment may give a default by, with the
+// value the file writes, taken from the code.
+var goValues = map[string]string{
+	"VerdictAllow":           noeta.VerdictAllow.String(),
+	"VerdictDeny":            noeta.VerdictDeny.String(),
+	"VerdictRequireApproval": noeta.VerdictRequireApproval.String(),
+}
+
 func seconds(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) }
 
 // An entry is one key of a reference page, resolved.
@@ -258,16 +267,19 @@ func leadWithKey(text, field, key string) string {
 	return text
 }
 
-// defaultPhrases are the ways the doc comments say what a default is; the
-// first group is the value.
+// defaultPhrases are the ways the doc comments say what a default is, the
+// most precise first; the first group is the value. Each is looked for in
+// the key's own doc comment, then in its example's note.
 var defaultPhrases = []*regexp.Regexp{
-	regexp.MustCompile(`([\w.'"/-]+(?: [\w.'"/-]+)?) by default`), // "60 by default", "the model's by default"
-	regexp.MustCompile(`(\w+) \(default\)`),                       // "allow (default)"
-	regexp.MustCompile(`(\w+) \(the default\)`),                   // "grpc (the default)"
-	regexp.MustCompile(`\bdefault (\w+)\)`),                       // "(1..16, default 1)"
-	regexp.MustCompile(`\(0: ([^)]+)\)`),                          // "(0: the model's)"
-	regexp.MustCompile(`unset means (\w+)`),                       // "unset means VerdictRequireApproval"
-	regexp.MustCompile(`"" is ([^;.(]+)`),                         // "\"\" is the provider's own"
+	regexp.MustCompile(`\((\w+) by default\)`),  // "(false by default)"
+	regexp.MustCompile(`(\w+) \(default\)`),     // "allow (default)"
+	regexp.MustCompile(`(\w+) \(the default\)`), // "grpc (the default)"
+	regexp.MustCompile(`\bdefault (\w+)\)`),     // "(1..16, default 1)"
+	regexp.MustCompile(`\(0: ([^)]+)\)`),        // "(0: the model's)"
+	regexp.MustCompile(`unset means (\w+)`),     // "unset means VerdictRequireApproval"
+	regexp.MustCompile(`"" is ([^;.(]+)`),       // "\"\" is the provider's own"
+	// A clause of its own: "per call; 60 by default".
+	regexp.MustCompile(`(?:^|; )([^;:().]+?) by default`),
 }
 
 // defaultOf is a key's default: the value of a Default constant its doc
@@ -289,13 +301,17 @@ func defaultOf(keys []Key, e entry, own string, ex example, typ string) (string,
 	if strings.HasPrefix(ex.comment, "the default") {
 		return ex.value, nil
 	}
-	for _, text := range []string{own, ex.comment} {
-		for _, re := range defaultPhrases {
+	for _, re := range defaultPhrases {
+		for _, text := range []string{own, ex.comment} {
 			if leaf := !hasChildren(keys, e.Path); !leaf && strings.Contains(re.String(), "the default") {
 				continue // a section's "(the default)" is about one of its keys
 			}
 			if m := re.FindStringSubmatch(text); m != nil {
-				return strings.TrimSpace(m[1]), nil
+				v := strings.TrimSpace(m[1])
+				if w, ok := goValues[v]; ok {
+					v = w + " (`" + v + "`)"
+				}
+				return v, nil
 			}
 		}
 	}
