@@ -44,7 +44,10 @@
 //	    reason: "destructive shell command"
 //	    shadow: false                      # true: judged and recorded (GuardShadowed), never decides
 //	guards:                                # named rule sets, priority >= 100
-//	  - {name: change-freeze, priority: 150, rules: [...]}   # shadow: true puts the whole set in shadow
+//	  - name: change-freeze
+//	    priority: 150
+//	    rules: [{match_tool: "write_file", action: deny, reason: "freeze"}]
+//	    shadow: false                      # true puts the whole set in shadow
 //	hooks:                                 # run by package observers
 //	  post_tool_use: [{match_tool: "*", command: ["./notify.sh"], timeout_seconds: 10}]
 //	  notification: [{on: approval, command: ["./page-oncall.sh"]}]

@@ -32,9 +32,9 @@ type RuleSet struct {
 	// Name is the guard's name, recorded with its verdicts; not one of the
 	// built-ins' names.
 	Name string
-	// Priority places the set among the guards (ascending), 100 by default
-	// in the file: at least MinUserPriority, so a user's set runs after the
-	// built-ins.
+	// Priority places the set among the guards, in ascending order; 100 by
+	// default in the file, and at least MinUserPriority, so that a user's
+	// set runs after the built-ins.
 	Priority int
 	// Rules are the set's rules, in order; the first that matches decides.
 	Rules []Rule
