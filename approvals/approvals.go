@@ -83,8 +83,12 @@ type Rule struct {
 
 // Config is the approvals: section and the agents' approval_timeout.
 type Config struct {
-	SelfApproval SelfApproval // "" is allow
-	Rules        []Rule
+	// SelfApproval says whether a task's submitter may answer its
+	// requests: allow (also "", the default) or deny.
+	SelfApproval SelfApproval
+	// Rules say who may answer which requests; every rule whose when holds
+	// applies to a request.
+	Rules []Rule
 	// AgentTimeouts is each agent's approval_timeout.
 	AgentTimeouts map[string]time.Duration
 }

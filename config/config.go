@@ -17,7 +17,7 @@
 //	    max_retries: 3                     # optional; on 429, 5xx and connection errors
 //	    max_context_chars: 200000          # optional
 //	    price: {input_per_mtok: 0.40, output_per_mtok: 1.60}   # or: price: free
-//	agents:
+//	agents:                                # the agents, by name: what each may do
 //	  <name>:
 //	    model: fast                        # a name in models:; without it the agent runs scripts
 //	    system_prompt: "You are a careful research assistant."
@@ -44,7 +44,10 @@
 //	    reason: "destructive shell command"
 //	    shadow: false                      # true: judged and recorded (GuardShadowed), never decides
 //	guards:                                # named rule sets, priority >= 100
-//	  - {name: change-freeze, priority: 150, rules: [...]}   # shadow: true puts the whole set in shadow
+//	  - name: change-freeze
+//	    priority: 150
+//	    rules: [{match_tool: "write_file", action: deny, reason: "freeze"}]
+//	    shadow: false                      # true puts the whole set in shadow
 //	hooks:                                 # run by package observers
 //	  post_tool_use: [{match_tool: "*", command: ["./notify.sh"], timeout_seconds: 10}]
 //	  notification: [{on: approval, command: ["./page-oncall.sh"]}]

@@ -26,7 +26,9 @@ import (
 // The token itself is never in the file: `engine token` prints a new one and
 // its line. A token's name is the approver recorded for its answers.
 type HTTP struct {
-	Tokens       []HTTPToken
+	// Tokens are the bearer tokens accepted, each kept as its SHA-256.
+	Tokens []HTTPToken
+	// TrustedProxy, when set, believes an authenticating proxy's header.
 	TrustedProxy *TrustedProxy
 	// Hosts are the Host header values accepted besides the listener's own
 	// address (and, on a loopback listener, localhost): the names a reverse

@@ -44,6 +44,10 @@ const (
 //	      format_sql: {risk: low, timeout_seconds: 5}
 //	      write_migration: {edits: true}   # permission mode acceptEdits runs it without asking
 //	    sandbox: {write: [/srv/shared]}    # over the top-level sandbox:; see Sandbox
+//	  py:
+//	    command: python3                   # the MCP clients' form: the program alone
+//	    args: [server.py]                  # its arguments, beside a command that is a string
+//	    type: stdio                        # as the clients write it: stdio, or http beside a url
 //
 // command is the whole argv as a list, or, as the MCP clients write it, the
 // program as a string with its arguments in args (a list with args is an

@@ -21,10 +21,14 @@ import (
 //	  trace: {otlp_endpoint: "localhost:4317", protocol: grpc, insecure: true}
 //	  fanout: {}                           # SSE on the host's HTTP listener, or {listen: ADDR}
 type Observers struct {
-	Audit   *Audit
+	// Audit writes a hash-chained audit trail of the records.
+	Audit *Audit
+	// Metrics serves the records' metrics to Prometheus.
 	Metrics *Metrics
-	Trace   *Trace
-	Fanout  *Fanout
+	// Trace exports OpenTelemetry spans of the records.
+	Trace *Trace
+	// Fanout streams a task's records to HTTP clients as they commit.
+	Fanout *Fanout
 }
 
 // Empty reports whether the section configures nothing.

@@ -29,9 +29,15 @@ type AgentConfig struct {
 // noeta.yaml, a guard of its own at its own priority (at least
 // MinUserPriority; 100 if not given in the file).
 type RuleSet struct {
-	Name     string
+	// Name is the guard's name, recorded with its verdicts; not one of the
+	// built-ins' names.
+	Name string
+	// Priority places the set among the guards, in ascending order; 100 by
+	// default in the file, and at least MinUserPriority, so that a user's
+	// set runs after the built-ins.
 	Priority int
-	Rules    []Rule
+	// Rules are the set's rules, in order; the first that matches decides.
+	Rules []Rule
 	// Shadow puts the whole set in shadow: it is judged on every tool call
 	// as it would decide, and its answer is reported in [Decision.Shadows],
 	// never counted.

@@ -23,9 +23,24 @@ const MaxTaskFileSize = 1 << 20
 //	  - spawn: [{agent: helper, goal: "count lines", script: [{finish: {answer: "42"}}]}]
 //	  - finish: {answer: "done"}
 //	    cost_usd: 0.25
+//
+// The other kinds of step, as a script holds them:
+//
+//	script:
+//	  - yield_for_human: {question: "Deploy to production?"}
+//	  - wait_timer: {seconds: 30}
+//	  - wait_external: {event_kind: build_finished}
+//	  - state_patch: {stage: review}
+//	  - fail: {error: "the build is red"}
+//	    input_tokens: 1200
+//	    output_tokens: 300
 type TaskFile struct {
-	Agent  string
-	Goal   string
+	// Agent is the agent of noeta.yaml that runs the task.
+	Agent string
+	// Goal is the task's goal, as the agent is given it.
+	Goal string
+	// Script is the decisions the agent proposes, one step per turn; a
+	// turn past its end fails the task ("script exhausted at turn N").
 	Script Script
 	// Scripted is false for a task file without script:, whose agent's
 	// model decides each turn.
@@ -64,9 +79,12 @@ func LoadTaskFileContext(ctx context.Context, path string) (TaskFile, error) {
 //	finish: {answer}                    any YAML value that is JSON (null too)
 //	fail: {error}
 //
-// and optionally what deciding it cost: cost_usd (a number >= 0), and
-// input_tokens and output_tokens (integers >= 0), which PolicyDecided records
-// and the budget reads.
+// and optionally what deciding it cost, which PolicyDecided records and the
+// budget reads:
+//
+//	cost_usd: N                         a number >= 0, in USD
+//	input_tokens: N                     an integer >= 0
+//	output_tokens: N                    an integer >= 0
 //
 // Reading is strict, because a task file drives governance tests and a
 // misread one tests the wrong thing: an unknown key at any level, a step with
