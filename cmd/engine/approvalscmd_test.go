@@ -28,12 +28,12 @@ func putWaiting(t *testing.T, data string, ws ...eventlog.Waiting) {
 }
 
 // TestApprovalsVerb: engine approvals lists the index's entries, oldest
-// first, with what a person needs to decide; --json is one array; an empty
-// index is an empty array, not null; bad usage exits 2.
+// first, with what a person needs to decide; --json is one object per
+// line (docs/cli.md); an empty index prints nothing; bad usage exits 2.
 func TestApprovalsVerb(t *testing.T) {
 	data := t.TempDir()
 	code, out, errb := runCmd(t, "approvals", "--data", data, "--json")
-	if code != 0 || strings.TrimSpace(out) != "[]" {
+	if code != 0 || out != "" {
 		t.Fatalf("approvals --json of an empty deployment: exit %d\n%s\n%s", code, out, errb)
 	}
 	code, out, _ = runCmd(t, "approvals", "--data", data)
@@ -65,8 +65,8 @@ func TestApprovalsVerb(t *testing.T) {
 		}
 	}
 	code, out, _ = runCmd(t, "approvals", "--data", data, "--json")
-	var ws []eventlog.Waiting
-	if err := json.Unmarshal([]byte(out), &ws); err != nil || code != 0 || len(ws) != 2 || ws[1].Tool != "shell" || ws[1].Quorum != 2 {
+	ws, err := jsonLines[eventlog.Waiting](out)
+	if err != nil || code != 0 || len(ws) != 2 || ws[1].Tool != "shell" || ws[1].Quorum != 2 {
 		t.Fatalf("approvals --json: exit %d, %v\n%s", code, err, out)
 	}
 	if code, _, errb := runCmd(t, "approvals", "extra", "--data", data); code != exitUsage {
@@ -86,8 +86,8 @@ func TestApprovalsEndToEnd(t *testing.T) {
 		t.Fatalf("run: exit %d, want %d\n%s\n%s", code, exitWaiting, out, errb)
 	}
 	code, out, errb = runCmd(t, "approvals", "--data", data, "--json")
-	var ws1 []eventlog.Waiting
-	if err := json.Unmarshal([]byte(out), &ws1); err != nil || code != 0 || len(ws1) != 1 {
+	ws1, err := jsonLines[eventlog.Waiting](out)
+	if err != nil || code != 0 || len(ws1) != 1 {
 		t.Fatalf("approvals --json while the task waits: exit %d, %v\n%s\n%s", code, err, out, errb)
 	}
 	w := ws1[0]
@@ -105,7 +105,7 @@ func TestApprovalsEndToEnd(t *testing.T) {
 		t.Fatalf("approve --deny: exit %d\n%s\n%s", code, out, errb)
 	}
 	code, out, _ = runCmd(t, "approvals", "--data", data, "--json")
-	if code != 0 || strings.TrimSpace(out) != "[]" {
+	if code != 0 || out != "" {
 		t.Fatalf("approvals after the answer: exit %d\n%s", code, out)
 	}
 }

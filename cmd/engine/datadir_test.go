@@ -59,7 +59,7 @@ func TestSecondRunOnOneDataDirIsRefused(t *testing.T) {
 		t.Fatalf("first run: exit %d\n%s", code, first.stderr)
 	}
 	code, out, errOut := runCmd(t, "tasks", "--data", data)
-	if code != 0 || strings.Count(out, "terminal") != 1 {
+	if code != 0 || strings.Count(out, "completed") != 1 {
 		t.Fatalf("tasks: exit %d\n%s%s", code, out, errOut)
 	}
 	id := strings.Fields(strings.Split(out, "\n")[1])[0]

@@ -218,7 +218,7 @@ script:
 		{"allowed call", []string{example("01-allowed-call.yaml")}, exitDone,
 			[]string{"TaskCompleted         answer \"The README says hello.\"", "completed: task "}, nil},
 		{"approval left waiting", []string{example("06-approval-granted.yaml"), "--approvals", "leave"}, exitWaiting,
-			[]string{"waiting for approval: task ", "handle approval-call-1-0-<nonce>\n", `shell call-1-0 {"command":"ls"}`, "guard permission: ", "--approvals ask"},
+			[]string{"waiting for approval: task ", "handle approval-call-1-0-<nonce>\n", `shell call-1-0 {"command":"ls"}`, "guard permission: ", "engine approve "},
 			[]string{"ToolCallStarted"}},
 		{"approval left waiting by default without a terminal", []string{example("06-approval-granted.yaml")}, exitWaiting,
 			[]string{"approvals leave", "handle approval-call-1-0-<nonce>\n"}, nil},
@@ -310,7 +310,7 @@ script:
 			[]string{"--workspace", "is not a directory"}},
 		{"no task file", []string{"run", "--config", exampleConfig}, []string{"accepts 1 arg(s), received 0"}},
 		{"two task files", []string{"run", ok, ok, "--config", exampleConfig}, []string{"accepts 1 arg(s), received 2"}},
-		{"unknown verb", []string{"frobnicate"}, []string{`unknown command "frobnicate"`}},
+		{"unknown verb", []string{"frobnicate"}, []string{`unknown verb "frobnicate"`}},
 		{"no verb", nil, []string{"name a verb"}},
 		{"demo takes no arguments", []string{"demo", "now"}, []string{`unknown command "now"`}},
 	} {

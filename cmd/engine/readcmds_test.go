@@ -19,7 +19,7 @@ func TestReadVerbs(t *testing.T) {
 	id := regexp.MustCompile(`task ([0-9A-Z]{26})`).FindStringSubmatch(out)[1]
 
 	code, out, errb = runCmd(t, "tasks", "--data", data)
-	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "terminal") {
+	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "completed") {
 		t.Errorf("tasks: exit %d\n%s\n%s", code, out, errb)
 	}
 

@@ -78,10 +78,8 @@ func TestNothingRawReachesTheTerminal(t *testing.T) {
 	}
 	code, out, errb = runCmd(t, "approvals", "--data", data, "--json")
 	check("approvals --json", out, errb)
-	var waiting []struct {
-		Handle, Question string
-	}
-	if err := json.Unmarshal([]byte(out), &waiting); err != nil || code != 0 || len(waiting) != 1 {
+	waiting, err := jsonLines[struct{ Handle, Question string }](out)
+	if err != nil || code != 0 || len(waiting) != 1 {
 		t.Fatalf("approvals --json: exit %d, %v\n%s", code, err, out)
 	}
 	if want := "\x1b[2K\r\x1b[32mAUTO-APPROVED\x1b]0;title\a \u202eexe.ls \u200b\u009b31m\nFAKE LINE"; waiting[0].Question != want {

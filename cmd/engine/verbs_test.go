@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -222,4 +224,48 @@ func TestTasksCancelAnswerContent(t *testing.T) {
 func strconvQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden from what the commands print")
+
+// TestHelpGolden: engine --help, the page that lists every verb, is the
+// golden file; a verb added, removed or renamed shows in the diff.
+func TestHelpGolden(t *testing.T) {
+	t.Parallel()
+	code, out, _ := runCmd(t, "--help")
+	if code != exitDone {
+		t.Fatalf("--help: exit %d", code)
+	}
+	golden := filepath.Join("testdata", "help.golden")
+	if *updateGolden {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (go test ./cmd/engine -run TestHelpGolden -update writes it)", err)
+	}
+	if out != string(want) {
+		t.Errorf("engine --help differs from %s (go test ./cmd/engine -run TestHelpGolden -update rewrites it):\n%s", golden, out)
+	}
+}
+
+// jsonLines decodes JSON Lines, one T per line.
+func jsonLines[T any](out string) ([]T, error) {
+	var ts []T
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if l == "" {
+			continue
+		}
+		var v T
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			return ts, fmt.Errorf("line %q: %w", l, err)
+		}
+		ts = append(ts, v)
+	}
+	return ts, nil
 }
