@@ -36,7 +36,7 @@ type serveOpts struct {
 	logFormat   string
 	logLevel    string
 	printConfig bool
-	web         webOpts
+	web         webui.ListenerFlags
 }
 
 // Defaults of serve.
@@ -123,7 +123,7 @@ The environment variables are NOETA_ and the key in capitals:
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&o.printConfig, "print-config", false, "print the effective settings and where each came from, and exit")
-	o.web.bindFlags(f, "--http")
+	o.web.Bind(f, "--http")
 	return cmd
 }
 
@@ -151,8 +151,8 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	if err != nil {
 		return err
 	}
-	if err := o.web.check("--http", o.http); err != nil {
-		return err
+	if err := o.web.Check("--http", o.http); err != nil {
+		return usageErr("%v", err)
 	}
 	var ln net.Listener
 	if o.http != "" {
@@ -169,7 +169,7 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 
 	// One gate for the API and the fanout's streams: one login reads both,
 	// and both count toward one set of stream caps.
-	gate := webui.NewGate(cfg.HTTP, o.web.limits())
+	gate := webui.NewGate(cfg.HTTP, o.web.Limits())
 	actor := engine.DefaultActor()
 	h, err := g.open(ctx, "serve", hostconfig.Options{
 		Config: cfg, Workers: g.workers, Queue: o.queue, Workspace: workspace, Actor: actor, Streams: gate.Streams,
@@ -188,15 +188,15 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	stop := hostconfig.ServeOptions{Grace: o.grace, Signals: sigs}
 	httpAddr := ""
 	if ln != nil {
-		ui, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.http}, Limits: o.web.limits(), Gate: gate, BehindTLSProxy: o.web.behindProxy, Logger: logger})
+		ui, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.http}, Limits: o.web.Limits(), Gate: gate, BehindTLSProxy: o.web.BehindProxy, Logger: logger})
 		if err != nil {
 			return failErr(err)
 		}
 		defer ui.Close()
-		srv := webui.NewHTTPServer(h.Mux(ui), o.web.limits())
+		srv := webui.NewHTTPServer(h.Mux(ui), o.web.Limits())
 		stop.Server, stop.Streams = srv, ui
 		// Served until ServeUntil shuts srv down.
-		go func() { _ = webui.ServeOn(srv, ln, o.web.cert) }()
+		go func() { _ = webui.ServeOn(srv, ln, o.web.Cert) }()
 		httpAddr = ln.Addr().String()
 		logger.Info("http listening", "addr", httpAddr)
 	}

@@ -27,7 +27,7 @@ type uiOpts struct {
 	workspace string
 	hashToken bool
 	name      string
-	web       webOpts
+	web       webui.ListenerFlags
 }
 
 // defaultUIListen is engine ui's listener: loopback only.
@@ -75,7 +75,7 @@ accepts it (the file holds only its hash), and exits.`,
 	f.StringVar(&o.workspace, "workspace", ".", "directory the file and shell tools work in")
 	f.BoolVar(&o.hashToken, "hash-token", false, "print a new token and its http.tokens line, and exit")
 	f.StringVar(&o.name, "name", "", "with --hash-token: who the token is (default $USER)")
-	o.web.bindFlags(f, "--listen")
+	o.web.Bind(f, "--listen")
 	return cmd
 }
 
@@ -120,8 +120,8 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 	if err != nil {
 		return err
 	}
-	if err := o.web.check("--listen", o.listen); err != nil {
-		return err
+	if err := o.web.Check("--listen", o.listen); err != nil {
+		return usageErr("%v", err)
 	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
@@ -130,7 +130,7 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 	defer ln.Close()
 	logger, _ := settings.Logger(g.stderr, "text", "info")
 	embedded := g.conn.embedded()
-	gate := webui.NewGate(cfg.HTTP, o.web.limits())
+	gate := webui.NewGate(cfg.HTTP, o.web.Limits())
 	opts := hostconfig.Options{
 		Config: cfg, Workers: g.workers, Workspace: workspace, Actor: engine.DefaultActor(), Streams: gate.Streams,
 		Name: "ui", Verb: "ui", Stdout: g.stdout, Logger: logger,
@@ -151,12 +151,12 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 	}
 	defer h.Close()
 
-	srv, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.listen}, Limits: o.web.limits(), Gate: gate, BehindTLSProxy: o.web.behindProxy, Logger: logger})
+	srv, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.listen}, Limits: o.web.Limits(), Gate: gate, BehindTLSProxy: o.web.BehindProxy, Logger: logger})
 	if err != nil {
 		return failErr(err)
 	}
 	defer srv.Close()
-	inbox := webui.StartInbox(srv, ln, o.web.limits(), o.web.cert)
+	inbox := webui.StartInbox(srv, ln, o.web.Limits(), o.web.Cert)
 	var local *webui.Principal
 	if h.Embedded() {
 		local = &webui.Principal{Name: approvals.LocalApprover(), Auth: noeta.AuthLocal}

@@ -61,12 +61,8 @@ type opts struct {
 	auditStdout  bool
 	auditSubject string
 
-	httpAddr          string
-	httpTLSCert       string
-	httpTLSKey        string
-	behindTLSProxy    bool
-	maxStreams        int
-	maxStreamsPerUser int
+	httpAddr string
+	web      webui.ListenerFlags
 	// gate guards /tasks/{id}/events (set by serve, from --config's http:).
 	gate *webui.Gate
 
@@ -163,11 +159,7 @@ HTTPS or --behind-tls-proxy says a TLS-terminating proxy is in front.`,
 	f.BoolVar(&o.auditStdout, "audit-stdout", false, "audit: write records to stdout")
 	f.StringVar(&o.auditSubject, "audit-subject", "", "audit: publish each record on <subject>.<task>")
 	f.StringVar(&o.httpAddr, "http", "127.0.0.1:9464", "listen address of /metrics, /tasks/{id}/events and /healthz (empty: none)")
-	f.StringVar(&o.httpTLSCert, "http-tls-cert", "", "certificate (PEM) to serve --http over HTTPS, with --http-tls-key")
-	f.StringVar(&o.httpTLSKey, "http-tls-key", "", "private key (PEM) of --http-tls-cert")
-	f.BoolVar(&o.behindTLSProxy, "behind-tls-proxy", false, "a TLS-terminating proxy is in front: serve plain HTTP beyond loopback")
-	f.IntVar(&o.maxStreams, "max-streams", webui.DefaultMaxStreams, "fanout: live streams served at once, of everyone")
-	f.IntVar(&o.maxStreamsPerUser, "max-streams-per-client", webui.DefaultMaxStreamsPerPrincipal, "fanout: live streams served at once to one principal")
+	o.web.Bind(f, "--http")
 	f.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "trace: OTLP endpoint (host:port or URL; default: --config's observers.trace, else OTEL_EXPORTER_OTLP_*)")
 	f.StringVar(&o.otlpProtocol, "otlp-protocol", "grpc", "trace: grpc or http")
 	f.BoolVar(&o.otlpInsecure, "otlp-insecure", false, "trace: no TLS to the OTLP endpoint")
@@ -304,7 +296,7 @@ func serve(ctx context.Context, o opts, stdout, stderr io.Writer) error {
 		if gov.HTTP.Empty() {
 			return usageError{fmt.Errorf("fanout: --config %s has no http.tokens or http.trusted_proxy, so nobody could read /tasks/{id}/events (engine token prints a token)", o.config)}
 		}
-		o.gate = webui.NewGate(gov.HTTP, webui.Limits{MaxStreams: o.maxStreams, MaxStreamsPerPrincipal: o.maxStreamsPerUser})
+		o.gate = webui.NewGate(gov.HTTP, o.web.Limits())
 	}
 	if o.instance == "" {
 		host, _ := os.Hostname()
@@ -572,27 +564,11 @@ func (w *worker) observer(ctx context.Context, name string, o opts, stdout io.Wr
 
 // checkHTTP refuses bad --http settings (a plain listener beyond
 // loopback among them) and loads the TLS certificate, if any.
-func (o opts) checkHTTP() (*tls.Certificate, error) {
-	switch {
-	case (o.httpTLSCert == "") != (o.httpTLSKey == ""):
-		return nil, usageError{errors.New("--http-tls-cert and --http-tls-key go together")}
-	case o.maxStreams < 1:
-		return nil, usageError{fmt.Errorf("--max-streams is %d; it must be at least 1", o.maxStreams)}
-	case o.maxStreamsPerUser < 1:
-		return nil, usageError{fmt.Errorf("--max-streams-per-client is %d; it must be at least 1", o.maxStreamsPerUser)}
-	}
-	var cert *tls.Certificate
-	if o.httpTLSCert != "" {
-		c, err := tls.LoadX509KeyPair(o.httpTLSCert, o.httpTLSKey)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("--http-tls-cert / --http-tls-key: %w", err)}
-		}
-		cert = &c
-	}
-	if err := webui.CheckListen("--http", o.httpAddr, cert != nil, o.behindTLSProxy, "--http-tls-cert and --http-tls-key", "--behind-tls-proxy"); err != nil {
+func (o *opts) checkHTTP() (*tls.Certificate, error) {
+	if err := o.web.Check("--http", o.httpAddr); err != nil {
 		return nil, usageError{err}
 	}
-	return cert, nil
+	return o.web.Cert, nil
 }
 
 // loadConfig reads and decodes --config; errors, which name the file, are
