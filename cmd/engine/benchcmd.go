@@ -79,10 +79,16 @@ func runBench(ctx context.Context, g *globals, o benchOpts) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
+	// The bar is drawn on the terminal itself: the escaping writer would
+	// show its \r as an escape (and is no terminal to ask).
+	progress, bar := g.stderr, termsafe.IsTerminalWriter(g.rawErr)
+	if bar {
+		progress = g.rawErr
+	}
 	lo := loadgen.Options{
 		Tasks: o.tasks, Calls: o.calls, Mix: mix, Probes: o.probes, Restart: o.restart,
 		ServerPID: o.serverPID, ServerDir: o.serverDir, Profile: o.profile,
-		Workers: g.workers, Progress: g.stderr, Bar: termsafe.IsTerminalWriter(g.stderr), Quiet: o.json,
+		Workers: g.workers, Progress: progress, Bar: bar, Quiet: o.json,
 	}
 	if err := lo.Check(g.conn.embedded()); err != nil {
 		return usageErr("%v", err)

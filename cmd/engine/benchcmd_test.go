@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 	"github.com/noeta-go/noeta/loadgen"
+	"golang.org/x/sys/unix"
 )
 
 // TestBenchJSON runs engine bench small, every kind of call in the mix, and
@@ -139,5 +144,53 @@ func TestBenchBadFlags(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want exit 2 naming %q", code, errOut, tc.want)
 			}
 		})
+	}
+}
+
+// openPTY opens a pseudo-terminal: the side the command writes to, and
+// the side a terminal would read.
+func openPTY(t *testing.T) (tty, reader *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("no pseudo-terminal here: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, m
+}
+
+// TestBenchBarOnATerminal: on a terminal bench draws its bar, \r and all;
+// before, the check asked the escaping writer in front of stderr, which is
+// no terminal, and the bar never showed.
+func TestBenchBarOnATerminal(t *testing.T) {
+	tty, term := openPTY(t)
+	var got bytes.Buffer
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		_, _ = io.Copy(&got, term) // ends when the test's cleanup closes it
+	}()
+	var out syncBuffer
+	code := run(t.Context(), []string{"bench", "--tasks", "10", "--calls", "2", "--data", t.TempDir()}, &out, tty)
+	if code != exitDone {
+		t.Fatalf("exit %d", code)
+	}
+	_ = tty.Close()
+	_ = term.SetReadDeadline(time.Now().Add(5 * time.Second))
+	<-read
+	if !regexp.MustCompile(`\r\[=+ *\] 10/10 tasks`).Match(got.Bytes()) {
+		t.Errorf("no bar on the terminal:\n%q", got.String())
 	}
 }

@@ -80,9 +80,10 @@ type globals struct {
 	conn    connOpts
 	stdout  io.Writer
 	stderr  io.Writer
-	// rawOut is stdout without the terminal-safe escaping: for bytes a
-	// verb was asked to write as they are (content --raw).
-	rawOut io.Writer
+	// rawOut and rawErr are stdout and stderr without the terminal-safe
+	// escaping: for bytes a verb was asked to write as they are (content
+	// --raw) and for its own drawing (bench's bar, which is \r and digits).
+	rawOut, rawErr io.Writer
 	// lookupEnv reads the environment (os.LookupEnv; tests replace it).
 	lookupEnv func(string) (string, bool)
 	// sources says where each setting came from, once resolved.
@@ -143,12 +144,12 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	// outside, and an escape sequence or bidi override in them would reach
 	// the terminal. The escapes of a rune are JSON escapes of the same rune,
 	// so --json stays JSON that decodes to what was recorded.
-	rawOut := stdout
+	rawOut, rawErr := stdout, stderr
 	safeOut, safeErr := termsafe.NewWriter(stdout), termsafe.NewWriter(stderr)
 	defer func() { _ = safeOut.Flush(); _ = safeErr.Flush() }()
 	stdout, stderr = safeOut, safeErr
 	root, g := newRootCmd(safeOut, safeErr, lookupEnv)
-	g.rawOut = rawOut
+	g.rawOut, g.rawErr = rawOut, rawErr
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
