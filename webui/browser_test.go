@@ -360,7 +360,26 @@ script:
 		chromedp.SendKeys(chromedp.CSS(fmt.Sprintf(`li.approval[data-task=%q] input.reason-input`, id)), "eu-west-1\r"),
 		chromedp.WaitNotPresent(row(id)),
 		chromedp.Navigate(base+"/#/task/"+id),
-		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="completed"]`)))
+		chromedp.WaitVisible(chromedp.CSS(`#task-status[data-status="completed"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#timeline li.TaskWoken`)))
+	// The answer is shown as an answer, with who gave it; every record has
+	// its time, and its payload folded away until opened.
+	woken, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#timeline li.TaskWoken .d`)))
+	if err != nil || woken != "question-1 answered \u201ceu-west-1\u201d by alice (token)" {
+		t.Errorf("the answer in the timeline: %q %v", woken, err)
+	}
+	timed, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
+		`[...document.querySelectorAll("#timeline li")].every((li) => /^\d\d:\d\d:\d\d\.\d{3}$/.test(li.querySelector("time.at").textContent))`))
+	if err != nil || !timed {
+		t.Errorf("a record without its time (%v)", err)
+	}
+	step(t, ctx, "a payload opens",
+		chromedp.Click(chromedp.CSS(`#timeline li.TaskCreated details.payload summary`)),
+		chromedp.WaitVisible(chromedp.CSS(`#timeline li.TaskCreated details.payload[open] pre`)))
+	created, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#timeline li.TaskCreated details.payload pre`)))
+	if err != nil || !strings.Contains(created, `"goal": "pick a region"`) {
+		t.Errorf("TaskCreated's payload: %q %v", created, err)
+	}
 }
 
 // TestQuorumInBrowser: a request that needs two approvers shows its quorum;

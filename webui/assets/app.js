@@ -391,6 +391,7 @@ function describe(ev) {
     case "GuardShadowed": return "shadow " + (p.guard || "?") + (p.rule ? " " + p.rule : "") + " on " + (p.tool || p.action || "") +
       ": would " + p.verdict + (p.failed ? " (failed)" : "") + ", decided " + p.decided + (p.decided_by ? " by " + p.decided_by : "") + ": " + (p.reason || "");
     case "TaskSuspended": return p.reason || "";
+    case "TaskWoken": return woken(p.wake_event || {});
     case "TaskCompleted": return "answer: " + pretty(p.answer).slice(0, 400);
     case "TaskFailed": return p.error || p.reason || pretty(p).slice(0, 300);
     case "TaskCancelled": return p.reason || "";
@@ -420,12 +421,43 @@ function said(ev) {
   return null;
 }
 
+// clock is a record's time as the timeline shows it: the local time of day
+// to the millisecond; the whole time is the element's title.
+function clock(t) {
+  const d = new Date(t);
+  if (isNaN(d)) return "";
+  const p = (n, w) => String(n).padStart(w || 2, "0");
+  return p(d.getHours()) + ":" + p(d.getMinutes()) + ":" + p(d.getSeconds()) + "." + p(d.getMilliseconds(), 3);
+}
+
+// payload is a record's whole payload, folded away until opened; a body
+// kept in the content store is named with the command that prints it.
+function payload(ev) {
+  const text = pretty(ev.payload);
+  if (!text || text === "{}") return null;
+  const refs = JSON.stringify(ev.payload || {}).includes('_ref":{"hash"');
+  return el("details", { class: "payload" },
+    el("summary", { text: "payload" + (ev.actor ? " · " + ev.actor : "") }),
+    el("pre", { text: text }),
+    refs ? el("div", { class: "hint", text: "bodies in the content store: engine content " + ev.task + " " + ev.seq + " [--field NAME]" }) : null);
+}
+
+// woken is what woke a task; a person's reply to a question is its words.
+function woken(w) {
+  if (w.kind !== "human_response") return "by " + (w.kind || "?");
+  const who = w.approver ? " by " + w.approver + (w.auth ? " (" + w.auth + ")" : "") : "";
+  if (w.text && !String(w.handle).startsWith("approval-")) return w.handle + " answered \u201c" + w.text + "\u201d" + who;
+  return w.handle + " " + (w.decision || "") + who;
+}
+
 function timelineItem(ev) {
   return el("li", { class: ev.type, "data-seq": String(ev.seq) },
     el("span", { class: "seq", text: "#" + ev.seq }),
+    el("time", { class: "at", text: clock(ev.time), title: ev.time || "", dateTime: ev.time || "" }),
     el("span", { class: "t", text: ev.type }),
     el("span", { class: "d", text: describe(ev) }),
-    said(ev));
+    said(ev),
+    payload(ev));
 }
 
 async function openTask(id) {
