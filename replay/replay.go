@@ -25,6 +25,12 @@ import (
 // external decider, a rate window).
 var ErrNotReplayable = errors.New("replay: not replayable")
 
+// errSpawn is the outcome of every recorded spawn: a spawn's verdict is
+// not judged again (its guard context moves member by member in a
+// fan-out, and the children's allotments with it), so it is counted, not
+// guessed.
+var errSpawn = fmt.Errorf("%w: spawns are not replayed", ErrNotReplayable)
+
 // Replayable is a guard that says whether its verdict is a function of the
 // action and the guard context alone. A caller's Go guard that does not
 // implement it is taken as not replayable: replay reports the actions it
@@ -48,10 +54,12 @@ type Action struct {
 	Turn  int       `json:"turn"`
 	Seq   uint64    `json:"seq"` // the record that carries its verdict
 	Time  time.Time `json:"time"`
-	// Point is tool_call or finish.
+	// Point is tool_call, spawn_subtask or finish.
 	Point  string `json:"point"`
 	Tool   string `json:"tool,omitempty"`
 	CallID string `json:"call_id,omitempty"`
+	// Child is a spawn's child agent.
+	Child string `json:"child,omitempty"`
 }
 
 // Outcome is an action with the verdict it got and the one the new config
@@ -84,6 +92,12 @@ type JudgeOptions struct {
 	Edits func(tool string) bool
 	// Guards are the caller's Go guards, added to every stack.
 	Guards []guards.Guard
+	// Outside reports a tool whose risk level is known only outside the
+	// log and the config (an MCP server's tool the config gives no risk:
+	// its level comes from the server's annotations). An action whose
+	// verdict looked its risk up is not replayable: Risks has no answer
+	// for it, and the fail-closed deny it would cause is a guess.
+	Outside func(tool string) bool
 }
 
 // Judge asks the new config's guard stacks. Safe for one goroutine.
@@ -91,6 +105,11 @@ type Judge struct {
 	gov    *guards.Config
 	opts   JudgeOptions
 	stacks map[string]stackOf
+	// outside is the tool of the current check whose risk Outside
+	// reported, if its stack asked; building is set while a stack is
+	// built, which only asks whether a tool is known.
+	outside  string
+	building bool
 }
 
 type stackOf struct {
@@ -111,7 +130,9 @@ func (j *Judge) stack(agent string) (*guards.Stack, error) {
 	if j.opts.Edits != nil {
 		opts = append(opts, guards.WithEditTools(j.opts.Edits))
 	}
-	s, err := j.gov.AgentStack(agent, j.opts.Risks, j.opts.Guards, opts...)
+	j.building = true
+	s, err := j.gov.AgentStack(agent, j.risk, j.opts.Guards, opts...)
+	j.building = false
 	if err == nil {
 		for _, g := range s.Guards() {
 			if r, ok := g.(Replayable); ok && r.Replayable() {
@@ -126,6 +147,32 @@ func (j *Judge) stack(agent string) (*guards.Stack, error) {
 	}
 	j.stacks[agent] = stackOf{s, err}
 	return s, err
+}
+
+// risk is the stacks' risk lookup: Risks, noting a tool Outside reports.
+func (j *Judge) risk(tool string) (string, bool) {
+	if j.opts.Outside != nil && j.opts.Outside(tool) {
+		if j.building {
+			return "", true // known, its level asked per call
+		}
+		j.outside = tool
+		return "", false
+	}
+	if j.opts.Risks == nil {
+		return "", false
+	}
+	return j.opts.Risks(tool)
+}
+
+// check asks s about a, and fails with ErrNotReplayable if the answer
+// needed a risk level from outside the log.
+func (j *Judge) check(ctx context.Context, s *guards.Stack, a noeta.ProposedAction, gc *guards.Context) (Verdict, error) {
+	j.outside = ""
+	d := s.Check(ctx, a, gc)
+	if j.outside != "" {
+		return Verdict{}, fmt.Errorf("%w: the risk level of tool %s comes from its MCP server (give it a risk in the config's mcp_servers to replay it)", ErrNotReplayable, j.outside)
+	}
+	return Verdict{Verdict: d.Verdict, Guard: d.Guard, Reason: d.Reason}, nil
 }
 
 // isBuiltin reports a guard the governance config builds: a function of
@@ -187,7 +234,8 @@ func (r *taskReplay) before(env eventlog.Envelope) error {
 	}
 	switch env.Type {
 	case noeta.TypeToolCallStarted, noeta.TypeToolCallDenied, noeta.TypeApprovalRequested,
-		noeta.TypeTaskCompleted, noeta.TypeFinishDenied, noeta.TypeApprovalResolved:
+		noeta.TypeTaskCompleted, noeta.TypeFinishDenied, noeta.TypeApprovalResolved,
+		noeta.TypeSubtaskSpawned, noeta.TypeSubtaskDenied:
 	default:
 		return nil
 	}
@@ -202,7 +250,11 @@ func (r *taskReplay) before(env eventlog.Envelope) error {
 			if r.approved == nil {
 				r.approved = map[string]bool{}
 			}
-			r.approved[approvedKey(pa.Action, pa.CallID)] = true
+			callID := pa.CallID
+			if pa.Action == noeta.ApprovalSpawnSubtask {
+				callID = ""
+			}
+			r.approved[approvedKey(pa.Action, callID)] = true
 		}
 		return nil
 	case *noeta.ToolCallStarted:
@@ -227,7 +279,20 @@ func (r *taskReplay) before(env eventlog.Envelope) error {
 		case noeta.ApprovalFinish:
 			act.Point = "finish"
 			r.finish(act, rec)
+		case noeta.ApprovalSpawnSubtask:
+			act.Point, act.Child = "spawn_subtask", p.Agent
+			r.fn(Outcome{Action: act, Recorded: rec, Err: errSpawn})
 		}
+	case *noeta.SubtaskSpawned:
+		if k := approvedKey(noeta.ApprovalSpawnSubtask, ""); r.approved[k] {
+			delete(r.approved, k) // the approved spawn's child, judged at the request
+			return nil
+		}
+		act.Point, act.Child = "spawn_subtask", p.Agent
+		r.fn(Outcome{Action: act, Recorded: Verdict{Verdict: noeta.VerdictAllow}, Err: errSpawn})
+	case *noeta.SubtaskDenied:
+		act.Point, act.Child = "spawn_subtask", p.Agent
+		r.fn(Outcome{Action: act, Recorded: Verdict{Verdict: noeta.VerdictDeny, Guard: p.Guard, Reason: p.Reason}, Err: errSpawn})
 	case *noeta.TaskCompleted:
 		if r.approved[approvedKey(noeta.ApprovalFinish, "")] {
 			return nil
@@ -284,11 +349,11 @@ func (r *taskReplay) judge(agent string, a noeta.ProposedAction) (Verdict, error
 		SubtaskDepth: r.st.Depth,
 		Metadata:     map[string]string{"agent": agent},
 	})
-	d := s.Check(r.ctx, a, gc)
+	v, err := r.j.check(r.ctx, s, a, gc)
 	if err := r.ctx.Err(); err != nil {
 		return Verdict{}, err
 	}
-	return Verdict{Verdict: d.Verdict, Guard: d.Guard, Reason: d.Reason}, nil
+	return v, err
 }
 
 // decision rebuilds the current turn's recorded calls and answer, once

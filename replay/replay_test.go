@@ -3,6 +3,7 @@ package replay_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/noeta-go/noeta"
@@ -72,6 +73,17 @@ func registry(t testing.TB) *tools.Registry {
 // it.
 func record(t testing.TB, doc string, n int) *memlog.Backend {
 	t.Helper()
+	return recordN(t, doc, script, n)
+}
+
+// recordScript runs one task of taskFile under doc on a memlog backend.
+func recordScript(t testing.TB, doc, taskFile string) *memlog.Backend {
+	t.Helper()
+	return recordN(t, doc, taskFile, 1)
+}
+
+func recordN(t testing.TB, doc, taskFile string, n int) *memlog.Backend {
+	t.Helper()
 	b, err := memlog.NewBackend(memlog.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +95,7 @@ func record(t testing.TB, doc string, n int) *memlog.Backend {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	tf, err := policy.ParseTaskFile("task.yaml", []byte(script))
+	tf, err := policy.ParseTaskFile("task.yaml", []byte(taskFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +211,51 @@ func TestNotReplayable(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rep.Actions != 5 || rep.NotReplayed["not replayable"] != 5 || rep.Changed != 0 {
+		t.Fatalf("%+v", rep)
+	}
+}
+
+// TestSpawnsAndOutsideRisks: a recorded spawn is counted as not replayed,
+// never judged; an action whose verdict needs a risk level from outside
+// the log and the config (JudgeOptions.Outside) is not replayed either,
+// while the actions that do not need it are.
+func TestSpawnsAndOutsideRisks(t *testing.T) {
+	t.Parallel()
+	const doc = `
+agents:
+  a:
+    tools: [echo]
+    permissions: {allowed_subtask_agents: [h]}
+  h:
+    tools: [echo]
+`
+	const spawning = `agent: a
+goal: g
+script:
+  - tool_calls: [{tool: echo, args: {text: hello}}]
+  - spawn: [{agent: h, goal: "g1", script: [{finish: {answer: "1"}}]}, {agent: h, goal: "g2", script: [{finish: {answer: "2"}}]}]
+  - finish: {answer: done}
+`
+	b := recordScript(t, doc, spawning)
+	rep, err := replay.Run(t.Context(), b.Store, b.Store, judge(t, doc), replay.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a: a call, two spawns, a finish; each child a finish.
+	if rep.Tasks != 3 || rep.Actions != 6 || rep.Changed != 0 || rep.NotReplayed["spawn"] != 2 || len(rep.NotReplayed) != 1 ||
+		!strings.Contains(rep.NotReplayedFirst["spawn"], "spawn_subtask of agent h") {
+		t.Fatalf("%+v", rep)
+	}
+
+	reg := registry(t)
+	j := replay.NewJudge(parse(t, doc).Governance, replay.JudgeOptions{Risks: reg.RiskString, Edits: reg.Edits,
+		Outside: func(tool string) bool { return tool == "echo" }})
+	rep, err = replay.Run(t.Context(), b.Store, b.Store, j, replay.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Actions != 6 || rep.Changed != 0 || rep.NotReplayed["not replayable"] != 1 || rep.NotReplayed["spawn"] != 2 ||
+		!strings.Contains(rep.NotReplayedFirst["not replayable"], "the risk level of tool echo comes from its MCP server") {
 		t.Fatalf("%+v", rep)
 	}
 }

@@ -51,8 +51,10 @@ type Report struct {
 	// Changes are grouped, the largest group first.
 	Changes []Group `json:"changes"`
 	// NotReplayed counts the actions that could not be judged again, by
-	// why (the first error of each kind names an example).
-	NotReplayed map[string]int `json:"not_replayed,omitempty"`
+	// why; NotReplayedFirst is the first error of each kind, which names
+	// an example (the guard, the tool, the task and turn).
+	NotReplayed      map[string]int    `json:"not_replayed,omitempty"`
+	NotReplayedFirst map[string]string `json:"not_replayed_first,omitempty"`
 }
 
 // Run replays the actions of the tasks f keeps.
@@ -73,9 +75,12 @@ func Run(ctx context.Context, src Source, content Content, j *Judge, f Filter) (
 			rep.Actions++
 			if o.Err != nil {
 				if rep.NotReplayed == nil {
-					rep.NotReplayed = map[string]int{}
+					rep.NotReplayed, rep.NotReplayedFirst = map[string]int{}, map[string]string{}
 				}
-				rep.NotReplayed[why(o.Err)]++
+				k := why(o.Err)
+				if rep.NotReplayed[k]++; rep.NotReplayed[k] == 1 {
+					rep.NotReplayedFirst[k] = notReplayedAt(o)
+				}
 				return
 			}
 			if !o.Changed() {
@@ -132,10 +137,24 @@ func taskList(ctx context.Context, src Source, f Filter) ([]string, error) {
 // why is the kind of a replay error, for counting.
 func why(err error) string {
 	switch {
+	case errors.Is(err, errSpawn):
+		return "spawn"
 	case errors.Is(err, ErrNotReplayable):
 		return "not replayable"
 	case errors.Is(err, eventlog.ErrNotFound):
 		return "content missing"
 	}
 	return "stack not built"
+}
+
+// notReplayedAt is an outcome's error with where it was.
+func notReplayedAt(o Outcome) string {
+	what := o.Point
+	switch {
+	case o.Tool != "":
+		what += " " + o.Tool
+	case o.Child != "":
+		what += " of agent " + o.Child
+	}
+	return fmt.Sprintf("task %s seq %d (%s): %v", o.Task, o.Seq, what, o.Err)
 }
