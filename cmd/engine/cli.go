@@ -201,7 +201,7 @@ config or task file, 3 it waits for an approval.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SetOut(stderr)
 			_ = cmd.Help()
-			return usageErr("name a verb: serve, ui, run, submit, approve, events, inspect, tasks, doctor or demo")
+			return usageErr("name a verb: serve, ui, run, submit, approve, events, inspect, tasks, policy, doctor or demo")
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -218,7 +218,7 @@ config or task file, 3 it waits for an approval.`,
 	pf.DurationVar(&g.conn.leaseTTL, "lease-ttl", 0, "lease length, whole seconds (default 30s); the same for every process of the prefix")
 	root.AddCommand(newServeCmd(g), newRunCmd(g), newSubmitCmd(g), newApproveCmd(g), newAuditCmd(g),
 		newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newDoctorCmd(g), newDemoCmd(g), newToolsCmd(g),
-		newApprovalsCmd(g), newUICmd(g), newTokenCmd(g), newBenchCmd(g))
+		newApprovalsCmd(g), newUICmd(g), newTokenCmd(g), newBenchCmd(g), newPolicyCmd(g))
 	return root, g
 }
 
