@@ -11,22 +11,21 @@ import (
 	"github.com/noeta-go/noeta/replay"
 )
 
-// newPolicyCmd is the policy verbs (docs/policy.md), their flow package
-// policyview's. A view of the log never makes a data directory.
+// newPolicyCmd is the policy verbs (docs/policy.md); policyview holds their flow.
 func newPolicyCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "policy", Short: "Try a governance config: replay it over the log, test it, report its shadow rules", Args: cobra.NoArgs}
-	var config, since, agent, task string
-	var asJSON bool
+	cmd := &cobra.Command{Use: "policy", Short: "Try a governance config: replay it over the log, test it, report its shadow rules", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return usageErr("name a verb: policy replay, test or shadow-report")
+		}}
+	var config, since, agent, task, asJSON = "", "", "", "", false
 	view := func(fn func(ctx context.Context, h *host.Host, f replay.Filter) (bool, error)) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, _ []string) error {
 			f, err := replay.ParseFilter(since, agent, task, time.Now())
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			if dir, err := g.dataDir(); g.conn.embedded() && err == nil {
-				if err := policyview.NoData(dir); err != nil {
-					return failErr(err)
-				}
+			if dir, err := g.dataDir(); err == nil && g.conn.embedded() && policyview.NoData(dir) != nil {
+				return failErr(policyview.NoData(dir)) // a view never makes a data directory
 			}
 			h, err := openReadView(cmd.Context(), g, "policy")
 			if err != nil {
@@ -39,17 +38,19 @@ func newPolicyCmd(g *globals) *cobra.Command {
 	replayCmd := &cobra.Command{Use: "replay --config NEW.yaml", Args: cobra.NoArgs,
 		Short: "Re-judge every recorded tool call and finish under another config and report what would change",
 		Long: `replay asks NEW.yaml's guard stacks about every tool call and finish the log
-recorded, each with the guard context it had, and reports the verdicts that
-would change, with examples. It only reads. What it cannot judge from the log
-(spawns, a tool whose risk only its MCP server knows) is counted, never
-guessed. Exit 0 nothing would change, 1 something would, 2 bad usage or config.`,
-		RunE: view(func(ctx context.Context, h *host.Host, f replay.Filter) (bool, error) {
-			cfg, err := governance(ctx, config)
+recorded, with the guard context each had, and reports the verdicts that would
+change. It only reads; what it cannot judge from the log (spawns, a tool whose
+risk only its MCP server knows) is counted, never guessed. Exit 0 nothing would
+change, 1 something would, 2 bad usage or config.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := governance(cmd.Context(), config)
 			if err != nil {
-				return false, err
+				return err
 			}
-			return policyview.Replay(ctx, h, cfg, f, g.stdout, asJSON)
-		}),
+			return view(func(ctx context.Context, h *host.Host, f replay.Filter) (bool, error) {
+				return policyview.Replay(ctx, h, cfg, f, g.stdout, asJSON)
+			})(cmd, args)
+		},
 	}
 	replayCmd.Flags().StringVar(&config, "config", "", "the config to replay under (default "+defaultConfig+" in the working directory)")
 	shadowCmd := &cobra.Command{Use: "shadow-report", Args: cobra.NoArgs, Short: "Summarise what the shadow rules (shadow: true) would have decided, per rule",
@@ -65,9 +66,8 @@ guessed. Exit 0 nothing would change, 1 something would, 2 bad usage or config.`
 	}
 	testCmd := &cobra.Command{Use: "test NOETA.yaml CASES.yaml", Args: cobra.ExactArgs(2), Short: "Judge a table of proposed actions under a config and check each verdict",
 		Long: `test judges each case of CASES.yaml (docs/policy.md) with the guard stacks of
-NOETA.yaml, a whole governance config as --config takes it, on a fresh task,
-and prints every failing case, expected against got. Exit 0 all pass, 1 some
-fail, 2 a bad config or cases file.`,
+NOETA.yaml, a whole governance config as --config takes it, and prints every
+failing case, expected against got. Exit 0 all pass, 1 some fail, 2 bad files.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, cases, err := policyview.LoadTest(cmd.Context(), args[0], args[1])
 			if err != nil {
