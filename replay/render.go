@@ -100,7 +100,11 @@ func WriteReport(w io.Writer, config string, f Filter, rep *Report, asJSON bool)
 		for _, g := range rep.Changes {
 			fmt.Fprintf(w, "\n%s → %s, %s%s, %s (%d):\n", g.From, g.To, g.Point, prefixed(g.Tool), dash(g.Guard), g.Count)
 			for _, o := range g.Examples {
-				fmt.Fprintf(w, "  task %s seq %d turn %d%s: was %s, now %s\n", o.Task, o.Seq, o.Turn, prefixed(o.CallID),
+				what := prefixed(o.CallID)
+				if o.Child != "" {
+					what += " of " + o.Child
+				}
+				fmt.Fprintf(w, "  task %s seq %d turn %d%s: was %s, now %s\n", o.Task, o.Seq, o.Turn, what,
 					verdictText(o.Recorded), verdictText(o.Replayed))
 			}
 		}

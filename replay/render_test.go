@@ -65,10 +65,23 @@ func TestWriteReport(t *testing.T) {
 	}{
 		{name: "nothing", rep: replay.Report{Tasks: 1, Actions: 1, Changes: []replay.Group{}},
 			want: []string{"1 action of 1 task replayed under new.yaml: nothing would change, 0 not replayed"}},
-		{name: "a change and a spawn",
+		{name: "a spawn",
+			rep: replay.Report{Tasks: 1, Actions: 2, Changed: 1, Changes: []replay.Group{{From: "allow", To: "deny", Point: "spawn_subtask", Guard: "budget", Count: 1,
+				Examples: []replay.Outcome{{Action: replay.Action{Task: "T1", Agent: "a", Turn: 2, Seq: 9, Time: at, Point: "spawn_subtask", Child: "h,h"},
+					Recorded: allow, Replayed: replay.Verdict{Verdict: noeta.VerdictDeny, Guard: "budget", Reason: "max_spawned_subtasks"}}}}}},
+			want: []string{
+				"2 actions of 1 task replayed under new.yaml: 1 would change, 0 not replayed",
+				"",
+				"FROM   TO    POINT          TOOL  GUARD   COUNT",
+				"allow  deny  spawn_subtask  -     budget  1",
+				"",
+				"allow → deny, spawn_subtask, budget (1):",
+				"  task T1 seq 9 turn 2 of h,h: was allow, now deny by budget: max_spawned_subtasks",
+			}},
+		{name: "a change and one not replayed",
 			rep: replay.Report{Tasks: 2, Actions: 5, Changed: 1, Changes: []replay.Group{{From: "allow", To: "deny", Point: "tool_call", Tool: "echo", Guard: "rules", Count: 1,
 				Examples: []replay.Outcome{outcome("T1", 7, allow, deny)}}},
-				NotReplayed: map[string]int{"spawn": 2}, NotReplayedFirst: map[string]string{"spawn": "task T2 seq 5 (spawn_subtask of agent h): spawns are not replayed"}},
+				NotReplayed: map[string]int{"not_replayable": 2}, NotReplayedFirst: map[string]string{"not_replayable": "task T2 seq 5 (tool_call x): not replayable: guard g"}},
 			want: []string{
 				"5 actions of 2 tasks replayed under new.yaml: 1 would change, 2 not replayed",
 				"",
@@ -79,8 +92,8 @@ func TestWriteReport(t *testing.T) {
 				"  task T1 seq 7 turn 1 call-1-0: was allow, now deny by rules: no secrets",
 				"",
 				"not replayed (never guessed):",
-				"  WHY    COUNT  FIRST",
-				"  spawn  2      task T2 seq 5 (spawn_subtask of agent h): spawns are not replayed",
+				"  WHY             COUNT  FIRST",
+				"  not_replayable  2      task T2 seq 5 (tool_call x): not replayable: guard g",
 			}},
 	}
 	for _, c := range cases {

@@ -1,5 +1,5 @@
 // Package replay re-judges the actions a task's log recorded under another
-// governance config: each proposed tool call and finish is asked of the
+// governance config: each proposed tool call, spawn and finish is asked of the
 // new config's guard stack with the guard context it had when it was
 // judged (the fold of the log up to that point), and the verdict it would
 // get is set beside the one it got. It reads and never writes: what a
@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/noeta-go/noeta"
@@ -24,12 +25,6 @@ import (
 // again from the log alone (its verdict depends on state outside it: an
 // external decider, a rate window).
 var ErrNotReplayable = errors.New("replay: not replayable")
-
-// errSpawn is the outcome of every recorded spawn: a spawn's verdict is
-// not judged again (its guard context moves member by member in a
-// fan-out, and the children's allotments with it), so it is counted, not
-// guessed.
-var errSpawn = fmt.Errorf("%w: spawns are not replayed", ErrNotReplayable)
 
 // Replayable is a guard that says whether its verdict is a function of the
 // action and the guard context alone. A caller's Go guard that does not
@@ -58,7 +53,7 @@ type Action struct {
 	Point  string `json:"point"`
 	Tool   string `json:"tool,omitempty"`
 	CallID string `json:"call_id,omitempty"`
-	// Child is a spawn's child agent.
+	// Child is a spawn's child agent (a fan-out's, comma-separated).
 	Child string `json:"child,omitempty"`
 }
 
@@ -167,8 +162,12 @@ func (j *Judge) risk(tool string) (string, bool) {
 // check asks s about a, and fails with ErrNotReplayable if the answer
 // needed a risk level from outside the log.
 func (j *Judge) check(ctx context.Context, s *guards.Stack, a noeta.ProposedAction, gc *guards.Context) (Verdict, error) {
+	return j.checked(func() guards.Decision { return s.Check(ctx, a, gc) })
+}
+
+func (j *Judge) checked(fn func() guards.Decision) (Verdict, error) {
 	j.outside = ""
-	d := s.Check(ctx, a, gc)
+	d := fn()
 	if j.outside != "" {
 		return Verdict{}, fmt.Errorf("%w: the risk level of tool %s comes from its MCP server (give it a risk in the config's mcp_servers to replay it)", ErrNotReplayable, j.outside)
 	}
@@ -185,7 +184,7 @@ func isBuiltin(g guards.Guard) bool {
 	return false
 }
 
-// Task re-judges every recorded tool call and finish of task's log, in
+// Task re-judges every recorded tool call, spawn and finish of task's log, in
 // log order, calling fn with each outcome. Reading the log fails it; an
 // action that cannot be judged again is an outcome with Err.
 func (j *Judge) Task(ctx context.Context, log eventlog.Reader, content Content, task string, fn func(Outcome)) error {
@@ -219,6 +218,7 @@ type taskReplay struct {
 	// decision is the current turn's recorded decision, rebuilt once.
 	decisionTurn int
 	calls        map[string]noeta.ToolCall
+	spawns       []noeta.SpawnSubtask
 	answer       json.RawMessage
 	decisionErr  error
 	// approved are the calls and the finish a person approved: their
@@ -280,19 +280,22 @@ func (r *taskReplay) before(env eventlog.Envelope) error {
 			act.Point = "finish"
 			r.finish(act, rec)
 		case noeta.ApprovalSpawnSubtask:
-			act.Point, act.Child = "spawn_subtask", p.Agent
-			r.fn(Outcome{Action: act, Recorded: rec, Err: errSpawn})
+			act.Point = "spawn_subtask"
+			r.spawn(act, rec, "")
 		}
 	case *noeta.SubtaskSpawned:
 		if k := approvedKey(noeta.ApprovalSpawnSubtask, ""); r.approved[k] {
 			delete(r.approved, k) // the approved spawn's child, judged at the request
 			return nil
 		}
-		act.Point, act.Child = "spawn_subtask", p.Agent
-		r.fn(Outcome{Action: act, Recorded: Verdict{Verdict: noeta.VerdictAllow}, Err: errSpawn})
+		if len(r.st.Turn.Spawned) > 0 {
+			return nil // a later member of a spawn judged at its first
+		}
+		act.Point = "spawn_subtask"
+		r.spawn(act, Verdict{Verdict: noeta.VerdictAllow}, p.GroupID)
 	case *noeta.SubtaskDenied:
-		act.Point, act.Child = "spawn_subtask", p.Agent
-		r.fn(Outcome{Action: act, Recorded: Verdict{Verdict: noeta.VerdictDeny, Guard: p.Guard, Reason: p.Reason}, Err: errSpawn})
+		act.Point = "spawn_subtask"
+		r.spawn(act, Verdict{Verdict: noeta.VerdictDeny, Guard: p.Guard, Reason: p.Reason}, p.GroupID)
 	case *noeta.TaskCompleted:
 		if r.approved[approvedKey(noeta.ApprovalFinish, "")] {
 			return nil
@@ -336,6 +339,55 @@ func (r *taskReplay) finish(act Action, rec Verdict) {
 	r.fn(out)
 }
 
+// spawn judges the turn's recorded spawn as the engine did: one child as
+// one action, a fan-out as a batch whose members are admitted one by one
+// (guards.Stack.CheckFanOut), refused whole if it is over
+// engine.MaxFanOut; all on the state before its first record.
+func (r *taskReplay) spawn(act Action, rec Verdict, group string) {
+	out := Outcome{Action: act, Recorded: rec}
+	if err := r.decision(); err != nil {
+		out.Err = err
+		r.fn(out)
+		return
+	}
+	agents := make([]string, len(r.spawns))
+	for i, m := range r.spawns {
+		agents[i] = m.Agent
+	}
+	out.Child = strings.Join(agents, ",")
+	switch {
+	case len(r.spawns) == 0:
+		out.Err = fmt.Errorf("replay: task %s turn %d: the turn's recorded decision has no spawn", act.Task, act.Turn)
+	case len(r.spawns) == 1:
+		out.Replayed, out.Err = r.judge(act.Agent, noeta.ProposedSpawnSubtask{Spawn: r.spawns[0]})
+	case len(r.spawns) > engine.MaxFanOut:
+		out.Replayed = Verdict{Verdict: noeta.VerdictDeny, Guard: "engine", Reason: fmt.Sprintf("fanout_batch_size:%d>%d", len(r.spawns), engine.MaxFanOut)}
+	default:
+		members := make([]noeta.SpawnSubtask, len(r.spawns))
+		for i, m := range r.spawns {
+			members[i] = m
+			members[i].GroupID = group
+		}
+		s, err := r.j.stack(act.Agent)
+		if err != nil {
+			out.Err = err
+			break
+		}
+		gc := r.guardContext(act.Agent)
+		out.Replayed, out.Err = r.j.checked(func() guards.Decision { return s.CheckFanOut(r.ctx, members, gc).Decision })
+	}
+	r.fn(out)
+}
+
+func (r *taskReplay) guardContext(agent string) *guards.Context {
+	return guards.NewContext(guards.ContextParams{
+		TaskID:       r.st.Task,
+		Governance:   r.st.Governance,
+		SubtaskDepth: r.st.Depth,
+		Metadata:     map[string]string{"agent": agent},
+	})
+}
+
 // judge asks the new stack of agent about a on the state before the
 // record.
 func (r *taskReplay) judge(agent string, a noeta.ProposedAction) (Verdict, error) {
@@ -343,13 +395,7 @@ func (r *taskReplay) judge(agent string, a noeta.ProposedAction) (Verdict, error
 	if err != nil {
 		return Verdict{}, err
 	}
-	gc := guards.NewContext(guards.ContextParams{
-		TaskID:       r.st.Task,
-		Governance:   r.st.Governance,
-		SubtaskDepth: r.st.Depth,
-		Metadata:     map[string]string{"agent": agent},
-	})
-	v, err := r.j.check(r.ctx, s, a, gc)
+	v, err := r.j.check(r.ctx, s, a, r.guardContext(agent))
 	if err := r.ctx.Err(); err != nil {
 		return Verdict{}, err
 	}
@@ -362,13 +408,13 @@ func (r *taskReplay) decision() error {
 	if r.decisionTurn == r.st.Turn.N && (r.calls != nil || r.decisionErr != nil || r.answer != nil) {
 		return r.decisionErr
 	}
-	r.decisionTurn, r.calls, r.answer, r.decisionErr = r.st.Turn.N, map[string]noeta.ToolCall{}, nil, nil
+	r.decisionTurn, r.calls, r.spawns, r.answer, r.decisionErr = r.st.Turn.N, map[string]noeta.ToolCall{}, nil, nil, nil
 	rec := r.st.Turn.Decision
 	if rec == nil {
 		r.decisionErr = fmt.Errorf("%w: task %s turn %d has no recorded decision (a log written before decisions were recorded)", ErrNotReplayable, r.st.Task, r.st.Turn.N)
 		return r.decisionErr
 	}
-	parts := noeta.RecordedParts{ToolCalls: rec.ToolCalls, Answer: rec.Answer}
+	parts := noeta.RecordedParts{ToolCalls: rec.ToolCalls, Spawn: rec.Spawn, Answer: rec.Answer}
 	if rec.DecisionRef != nil {
 		b, err := r.get(rec.DecisionRef)
 		if err != nil {
@@ -392,6 +438,20 @@ func (r *taskReplay) decision() error {
 			tc.Args = b
 		}
 		r.calls[c.CallID] = tc
+	}
+	for _, sp := range parts.Spawn {
+		m := noeta.SpawnSubtask{Agent: sp.Agent, Goal: sp.Goal}
+		if sp.GoalRef != nil {
+			b, err := r.get(sp.GoalRef)
+			if err != nil {
+				r.decisionErr = err
+				return err
+			}
+			if json.Unmarshal(b, &m.Goal) != nil {
+				m.Goal = string(b)
+			}
+		}
+		r.spawns = append(r.spawns, m)
 	}
 	r.answer = parts.Answer
 	if rec.AnswerRef != nil {

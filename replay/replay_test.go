@@ -210,15 +210,15 @@ func TestNotReplayable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Actions != 5 || rep.NotReplayed["not replayable"] != 5 || rep.Changed != 0 {
+	if rep.Actions != 5 || rep.NotReplayed["not_replayable"] != 5 || rep.Changed != 0 {
 		t.Fatalf("%+v", rep)
 	}
 }
 
-// TestSpawnsAndOutsideRisks: a recorded spawn is counted as not replayed,
-// never judged; an action whose verdict needs a risk level from outside
-// the log and the config (JudgeOptions.Outside) is not replayed either,
-// while the actions that do not need it are.
+// TestSpawnsAndOutsideRisks: a recorded spawn is judged as the engine
+// judged it, a fan-out once as a batch; an action whose verdict needs a
+// risk level from outside the log and the config (JudgeOptions.Outside) is
+// not replayed, while the actions that do not need it are.
 func TestSpawnsAndOutsideRisks(t *testing.T) {
 	t.Parallel()
 	const doc = `
@@ -234,28 +234,50 @@ goal: g
 script:
   - tool_calls: [{tool: echo, args: {text: hello}}]
   - spawn: [{agent: h, goal: "g1", script: [{finish: {answer: "1"}}]}, {agent: h, goal: "g2", script: [{finish: {answer: "2"}}]}]
+  - spawn: [{agent: h, goal: "g3", script: [{finish: {answer: "3"}}]}]
   - finish: {answer: done}
 `
 	b := recordScript(t, doc, spawning)
-	rep, err := replay.Run(t.Context(), b.Store, b.Store, judge(t, doc), replay.Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// a: a call, two spawns, a finish; each child a finish.
-	if rep.Tasks != 3 || rep.Actions != 6 || rep.Changed != 0 || rep.NotReplayed["spawn"] != 2 || len(rep.NotReplayed) != 1 ||
-		!strings.Contains(rep.NotReplayedFirst["spawn"], "spawn_subtask of agent h") {
-		t.Fatalf("%+v", rep)
+	// a: a call, a fan-out of two, a spawn, a finish; each child a finish.
+	for _, c := range []struct {
+		name, doc string
+		changed   int
+		want      []replay.Group
+	}{
+		{name: "the same config", doc: doc},
+		{name: "no spawns allowed", doc: strings.Replace(doc, "allowed_subtask_agents: [h]", "allowed_subtask_agents: []", 1), changed: 2,
+			want: []replay.Group{{From: "allow", To: "deny", Point: "spawn_subtask", Guard: "permission", Count: 2}}},
+		{name: "one spawn allowed", doc: strings.Replace(doc, "permissions:", "budget: {max_spawned_subtasks: 1}\n    permissions:", 1), changed: 2,
+			want: []replay.Group{{From: "allow", To: "deny", Point: "spawn_subtask", Guard: "budget", Count: 2}}},
+	} {
+		rep, err := replay.Run(t.Context(), b.Store, b.Store, judge(t, c.doc), replay.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := json.MarshalIndent(rep, "", "  ")
+		if rep.Tasks != 4 || rep.Actions != 7 || rep.Changed != c.changed || len(rep.NotReplayed) != 0 || len(rep.Changes) != len(c.want) {
+			t.Fatalf("%s: %s", c.name, out)
+		}
+		for i, w := range c.want {
+			g := rep.Changes[i]
+			if g.From != w.From || g.To != w.To || g.Point != w.Point || g.Guard != w.Guard || g.Count != w.Count {
+				t.Errorf("%s: change %d: %+v, want %+v", c.name, i, g, w)
+			}
+		}
+		if c.changed > 0 && rep.Changes[0].Examples[0].Child != "h,h" {
+			t.Errorf("%s: the fan-out's example %+v", c.name, rep.Changes[0].Examples[0])
+		}
 	}
 
 	reg := registry(t)
 	j := replay.NewJudge(parse(t, doc).Governance, replay.JudgeOptions{Risks: reg.RiskString, Edits: reg.Edits,
 		Outside: func(tool string) bool { return tool == "echo" }})
-	rep, err = replay.Run(t.Context(), b.Store, b.Store, j, replay.Filter{})
+	rep, err := replay.Run(t.Context(), b.Store, b.Store, j, replay.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Actions != 6 || rep.Changed != 0 || rep.NotReplayed["not replayable"] != 1 || rep.NotReplayed["spawn"] != 2 ||
-		!strings.Contains(rep.NotReplayedFirst["not replayable"], "the risk level of tool echo comes from its MCP server") {
+	if rep.Actions != 7 || rep.Changed != 0 || rep.NotReplayed["not_replayable"] != 1 || len(rep.NotReplayed) != 1 ||
+		!strings.Contains(rep.NotReplayedFirst["not_replayable"], "the risk level of tool echo comes from its MCP server") {
 		t.Fatalf("%+v", rep)
 	}
 }

@@ -137,14 +137,12 @@ func taskList(ctx context.Context, src Source, f Filter) ([]string, error) {
 // why is the kind of a replay error, for counting.
 func why(err error) string {
 	switch {
-	case errors.Is(err, errSpawn):
-		return "spawn"
 	case errors.Is(err, ErrNotReplayable):
-		return "not replayable"
+		return "not_replayable"
 	case errors.Is(err, eventlog.ErrNotFound):
-		return "content missing"
+		return "content_missing"
 	}
-	return "stack not built"
+	return "stack_not_built"
 }
 
 // notReplayedAt is an outcome's error with where it was.
@@ -154,7 +152,7 @@ func notReplayedAt(o Outcome) string {
 	case o.Tool != "":
 		what += " " + o.Tool
 	case o.Child != "":
-		what += " of agent " + o.Child
+		what += " of " + o.Child
 	}
 	return fmt.Sprintf("task %s seq %d (%s): %v", o.Task, o.Seq, what, o.Err)
 }
