@@ -36,12 +36,12 @@ func newPolicyCmd(g *globals) *cobra.Command {
 		}
 	}
 	replayCmd := &cobra.Command{Use: "replay --config NEW.yaml", Args: cobra.NoArgs,
-		Short: "Re-judge every recorded tool call and finish under another config and report what would change",
-		Long: `replay asks NEW.yaml's guard stacks about every tool call and finish the log
-recorded, with the guard context each had, and reports the verdicts that would
-change. It only reads; what it cannot judge from the log (spawns, a tool whose
-risk only its MCP server knows) is counted, never guessed. Exit 0 nothing would
-change, 1 something would, 2 bad usage or config.`,
+		Short: "Re-judge every recorded action under another config and report what would change",
+		Long: `replay asks NEW.yaml's guard stacks about every tool call, spawn and finish
+the log recorded, with the guard context each had, and reports the verdicts
+that would change. It only reads; what it cannot judge from the log (a tool
+whose risk only its MCP server knows) is counted, never guessed. Exit 0 nothing
+would change, 1 something would, 2 bad usage or config.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := governance(cmd.Context(), config)
 			if err != nil {

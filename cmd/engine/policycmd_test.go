@@ -60,6 +60,7 @@ func TestPolicyGolden(t *testing.T) {
 		{"replay-new-deny.json", []string{"policy", "replay", "--config", cfg("new-deny.yaml"), "--json"}, 1},
 		{"replay-allow-to-ask.txt", []string{"policy", "replay", "--config", cfg("allow-to-ask.yaml")}, 1},
 		{"replay-deny-to-allow.txt", []string{"policy", "replay", "--config", cfg("deny-to-allow.yaml")}, 1},
+		{"replay-no-spawns.txt", []string{"policy", "replay", "--config", cfg("no-spawns.yaml")}, 1},
 		{"replay-not-replayable.txt", []string{"policy", "replay", "--config", cfg("not-replayable.yaml")}, 0},
 		{"replay-agent-helper.txt", []string{"policy", "replay", "--config", cfg("allow-to-ask.yaml"), "--agent", "helper", "--since", "1h"}, 1},
 		{"shadow-report.txt", []string{"policy", "shadow-report"}, 0},
