@@ -192,6 +192,11 @@ func (j *Judge) Task(ctx context.Context, log eventlog.Reader, content Content, 
 	if err != nil {
 		return err
 	}
+	return j.records(ctx, content, task, envs, fn)
+}
+
+// records re-judges the actions of task's records, envs.
+func (j *Judge) records(ctx context.Context, content Content, task string, envs []eventlog.Envelope, fn func(Outcome)) error {
 	r := taskReplay{j: j, ctx: ctx, content: content, st: &engine.State{}, fn: fn}
 	for _, env := range envs {
 		if err := ctx.Err(); err != nil {

@@ -66,9 +66,16 @@ func Run(ctx context.Context, src Source, content Content, j *Judge, f Filter) (
 	rep := &Report{Changes: []Group{}}
 	type groupKey struct{ from, to, point, tool, guard string }
 	groups := map[groupKey]*Group{}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := prefetch(ctx, src, tasks)
 	for _, task := range tasks {
 		rep.Tasks++
-		err := j.Task(ctx, src, content, task, func(o Outcome) {
+		envs, err := next()
+		if err != nil {
+			return nil, fmt.Errorf("replay: task %s: %w", task, err)
+		}
+		err = j.records(ctx, content, task, envs, func(o Outcome) {
 			if f.Agent != "" && o.Agent != f.Agent || !f.Since.IsZero() && o.Time.Before(f.Since) {
 				return
 			}
@@ -155,4 +162,42 @@ func notReplayedAt(o Outcome) string {
 		what += " of " + o.Child
 	}
 	return fmt.Sprintf("task %s seq %d (%s): %v", o.Task, o.Seq, what, o.Err)
+}
+
+// readAhead is how many logs a replay reads ahead of the one it judges:
+// reading (the server's loads, the records' decoding and validation) is
+// most of a replay's time on JetStream, and it overlaps with judging.
+const readAhead = 8
+
+// prefetch reads the logs of tasks, up to readAhead at once ahead of the
+// caller; next returns them in order. Cancelling ctx stops it.
+func prefetch(ctx context.Context, log eventlog.Reader, tasks []string) (next func() ([]eventlog.Envelope, error)) {
+	type read struct {
+		envs []eventlog.Envelope
+		err  error
+	}
+	results := make(chan chan read, readAhead)
+	go func() {
+		defer close(results)
+		for _, task := range tasks {
+			ch := make(chan read, 1)
+			select {
+			case results <- ch:
+			case <-ctx.Done():
+				return
+			}
+			go func() {
+				envs, err := log.Read(ctx, task, 0)
+				ch <- read{envs, err}
+			}()
+		}
+	}()
+	return func() ([]eventlog.Envelope, error) {
+		ch, ok := <-results
+		if !ok {
+			return nil, ctx.Err()
+		}
+		r := <-ch
+		return r.envs, r.err
+	}
 }
