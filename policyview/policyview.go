@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/internal/boundedio"
 	"github.com/noeta-go/noeta/internal/govfile"
@@ -84,7 +85,7 @@ func Replay(ctx context.Context, h *host.Host, cfg *config.File, f replay.Filter
 	b := h.Backend()
 	rep, err := replay.Run(ctx, b.Log(), b.Content(), j, f)
 	if err != nil {
-		return false, err
+		return false, noTask(err, f)
 	}
 	return rep.Changed > 0, replay.WriteReport(w, cfg.Path, f, rep, asJSON)
 }
@@ -94,9 +95,18 @@ func Replay(ctx context.Context, h *host.Host, cfg *config.File, f replay.Filter
 func Shadow(ctx context.Context, h *host.Host, f replay.Filter, w io.Writer, asJSON bool) error {
 	sum, err := replay.ShadowReport(ctx, h.Backend().Log(), f)
 	if err != nil {
-		return err
+		return noTask(err, f)
 	}
 	return replay.WriteShadow(w, f, sum, asJSON)
+}
+
+// noTask says that the task --task names is not there, as the read verbs
+// say it.
+func noTask(err error, f replay.Filter) error {
+	if f.Task != "" && errors.Is(err, eventlog.ErrNotFound) {
+		return fmt.Errorf("no task %s in this deployment", f.Task)
+	}
+	return err
 }
 
 // NoData reports a data directory that is not there, with nothing

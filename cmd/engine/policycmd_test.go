@@ -96,6 +96,13 @@ func TestPolicyGolden(t *testing.T) {
 			t.Errorf("%v: the report differs from %s:\n%s", c.args, path, got)
 		}
 	}
+	// A task that is not there is said as the read verbs say it.
+	for _, verb := range [][]string{{"replay", "--config", cfg("same.yaml")}, {"shadow-report"}} {
+		args := append(append([]string{"policy"}, verb...), "--task", "NOPE", "--data", data)
+		if code, out, errb := runCmd(t, args...); code != 1 || out != "" || errb != "engine: no task NOPE in this deployment\n" {
+			t.Errorf("%v: exit %d\n%s%s", args, code, out, errb)
+		}
+	}
 	if after := streamState(t, data); !slices.Equal(before, after) {
 		t.Errorf("the streams before the policy verbs:\n%s\nafter:\n%s", strings.Join(before, "\n"), strings.Join(after, "\n"))
 	}
