@@ -3,6 +3,7 @@ package replay_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -279,5 +280,24 @@ script:
 	if rep.Actions != 7 || rep.Changed != 0 || rep.NotReplayed["not_replayable"] != 1 || len(rep.NotReplayed) != 1 ||
 		!strings.Contains(rep.NotReplayedFirst["not_replayable"], "the risk level of tool echo comes from its MCP server") {
 		t.Fatalf("%+v", rep)
+	}
+}
+
+// TestCancelled: a replay or a shadow report whose context ends stops
+// with its error, the logs read ahead of it stopped too.
+func TestCancelled(t *testing.T) {
+	t.Parallel()
+	b := record(t, agentsDoc, 20)
+	ctx, cancel := context.WithCancel(t.Context())
+	j := judge(t, agentsDoc)
+	if rep, err := replay.Run(ctx, b.Store, b.Store, j, replay.Filter{}); err != nil || rep.Tasks != 20 {
+		t.Fatalf("%+v %v", rep, err)
+	}
+	cancel()
+	if _, err := replay.Run(ctx, b.Store, b.Store, j, replay.Filter{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("replay: %v, want context.Canceled", err)
+	}
+	if _, err := replay.ShadowReport(ctx, b.Store, replay.Filter{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("shadow report: %v, want context.Canceled", err)
 	}
 }
