@@ -142,6 +142,5 @@ func (j *Judge) judgeCase(ctx context.Context, c Case) (Verdict, error) {
 		a = noeta.ProposedFinish{Answer: answer}
 	}
 	gc := guards.NewContext(guards.ContextParams{TaskID: "case", SubtaskDepth: c.Depth, Metadata: map[string]string{"agent": c.Agent}})
-	d := s.Check(ctx, a, gc)
-	return Verdict{Verdict: d.Verdict, Guard: d.Guard, Reason: d.Reason}, nil
+	return j.check(ctx, s, a, gc)
 }

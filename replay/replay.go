@@ -1,5 +1,5 @@
 // Package replay re-judges the actions a task's log recorded under another
-// governance config: each proposed tool call and finish is asked of the
+// governance config: each proposed tool call, spawn and finish is asked of the
 // new config's guard stack with the guard context it had when it was
 // judged (the fold of the log up to that point), and the verdict it would
 // get is set beside the one it got. It reads and never writes: what a
@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/noeta-go/noeta"
@@ -48,10 +49,12 @@ type Action struct {
 	Turn  int       `json:"turn"`
 	Seq   uint64    `json:"seq"` // the record that carries its verdict
 	Time  time.Time `json:"time"`
-	// Point is tool_call or finish.
+	// Point is tool_call, spawn_subtask or finish.
 	Point  string `json:"point"`
 	Tool   string `json:"tool,omitempty"`
 	CallID string `json:"call_id,omitempty"`
+	// Child is a spawn's child agent (a fan-out's, comma-separated).
+	Child string `json:"child,omitempty"`
 }
 
 // Outcome is an action with the verdict it got and the one the new config
@@ -84,6 +87,12 @@ type JudgeOptions struct {
 	Edits func(tool string) bool
 	// Guards are the caller's Go guards, added to every stack.
 	Guards []guards.Guard
+	// Outside reports a tool whose risk level is known only outside the
+	// log and the config (an MCP server's tool the config gives no risk:
+	// its level comes from the server's annotations). An action whose
+	// verdict looked its risk up is not replayable: Risks has no answer
+	// for it, and the fail-closed deny it would cause is a guess.
+	Outside func(tool string) bool
 }
 
 // Judge asks the new config's guard stacks. Safe for one goroutine.
@@ -91,6 +100,11 @@ type Judge struct {
 	gov    *guards.Config
 	opts   JudgeOptions
 	stacks map[string]stackOf
+	// outside is the tool of the current check whose risk Outside
+	// reported, if its stack asked; building is set while a stack is
+	// built, which only asks whether a tool is known.
+	outside  string
+	building bool
 }
 
 type stackOf struct {
@@ -111,7 +125,9 @@ func (j *Judge) stack(agent string) (*guards.Stack, error) {
 	if j.opts.Edits != nil {
 		opts = append(opts, guards.WithEditTools(j.opts.Edits))
 	}
-	s, err := j.gov.AgentStack(agent, j.opts.Risks, j.opts.Guards, opts...)
+	j.building = true
+	s, err := j.gov.AgentStack(agent, j.risk, j.opts.Guards, opts...)
+	j.building = false
 	if err == nil {
 		for _, g := range s.Guards() {
 			if r, ok := g.(Replayable); ok && r.Replayable() {
@@ -128,6 +144,36 @@ func (j *Judge) stack(agent string) (*guards.Stack, error) {
 	return s, err
 }
 
+// risk is the stacks' risk lookup: Risks, noting a tool Outside reports.
+func (j *Judge) risk(tool string) (string, bool) {
+	if j.opts.Outside != nil && j.opts.Outside(tool) {
+		if j.building {
+			return "", true // known, its level asked per call
+		}
+		j.outside = tool
+		return "", false
+	}
+	if j.opts.Risks == nil {
+		return "", false
+	}
+	return j.opts.Risks(tool)
+}
+
+// check asks s about a, and fails with ErrNotReplayable if the answer
+// needed a risk level from outside the log.
+func (j *Judge) check(ctx context.Context, s *guards.Stack, a noeta.ProposedAction, gc *guards.Context) (Verdict, error) {
+	return j.checked(func() guards.Decision { return s.Check(ctx, a, gc) })
+}
+
+func (j *Judge) checked(fn func() guards.Decision) (Verdict, error) {
+	j.outside = ""
+	d := fn()
+	if j.outside != "" {
+		return Verdict{}, fmt.Errorf("%w: the risk level of tool %s comes from its MCP server (give it a risk in the config's mcp_servers to replay it)", ErrNotReplayable, j.outside)
+	}
+	return Verdict{Verdict: d.Verdict, Guard: d.Guard, Reason: d.Reason}, nil
+}
+
 // isBuiltin reports a guard the governance config builds: a function of
 // the action and the context alone.
 func isBuiltin(g guards.Guard) bool {
@@ -138,7 +184,7 @@ func isBuiltin(g guards.Guard) bool {
 	return false
 }
 
-// Task re-judges every recorded tool call and finish of task's log, in
+// Task re-judges every recorded tool call, spawn and finish of task's log, in
 // log order, calling fn with each outcome. Reading the log fails it; an
 // action that cannot be judged again is an outcome with Err.
 func (j *Judge) Task(ctx context.Context, log eventlog.Reader, content Content, task string, fn func(Outcome)) error {
@@ -146,6 +192,11 @@ func (j *Judge) Task(ctx context.Context, log eventlog.Reader, content Content, 
 	if err != nil {
 		return err
 	}
+	return j.records(ctx, content, task, envs, fn)
+}
+
+// records re-judges the actions of task's records, envs.
+func (j *Judge) records(ctx context.Context, content Content, task string, envs []eventlog.Envelope, fn func(Outcome)) error {
 	r := taskReplay{j: j, ctx: ctx, content: content, st: &engine.State{}, fn: fn}
 	for _, env := range envs {
 		if err := ctx.Err(); err != nil {
@@ -172,6 +223,7 @@ type taskReplay struct {
 	// decision is the current turn's recorded decision, rebuilt once.
 	decisionTurn int
 	calls        map[string]noeta.ToolCall
+	spawns       []noeta.SpawnSubtask
 	answer       json.RawMessage
 	decisionErr  error
 	// approved are the calls and the finish a person approved: their
@@ -187,7 +239,8 @@ func (r *taskReplay) before(env eventlog.Envelope) error {
 	}
 	switch env.Type {
 	case noeta.TypeToolCallStarted, noeta.TypeToolCallDenied, noeta.TypeApprovalRequested,
-		noeta.TypeTaskCompleted, noeta.TypeFinishDenied, noeta.TypeApprovalResolved:
+		noeta.TypeTaskCompleted, noeta.TypeFinishDenied, noeta.TypeApprovalResolved,
+		noeta.TypeSubtaskSpawned, noeta.TypeSubtaskDenied:
 	default:
 		return nil
 	}
@@ -202,7 +255,11 @@ func (r *taskReplay) before(env eventlog.Envelope) error {
 			if r.approved == nil {
 				r.approved = map[string]bool{}
 			}
-			r.approved[approvedKey(pa.Action, pa.CallID)] = true
+			callID := pa.CallID
+			if pa.Action == noeta.ApprovalSpawnSubtask {
+				callID = ""
+			}
+			r.approved[approvedKey(pa.Action, callID)] = true
 		}
 		return nil
 	case *noeta.ToolCallStarted:
@@ -227,7 +284,23 @@ func (r *taskReplay) before(env eventlog.Envelope) error {
 		case noeta.ApprovalFinish:
 			act.Point = "finish"
 			r.finish(act, rec)
+		case noeta.ApprovalSpawnSubtask:
+			act.Point = "spawn_subtask"
+			r.spawn(act, rec, "")
 		}
+	case *noeta.SubtaskSpawned:
+		if k := approvedKey(noeta.ApprovalSpawnSubtask, ""); r.approved[k] {
+			delete(r.approved, k) // the approved spawn's child, judged at the request
+			return nil
+		}
+		if len(r.st.Turn.Spawned) > 0 {
+			return nil // a later member of a spawn judged at its first
+		}
+		act.Point = "spawn_subtask"
+		r.spawn(act, Verdict{Verdict: noeta.VerdictAllow}, p.GroupID)
+	case *noeta.SubtaskDenied:
+		act.Point = "spawn_subtask"
+		r.spawn(act, Verdict{Verdict: noeta.VerdictDeny, Guard: p.Guard, Reason: p.Reason}, p.GroupID)
 	case *noeta.TaskCompleted:
 		if r.approved[approvedKey(noeta.ApprovalFinish, "")] {
 			return nil
@@ -271,6 +344,55 @@ func (r *taskReplay) finish(act Action, rec Verdict) {
 	r.fn(out)
 }
 
+// spawn judges the turn's recorded spawn as the engine did: one child as
+// one action, a fan-out as a batch whose members are admitted one by one
+// (guards.Stack.CheckFanOut), refused whole if it is over
+// engine.MaxFanOut; all on the state before its first record.
+func (r *taskReplay) spawn(act Action, rec Verdict, group string) {
+	out := Outcome{Action: act, Recorded: rec}
+	if err := r.decision(); err != nil {
+		out.Err = err
+		r.fn(out)
+		return
+	}
+	agents := make([]string, len(r.spawns))
+	for i, m := range r.spawns {
+		agents[i] = m.Agent
+	}
+	out.Child = strings.Join(agents, ",")
+	switch {
+	case len(r.spawns) == 0:
+		out.Err = fmt.Errorf("replay: task %s turn %d: the turn's recorded decision has no spawn", act.Task, act.Turn)
+	case len(r.spawns) == 1:
+		out.Replayed, out.Err = r.judge(act.Agent, noeta.ProposedSpawnSubtask{Spawn: r.spawns[0]})
+	case len(r.spawns) > engine.MaxFanOut:
+		out.Replayed = Verdict{Verdict: noeta.VerdictDeny, Guard: "engine", Reason: fmt.Sprintf("fanout_batch_size:%d>%d", len(r.spawns), engine.MaxFanOut)}
+	default:
+		members := make([]noeta.SpawnSubtask, len(r.spawns))
+		for i, m := range r.spawns {
+			members[i] = m
+			members[i].GroupID = group
+		}
+		s, err := r.j.stack(act.Agent)
+		if err != nil {
+			out.Err = err
+			break
+		}
+		gc := r.guardContext(act.Agent)
+		out.Replayed, out.Err = r.j.checked(func() guards.Decision { return s.CheckFanOut(r.ctx, members, gc).Decision })
+	}
+	r.fn(out)
+}
+
+func (r *taskReplay) guardContext(agent string) *guards.Context {
+	return guards.NewContext(guards.ContextParams{
+		TaskID:       r.st.Task,
+		Governance:   r.st.Governance,
+		SubtaskDepth: r.st.Depth,
+		Metadata:     map[string]string{"agent": agent},
+	})
+}
+
 // judge asks the new stack of agent about a on the state before the
 // record.
 func (r *taskReplay) judge(agent string, a noeta.ProposedAction) (Verdict, error) {
@@ -278,17 +400,11 @@ func (r *taskReplay) judge(agent string, a noeta.ProposedAction) (Verdict, error
 	if err != nil {
 		return Verdict{}, err
 	}
-	gc := guards.NewContext(guards.ContextParams{
-		TaskID:       r.st.Task,
-		Governance:   r.st.Governance,
-		SubtaskDepth: r.st.Depth,
-		Metadata:     map[string]string{"agent": agent},
-	})
-	d := s.Check(r.ctx, a, gc)
+	v, err := r.j.check(r.ctx, s, a, r.guardContext(agent))
 	if err := r.ctx.Err(); err != nil {
 		return Verdict{}, err
 	}
-	return Verdict{Verdict: d.Verdict, Guard: d.Guard, Reason: d.Reason}, nil
+	return v, err
 }
 
 // decision rebuilds the current turn's recorded calls and answer, once
@@ -297,13 +413,13 @@ func (r *taskReplay) decision() error {
 	if r.decisionTurn == r.st.Turn.N && (r.calls != nil || r.decisionErr != nil || r.answer != nil) {
 		return r.decisionErr
 	}
-	r.decisionTurn, r.calls, r.answer, r.decisionErr = r.st.Turn.N, map[string]noeta.ToolCall{}, nil, nil
+	r.decisionTurn, r.calls, r.spawns, r.answer, r.decisionErr = r.st.Turn.N, map[string]noeta.ToolCall{}, nil, nil, nil
 	rec := r.st.Turn.Decision
 	if rec == nil {
 		r.decisionErr = fmt.Errorf("%w: task %s turn %d has no recorded decision (a log written before decisions were recorded)", ErrNotReplayable, r.st.Task, r.st.Turn.N)
 		return r.decisionErr
 	}
-	parts := noeta.RecordedParts{ToolCalls: rec.ToolCalls, Answer: rec.Answer}
+	parts := noeta.RecordedParts{ToolCalls: rec.ToolCalls, Spawn: rec.Spawn, Answer: rec.Answer}
 	if rec.DecisionRef != nil {
 		b, err := r.get(rec.DecisionRef)
 		if err != nil {
@@ -327,6 +443,20 @@ func (r *taskReplay) decision() error {
 			tc.Args = b
 		}
 		r.calls[c.CallID] = tc
+	}
+	for _, sp := range parts.Spawn {
+		m := noeta.SpawnSubtask{Agent: sp.Agent, Goal: sp.Goal}
+		if sp.GoalRef != nil {
+			b, err := r.get(sp.GoalRef)
+			if err != nil {
+				r.decisionErr = err
+				return err
+			}
+			if json.Unmarshal(b, &m.Goal) != nil {
+				m.Goal = string(b)
+			}
+		}
+		r.spawns = append(r.spawns, m)
 	}
 	r.answer = parts.Answer
 	if rec.AnswerRef != nil {

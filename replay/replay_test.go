@@ -3,6 +3,8 @@ package replay_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/noeta-go/noeta"
@@ -72,6 +74,17 @@ func registry(t testing.TB) *tools.Registry {
 // it.
 func record(t testing.TB, doc string, n int) *memlog.Backend {
 	t.Helper()
+	return recordN(t, doc, script, n)
+}
+
+// recordScript runs one task of taskFile under doc on a memlog backend.
+func recordScript(t testing.TB, doc, taskFile string) *memlog.Backend {
+	t.Helper()
+	return recordN(t, doc, taskFile, 1)
+}
+
+func recordN(t testing.TB, doc, taskFile string, n int) *memlog.Backend {
+	t.Helper()
 	b, err := memlog.NewBackend(memlog.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +96,7 @@ func record(t testing.TB, doc string, n int) *memlog.Backend {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	tf, err := policy.ParseTaskFile("task.yaml", []byte(script))
+	tf, err := policy.ParseTaskFile("task.yaml", []byte(taskFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +211,93 @@ func TestNotReplayable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Actions != 5 || rep.NotReplayed["not replayable"] != 5 || rep.Changed != 0 {
+	if rep.Actions != 5 || rep.NotReplayed["not_replayable"] != 5 || rep.Changed != 0 {
 		t.Fatalf("%+v", rep)
+	}
+}
+
+// TestSpawnsAndOutsideRisks: a recorded spawn is judged as the engine
+// judged it, a fan-out once as a batch; an action whose verdict needs a
+// risk level from outside the log and the config (JudgeOptions.Outside) is
+// not replayed, while the actions that do not need it are.
+func TestSpawnsAndOutsideRisks(t *testing.T) {
+	t.Parallel()
+	const doc = `
+agents:
+  a:
+    tools: [echo]
+    permissions: {allowed_subtask_agents: [h]}
+  h:
+    tools: [echo]
+`
+	const spawning = `agent: a
+goal: g
+script:
+  - tool_calls: [{tool: echo, args: {text: hello}}]
+  - spawn: [{agent: h, goal: "g1", script: [{finish: {answer: "1"}}]}, {agent: h, goal: "g2", script: [{finish: {answer: "2"}}]}]
+  - spawn: [{agent: h, goal: "g3", script: [{finish: {answer: "3"}}]}]
+  - finish: {answer: done}
+`
+	b := recordScript(t, doc, spawning)
+	// a: a call, a fan-out of two, a spawn, a finish; each child a finish.
+	for _, c := range []struct {
+		name, doc string
+		changed   int
+		want      []replay.Group
+	}{
+		{name: "the same config", doc: doc},
+		{name: "no spawns allowed", doc: strings.Replace(doc, "allowed_subtask_agents: [h]", "allowed_subtask_agents: []", 1), changed: 2,
+			want: []replay.Group{{From: "allow", To: "deny", Point: "spawn_subtask", Guard: "permission", Count: 2}}},
+		{name: "one spawn allowed", doc: strings.Replace(doc, "permissions:", "budget: {max_spawned_subtasks: 1}\n    permissions:", 1), changed: 2,
+			want: []replay.Group{{From: "allow", To: "deny", Point: "spawn_subtask", Guard: "budget", Count: 2}}},
+	} {
+		rep, err := replay.Run(t.Context(), b.Store, b.Store, judge(t, c.doc), replay.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := json.MarshalIndent(rep, "", "  ")
+		if rep.Tasks != 4 || rep.Actions != 7 || rep.Changed != c.changed || len(rep.NotReplayed) != 0 || len(rep.Changes) != len(c.want) {
+			t.Fatalf("%s: %s", c.name, out)
+		}
+		for i, w := range c.want {
+			g := rep.Changes[i]
+			if g.From != w.From || g.To != w.To || g.Point != w.Point || g.Guard != w.Guard || g.Count != w.Count {
+				t.Errorf("%s: change %d: %+v, want %+v", c.name, i, g, w)
+			}
+		}
+		if c.changed > 0 && rep.Changes[0].Examples[0].Child != "h,h" {
+			t.Errorf("%s: the fan-out's example %+v", c.name, rep.Changes[0].Examples[0])
+		}
+	}
+
+	reg := registry(t)
+	j := replay.NewJudge(parse(t, doc).Governance, replay.JudgeOptions{Risks: reg.RiskString, Edits: reg.Edits,
+		Outside: func(tool string) bool { return tool == "echo" }})
+	rep, err := replay.Run(t.Context(), b.Store, b.Store, j, replay.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Actions != 7 || rep.Changed != 0 || rep.NotReplayed["not_replayable"] != 1 || len(rep.NotReplayed) != 1 ||
+		!strings.Contains(rep.NotReplayedFirst["not_replayable"], "the risk level of tool echo comes from its MCP server") {
+		t.Fatalf("%+v", rep)
+	}
+}
+
+// TestCancelled: a replay or a shadow report whose context ends stops
+// with its error, the logs read ahead of it stopped too.
+func TestCancelled(t *testing.T) {
+	t.Parallel()
+	b := record(t, agentsDoc, 20)
+	ctx, cancel := context.WithCancel(t.Context())
+	j := judge(t, agentsDoc)
+	if rep, err := replay.Run(ctx, b.Store, b.Store, j, replay.Filter{}); err != nil || rep.Tasks != 20 {
+		t.Fatalf("%+v %v", rep, err)
+	}
+	cancel()
+	if _, err := replay.Run(ctx, b.Store, b.Store, j, replay.Filter{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("replay: %v, want context.Canceled", err)
+	}
+	if _, err := replay.ShadowReport(ctx, b.Store, replay.Filter{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("shadow report: %v, want context.Canceled", err)
 	}
 }

@@ -51,8 +51,10 @@ type Report struct {
 	// Changes are grouped, the largest group first.
 	Changes []Group `json:"changes"`
 	// NotReplayed counts the actions that could not be judged again, by
-	// why (the first error of each kind names an example).
-	NotReplayed map[string]int `json:"not_replayed,omitempty"`
+	// why; NotReplayedFirst is the first error of each kind, which names
+	// an example (the guard, the tool, the task and turn).
+	NotReplayed      map[string]int    `json:"not_replayed,omitempty"`
+	NotReplayedFirst map[string]string `json:"not_replayed_first,omitempty"`
 }
 
 // Run replays the actions of the tasks f keeps.
@@ -64,18 +66,28 @@ func Run(ctx context.Context, src Source, content Content, j *Judge, f Filter) (
 	rep := &Report{Changes: []Group{}}
 	type groupKey struct{ from, to, point, tool, guard string }
 	groups := map[groupKey]*Group{}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := prefetch(ctx, src, tasks)
 	for _, task := range tasks {
 		rep.Tasks++
-		err := j.Task(ctx, src, content, task, func(o Outcome) {
+		envs, err := next()
+		if err != nil {
+			return nil, fmt.Errorf("replay: task %s: %w", task, err)
+		}
+		err = j.records(ctx, content, task, envs, func(o Outcome) {
 			if f.Agent != "" && o.Agent != f.Agent || !f.Since.IsZero() && o.Time.Before(f.Since) {
 				return
 			}
 			rep.Actions++
 			if o.Err != nil {
 				if rep.NotReplayed == nil {
-					rep.NotReplayed = map[string]int{}
+					rep.NotReplayed, rep.NotReplayedFirst = map[string]int{}, map[string]string{}
 				}
-				rep.NotReplayed[why(o.Err)]++
+				k := why(o.Err)
+				if rep.NotReplayed[k]++; rep.NotReplayed[k] == 1 {
+					rep.NotReplayedFirst[k] = notReplayedAt(o)
+				}
 				return
 			}
 			if !o.Changed() {
@@ -133,9 +145,59 @@ func taskList(ctx context.Context, src Source, f Filter) ([]string, error) {
 func why(err error) string {
 	switch {
 	case errors.Is(err, ErrNotReplayable):
-		return "not replayable"
+		return "not_replayable"
 	case errors.Is(err, eventlog.ErrNotFound):
-		return "content missing"
+		return "content_missing"
 	}
-	return "stack not built"
+	return "stack_not_built"
+}
+
+// notReplayedAt is an outcome's error with where it was.
+func notReplayedAt(o Outcome) string {
+	what := o.Point
+	switch {
+	case o.Tool != "":
+		what += " " + o.Tool
+	case o.Child != "":
+		what += " of " + o.Child
+	}
+	return fmt.Sprintf("task %s seq %d (%s): %v", o.Task, o.Seq, what, o.Err)
+}
+
+// readAhead is how many logs a replay reads ahead of the one it judges:
+// reading (the server's loads, the records' decoding and validation) is
+// most of a replay's time on JetStream, and it overlaps with judging.
+const readAhead = 8
+
+// prefetch reads the logs of tasks, up to readAhead at once ahead of the
+// caller; next returns them in order. Cancelling ctx stops it.
+func prefetch(ctx context.Context, log eventlog.Reader, tasks []string) (next func() ([]eventlog.Envelope, error)) {
+	type read struct {
+		envs []eventlog.Envelope
+		err  error
+	}
+	results := make(chan chan read, readAhead)
+	go func() {
+		defer close(results)
+		for _, task := range tasks {
+			ch := make(chan read, 1)
+			select {
+			case results <- ch:
+			case <-ctx.Done():
+				return
+			}
+			go func() {
+				envs, err := log.Read(ctx, task, 0)
+				ch <- read{envs, err}
+			}()
+		}
+	}()
+	return func() ([]eventlog.Envelope, error) {
+		ch, ok := <-results
+		if !ok {
+			return nil, ctx.Err()
+		}
+		r := <-ch
+		return r.envs, r.err
+	}
 }

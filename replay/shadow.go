@@ -83,12 +83,19 @@ func ShadowReport(ctx context.Context, src Source, f Filter) (*ShadowSummary, er
 	// unchanged holds the first examples of each group that would not have
 	// changed the decision, for groups that have no others.
 	unchanged := map[key][]ShadowExample{}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := prefetch(ctx, src, tasks)
 	for _, task := range tasks {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		sum.Tasks++
-		err := shadowTask(ctx, src, task, func(agent string, ex ShadowExample, g *noeta.GuardShadowed) {
+		envs, err := next()
+		if err != nil {
+			return nil, fmt.Errorf("replay: shadow report: task %s: %w", task, err)
+		}
+		err = shadowTask(envs, func(agent string, ex ShadowExample, g *noeta.GuardShadowed) {
 			if f.Agent != "" && agent != f.Agent || !f.Since.IsZero() && ex.Time.Before(f.Since) {
 				return
 			}
@@ -134,14 +141,10 @@ func ShadowReport(ctx context.Context, src Source, f Filter) (*ShadowSummary, er
 	return sum, nil
 }
 
-// shadowTask calls fn with each GuardShadowed of task's log, with the
-// task's agent and the turn it was recorded in. Only the records it needs
-// are decoded.
-func shadowTask(ctx context.Context, log eventlog.Reader, task string, fn func(agent string, ex ShadowExample, g *noeta.GuardShadowed)) error {
-	envs, err := log.Read(ctx, task, 0)
-	if err != nil {
-		return err
-	}
+// shadowTask calls fn with each GuardShadowed of a task's log, envs, with
+// the task's agent and the turn it was recorded in. Only the records it
+// needs are decoded.
+func shadowTask(envs []eventlog.Envelope, fn func(agent string, ex ShadowExample, g *noeta.GuardShadowed)) error {
 	agent, turn := "", 0
 	for _, env := range envs {
 		switch env.Type {

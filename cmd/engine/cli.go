@@ -228,7 +228,8 @@ config or task file, 3 it waits for an approval.`,
 	pf.DurationVar(&g.conn.leaseTTL, "lease-ttl", 0, "lease length, whole seconds (default 30s); the same for every process of the prefix")
 	root.AddCommand(newServeCmd(g), newRunCmd(g), newSubmitCmd(g), newApproveCmd(g), newAnswerCmd(g), newCancelCmd(g),
 		newAuditCmd(g), newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newContentCmd(g), newDoctorCmd(g),
-		newDemoCmd(g), newToolsCmd(g), newApprovalsCmd(g), newUICmd(g), newTokenCmd(g), newBenchCmd(g), newVersionCmd(g))
+		newDemoCmd(g), newToolsCmd(g), newApprovalsCmd(g), newUICmd(g), newTokenCmd(g), newBenchCmd(g),
+		newPolicyCmd(g), newVersionCmd(g))
 	root.InitDefaultCompletionCmd() // bash, zsh, fish, powershell
 	return root, g
 }

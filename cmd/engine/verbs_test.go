@@ -226,7 +226,7 @@ func strconvQuote(s string) string {
 	return string(b)
 }
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden from what the commands print")
+var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata/ (the help page, the policy reports) from what the commands print")
 
 // TestHelpGolden: engine --help, the page that lists every verb, is the
 // golden file; a verb added, removed or renamed shows in the diff.
