@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/tasklist"
 )
 
 // ParseFilter reads the filters of the policy verbs: since is a duration
@@ -24,37 +25,12 @@ func ParseFilter(since, agent, task string, now time.Time) (Filter, error) {
 			return Filter{}, fmt.Errorf("--task: %v", err)
 		}
 	}
-	if since == "" {
-		return f, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, since); err == nil {
-		f.Since = t
-		return f, nil
-	}
-	d, err := parseDays(since)
+	t, err := tasklist.ParseSince(since, now)
 	if err != nil {
-		if d, err = time.ParseDuration(since); err != nil {
-			return Filter{}, fmt.Errorf("--since %q: want a duration back from now (24h, 90m, 7d) or an RFC 3339 time", since)
-		}
+		return Filter{}, fmt.Errorf("--%w", err)
 	}
-	if d <= 0 {
-		return Filter{}, fmt.Errorf("--since %q: want a duration above zero", since)
-	}
-	f.Since = now.Add(-d)
+	f.Since = t
 	return f, nil
-}
-
-// parseDays reads "7d", whole days.
-func parseDays(s string) (time.Duration, error) {
-	n, ok := strings.CutSuffix(s, "d")
-	if !ok {
-		return 0, fmt.Errorf("not days")
-	}
-	days, err := strconv.Atoi(n)
-	if err != nil || days > 100000 {
-		return 0, fmt.Errorf("not days")
-	}
-	return time.Duration(days) * 24 * time.Hour, nil
 }
 
 // filterDoc is a filter as the JSON reports show it.

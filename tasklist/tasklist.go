@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -91,22 +92,29 @@ type Filter struct {
 }
 
 // ParseSince reads a since filter: empty (none), a duration back from now
-// (24h, 90m), or an RFC 3339 time.
+// (24h, 90m, 7d: whole days too), or an RFC 3339 time. Its errors start
+// with "since", for a caller to put its flag's dashes or its query
+// parameter's name in front.
 func ParseSince(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if d, err := time.ParseDuration(s); err == nil {
-		if d <= 0 {
-			return time.Time{}, fmt.Errorf("%w: since %q: want a positive duration", ErrBadFilter, s)
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if n, ok := strings.CutSuffix(s, "d"); ok && err != nil {
+		if days, derr := strconv.Atoi(n); derr == nil && days <= 100000 {
+			d, err = time.Duration(days)*24*time.Hour, nil
 		}
-		return now.Add(-d), nil
 	}
-	t, err := time.Parse(time.RFC3339, s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: since %q: want a duration such as 24h or a time such as 2026-12-01T00:00:00Z", ErrBadFilter, s)
+		return time.Time{}, fmt.Errorf("since %q: want a duration back from now (24h, 90m, 7d) or an RFC 3339 time", s)
 	}
-	return t, nil
+	if d <= 0 {
+		return time.Time{}, fmt.Errorf("since %q: want a duration above zero", s)
+	}
+	return now.Add(-d), nil
 }
 
 // ErrBadFilter is a filter that names what cannot be.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,3 +218,35 @@ func TestUnreadableListed(t *testing.T) {
 }
 
 var _ tasklist.Source = (*host.Host)(nil)
+
+func TestParseSince(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in      string
+		want    time.Time
+		errText string
+	}{
+		{"", time.Time{}, ""},
+		{"24h", now.Add(-24 * time.Hour), ""},
+		{"90m", now.Add(-90 * time.Minute), ""},
+		{"7d", now.Add(-7 * 24 * time.Hour), ""},
+		{"2026-12-01T00:00:00Z", time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), ""},
+		{"yesterday", time.Time{}, `since "yesterday": want a duration back from now`},
+		{"-1h", time.Time{}, "want a duration above zero"},
+		{"0d", time.Time{}, "want a duration above zero"},
+		{"1000000d", time.Time{}, "want a duration back from now"},
+	}
+	for _, tt := range tests {
+		got, err := tasklist.ParseSince(tt.in, now)
+		if tt.errText != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.errText) {
+				t.Errorf("%q: err %v, want %q", tt.in, err, tt.errText)
+			}
+			continue
+		}
+		if err != nil || !got.Equal(tt.want) {
+			t.Errorf("%q: %v %v, want %v", tt.in, got, err, tt.want)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -112,7 +111,7 @@ is reported (exit 1, naming every damage) after the list.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if f.Since, err = tasklist.ParseSince(since, time.Now()); err != nil {
-				return usageErr("--since: %v", errors.Unwrap(err))
+				return usageErr("--%v", err)
 			}
 			if err := f.Check(); err != nil {
 				return usageErr("%v", err)
