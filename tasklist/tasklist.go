@@ -89,6 +89,11 @@ type Filter struct {
 	// Offset skips that many matching tasks; Limit (0: all, at most
 	// MaxLimit) bounds how many are returned.
 	Offset, Limit int
+	// From is where in the deployment's list (newest first) the listing
+	// starts reading: a page's Next. MaxScan (0: no bound) bounds how many
+	// tasks one listing folds, so a filter that matches little cannot
+	// make one request fold a whole deployment.
+	From, MaxScan int
 }
 
 // ParseSince reads a since filter: empty (none), a duration back from now
@@ -131,8 +136,8 @@ func (f Filter) Check() error {
 	if f.Limit < 0 || f.Limit > MaxLimit {
 		return fmt.Errorf("%w: limit %d: want 0 (all) to %d", ErrBadFilter, f.Limit, MaxLimit)
 	}
-	if f.Offset < 0 {
-		return fmt.Errorf("%w: offset %d: want 0 or more", ErrBadFilter, f.Offset)
+	if f.Offset < 0 || f.From < 0 || f.MaxScan < 0 {
+		return fmt.Errorf("%w: offset %d, from %d, max scan %d: want 0 or more", ErrBadFilter, f.Offset, f.From, f.MaxScan)
 	}
 	if len(f.Text) > 256 {
 		return fmt.Errorf("%w: text of %d bytes: at most 256", ErrBadFilter, len(f.Text))
@@ -143,9 +148,11 @@ func (f Filter) Check() error {
 // Page is a listing's result.
 type Page struct {
 	Rows []Row
-	// More says that another task matched after the page (the listing
-	// stops reading once it knows).
+	// More says that the listing stopped before the end: another task
+	// matched after the page, or MaxScan tasks were read. Next is where
+	// the next page starts reading (Filter.From), when More.
 	More bool
+	Next int
 	// Total is how many tasks the deployment has, matching or not.
 	Total int
 }
@@ -155,7 +162,7 @@ type Page struct {
 // as Unreadable with the error as its Reason: one damaged log does not hide
 // the others. Only the tasks the filter needs are folded: those before
 // Since's cut-off are not, and the listing stops once the page is full and
-// one more match is known.
+// one more match is known, or once it has folded MaxScan tasks.
 func List(ctx context.Context, src Source, f Filter) (Page, error) {
 	if err := f.Check(); err != nil {
 		return Page{}, err
@@ -167,13 +174,20 @@ func List(ctx context.Context, src Source, f Filter) (Page, error) {
 	p := Page{Total: len(sums)}
 	skip := f.Offset
 	text := strings.ToLower(f.Text)
-	for _, s := range sums {
+	scanned := 0
+	for i := f.From; i < len(sums); i++ {
+		s := sums[i]
 		if !f.Since.IsZero() && s.LastTime.Before(f.Since) {
 			break // newest first: every later one is older
 		}
 		if err := ctx.Err(); err != nil {
 			return Page{}, err
 		}
+		if f.MaxScan > 0 && scanned == f.MaxScan {
+			p.More, p.Next = true, i
+			break
+		}
+		scanned++
 		row := Describe(ctx, src, s)
 		if !f.matches(row, text) {
 			continue
@@ -183,7 +197,7 @@ func List(ctx context.Context, src Source, f Filter) (Page, error) {
 			continue
 		}
 		if f.Limit > 0 && len(p.Rows) == f.Limit {
-			p.More = true
+			p.More, p.Next = true, i
 			break
 		}
 		p.Rows = append(p.Rows, row)

@@ -138,6 +138,8 @@ func TestList(t *testing.T) {
 		{name: "since long ago", f: tasklist.Filter{Since: time.Now().Add(-time.Hour), Agent: "scribe"}, want: []string{tasklist.Completed, tasklist.Failed}},
 		{name: "limit", f: tasklist.Filter{Limit: 1, Agent: "ops"}, want: []string{tasklist.Cancelled}, more: true},
 		{name: "offset", f: tasklist.Filter{Limit: 1, Offset: 1, Agent: "ops"}, want: []string{tasklist.Waiting}},
+		{name: "a bounded scan stops with a cursor", f: tasklist.Filter{MaxScan: 2, Status: []string{tasklist.Completed}}, more: true},
+		{name: "from the last", f: tasklist.Filter{From: 3}, want: []string{tasklist.Completed}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,6 +158,36 @@ func TestList(t *testing.T) {
 				t.Errorf("rows %v more %v, want %v more %v", got, p.More, want, tt.more)
 			}
 		})
+	}
+}
+
+// TestCursorWalk: read one task a listing at a time, each starting where the
+// last said to; every task comes once, in order.
+func TestCursorWalk(t *testing.T) {
+	t.Parallel()
+	h, ids := tasks(t)
+	var seen []string
+	f := tasklist.Filter{MaxScan: 1}
+	for range 10 {
+		p, err := tasklist.List(t.Context(), h, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range p.Rows {
+			seen = append(seen, r.Task)
+		}
+		if !p.More {
+			break
+		}
+		f.From = p.Next
+	}
+	if len(seen) != len(ids) {
+		t.Fatalf("walked %d tasks, want %d: %v", len(seen), len(ids), seen)
+	}
+	for _, id := range ids {
+		if !slices.Contains(seen, id) {
+			t.Errorf("%s not walked", id)
+		}
 	}
 }
 

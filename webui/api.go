@@ -31,6 +31,8 @@ const (
 	// DefaultPage and MaxPage bound GET /api/v1/tasks.
 	DefaultPage = 50
 	MaxPage     = 200
+	// MaxScan bounds the tasks one GET /api/v1/tasks folds.
+	MaxScan = 2000
 	// MaxEvents bounds one GET /api/v1/tasks/{id}/events list.
 	MaxEvents = 1000
 	// streamQueue bounds the changes queued for one approvals stream; a
@@ -290,19 +292,23 @@ func applyChange(set []Approval, c eventlog.WaitingChange) []Approval {
 // tasklist.Statuses (completed, failed, cancelled, waiting, …).
 type TaskRow = tasklist.Row
 
-// tasks lists the tasks, newest first, a page at a time (limit, offset),
+// tasks lists the tasks, newest first, a page at a time (limit; cursor,
+// the next_cursor of the page before; offset skips matching tasks),
 // filtered by status (comma-separated words), agent, since (a duration such
-// as 24h, or an RFC 3339 time) and q (text in the id, agent or goal).
+// as 24h, or an RFC 3339 time) and q (text in the id, agent or goal). One
+// request folds at most MaxScan tasks: a filter that matches little
+// returns a short page and a next_cursor to read on from.
 func (s *Server) tasks(w http.ResponseWriter, r *http.Request, _ Principal) {
 	q := r.URL.Query()
 	limit, err1 := intParam(q.Get("limit"), DefaultPage, 1, MaxPage)
 	offset, err2 := intParam(q.Get("offset"), 0, 0, 1<<30)
-	since, err3 := tasklist.ParseSince(q.Get("since"), time.Now())
-	if err := errors.Join(err1, err2, err3); err != nil {
+	cursor, err3 := intParam(q.Get("cursor"), 0, 0, 1<<30)
+	since, err4 := tasklist.ParseSince(q.Get("since"), time.Now())
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		problem(w, http.StatusBadRequest, "bad-query", "Bad query", err.Error())
 		return
 	}
-	f := tasklist.Filter{Agent: q.Get("agent"), Text: q.Get("q"), Since: since, Offset: offset, Limit: limit}
+	f := tasklist.Filter{Agent: q.Get("agent"), Text: q.Get("q"), Since: since, Offset: offset, Limit: limit, From: cursor, MaxScan: MaxScan}
 	if st := q.Get("status"); st != "" {
 		f.Status = strings.Split(st, ",")
 	}
@@ -326,7 +332,7 @@ func (s *Server) tasks(w http.ResponseWriter, r *http.Request, _ Principal) {
 	}
 	out := map[string]any{"tasks": rows, "total": p.Total, "offset": offset, "limit": limit}
 	if p.More {
-		out["next_offset"] = offset + limit
+		out["next_cursor"] = p.Next
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -434,18 +434,18 @@ func TestTasksAndTask(t *testing.T) {
 	var page struct {
 		Tasks      []TaskRow `json:"tasks"`
 		Total      int       `json:"total"`
-		NextOffset int       `json:"next_offset"`
+		NextCursor int       `json:"next_cursor"`
 	}
 	w := do(s, req{method: "GET", path: "/api/v1/tasks?limit=1", hdr: bearer(aliceToken)})
 	if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil || w.Code != http.StatusOK {
 		t.Fatalf("%d %s %v", w.Code, w.Body, err)
 	}
-	if page.Total != 2 || len(page.Tasks) != 1 || page.NextOffset != 1 || page.Tasks[0].Task != b {
+	if page.Total != 2 || len(page.Tasks) != 1 || page.NextCursor != 1 || page.Tasks[0].Task != b {
 		t.Fatalf("first page: %+v", page)
 	}
-	page.NextOffset = 0
-	w = do(s, req{method: "GET", path: "/api/v1/tasks?limit=1&offset=1", hdr: bearer(aliceToken)})
-	if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil || len(page.Tasks) != 1 || page.NextOffset != 0 || page.Tasks[0].Task != a {
+	page.NextCursor = 0
+	w = do(s, req{method: "GET", path: "/api/v1/tasks?limit=1&cursor=1", hdr: bearer(aliceToken)})
+	if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil || len(page.Tasks) != 1 || page.NextCursor != 0 || page.Tasks[0].Task != a {
 		t.Fatalf("second page: %+v %v", page, err)
 	}
 	if r := page.Tasks[0]; r.Agent != "assistant" || r.Status != "waiting" || len(r.Waiting) != 1 || r.Waiting[0] != handle {
@@ -465,6 +465,8 @@ func TestTasksAndTask(t *testing.T) {
 		{"since=1h", http.StatusOK, 2},
 		{"since=2000-01-01T00:00:00Z&status=waiting", http.StatusOK, 2},
 		{"status=terminal", http.StatusBadRequest, 0},
+		{"cursor=-1", http.StatusBadRequest, 0},
+		{"cursor=1&status=waiting", http.StatusOK, 1},
 		{"since=yesterday", http.StatusBadRequest, 0},
 		{"since=-1h", http.StatusBadRequest, 0},
 	}

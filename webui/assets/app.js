@@ -10,7 +10,7 @@ const state = {
   filter: "",
   inboxSource: null,
   taskSource: null,
-  tasksOffset: 0,
+  tasksCursor: 0,
   tasksGen: 0,
   pendingG: false,
 };
@@ -334,7 +334,7 @@ function move(delta) {
 // tasksQuery is the list's filter as the API's query: status words, agent,
 // text.
 function tasksQuery() {
-  const q = new URLSearchParams({ limit: "50", offset: String(state.tasksOffset) });
+  const q = new URLSearchParams({ limit: "50", cursor: String(state.tasksCursor) });
   if ($("tasks-status").value) q.set("status", $("tasks-status").value);
   if ($("tasks-agent").value.trim()) q.set("agent", $("tasks-agent").value.trim());
   if ($("tasks-text").value.trim()) q.set("q", $("tasks-text").value.trim());
@@ -344,14 +344,14 @@ function tasksQuery() {
 // reloadTasks shows the first page of the list under the filter as it is
 // now; a reply to an older filter that arrives late is dropped.
 function reloadTasks() {
-  state.tasksOffset = 0;
+  state.tasksCursor = 0;
   $("tasks-body").replaceChildren();
   loadTasks();
 }
 
 async function loadTasks() {
   const gen = ++state.tasksGen;
-  const first = state.tasksOffset === 0;
+  const first = state.tasksCursor === 0;
   const r = await api("GET", "/api/v1/tasks?" + tasksQuery());
   if (gen !== state.tasksGen) return;
   const body = $("tasks-body");
@@ -370,9 +370,11 @@ async function loadTasks() {
       el("td", { text: age(t.age_seconds) + " ago" })));
   }
   $("tasks-empty").textContent = "No task matches.";
-  $("tasks-empty").hidden = body.children.length > 0;
-  state.tasksOffset = r.data.next_offset || 0;
-  $("tasks-more").hidden = !r.data.next_offset;
+  // A short page with a cursor has more to read: the filter matched little
+  // of what one request may fold.
+  $("tasks-empty").hidden = body.children.length > 0 || !!r.data.next_cursor;
+  state.tasksCursor = r.data.next_cursor || 0;
+  $("tasks-more").hidden = !r.data.next_cursor;
 }
 
 function describe(ev) {
