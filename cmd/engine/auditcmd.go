@@ -14,7 +14,7 @@ func newAuditCmd(g *globals) *cobra.Command {
 	audit := &cobra.Command{
 		Use:   "audit",
 		Short: "Work with audit trails",
-		Args:  cobra.NoArgs,
+		Args:  unknownVerb,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageErr("name a verb: audit verify FILE")
 		},

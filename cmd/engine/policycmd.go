@@ -13,7 +13,7 @@ import (
 
 // newPolicyCmd is the policy verbs (docs/policy.md); policyview holds their flow.
 func newPolicyCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "policy", Short: "Try a governance config: replay it over the log, test it, report its shadow rules", Args: cobra.NoArgs,
+	cmd := &cobra.Command{Use: "policy", Short: "Try a governance config: replay it over the log, test it, report its shadow rules", Args: unknownVerb,
 		RunE: func(*cobra.Command, []string) error {
 			return usageErr("name a verb: policy replay, test or shadow-report")
 		}}

@@ -61,6 +61,8 @@ func TestVerbsListedAndSuggested(t *testing.T) {
 		{[]string{"aprove", "x", "y"}, "did you mean approve?"},
 		{[]string{"inpsect"}, "did you mean inspect?"},
 		{[]string{"frobnicate"}, `unknown verb "frobnicate" for "engine"`},
+		{[]string{"policy", "replya"}, `unknown verb "replya" for "engine policy"; did you mean replay?`},
+		{[]string{"audit", "verfy", "x"}, "did you mean verify?"},
 	}
 	for _, tt := range tests {
 		code, _, errOut := runCmd(t, tt.args...)
