@@ -90,22 +90,23 @@ type SandboxNetwork struct {
 // sandbox's own default then applies). Each is a positive integer with a
 // maximum that refuses a mistake rather than bounds a need.
 type SandboxLimits struct {
-	// CPUSeconds is the processor time of the whole tree; at most a week
-	// (604800).
+	// CPUSeconds is the processor time of the whole tree (300 by default);
+	// at most a week (604800).
 	CPUSeconds *int
-	// MemoryMB is, in MiB, the resident memory of the whole tree; at most
-	// 1048576 (1 TiB).
+	// MemoryMB is, in MiB, the resident memory of the whole tree (2048 by
+	// default); at most 1048576 (1 TiB).
 	MemoryMB *int
-	// Processes is how many processes the tree may hold at once; at most
-	// 65536.
+	// Processes is how many processes the tree may hold at once (256 by
+	// default); at most 65536.
 	Processes *int
-	// FileSizeMB is, in MiB, the largest file a process may write; at most
-	// 1048576 (1 TiB).
+	// FileSizeMB is, in MiB, the largest file a process may write (1024 by
+	// default); at most 1048576 (1 TiB).
 	FileSizeMB *int
-	// OpenFiles is how many files each process may hold open; at most
-	// 1048576.
+	// OpenFiles is how many files each process may hold open (1024 by
+	// default); at most 1048576.
 	OpenFiles *int
-	// WallSeconds is how long the tree may live; at most a week (604800).
+	// WallSeconds is how long the tree may live (1800 by default); at most a
+	// week (604800).
 	WallSeconds *int
 }
 

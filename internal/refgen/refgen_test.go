@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/noeta-go/noeta/tools/sandbox"
 )
 
 // root is the repository's root, from this package's directory.
@@ -114,6 +117,30 @@ func TestExploreFindsEveryKey(t *testing.T) {
 			if got[p] != typ {
 				t.Errorf("%s: %s: type %q, want %q", c.name, p, got[p], typ)
 			}
+		}
+	}
+}
+
+// TestSandboxDefaultsAsStated: the defaults the reference states for the
+// sandbox's limits (from config's doc comments) are the sandbox's own, so
+// the page cannot say one thing while the sandbox does another.
+func TestSandboxDefaultsAsStated(t *testing.T) {
+	pages, err := Pages(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(pages[filepath.Join("docs", "reference", "noeta-yaml.md")])
+	for key, want := range map[string]int64{
+		"cpu_seconds":  int64(sandbox.DefaultCPU / time.Second),
+		"memory_mb":    sandbox.DefaultMemory >> 20,
+		"processes":    sandbox.DefaultProcesses,
+		"file_size_mb": sandbox.DefaultFileSize >> 20,
+		"open_files":   sandbox.DefaultOpenFiles,
+		"wall_seconds": int64(sandbox.DefaultWall / time.Second),
+	} {
+		row := "| `agents.<name>.sandbox.limits." + key + "` | an integer | `" + strconv.FormatInt(want, 10) + "` |"
+		if !strings.Contains(page, row) {
+			t.Errorf("the reference does not state %s's default as the sandbox's, %d (config/sandbox.go's doc comment)", key, want)
 		}
 	}
 }
