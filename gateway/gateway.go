@@ -1,0 +1,259 @@
+// Package gateway is noeta's MCP server for the agents people already run
+// (Claude Code, Claude Desktop, Cursor, VS Code, any MCP client): it offers
+// the tools of the configured MCP servers and governs every call.
+//
+// Each client session is a task of one agent. A tools/call becomes the
+// task's next decision, recorded with origin client (a [engine.ClientPolicy]
+// hands it to the engine), judged by the agent's guard stack like any other
+// action (rules, permissions and risk, budgets, repetition, shadow rules,
+// approvals), run against the upstream server through the host's tool
+// registry, and its outcome recorded; the client gets the result, or an
+// error result naming the guard and the reason. A call that needs an
+// approval waits while a person answers in the inbox or with engine
+// approve. The session's end finishes the task (docs/adr/0090).
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/host"
+)
+
+// Defaults of [Options].
+const (
+	// DefaultIdle is how long a session's task keeps its worker waiting for
+	// the client's next call before it parks (suspends until the next call
+	// wakes it). Parking makes the last result durable.
+	DefaultIdle = 5 * time.Second
+	// DefaultMaxArgsBytes bounds a call's arguments.
+	DefaultMaxArgsBytes = 256 << 10
+	// DefaultMaxQueued bounds the calls of one session waiting their turn.
+	DefaultMaxQueued = 16
+	// DefaultProgressEvery is how often a call waiting (for an approval)
+	// sends the client a progress notification, when it gave a token.
+	DefaultProgressEvery = 10 * time.Second
+	// EventKind is the external event a parked session's task waits on.
+	EventKind = "gateway_call"
+)
+
+// Options say what a gateway fronts.
+type Options struct {
+	// Agent is the agent whose tasks the sessions are (stdio); over HTTP the
+	// principal's agent (see [Principal]).
+	Agent string
+	// Idle, MaxArgsBytes, MaxQueued, ProgressEvery: see the defaults.
+	Idle          time.Duration
+	MaxArgsBytes  int
+	MaxQueued     int
+	ProgressEvery time.Duration
+	// Logger reports what the log cannot hold (discarded if nil).
+	Logger *slog.Logger
+}
+
+// Gateway serves MCP sessions over a host that runs their tasks. Its
+// tasks go on a queue of its own ([Gateway.Queue]): only this process
+// holds their sessions, so only its workers may decide them.
+type Gateway struct {
+	opts  Options
+	queue string
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	h        *host.Host
+	sessions map[string]*session // by task id
+	untap    func()
+	closed   bool
+}
+
+// New returns a gateway; open the host with [Gateway.Policies] and
+// [Gateway.Queue], then [Gateway.Attach] it.
+func New(o Options) *Gateway {
+	if o.Idle <= 0 {
+		o.Idle = DefaultIdle
+	}
+	if o.MaxArgsBytes <= 0 {
+		o.MaxArgsBytes = DefaultMaxArgsBytes
+	}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = DefaultMaxQueued
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = DefaultProgressEvery
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Gateway{opts: o, queue: "gateway-" + strings.ToLower(noeta.NewTaskID()), log: o.Logger, sessions: map[string]*session{}}
+}
+
+// Queue is the ready queue of the gateway's tasks: the host's workers must
+// work it (host.Options.Queue).
+func (g *Gateway) Queue() string { return g.queue }
+
+// Attach gives the gateway the host that runs its tasks, opened with
+// [Gateway.Policies] and [Gateway.Queue].
+func (g *Gateway) Attach(h *host.Host) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.h = h
+	g.untap = h.Tap(g.tap)
+}
+
+// Close ends every session (their tasks finish) and stops watching the
+// host. The host is the caller's.
+func (g *Gateway) Close() {
+	g.mu.Lock()
+	ss := make([]*session, 0, len(g.sessions))
+	for _, s := range g.sessions {
+		ss = append(ss, s)
+	}
+	untap := g.untap
+	g.untap, g.closed = nil, true
+	g.mu.Unlock()
+	for _, s := range ss {
+		s.end()
+	}
+	if untap != nil {
+		untap()
+	}
+}
+
+// Policies is the host's policy resolver (host.Options.Policies): a task
+// of a live session is decided by its client; any other task on the
+// gateway's queue (its session is gone) finishes.
+func (g *Gateway) Policies(_ context.Context, st *engine.State) (engine.Policy, error) {
+	g.mu.Lock()
+	s, ok := g.sessions[st.Task]
+	g.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	return ended{}, nil
+}
+
+// tap watches the records committed in this process for the approvals the
+// sessions' calls wait on.
+// and for the end of their tasks.
+func (g *Gateway) tap(ctx context.Context, env eventlog.Envelope) error {
+	switch env.Type {
+	case noeta.TypeApprovalRequested, noeta.TypeTaskCompleted, noeta.TypeTaskFailed, noeta.TypeTaskCancelled:
+	default:
+		return nil
+	}
+	g.mu.Lock()
+	s, ok := g.sessions[env.Task]
+	h := g.h
+	g.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	p, _, err := env.Decode()
+	if err != nil {
+		return nil
+	}
+	switch p := p.(type) {
+	case *noeta.ApprovalRequested:
+		if p.Action == noeta.ApprovalToolCall {
+			s.awaiting(p)
+		}
+		return nil
+	case *noeta.TaskFailed:
+		g.ended(ctx, h, s, env.Task, "it failed: "+p.Error)
+	case *noeta.TaskCancelled:
+		g.ended(ctx, h, s, env.Task, "it was cancelled: "+p.Reason)
+	default:
+		g.ended(ctx, h, s, env.Task, "it completed")
+	}
+	return nil
+}
+
+// ended answers the calls of a session whose task ended from its log.
+func (g *Gateway) ended(ctx context.Context, h *host.Host, s *session, task, why string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	envs, err := h.Events(ctx, task, 0)
+	if err != nil {
+		g.log.Warn("reading an ended session's task", "task", task, "err", err)
+	}
+	recs := make([]noeta.Payload, 0, len(envs))
+	for _, e := range envs {
+		if e.Type != noeta.TypeToolCallFinished && e.Type != noeta.TypeToolCallDenied {
+			continue
+		}
+		if p, _, err := e.Decode(); err == nil {
+			recs = append(recs, p)
+		}
+	}
+	s.terminal(recs, why)
+}
+
+// host returns the attached host.
+func (g *Gateway) host() (*host.Host, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.h == nil {
+		return nil, errors.New("gateway: no host attached")
+	}
+	if g.closed {
+		return nil, errors.New("gateway: closed")
+	}
+	return g.h, nil
+}
+
+// Tools returns the specs of the tools agent may call: the registry's tools
+// its permissions let it call, within its maximum risk. A tool outside
+// them is never offered (the permission guard would deny every call).
+func (g *Gateway) Tools(agent string) ([]noeta.ToolSpec, error) {
+	h, err := g.host()
+	if err != nil {
+		return nil, err
+	}
+	a, ok := h.Governance().Agent(agent)
+	if !ok {
+		return nil, fmt.Errorf("gateway: agent %q is not in the config (agents: %s)", agent, strings.Join(h.Governance().Agents(), ", "))
+	}
+	reg := h.Tools()
+	maxRank := riskRank(string(a.Permissions.MaxRiskLevel))
+	names := slices.DeleteFunc(reg.Names(), func(t string) bool {
+		if !a.MayCall(t) {
+			return true
+		}
+		if maxRank > 0 {
+			r, ok := reg.RiskString(t)
+			return !ok || riskRank(r) == 0 || riskRank(r) > maxRank
+		}
+		return false
+	})
+	return reg.Specs(names), nil
+}
+
+func riskRank(level string) int {
+	switch strings.ToLower(level) {
+	case "low":
+		return 1
+	case "medium":
+		return 2
+	case "high":
+		return 3
+	}
+	return 0
+}
+
+// ended decides the tasks whose session is gone: they finish.
+type ended struct{}
+
+func (ended) Decide(context.Context, noeta.PolicyInput) (noeta.Decision, error) {
+	return noeta.Decision{Kind: noeta.DecisionFinish, Answer: []byte(`"the client session ended"`)}, nil
+}
+
+func (ended) Client() string { return "gateway" }

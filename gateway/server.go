@@ -1,0 +1,192 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/noeta-go/noeta"
+)
+
+// Version is what the gateway tells clients it is.
+const Version = "0.1.0"
+
+// Server returns an MCP server for one client session acting as who: its
+// tools are those who's agent may call, and its first tools/call submits
+// the session's task. Run it on one transport ([Gateway.Serve]); its
+// session's end finishes the task.
+func (g *Gateway) Server(who Principal) (*sdk.Server, *session, error) {
+	specs, err := g.Tools(who.Agent)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := newSession(g, who)
+	srv := sdk.NewServer(&sdk.Implementation{Name: "noeta-gateway", Version: Version}, &sdk.ServerOptions{
+		Instructions: "Every tool call is governed and recorded by noeta (agent " + who.Agent + "): a call may be denied, with the guard and the reason, or wait for a person's approval.",
+		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
+	})
+	for _, spec := range specs {
+		if !objectSchema(spec.InputSchema) {
+			g.log.Warn("a tool whose input schema is not an object is not offered", "tool", spec.Name)
+			continue
+		}
+		srv.AddTool(&sdk.Tool{Name: spec.Name, Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
+	}
+	return srv, s, nil
+}
+
+// Serve runs one session as who on t until the client goes or ctx ends;
+// then the session's task finishes.
+func (g *Gateway) Serve(ctx context.Context, t sdk.Transport, who Principal) error {
+	srv, s, err := g.Server(who)
+	if err != nil {
+		return err
+	}
+	defer s.end()
+	ss, err := srv.Connect(ctx, t, nil)
+	if err != nil {
+		return fmt.Errorf("gateway: connect: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = ss.Close() })
+	defer stop()
+	err = ss.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func objectSchema(raw json.RawMessage) bool {
+	var m struct {
+		Type any `json:"type"`
+	}
+	return json.Unmarshal(raw, &m) == nil && m.Type == "object"
+}
+
+// handle is the tools/call handler of one tool.
+func (s *session) handle(tool string) sdk.ToolHandler {
+	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		args := req.Params.Arguments
+		if len(args) > s.g.opts.MaxArgsBytes {
+			return errorResult("gateway: the arguments are %d bytes, over the gateway's limit of %d; the call was not made", len(args), s.g.opts.MaxArgsBytes), nil
+		}
+		if len(bytes.TrimSpace(args)) == 0 || bytes.Equal(bytes.TrimSpace(args), []byte("null")) {
+			args = json.RawMessage("{}")
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(args, &obj); err != nil {
+			return errorResult("gateway: the arguments are not a JSON object (%v); the call was not made", err), nil
+		}
+		c := &call{tool: tool, args: args, out: make(chan outcome, 1)}
+		if err := s.submit(ctx, c); err != nil {
+			return errorResult("gateway: %v; the call was not made", err), nil
+		}
+		return s.await(ctx, req, c)
+	}
+}
+
+// await waits for c's outcome, telling the client it waits when it gave a
+// progress token.
+func (s *session) await(ctx context.Context, req *sdk.CallToolRequest, c *call) (*sdk.CallToolResult, error) {
+	token := req.Params.GetProgressToken()
+	tick := time.NewTicker(s.g.opts.ProgressEvery)
+	defer tick.Stop()
+	n := 0.0
+	for {
+		select {
+		case o := <-c.out:
+			return result(o), nil
+		case <-ctx.Done():
+			if s.withdraw(c) {
+				return nil, fmt.Errorf("gateway: the call was cancelled before it was made: %w", context.Cause(ctx))
+			}
+			// The engine has it: it runs (or waits for its approval) once,
+			// recorded, and nobody reads the result.
+			return nil, fmt.Errorf("gateway: the call was cancelled; it stays in the task's log: %w", context.Cause(ctx))
+		case <-tick.C:
+			if token == nil || req.Session == nil {
+				continue
+			}
+			n++
+			msg := "the call is being judged and run"
+			c.mu.Lock()
+			if c.approval != "" {
+				msg = "waiting for a person's approval (" + c.approval + " of task " + s.taskID() + ": engine approve, or the inbox)"
+			}
+			c.mu.Unlock()
+			_ = req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: n, Message: msg})
+		}
+	}
+}
+
+func (s *session) taskID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.task
+}
+
+// result maps an outcome to a tool result: an MCP tool's output (text and
+// structured content, as tools/mcp recorded it) or the text the log gives
+// a failure, a denial or a refused approval (which names the guard or the
+// approver and the reason).
+func result(o outcome) *sdk.CallToolResult {
+	if o.isErr {
+		return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: o.text}}}
+	}
+	var out struct {
+		Text       *string         `json:"text"`
+		Structured json.RawMessage `json:"structured"`
+	}
+	if err := json.Unmarshal([]byte(o.text), &out); err != nil || out.Text == nil {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: o.text}}}
+	}
+	r := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: *out.Text}}}
+	if len(out.Structured) > 0 && !bytes.Equal(out.Structured, []byte("null")) {
+		r.StructuredContent = out.Structured
+	}
+	return r
+}
+
+func errorResult(format string, args ...any) *sdk.CallToolResult {
+	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf(format, args...)}}}
+}
+
+// errEnded is the outcome of calls whose task ended before their result.
+var errEnded = errors.New("the session's task ended")
+
+// terminal delivers what the log holds of the session's calls when its
+// task ends (a budget run out, a cancel) without asking its policy again.
+func (s *session) terminal(records []noeta.Payload, why string) {
+	s.mu.Lock()
+	asked := s.asked
+	s.asked = map[string]*call{}
+	s.done = true
+	s.mu.Unlock()
+	for _, p := range records {
+		switch p := p.(type) {
+		case *noeta.ToolCallDenied:
+			if c, ok := asked[p.CallID]; ok {
+				delete(asked, p.CallID)
+				c.out <- outcome{text: "denied by " + p.Guard + ": " + p.Reason, isErr: true}
+			}
+		case *noeta.ToolCallFinished:
+			if c, ok := asked[p.CallID]; ok {
+				delete(asked, p.CallID)
+				if p.OK {
+					c.out <- outcome{text: string(p.Output)}
+				} else {
+					c.out <- outcome{text: p.Error, isErr: true}
+				}
+			}
+		}
+	}
+	for _, c := range asked {
+		c.out <- outcome{text: fmt.Sprintf("gateway: %v: %s", errEnded, why), isErr: true}
+	}
+	s.forget()
+}
