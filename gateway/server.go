@@ -47,7 +47,7 @@ func (g *Gateway) Serve(ctx context.Context, t sdk.Transport, who Principal) err
 	if err != nil {
 		return err
 	}
-	defer s.end()
+	defer s.settle()
 	ss, err := srv.Connect(ctx, t, nil)
 	if err != nil {
 		return fmt.Errorf("gateway: connect: %w", err)
@@ -59,6 +59,26 @@ func (g *Gateway) Serve(ctx context.Context, t sdk.Transport, who Principal) err
 		return nil
 	}
 	return err
+}
+
+// SettleWait bounds how long a session that ended waits for its task to
+// record its finish (or come to rest on an approval still open).
+const SettleWait = 10 * time.Second
+
+// settle ends the session and waits, within SettleWait, for its task to
+// come to rest, so a process that stops after Serve leaves it finished.
+func (s *session) settle() {
+	s.end()
+	task := s.taskID()
+	h, err := s.g.host()
+	if task == "" || err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), SettleWait)
+	defer cancel()
+	if _, err := h.Wait(ctx, task); err != nil {
+		s.g.log.Warn("the session's task did not come to rest", "task", task, "err", err)
+	}
 }
 
 func objectSchema(raw json.RawMessage) bool {
