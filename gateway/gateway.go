@@ -73,6 +73,7 @@ type Gateway struct {
 	sessions map[string]*session // by task id
 	untap    func()
 	closed   bool
+	pins     *Pins // nil: no pinning
 }
 
 // New returns a gateway; open the host with [Gateway.Policies] and
@@ -101,11 +102,12 @@ func New(o Options) *Gateway {
 func (g *Gateway) Queue() string { return g.queue }
 
 // Attach gives the gateway the host that runs its tasks, opened with
-// [Gateway.Policies] and [Gateway.Queue].
-func (g *Gateway) Attach(h *host.Host) {
+// [Gateway.Policies], [Gateway.Queue] and [Gateway.Guard], and the pins of
+// the upstream tools' definitions (nil: none are pinned).
+func (g *Gateway) Attach(h *host.Host, pins *Pins) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.h = h
+	g.h, g.pins = h, pins
 	g.untap = h.Tap(g.tap)
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/gateway"
+	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/hostconfig"
 	"github.com/noeta-go/noeta/internal/govfile"
@@ -74,11 +75,16 @@ rules:
 
 // rig is a gateway over a host on an embedded NATS server.
 type rig struct {
-	gw *gateway.Gateway
-	h  *hostconfig.Host
+	gw   *gateway.Gateway
+	h    *hostconfig.Host
+	pins *gateway.Pins
 }
 
 func open(t testing.TB, yaml string, o gateway.Options) *rig {
+	return openPinned(t, yaml, o, false)
+}
+
+func openPinned(t testing.TB, yaml string, o gateway.Options, pinned bool) *rig {
 	t.Helper()
 	cfg, err := govfile.Parse("noeta.yaml", []byte(yaml))
 	if err != nil {
@@ -90,16 +96,22 @@ func open(t testing.TB, yaml string, o gateway.Options) *rig {
 	gw := gateway.New(o)
 	ctx := context.Background()
 	h, err := hostconfig.Open(ctx, hostconfig.Options{Config: cfg, DataDir: t.TempDir(), Workers: 2, Workspace: t.TempDir(),
-		Policies: gw.Policies, Queue: gw.Queue(), Name: "gateway", Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		Policies: gw.Policies, Queue: gw.Queue(), Guards: []guards.Guard{gw.Guard()}, Name: "gateway", Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw.Attach(h.Host)
+	var pins *gateway.Pins
+	if pinned {
+		if pins, err = gateway.OpenPins(ctx, h.Conn(), hostconfig.DefaultPrefix, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gw.Attach(h.Host, pins)
 	t.Cleanup(func() {
 		gw.Close()
 		h.Close()
 	})
-	return &rig{gw: gw, h: h}
+	return &rig{gw: gw, h: h, pins: pins}
 }
 
 // connect starts a session as the local user and returns its client.

@@ -20,7 +20,7 @@ const Version = "0.1.0"
 // tools are those who's agent may call, and its first tools/call submits
 // the session's task. Run it on one transport ([Gateway.Serve]); its
 // session's end finishes the task.
-func (g *Gateway) Server(who Principal) (*sdk.Server, *session, error) {
+func (g *Gateway) Server(ctx context.Context, who Principal) (*sdk.Server, *session, error) {
 	specs, err := g.Tools(who.Agent)
 	if err != nil {
 		return nil, nil, err
@@ -31,6 +31,15 @@ func (g *Gateway) Server(who Principal) (*sdk.Server, *session, error) {
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
 	})
 	for _, spec := range specs {
+		// A tool seen first is pinned now; one whose definition changed
+		// is offered as pinned, and its calls are refused (the pin guard).
+		if ok, _, err := g.checkPin(ctx, spec.Name); err != nil {
+			return nil, nil, err
+		} else if !ok {
+			if def, found := g.pinned(ctx, spec.Name); found {
+				spec.Description, spec.InputSchema = def.Description, def.InputSchema
+			}
+		}
 		if !objectSchema(spec.InputSchema) {
 			g.log.Warn("a tool whose input schema is not an object is not offered", "tool", spec.Name)
 			continue
@@ -43,7 +52,7 @@ func (g *Gateway) Server(who Principal) (*sdk.Server, *session, error) {
 // Serve runs one session as who on t until the client goes or ctx ends;
 // then the session's task finishes.
 func (g *Gateway) Serve(ctx context.Context, t sdk.Transport, who Principal) error {
-	srv, s, err := g.Server(who)
+	srv, s, err := g.Server(ctx, who)
 	if err != nil {
 		return err
 	}

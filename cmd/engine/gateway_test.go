@@ -68,6 +68,11 @@ rules:
 	if code != 0 {
 		t.Fatalf("events: exit %d\n%s\n%s", code, out, errOut)
 	}
+	// The tools the session was offered are pinned, first seen.
+	code, pins, errOut := runCmd(t, "gateway", "pin", "list", "--data", data)
+	if code != 0 || !regexpLine(pins, `everything\s+echo\s+[0-9a-f]{12}…\s+first seen\s+-`) {
+		t.Errorf("pin list: exit %d\n%s\n%s", code, pins, errOut)
+	}
 	for _, want := range []string{"PolicyDecided         client", "ToolCallFinished", "ToolCallDenied", "TaskCompleted"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("events lacks %q:\n%s", want, out)

@@ -1,49 +1,35 @@
 package main
 
 import (
+	"time"
+
 	"github.com/spf13/cobra"
 
 	"github.com/noeta-go/noeta/approvals"
-	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/gateway"
 	"github.com/noeta-go/noeta/hostconfig"
 )
 
 func newGatewayCmd(g *globals) *cobra.Command {
 	var config, agent, workspace string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Serve the configured MCP servers' tools to an MCP client over stdio, every call governed and recorded",
-		Long: `gateway is an MCP server on stdin and stdout for the clients people already
-run (Claude Code, Claude Desktop, Cursor, VS Code): it offers the tools of
-the config's mcp_servers that --agent may call, as mcp__<server>__<tool>
-(docs/gateway.md).
-
-The session is a task of --agent, submitted by the local user. Each
-tools/call is recorded as a decision of origin client, judged by the
-agent's guards (rules, permissions and risk, budgets, repetition, shadow
-rules), run against the upstream server and its result recorded and
-returned. A denial comes back as an error result naming the guard and the
-reason; a call that needs an approval waits while a person answers with
-engine approve or in the inbox. The client closing the session finishes
-the task.
-
-It runs the tasks itself, on the embedded server of --data (which it needs
-to itself) or on --nats. Nothing but MCP is written on stdout; logs go to
-stderr.`,
+		Long: `gateway is an MCP server on stdin and stdout for MCP clients (Claude Code,
+Cursor...): the config's mcp_servers tools --agent may call. The session is a
+task of --agent; each call a decision of origin client, judged by its guards,
+run upstream and recorded; a changed tool definition is refused until
+engine gateway pin accept. Logs go to stderr (docs/gateway.md).`,
 		Example: `  engine gateway --config noeta.yaml --agent dev
-  # .mcp.json: {"mcpServers": {"noeta": {"command": "engine",
-  #   "args": ["gateway", "--config", "noeta.yaml", "--agent", "dev"]}}}`,
+  engine gateway pin list
+  engine gateway pin accept files read_file`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := g.check(); err != nil {
 				return err
 			}
-			if agent == "" {
-				return usageErr("--agent is required: the agent whose tasks the sessions are")
-			}
-			ctx := cmd.Context()
-			cfg, err := governance(ctx, config)
+			cfg, err := governance(cmd.Context(), config)
 			if err != nil {
 				return err
 			}
@@ -51,24 +37,42 @@ stderr.`,
 			if err != nil {
 				return err
 			}
-			gw := gateway.New(gateway.Options{Agent: agent, Logger: g.logger()})
-			defer gw.Close()
-			h, err := g.open(ctx, "gateway", hostconfig.Options{Config: cfg, Workers: g.workers, Workspace: ws, Actor: engine.DefaultActor(),
-				Policies: gw.Policies, Queue: gw.Queue(), Verb: "gateway", Stdout: g.stderr})
-			if err != nil {
-				return err
-			}
-			defer h.Close()
-			gw.Attach(h.Host)
-			if err := gw.ServeStdio(ctx, cmd.InOrStdin(), g.rawOut, gateway.Principal{Agent: agent, SubmittedBy: approvals.LocalApprover()}); err != nil {
-				return failErr(err)
-			}
-			return nil
+			return failIf(gateway.RunStdio(cmd.Context(), gateway.Stdio{Open: g.open,
+				Config: cfg, Workers: g.workers, Workspace: ws, Prefix: g.conn.prefix, Replicas: g.conn.replicas,
+				Who: gateway.Principal{Agent: agent, SubmittedBy: approvals.LocalApprover()}, In: cmd.InOrStdin(), Out: g.rawOut, Log: g.stderr, Logger: g.logger()}))
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&config, "config", "", "governance config (default "+defaultConfig+" in the working directory)")
-	f.StringVar(&agent, "agent", "", "the agent whose tasks the client's sessions are (required)")
-	f.StringVar(&workspace, "workspace", ".", "directory the file and shell tools work in")
+	cmd.Flags().StringVar(&config, "config", "", "governance config (default "+defaultConfig+" in the working directory)")
+	cmd.Flags().StringVar(&agent, "agent", "", "the agent whose tasks the client's sessions are (required)")
+	_ = cmd.MarkFlagRequired("agent")
+	cmd.Flags().StringVar(&workspace, "workspace", ".", "directory the file and shell tools work in")
+	pin := &cobra.Command{Use: "pin", Short: "List the pinned tool definitions, or accept a changed one", Args: cobra.NoArgs}
+	list := &cobra.Command{Use: "list", Short: "List the pinned definitions and the changes refused until accepted", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return pinVerb(g, cmd, func(p *gateway.Pins) error { return gateway.PrintPins(cmd.Context(), p, g.stdout, asJSON) })
+		}}
+	list.Flags().BoolVar(&asJSON, "json", false, "one JSON object per pin per line")
+	accept := &cobra.Command{Use: "accept SERVER TOOL", Short: "Pin a tool's changed definition: its calls run again", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return pinVerb(g, cmd, func(p *gateway.Pins) error {
+				return p.Accept(cmd.Context(), args[0], args[1], approvals.LocalApprover(), time.Now())
+			})
+		}}
+	pin.AddCommand(list, accept)
+	cmd.AddCommand(pin)
 	return cmd
+}
+
+// pinVerb opens the deployment as a client and runs fn on its pins.
+func pinVerb(g *globals, cmd *cobra.Command, fn func(*gateway.Pins) error) error {
+	h, err := g.open(cmd.Context(), "gateway-pin", hostconfig.Options{})
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	pins, err := gateway.OpenPins(cmd.Context(), h.Conn(), g.conn.prefix, g.conn.replicas)
+	if err != nil {
+		return failErr(err)
+	}
+	return failIf(fn(pins))
 }
