@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
@@ -74,6 +76,11 @@ type Gateway struct {
 	untap    func()
 	closed   bool
 	pins     *Pins // nil: no pinning
+	// owners holds the principal of each HTTP session, by its id; live
+	// the HTTP sessions initialized, each watched by a goroutine of wg.
+	owners map[string]string
+	live   map[*sdk.ServerSession]struct{}
+	wg     sync.WaitGroup
 }
 
 // New returns a gateway; open the host with [Gateway.Policies] and
@@ -94,7 +101,8 @@ func New(o Options) *Gateway {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Gateway{opts: o, queue: "gateway-" + strings.ToLower(noeta.NewTaskID()), log: o.Logger, sessions: map[string]*session{}}
+	return &Gateway{opts: o, queue: "gateway-" + strings.ToLower(noeta.NewTaskID()), log: o.Logger,
+		sessions: map[string]*session{}, owners: map[string]string{}, live: map[*sdk.ServerSession]struct{}{}}
 }
 
 // Queue is the ready queue of the gateway's tasks: the host's workers must
@@ -111,20 +119,32 @@ func (g *Gateway) Attach(h *host.Host, pins *Pins) {
 	g.untap = h.Tap(g.tap)
 }
 
-// Close ends every session (their tasks finish) and stops watching the
-// host. The host is the caller's.
+// Close ends every session and waits, within SettleWait each, for their
+// tasks to finish; then it stops watching the host. Call it before the
+// host closes (the host is the caller's).
 func (g *Gateway) Close() {
 	g.mu.Lock()
 	ss := make([]*session, 0, len(g.sessions))
 	for _, s := range g.sessions {
 		ss = append(ss, s)
 	}
-	untap := g.untap
-	g.untap, g.closed = nil, true
+	live := make([]*sdk.ServerSession, 0, len(g.live))
+	for l := range g.live {
+		live = append(live, l)
+	}
+	g.closed = true
 	g.mu.Unlock()
 	for _, s := range ss {
 		s.end()
 	}
+	for _, l := range live {
+		_ = l.Close()
+	}
+	g.wg.Wait()
+	g.mu.Lock()
+	untap := g.untap
+	g.untap = nil
+	g.mu.Unlock()
 	if untap != nil {
 		untap()
 	}
@@ -205,9 +225,6 @@ func (g *Gateway) host() (*host.Host, error) {
 	defer g.mu.Unlock()
 	if g.h == nil {
 		return nil, errors.New("gateway: no host attached")
-	}
-	if g.closed {
-		return nil, errors.New("gateway: closed")
 	}
 	return g.h, nil
 }

@@ -18,18 +18,26 @@ const Version = "0.1.0"
 
 // Server returns an MCP server for one client session acting as who: its
 // tools are those who's agent may call, and its first tools/call submits
-// the session's task. Run it on one transport ([Gateway.Serve]); its
-// session's end finishes the task.
+// the session's task. [Gateway.Serve] runs one on a transport and settles
+// its task when the session ends.
 func (g *Gateway) Server(ctx context.Context, who Principal) (*sdk.Server, *session, error) {
+	return g.server(ctx, who, &sdk.ServerOptions{})
+}
+
+// server is Server with the transport's own options (o is filled in).
+func (g *Gateway) server(ctx context.Context, who Principal, o *sdk.ServerOptions) (*sdk.Server, *session, error) {
 	specs, err := g.Tools(who.Agent)
 	if err != nil {
 		return nil, nil, err
 	}
+	if who.SubmittedBy == "" {
+		return nil, nil, errors.New("gateway: a session needs a principal")
+	}
 	s := newSession(g, who)
-	srv := sdk.NewServer(&sdk.Implementation{Name: "noeta-gateway", Version: Version}, &sdk.ServerOptions{
-		Instructions: "Every tool call is governed and recorded by noeta (agent " + who.Agent + "): a call may be denied, with the guard and the reason, or wait for a person's approval.",
-		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
-	})
+	o.Instructions = "Every tool call is governed and recorded by noeta (agent " + who.Agent + "): a call may be denied, with the guard and the reason, or wait for a person's approval."
+	o.Capabilities = &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}}
+	o.Logger = g.log
+	srv := sdk.NewServer(&sdk.Implementation{Name: "noeta-gateway", Version: Version}, o)
 	for _, spec := range specs {
 		// A tool seen first is pinned now; one whose definition changed
 		// is offered as pinned, and its calls are refused (the pin guard).
