@@ -70,6 +70,10 @@ rules:
   - match_tool: "mcp__*__trigger-long*"
     action: deny
     reason: "no long operations here"
+  - match_tool: "mcp__*__echo"
+    action: deny
+    reason: "trying a ban on echo"
+    shadow: true
 `
 }
 
@@ -244,7 +248,7 @@ func TestGatewayGovernsCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var clientDecisions, finished, denied int
+	var clientDecisions, finished, denied, shadowed int
 	for _, e := range envs {
 		switch e.Type {
 		case noeta.TypePolicyDecided:
@@ -255,10 +259,14 @@ func TestGatewayGovernsCalls(t *testing.T) {
 			finished++
 		case noeta.TypeToolCallDenied:
 			denied++
+		case noeta.TypeGuardShadowed:
+			shadowed++
 		}
 	}
-	if clientDecisions < 4 || finished != 2 || denied != 2 {
-		t.Errorf("log: %d decisions of origin client, %d calls finished, %d denied; want ≥ 4, 2, 2", clientDecisions, finished, denied)
+	// The shadow rule was judged on each echo (the two that ran and the
+	// one the schema refused) and decided nothing.
+	if clientDecisions < 4 || finished != 2 || denied != 2 || shadowed < 2 {
+		t.Errorf("log: %d decisions of origin client, %d calls finished, %d denied, %d shadowed; want ≥ 4, 2, 2, ≥ 2", clientDecisions, finished, denied, shadowed)
 	}
 }
 
@@ -359,5 +367,54 @@ func TestGatewayMalformedArgs(t *testing.T) {
 	res, err = cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "mcp__everything__echo", Arguments: map[string]any{"message": "still here"}})
 	if err != nil || res.IsError {
 		t.Fatalf("after a malformed call: %+v %v", res, err)
+	}
+}
+
+// TestGatewayDisconnectMidApproval: the client goes while its call waits
+// for a person; the request stays answerable, and approved, the call runs
+// once and the task finishes.
+func TestGatewayDisconnectMidApproval(t *testing.T) {
+	r := open(t, config(t, "1h"), gateway.Options{})
+	cs, stop := r.connect(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = cs.CallTool(ctx, &sdk.CallToolParams{Name: "mcp__everything__toggle-simulated-logging", Arguments: map[string]any{}})
+	}()
+	var task string
+	deadline := time.Now().Add(30 * time.Second)
+	for task == "" && time.Now().Before(deadline) {
+		if ts, _ := r.h.Tasks(context.Background()); len(ts) == 1 {
+			task = ts[0].Task
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	req := r.waitFor(t, task, noeta.TypeApprovalRequested)
+	cancel()
+	<-done
+	t0 := time.Now()
+	stop()
+	took := time.Since(t0)
+	t.Logf("the session ended in %v", took)
+	if took > 5*time.Second {
+		t.Errorf("the session took %v to end while its call waited", took)
+	}
+	p, _, _ := req.Decode()
+	if err := r.h.Approve(context.Background(), task, p.(*noeta.ApprovalRequested).Handle, host.Answer{Decision: noeta.ApprovalApprove, Approver: "cli:approver"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("approved in %v", time.Since(t0))
+	r.waitFor(t, task, noeta.TypeTaskCompleted)
+	t.Logf("completed in %v", time.Since(t0))
+	envs, _ := r.h.Events(context.Background(), task, 0)
+	runs := 0
+	for _, e := range envs {
+		if e.Type == noeta.TypeToolCallStarted {
+			runs++
+		}
+	}
+	if runs != 1 {
+		t.Errorf("the approved call started %d times, want 1", runs)
 	}
 }
