@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -98,6 +99,24 @@ func (s *session) settle() {
 	}
 }
 
+// clientName is how the session's client introduced itself, bounded.
+func clientName(ss *sdk.ServerSession) string {
+	name := "an unnamed client"
+	if ss == nil {
+		return name
+	}
+	if p := ss.InitializeParams(); p != nil && p.ClientInfo != nil && p.ClientInfo.Name != "" {
+		name = p.ClientInfo.Name
+		if p.ClientInfo.Version != "" {
+			name += " " + p.ClientInfo.Version
+		}
+	}
+	if len(name) > 200 {
+		name = name[:200]
+	}
+	return strconv.Quote(name)
+}
+
 func objectSchema(raw json.RawMessage) bool {
 	var m struct {
 		Type any `json:"type"`
@@ -120,7 +139,7 @@ func (s *session) handle(tool string) sdk.ToolHandler {
 			return errorResult("gateway: the arguments are not a JSON object (%v); the call was not made", err), nil
 		}
 		c := &call{tool: tool, args: args, out: make(chan outcome, 1)}
-		if err := s.submit(ctx, c); err != nil {
+		if err := s.submit(ctx, c, clientName(req.Session)); err != nil {
 			return errorResult("gateway: %v; the call was not made", err), nil
 		}
 		return s.await(ctx, req, c)

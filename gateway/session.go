@@ -68,8 +68,9 @@ func (s *session) signal() {
 	}
 }
 
-// ensureTask submits the session's task on its first call.
-func (s *session) ensureTask(ctx context.Context) (string, error) {
+// ensureTask submits the session's task on its first call; client names
+// the client as it introduced itself.
+func (s *session) ensureTask(ctx context.Context, client string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.task != "" {
@@ -87,7 +88,7 @@ func (s *session) ensureTask(ctx context.Context) (string, error) {
 	s.g.mu.Lock()
 	s.g.sessions[id] = s
 	s.g.mu.Unlock()
-	_, err = h.Submit(ctx, host.Submission{ID: id, Agent: s.who.Agent, Goal: "MCP client session (gateway)", Queue: s.g.queue, SubmittedBy: s.who.SubmittedBy})
+	_, err = h.Submit(ctx, host.Submission{ID: id, Agent: s.who.Agent, Goal: "MCP session of " + client + " through the gateway", Queue: s.g.queue, SubmittedBy: s.who.SubmittedBy})
 	if err != nil {
 		s.g.mu.Lock()
 		delete(s.g.sessions, id)
@@ -99,8 +100,8 @@ func (s *session) ensureTask(ctx context.Context) (string, error) {
 }
 
 // submit queues c and wakes the task if it is parked.
-func (s *session) submit(ctx context.Context, c *call) error {
-	task, err := s.ensureTask(ctx)
+func (s *session) submit(ctx context.Context, c *call, client string) error {
+	task, err := s.ensureTask(ctx, client)
 	if err != nil {
 		return err
 	}
