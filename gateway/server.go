@@ -156,7 +156,7 @@ func (s *session) await(ctx context.Context, req *sdk.CallToolRequest, c *call) 
 	for {
 		select {
 		case o := <-c.out:
-			return result(o), nil
+			return result(c.tool, o), nil
 		case <-ctx.Done():
 			if s.withdraw(c) {
 				return nil, fmt.Errorf("gateway: the call was cancelled before it was made: %w", context.Cause(ctx))
@@ -190,9 +190,13 @@ func (s *session) taskID() string {
 // structured content, as tools/mcp recorded it) or the text the log gives
 // a failure, a denial or a refused approval (which names the guard or the
 // approver and the reason).
-func result(o outcome) *sdk.CallToolResult {
+func result(tool string, o outcome) *sdk.CallToolResult {
 	if o.isErr {
 		return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: o.text}}}
+	}
+	if _, _, ok := splitTool(tool); !ok {
+		// A built-in's output, as recorded.
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: o.text}}}
 	}
 	var out struct {
 		Text       *string         `json:"text"`
