@@ -44,6 +44,9 @@ const (
 	// DefaultProgressEvery is how often a call waiting (for an approval)
 	// sends the client a progress notification, when it gave a token.
 	DefaultProgressEvery = 10 * time.Second
+	// DefaultToolsEvery is how often the sessions' tools are compared with
+	// the upstream servers' (as tools/mcp last listed them).
+	DefaultToolsEvery = 2 * time.Second
 	// EventKind is the external event a parked session's task waits on.
 	EventKind = "gateway_call"
 )
@@ -53,11 +56,13 @@ type Options struct {
 	// Agent is the agent whose tasks the sessions are (stdio); over HTTP the
 	// principal's agent (see [Principal]).
 	Agent string
-	// Idle, MaxArgsBytes, MaxQueued, ProgressEvery: see the defaults.
+	// Idle, MaxArgsBytes, MaxQueued, ProgressEvery, ToolsEvery: see the
+	// defaults.
 	Idle          time.Duration
 	MaxArgsBytes  int
 	MaxQueued     int
 	ProgressEvery time.Duration
+	ToolsEvery    time.Duration
 	// Logger reports what the log cannot hold (discarded if nil).
 	Logger *slog.Logger
 }
@@ -81,6 +86,10 @@ type Gateway struct {
 	owners map[string]string
 	live   map[*sdk.ServerSession]struct{}
 	wg     sync.WaitGroup
+	// watched are the sessions whose tools refreshTools keeps current,
+	// every ToolsEvery until stop closes.
+	watched map[*session]struct{}
+	stop    chan struct{}
 }
 
 // New returns a gateway; open the host with [Gateway.Policies] and
@@ -98,11 +107,15 @@ func New(o Options) *Gateway {
 	if o.ProgressEvery <= 0 {
 		o.ProgressEvery = DefaultProgressEvery
 	}
+	if o.ToolsEvery <= 0 {
+		o.ToolsEvery = DefaultToolsEvery
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Gateway{opts: o, queue: "gateway-" + strings.ToLower(noeta.NewTaskID()), log: o.Logger,
-		sessions: map[string]*session{}, owners: map[string]string{}, live: map[*sdk.ServerSession]struct{}{}}
+		sessions: map[string]*session{}, owners: map[string]string{}, live: map[*sdk.ServerSession]struct{}{},
+		watched: map[*session]struct{}{}, stop: make(chan struct{})}
 }
 
 // Queue is the ready queue of the gateway's tasks: the host's workers must
@@ -117,6 +130,23 @@ func (g *Gateway) Attach(h *host.Host, pins *Pins) {
 	defer g.mu.Unlock()
 	g.h, g.pins = h, pins
 	g.untap = h.Tap(g.tap)
+	g.wg.Go(g.watchTools)
+}
+
+// watchTools refreshes the sessions' tools every ToolsEvery until Close.
+func (g *Gateway) watchTools() {
+	t := time.NewTicker(g.opts.ToolsEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), g.opts.ToolsEvery)
+			g.refreshTools(ctx)
+			cancel()
+		}
+	}
 }
 
 // Close ends every session and waits, within SettleWait each, for their
@@ -131,6 +161,9 @@ func (g *Gateway) Close() {
 	live := make([]*sdk.ServerSession, 0, len(g.live))
 	for l := range g.live {
 		live = append(live, l)
+	}
+	if !g.closed {
+		close(g.stop)
 	}
 	g.closed = true
 	g.mu.Unlock()

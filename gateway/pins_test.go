@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,4 +94,57 @@ agents:
 	if err := r.pins.Accept(ctx, "up", "greet", "cli:operator", time.Now()); err == nil {
 		t.Error("accepting again with nothing pending: no error")
 	}
+}
+
+// TestGatewayPassesToolListChanged: a tool the upstream server adds reaches
+// the client's session, announced by notifications/tools/list_changed.
+func TestGatewayPassesToolListChanged(t *testing.T) {
+	up, url := upstream(t)
+	r := open(t, `
+mcp_servers:
+  up: {url: "`+url+`", trust_annotations: true}
+agents:
+  dev:
+    tools: ["mcp__up__*"]
+`, gateway.Options{ToolsEvery: 50 * time.Millisecond})
+	changed := make(chan struct{}, 4)
+	ct, st := sdk.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- r.gw.Serve(ctx, st, gateway.Principal{Agent: "dev", SubmittedBy: "cli:tester"}) }()
+	cl := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, &sdk.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}})
+	cs, err := cl.Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.AddTool(&sdk.Tool{Name: "wave", Description: "Waves.", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "o/"}}}, nil
+		})
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no tools/list_changed reached the client")
+	}
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range lt.Tools {
+		names = append(names, tl.Name)
+	}
+	if !slices.Contains(names, "mcp__up__wave") {
+		t.Fatalf("tools after the change: %v", names)
+	}
+	cs.Close()
+	cancel()
+	<-served
 }

@@ -27,23 +27,42 @@ func (g *Gateway) Server(ctx context.Context, who Principal) (*sdk.Server, *sess
 
 // server is Server with the transport's own options (o is filled in).
 func (g *Gateway) server(ctx context.Context, who Principal, o *sdk.ServerOptions) (*sdk.Server, *session, error) {
-	specs, err := g.Tools(who.Agent)
-	if err != nil {
-		return nil, nil, err
-	}
 	if who.SubmittedBy == "" {
 		return nil, nil, errors.New("gateway: a session needs a principal")
 	}
+	specs, err := g.offer(ctx, who.Agent)
+	if err != nil {
+		return nil, nil, err
+	}
 	s := newSession(g, who)
 	o.Instructions = "Every tool call is governed and recorded by noeta (agent " + who.Agent + "): a call may be denied, with the guard and the reason, or wait for a person's approval."
-	o.Capabilities = &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}}
+	o.Capabilities = &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}}
 	o.Logger = g.log
-	srv := sdk.NewServer(&sdk.Implementation{Name: "noeta-gateway", Version: Version}, o)
+	s.srv = sdk.NewServer(&sdk.Implementation{Name: "noeta-gateway", Version: Version}, o)
+	s.offered = map[string]string{}
 	for _, spec := range specs {
-		// A tool seen first is pinned now; one whose definition changed
-		// is offered as pinned, and its calls are refused (the pin guard).
+		s.srv.AddTool(&sdk.Tool{Name: spec.Name, Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
+		s.offered[spec.Name] = specSum(spec)
+	}
+	g.mu.Lock()
+	g.watched[s] = struct{}{}
+	g.mu.Unlock()
+	return s.srv, s, nil
+}
+
+// offer returns the tools a session of agent is offered: those it may
+// call, a tool seen first pinned now, one whose definition changed offered
+// as pinned (its calls are refused by the pin guard), and only those whose
+// input schema is an object (MCP's rule).
+func (g *Gateway) offer(ctx context.Context, agent string) ([]noeta.ToolSpec, error) {
+	specs, err := g.Tools(agent)
+	if err != nil {
+		return nil, err
+	}
+	out := specs[:0]
+	for _, spec := range specs {
 		if ok, _, err := g.checkPin(ctx, spec.Name); err != nil {
-			return nil, nil, err
+			return nil, err
 		} else if !ok {
 			if def, found := g.pinned(ctx, spec.Name); found {
 				spec.Description, spec.InputSchema = def.Description, def.InputSchema
@@ -53,9 +72,67 @@ func (g *Gateway) server(ctx context.Context, who Principal, o *sdk.ServerOption
 			g.log.Warn("a tool whose input schema is not an object is not offered", "tool", spec.Name)
 			continue
 		}
-		srv.AddTool(&sdk.Tool{Name: spec.Name, Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
+		out = append(out, spec)
 	}
-	return srv, s, nil
+	return out, nil
+}
+
+func specSum(spec noeta.ToolSpec) string {
+	def, err := definition(spec.Name, spec, time.Time{})
+	if err != nil {
+		return ""
+	}
+	return def.SHA256
+}
+
+// refreshTools offers each live session the tools of now: a tool the
+// upstream server added or removed (tools/mcp lists a server again when it
+// says its list changed) is added or removed, and the go-sdk tells the
+// client (notifications/tools/list_changed).
+func (g *Gateway) refreshTools(ctx context.Context) {
+	g.mu.Lock()
+	ss := make([]*session, 0, len(g.watched))
+	for s := range g.watched {
+		ss = append(ss, s)
+	}
+	g.mu.Unlock()
+	byAgent := map[string][]noeta.ToolSpec{}
+	for _, s := range ss {
+		specs, ok := byAgent[s.who.Agent]
+		if !ok {
+			var err error
+			if specs, err = g.offer(ctx, s.who.Agent); err != nil {
+				g.log.Warn("gateway: listing the tools again failed", "agent", s.who.Agent, "err", err)
+				continue
+			}
+			byAgent[s.who.Agent] = specs
+		}
+		s.reoffer(specs)
+	}
+}
+
+// reoffer brings the session's tools to specs.
+func (s *session) reoffer(specs []noeta.ToolSpec) {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	now := make(map[string]string, len(specs))
+	for _, spec := range specs {
+		sum := specSum(spec)
+		now[spec.Name] = sum
+		if s.offered[spec.Name] != sum {
+			s.srv.AddTool(&sdk.Tool{Name: spec.Name, Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
+		}
+	}
+	var gone []string
+	for name := range s.offered {
+		if _, ok := now[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) > 0 {
+		s.srv.RemoveTools(gone...)
+	}
+	s.offered = now
 }
 
 // Serve runs one session as who on t until the client goes or ctx ends;
@@ -87,6 +164,9 @@ const SettleWait = 10 * time.Second
 // come to rest, so a process that stops after Serve leaves it finished.
 func (s *session) settle() {
 	s.end()
+	s.g.mu.Lock()
+	delete(s.g.watched, s)
+	s.g.mu.Unlock()
 	task := s.taskID()
 	h, err := s.g.host()
 	if task == "" || err != nil {

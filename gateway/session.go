@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/host"
 )
@@ -35,6 +37,10 @@ type session struct {
 	parked bool             // the task waits on EventKind
 	done   bool             // the client is gone
 	notify chan struct{}    // cap 1: a call was queued, or the session ended
+
+	srv     *sdk.Server
+	tmu     sync.Mutex        // guards offered
+	offered map[string]string // the tools offered, name → sha256 of the definition
 }
 
 // call is one tools/call on its way through the engine.
