@@ -79,6 +79,14 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 		b.ReportMetric(float64(pct(lat, 0.5).Microseconds()), "p50-µs")
 		b.ReportMetric(float64(pct(lat, 0.99).Microseconds()), "p99-µs")
 	})
+	b.Run("gateway+pins", func(b *testing.B) {
+		r := openPinned(b, config(b, "1h"), gateway.Options{}, true)
+		cs, stop := r.connect(b)
+		defer stop()
+		lat := measure(b, cs)
+		b.ReportMetric(float64(pct(lat, 0.5).Microseconds()), "p50-µs")
+		b.ReportMetric(float64(pct(lat, 0.99).Microseconds()), "p99-µs")
+	})
 	if len(direct) > 0 && len(through) > 0 {
 		b.Logf("p50 direct %v, through the gateway %v: %v added; p99 %v and %v",
 			pct(direct, 0.5), pct(through, 0.5), pct(through, 0.5)-pct(direct, 0.5), pct(direct, 0.99), pct(through, 0.99))
