@@ -83,7 +83,7 @@ type Gateway struct {
 	pins     *Pins // nil: no pinning
 	// owners holds the principal of each HTTP session, by its id; live
 	// the HTTP sessions initialized, each watched by a goroutine of wg.
-	owners map[string]string
+	owners map[string]owner
 	live   map[*sdk.ServerSession]struct{}
 	wg     sync.WaitGroup
 	// watched are the sessions whose tools refreshTools keeps current,
@@ -114,7 +114,7 @@ func New(o Options) *Gateway {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Gateway{opts: o, queue: "gateway-" + strings.ToLower(noeta.NewTaskID()), log: o.Logger,
-		sessions: map[string]*session{}, owners: map[string]string{}, live: map[*sdk.ServerSession]struct{}{},
+		sessions: map[string]*session{}, owners: map[string]owner{}, live: map[*sdk.ServerSession]struct{}{},
 		watched: map[*session]struct{}{}, stop: make(chan struct{})}
 }
 
@@ -145,6 +145,7 @@ func (g *Gateway) watchTools() {
 			ctx, cancel := context.WithTimeout(context.Background(), g.opts.ToolsEvery)
 			g.refreshTools(ctx)
 			cancel()
+			g.sweepOwners(time.Now())
 		}
 	}
 }
@@ -309,3 +310,27 @@ func (ended) Decide(context.Context, noeta.PolicyInput) (noeta.Decision, error) 
 }
 
 func (ended) Client() string { return "gateway" }
+
+// owner is the principal of an HTTP session, and whether it was
+// initialized (then its end deletes it).
+type owner struct {
+	name   string
+	since  time.Time
+	inited bool
+}
+
+// ownerGrace is how long a session id may wait for its client's
+// notifications/initialized before it is forgotten.
+const ownerGrace = time.Minute
+
+// sweepOwners forgets the session ids handed out whose session never
+// started, so that they do not count against MaxSessions for ever.
+func (g *Gateway) sweepOwners(now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id, o := range g.owners {
+		if !o.inited && now.Sub(o.since) > ownerGrace {
+			delete(g.owners, id)
+		}
+	}
+}

@@ -51,9 +51,9 @@ func (g *Gateway) Handler(agent string, auth Authenticate) http.Handler {
 		}
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 			g.mu.Lock()
-			owner, known := g.owners[id]
+			o, known := g.owners[id]
 			g.mu.Unlock()
-			if known && owner != name {
+			if !known || o.name != name {
 				http.Error(w, errNoSession.Error(), http.StatusNotFound)
 				return
 			}
@@ -79,7 +79,7 @@ func (g *Gateway) httpServer(r *http.Request, who Principal) (*sdk.Server, error
 		GetSessionID: func() string {
 			id := rand.Text()
 			g.mu.Lock()
-			g.owners[id] = who.SubmittedBy
+			g.owners[id] = owner{name: who.SubmittedBy, since: time.Now()}
 			g.mu.Unlock()
 			return id
 		},
@@ -92,6 +92,10 @@ func (g *Gateway) httpServer(r *http.Request, who Principal) (*sdk.Server, error
 				return
 			}
 			g.live[ss] = struct{}{}
+			if o, ok := g.owners[ss.ID()]; ok {
+				o.inited = true
+				g.owners[ss.ID()] = o
+			}
 			g.wg.Go(func() {
 				_ = ss.Wait()
 				g.mu.Lock()
