@@ -264,8 +264,9 @@ func (g *Gateway) host() (*host.Host, error) {
 }
 
 // Tools returns the specs of the tools agent may call: the registry's tools
-// its permissions let it call, within its maximum risk. A tool outside
-// them is never offered (the permission guard would deny every call).
+// its permissions let it call, within its maximum risk, that no rule
+// denies whatever the arguments. A tool outside them is never offered (a
+// guard would deny every call).
 func (g *Gateway) Tools(agent string) ([]noeta.ToolSpec, error) {
 	h, err := g.host()
 	if err != nil {
@@ -276,9 +277,22 @@ func (g *Gateway) Tools(agent string) ([]noeta.ToolSpec, error) {
 		return nil, fmt.Errorf("gateway: agent %q is not in the config (agents: %s)", agent, strings.Join(h.Governance().Agents(), ", "))
 	}
 	reg := h.Tools()
+	stack, err := h.Governance().AgentStack(agent, reg.RiskString, nil)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: the guards of agent %q: %w", agent, err)
+	}
+	var refusers []refuser
+	for _, gd := range stack.Guards() {
+		if r, ok := gd.(refuser); ok {
+			refusers = append(refusers, r)
+		}
+	}
 	maxRank := riskRank(string(a.Permissions.MaxRiskLevel))
 	names := slices.DeleteFunc(reg.Names(), func(t string) bool {
 		if !a.MayCall(t) {
+			return true
+		}
+		if slices.ContainsFunc(refusers, func(r refuser) bool { return r.Refuses(t) }) {
 			return true
 		}
 		if maxRank > 0 {
@@ -289,6 +303,10 @@ func (g *Gateway) Tools(agent string) ([]noeta.ToolSpec, error) {
 	})
 	return reg.Specs(names), nil
 }
+
+// refuser is a guard that can say it denies every call of a tool (the
+// rules and rule sets: guards.Rules).
+type refuser interface{ Refuses(tool string) bool }
 
 func riskRank(level string) int {
 	switch strings.ToLower(level) {

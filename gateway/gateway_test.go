@@ -68,8 +68,12 @@ agents:
     approval_timeout: ` + expiry + `
 rules:
   - match_tool: "mcp__*__trigger-long*"
+    when: 'args.duration >= 1.0'
     action: deny
     reason: "no long operations here"
+  - match_tool: "mcp__*__gzip*"
+    action: deny
+    reason: "never"
   - match_tool: "mcp__*__echo"
     action: deny
     reason: "trying a ban on echo"
@@ -198,7 +202,8 @@ func TestGatewayGovernsCalls(t *testing.T) {
 	for _, tl := range lt.Tools {
 		names[tl.Name] = true
 	}
-	if !names["mcp__everything__echo"] || len(names) < 3 {
+	// A tool a rule denies whatever its arguments is not offered.
+	if !names["mcp__everything__echo"] || !names["mcp__everything__trigger-long-running-operation"] || names["mcp__everything__gzip-file-as-resource"] {
 		t.Fatalf("tools/list: %v", names)
 	}
 

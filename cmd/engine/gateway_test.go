@@ -27,8 +27,12 @@ agents:
     tools: ["mcp__everything__*"]
 rules:
   - match_tool: "mcp__*__trigger-long*"
+    when: 'args.duration >= 1.0'
     action: deny
     reason: "no long operations here"
+  - match_tool: "mcp__*__gzip*"
+    action: deny
+    reason: "never"
 `)
 	data := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
