@@ -92,6 +92,13 @@ func (g *Gateway) serveHTTP(ctx context.Context, s Run) error {
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*s.Cert}, MinVersion: tls.VersionTLS12}
 		ln = tls.NewListener(ln, srv.TLSConfig)
 	}
+	scheme := "http"
+	if s.Cert != nil {
+		scheme = "https"
+	}
+	if s.Log != nil {
+		fmt.Fprintf(s.Log, "gateway: serving MCP for agent %s on %s://%s/mcp\n", s.Who.Agent, scheme, ln.Addr())
+	}
 	if s.Ready != nil {
 		s.Ready(ln.Addr().String())
 	}

@@ -3,12 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"os/exec"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/noeta-go/noeta/webui"
 )
 
 // TestGatewayStdio: a client nobody here wrote (the go-sdk's) starts
@@ -82,4 +87,84 @@ rules:
 			t.Errorf("events lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// TestGatewayListenRefusesPlainHTTPBeyondLoopback: --listen beyond
+// loopback without TLS or --behind-tls-proxy is bad usage, as for ui.
+func TestGatewayListenRefusesPlainHTTPBeyondLoopback(t *testing.T) {
+	t.Parallel()
+	cfg := writeFile(t, "noeta.yaml", "agents:\n  dev:\n    tools: [echo]\n")
+	code, out, errOut := runCmd(t, "gateway", "--config", cfg, "--agent", "dev", "--data", t.TempDir(), "--listen", "0.0.0.0:0")
+	if code != 2 || !strings.Contains(errOut, "plain HTTP") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestGatewayHTTPSubprocess: engine gateway --listen serves a client with
+// a token of the config's http: section, refuses one without, and stops
+// cleanly on SIGTERM, the session's task finished.
+func TestGatewayHTTPSubprocess(t *testing.T) {
+	t.Parallel()
+	tok, sum := webui.NewToken()
+	cfg := writeFile(t, "noeta.yaml", `
+agents:
+  dev:
+    tools: [echo]
+http:
+  tokens:
+    - {name: alice, sha256: "`+sum+`"}
+`)
+	data := t.TempDir()
+	p := startEngine(t, "gateway", "--config", cfg, "--agent", "dev", "--data", data, "--listen", "127.0.0.1:0")
+	var url string
+	deadline := time.Now().Add(60 * time.Second)
+	for url == "" && time.Now().Before(deadline) {
+		if m := regexp.MustCompile(`on (http://\S+/mcp)`).FindStringSubmatch(p.stderr.String()); m != nil {
+			url = m[1]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if url == "" {
+		t.Fatalf("no listening line:\n%s", p.stderr)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cl := sdk.NewClient(&sdk.Implementation{Name: "test-client", Version: "1"}, nil)
+	if _, err := cl.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, nil); err == nil {
+		t.Fatal("a client without a token connected")
+	}
+	hc := &http.Client{Transport: bearerRT{tok}}
+	cs, err := cl.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, p.stderr)
+	}
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "echo", Arguments: map[string]any{"said": "hi"}})
+	if err != nil || res.IsError {
+		t.Fatalf("echo: %+v %v", res, err)
+	}
+	_ = cs.Close()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Fatalf("gateway exited: %v\n%s", err, p.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the gateway did not stop on SIGTERM:\n%s", p.stderr)
+	}
+	code, out, _ := runCmd(t, "tasks", "--data", data)
+	if code != 0 || !strings.Contains(out, "completed") {
+		t.Errorf("tasks: exit %d\n%s", code, out)
+	}
+}
+
+type bearerRT struct{ token string }
+
+func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
 }
