@@ -33,6 +33,17 @@ type Policy interface {
 	Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decision, error)
 }
 
+// ClientPolicy is a Policy that decides nothing itself: it hands the engine
+// what an outside client asked for (a tool call an MCP client sent through
+// the gateway). The engine records its decisions with origin client and
+// Client as the actor, and judges and runs them as every other decision
+// (docs/adr/0090).
+type ClientPolicy interface {
+	Policy
+	// Client names who sent the decisions (the client's principal).
+	Client() string
+}
+
 // PolicyResolver finds the policy of a task from its folded state (its agent
 // and script). It is called once per segment; caching is its business.
 type PolicyResolver func(ctx context.Context, st *State) (Policy, error)

@@ -573,7 +573,11 @@ func (g *segment) decide(n int) (d noeta.Decision, stop bool, err error) {
 	if err != nil {
 		return d, true, err
 	}
-	return d, false, g.emitLater(rec, eventlog.OriginEngine, g.e.cfg.Actor)
+	origin, actor := eventlog.OriginEngine, g.e.cfg.Actor
+	if c, ok := pol.(ClientPolicy); ok {
+		origin, actor = eventlog.OriginClient, c.Client()
+	}
+	return d, false, g.emitLater(rec, origin, actor)
 }
 
 // failedDecision is a fail decision saying why d cannot be carried out,

@@ -20,17 +20,20 @@ const (
 	OriginTool     Origin = "tool"
 	OriginObserver Origin = "observer"
 	OriginSystem   Origin = "system"
+	// OriginClient marks a decision that came from outside the engine: a
+	// tool call an MCP client sent through the gateway (docs/adr/0090).
+	OriginClient Origin = "client"
 )
 
 // Validate refuses anything outside the closed set.
 func (o Origin) Validate() error {
 	switch o {
-	case OriginEngine, OriginLLM, OriginTool, OriginObserver, OriginSystem:
+	case OriginEngine, OriginLLM, OriginTool, OriginObserver, OriginSystem, OriginClient:
 		return nil
 	case "":
-		return fmt.Errorf("%w: origin is empty (want engine, llm, tool, observer or system)", ErrInvalidArgument)
+		return fmt.Errorf("%w: origin is empty (want engine, llm, tool, observer, system or client)", ErrInvalidArgument)
 	}
-	return fmt.Errorf("%w: origin %q is not one of engine, llm, tool, observer, system", ErrInvalidArgument, string(o))
+	return fmt.Errorf("%w: origin %q is not one of engine, llm, tool, observer, system, client", ErrInvalidArgument, string(o))
 }
 
 // Envelope is one record of a task: the payload and everything known about its

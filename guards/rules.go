@@ -199,6 +199,21 @@ func (*Rules) inline() {}
 // Len is the number of rules that decide; shadow rules are not counted.
 func (r *Rules) Len() int { return len(r.rules) }
 
+// Refuses reports whether the rules deny every call of tool whatever its
+// arguments: the first rule that names it (shadow rules aside) is a deny
+// with no condition (no match_arg, match_shell or when). A client offered
+// the tools an agent may call need not be shown it.
+func (r *Rules) Refuses(tool string) bool {
+	for i := range r.rules {
+		cr := &r.rules[i]
+		if !cr.glob.Match(tool) {
+			continue
+		}
+		return !cr.hasArg && cr.shell == nil && cr.when == nil && cr.verdict.Verdict == noeta.VerdictDeny
+	}
+	return false
+}
+
 // Check evaluates the rules against a.
 func (r *Rules) Check(_ context.Context, a noeta.ProposedAction, c *Context) (noeta.VerdictResult, error) {
 	call, ok := toolCallOf(a)

@@ -302,3 +302,23 @@ func TestCELFastPath(t *testing.T) {
 		t.Errorf("small() = %v, %v, %v; want true, false, false", small.small(), big.small(), bigTask.small())
 	}
 }
+
+func TestRulesRefuses(t *testing.T) {
+	r := mustRules(t,
+		Rule{MatchTool: "mcp__files__read*", Action: noeta.VerdictAllow},
+		Rule{MatchTool: "mcp__files__*", Action: noeta.VerdictDeny, Reason: "no files"},
+		denyIf(MatchEquals, "mode", "0777"),
+		Rule{MatchTool: "shell", When: `tool == "shell"`, Action: noeta.VerdictDeny},
+		Rule{MatchTool: "echo", Action: noeta.VerdictDeny, Shadow: true},
+	)
+	for tool, want := range map[string]bool{
+		"mcp__files__write":    true,  // the unconditional deny is the first rule naming it
+		"mcp__files__read_all": false, // an allow comes first
+		"shell":                false, // the first rule naming it has a condition
+		"echo":                 false, // a shadow rule never decides; the match_arg rule comes first
+	} {
+		if got := r.Refuses(tool); got != want {
+			t.Errorf("Refuses(%q) = %v, want %v", tool, got, want)
+		}
+	}
+}

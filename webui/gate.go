@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
 )
 
@@ -276,4 +277,19 @@ func clearDeadlines(w http.ResponseWriter) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})
+}
+
+// Authenticate says who r speaks for, as the API would, for an endpoint
+// that is not a stream (the MCP gateway's): a bearer token of http.tokens
+// or the trusted proxy's header. A session cookie is refused there: a page
+// a browser is led to could post with it.
+func (g *Gate) Authenticate(r *http.Request) (Principal, error) {
+	p, bearer, err := g.auth.authenticate(r)
+	if err != nil {
+		return Principal{}, err
+	}
+	if !bearer && p.Auth != noeta.AuthProxy {
+		return Principal{}, &authError{"a bearer token or the trusted proxy is required here; a session cookie is not taken"}
+	}
+	return p, nil
 }

@@ -109,7 +109,7 @@ func (g *globals) open(ctx context.Context, verb string, o hostconfig.Options) (
 
 // makesData are the verbs that may start a data directory: those that
 // submit or run tasks.
-var makesData = map[string]bool{"serve": true, "run": true, "submit": true, "ui": true, "demo": true, "bench": true}
+var makesData = map[string]bool{"serve": true, "run": true, "submit": true, "ui": true, "demo": true, "bench": true, "gateway": true}
 
 // hostErr gives an error of hostconfig.Open its exit code.
 func hostErr(verb string, err error) error {

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/noeta-go/noeta/webui"
+)
+
+// TestGatewayStdio: a client nobody here wrote (the go-sdk's) starts
+// engine gateway as its MCP server over stdio, as Claude Code would, and
+// calls a tool of server-everything through it; once the client closes,
+// the session's task is in engine events with its calls, the decisions of
+// origin client.
+func TestGatewayStdio(t *testing.T) {
+	t.Parallel()
+	node, entry := everythingEntry(t)
+	cfg := writeFile(t, "noeta.yaml", `
+mcp_servers:
+  everything: {command: [`+node+`, `+entry+`, stdio], trust_annotations: true, `+everythingSandbox(node, entry)+`}
+agents:
+  dev:
+    tools: ["mcp__everything__*"]
+rules:
+  - match_tool: "mcp__*__trigger-long*"
+    when: 'args.duration >= 1.0'
+    action: deny
+    reason: "no long operations here"
+  - match_tool: "mcp__*__gzip*"
+    action: deny
+    reason: "never"
+`)
+	data := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.Command(engineBin, "gateway", "--config", cfg, "--agent", "dev", "--data", data, "--workspace", workspace(t))
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	cl := sdk.NewClient(&sdk.Implementation{Name: "test-client", Version: "1"}, nil)
+	cs, err := cl.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, stderr)
+	}
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "mcp__everything__echo", Arguments: map[string]any{"message": "through the gateway"}})
+	if err != nil || res.IsError || len(res.Content) != 1 || res.Content[0].(*sdk.TextContent).Text != "Echo: through the gateway" {
+		t.Fatalf("echo: %+v %v\n%s", res, err, stderr)
+	}
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "mcp__everything__trigger-long-running-operation", Arguments: map[string]any{"duration": 1, "steps": 1}})
+	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*sdk.TextContent).Text, "denied by rules: no long operations here") {
+		t.Fatalf("denied: %+v %v\n%s", res, err, stderr)
+	}
+	if err := cs.Close(); err != nil {
+		t.Logf("close: %v", err)
+	}
+
+	code, out, errOut := runCmd(t, "tasks", "--data", data, "--json")
+	if code != 0 {
+		t.Fatalf("tasks: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var row struct {
+		Task   string `json:"task"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &row); err != nil || row.Task == "" {
+		t.Fatalf("tasks: %v\n%s", err, out)
+	}
+	code, out, errOut = runCmd(t, "events", row.Task, "--data", data)
+	if code != 0 {
+		t.Fatalf("events: exit %d\n%s\n%s", code, out, errOut)
+	}
+	// The tools the session was offered are pinned, first seen.
+	code, pins, errOut := runCmd(t, "gateway", "pin", "list", "--data", data)
+	if code != 0 || !regexpLine(pins, `everything\s+echo\s+[0-9a-f]{12}…\s+first seen\s+-`) {
+		t.Errorf("pin list: exit %d\n%s\n%s", code, pins, errOut)
+	}
+	for _, want := range []string{"PolicyDecided         client", "ToolCallFinished", "ToolCallDenied", "TaskCompleted"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("events lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestGatewayListenRefusesPlainHTTPBeyondLoopback: --listen beyond
+// loopback without TLS or --behind-tls-proxy is bad usage, as for ui.
+func TestGatewayListenRefusesPlainHTTPBeyondLoopback(t *testing.T) {
+	t.Parallel()
+	cfg := writeFile(t, "noeta.yaml", "agents:\n  dev:\n    tools: [echo]\n")
+	code, out, errOut := runCmd(t, "gateway", "--config", cfg, "--agent", "dev", "--data", t.TempDir(), "--listen", "0.0.0.0:0")
+	if code != 2 || !strings.Contains(errOut, "plain HTTP") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestGatewayHTTPSubprocess: engine gateway --listen serves a client with
+// a token of the config's http: section, refuses one without, and stops
+// cleanly on SIGTERM, the session's task finished.
+func TestGatewayHTTPSubprocess(t *testing.T) {
+	t.Parallel()
+	tok, sum := webui.NewToken()
+	cfg := writeFile(t, "noeta.yaml", `
+agents:
+  dev:
+    tools: [echo]
+http:
+  tokens:
+    - {name: alice, sha256: "`+sum+`"}
+`)
+	data := t.TempDir()
+	p := startEngine(t, "gateway", "--config", cfg, "--agent", "dev", "--data", data, "--listen", "127.0.0.1:0")
+	var url string
+	deadline := time.Now().Add(60 * time.Second)
+	for url == "" && time.Now().Before(deadline) {
+		if m := regexp.MustCompile(`on (http://\S+/mcp)`).FindStringSubmatch(p.stderr.String()); m != nil {
+			url = m[1]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if url == "" {
+		t.Fatalf("no listening line:\n%s", p.stderr)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cl := sdk.NewClient(&sdk.Implementation{Name: "test-client", Version: "1"}, nil)
+	if _, err := cl.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, nil); err == nil {
+		t.Fatal("a client without a token connected")
+	}
+	hc := &http.Client{Transport: bearerRT{tok}}
+	cs, err := cl.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, p.stderr)
+	}
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "echo", Arguments: map[string]any{"said": "hi"}})
+	if err != nil || res.IsError {
+		t.Fatalf("echo: %+v %v", res, err)
+	}
+	_ = cs.Close()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Fatalf("gateway exited: %v\n%s", err, p.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the gateway did not stop on SIGTERM:\n%s", p.stderr)
+	}
+	code, out, _ := runCmd(t, "tasks", "--data", data)
+	if code != 0 || !strings.Contains(out, "completed") {
+		t.Errorf("tasks: exit %d\n%s", code, out)
+	}
+}
+
+type bearerRT struct{ token string }
+
+func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
