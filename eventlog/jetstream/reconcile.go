@@ -320,6 +320,7 @@ func (d *Dispatcher) readRows(ctx context.Context, from uint64, fn func(task str
 	}
 	if from > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+		cfg.FilterSubjects = nil // the bucket's stream holds its keys alone
 	}
 	c, err := d.js.OrderedConsumer(ctx, "KV_"+bucket, cfg)
 	if err != nil {

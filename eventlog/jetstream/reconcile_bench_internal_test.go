@@ -24,8 +24,8 @@ import (
 // BenchmarkReconcileIdle: one reconcile pass over a rows bucket of idle
 // rows (a third ended, a third suspended on an external event, a third on
 // a timer two days ahead), as a full pass (every row read, as every pass
-// was before ADR 0092) and as a pass between full passes (the rows written
-// since the pass before: none). cpu-ms/op is the process's CPU time, the
+// was before ADR 0092) and as a pass between full passes, with no row
+// written since the pass before (changes) and with 1,000 (changes-1000). cpu-ms/op is the process's CPU time, the
 // Dispatcher's and the in-process server's, over the passes alone;
 // rows-read/op the rows a pass read. The server is the test's own, with a
 // sync interval of a minute: the rows are written straight into the
@@ -67,13 +67,19 @@ func BenchmarkReconcileIdle(b *testing.B) {
 			if _, err := d.RequeueStale(ctx); err != nil {
 				b.Fatal(err)
 			}
-			for _, mode := range []string{"full", "changes"} {
+			for _, mode := range []string{"full", "changes", "changes-1000"} {
 				b.Run("pass="+mode, func(b *testing.B) {
 					var cpu time.Duration
 					read := d.Stats().RowsRead
 					for b.Loop() {
-						if mode == "full" {
+						switch mode {
+						case "full":
 							d.view.valid = false // no pass runs beside: SweepInterval < 0
+						case "changes-1000":
+							// 1,000 rows written since the pass before.
+							b.StopTimer()
+							loadIdleRows(b, nc, d, 1000)
+							b.StartTimer()
 						}
 						c0 := cpuTime(b)
 						if _, err := d.RequeueStale(ctx); err != nil {
