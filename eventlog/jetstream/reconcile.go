@@ -268,21 +268,36 @@ func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &snapshot{rows: d.view.rows, keys: map[string]bool{}, full: full}
-	kl, err := d.leases.ListKeys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, fmt.Errorf("jetstream: list %s: %w", d.cfg.leasesBucket(), err)
-	}
-	if err == nil {
-		for k := range kl.Keys() {
-			s.keys[k] = true
+	s := &snapshot{rows: d.view.rows, keys: map[string]bool{}, signals: map[string]bool{}, full: full}
+	// The lease keys and the signals are listed only for rows that can
+	// use them: the listing of the keys reads, besides the live leases, a
+	// lease TTL's worth of the markers released and expired keys leave.
+	leased, ready := false, false
+	for _, r := range s.rows {
+		leased = leased || r.Status == eventlog.DispatchLeased
+		ready = ready || r.Status == eventlog.DispatchReady && !r.Reserved
+		if leased && ready {
+			break
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err // the listing may have been cut short
+	if leased {
+		kl, err := d.leases.ListKeys(ctx)
+		if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, fmt.Errorf("jetstream: list %s: %w", d.cfg.leasesBucket(), err)
+		}
+		if err == nil {
+			for k := range kl.Keys() {
+				s.keys[k] = true
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err // the listing may have been cut short
+		}
 	}
-	if s.signals, err = streamSubjects(ctx, d.ready, d.subj.readyAll()); err != nil {
-		return nil, err
+	if ready {
+		if s.signals, err = streamSubjects(ctx, d.ready, d.subj.readyAll()); err != nil {
+			return nil, err
+		}
 	}
 	if full {
 		if s.timers, err = streamSubjects(ctx, d.timers, d.subj.timerSchedules()); err != nil {
