@@ -23,7 +23,7 @@ import (
 
 // BenchmarkReconcileIdle: one reconcile pass over a rows bucket of idle
 // rows (a third ended, a third suspended on an external event, a third on
-// a timer two days ahead), as a full pass (every row read, as every pass
+// a timer two days ahead, with its schedule), as a full pass (every row read, as every pass
 // was before ADR 0092) and as a pass between full passes, with no row
 // written since the pass before (changes) and with 1,000 (changes-1000). cpu-ms/op is the process's CPU time, the
 // Dispatcher's and the in-process server's, over the passes alone;
@@ -128,8 +128,22 @@ func loadIdleRows(b *testing.B, nc *nats.Conn, d *Dispatcher, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := js.PublishAsync("$KV."+d.cfg.tasksBucket()+"."+noeta.NewTaskID(), val, jetstream.WithStallWait(time.Minute)); err != nil {
+		task := noeta.NewTaskID()
+		if _, err := js.PublishAsync("$KV."+d.cfg.tasksBucket()+"."+task, val, jetstream.WithStallWait(time.Minute)); err != nil {
 			b.Fatal(err)
+		}
+		if r.WakeOn == &later {
+			// Its schedule, as armTimer leaves it: a full pass lists them.
+			m := nats.NewMsg(d.subj.timer(task, r.Generation))
+			m.Header.Set(hdrTimerGen, strconv.FormatUint(r.Generation, 10))
+			m.Header.Set(jetstream.MsgTTLHeader, "never")
+			if m.Data, err = noeta.Canonical(later); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute),
+				jetstream.WithScheduleAt(ceilSecond(later.FireAt)), jetstream.WithScheduleTarget(d.subj.timerTarget(task))); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 	select {
