@@ -115,7 +115,7 @@ func (d *Dispatcher) reconcileLoop(ctx context.Context, status <-chan nats.Statu
 		}
 		retry = reconcileRetryMin
 		// A pass reads the rows written since the one before, and a full
-		// pass every row (7-15 µs a row here, docs/benchmarks.md): the
+		// pass every row (11-15 µs a row here, docs/benchmarks.md): the
 		// period stretches so that passes take at most a tenth of the
 		// time, instead of one pass following another. A full pass's
 		// length does not: the next pass is not full (fullInterval keeps

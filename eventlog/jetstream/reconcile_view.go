@@ -13,7 +13,7 @@ import (
 )
 
 // The view a Dispatcher's passes keep between them (ADR 0092). A pass used
-// to read every row of the rows bucket (7-15 µs of CPU a row: 7-15 s a
+// to read every row of the rows bucket (11-15 µs of CPU a row: 11-15 s a
 // pass at a million rows, docs/benchmarks.md), although a row that is terminal, or suspended
 // on an event or a timer far ahead, can need nothing from it. The rows
 // bucket is a stream, and every row write is a message with a sequence
