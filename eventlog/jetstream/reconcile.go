@@ -43,8 +43,9 @@ import (
 // connection, after its ingress consumer had to be created again, and every
 // SweepInterval (jittered). It reads in bulk (the rows written since the
 // pass before, onto the rows it keeps between passes, reconcile_view.go;
-// every row at a full pass; one listing of the lease keys, one stream info
-// for the signals and, at a full pass, the schedules), which may lag the
+// every row at a full pass; the lease keys when a row is leased, one stream
+// info for the signals when one is ready and, at a full pass, one for the
+// schedules), which may lag the
 // leaders; each candidate it finds is then checked and acted on with leader
 // reads and compare-and-set writes, so a stale view costs a read, never a
 // wrong transition. See docs/adr/0020-reconciler.md and
