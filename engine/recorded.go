@@ -400,18 +400,11 @@ func (g *segment) offerOf() offer {
 		// The registry's tools the agent's lists let it call (names or
 		// patterns, such as mcp__files__*).
 		p := a.Permissions
-		maxRank := riskRank(string(p.MaxRiskLevel))
 		names := slices.DeleteFunc(reg.Names(), func(t string) bool {
 			if !a.MayCall(t) {
 				return true
 			}
-			if maxRank > 0 {
-				r, ok := reg.RiskString(t)
-				if !ok || riskRank(r) == 0 || riskRank(r) > maxRank {
-					return true
-				}
-			}
-			return false
+			return !p.MaxRiskLevel.Admits(reg.RiskString(t))
 		})
 		o.tools = reg.Specs(names)
 		if p.AllowedSubtaskAgents != nil {
@@ -425,18 +418,6 @@ func (g *segment) offerOf() offer {
 	}
 	g.offered = &o
 	return o
-}
-
-func riskRank(level string) int {
-	switch strings.ToLower(level) {
-	case "low":
-		return 1
-	case "medium":
-		return 2
-	case "high":
-		return 3
-	}
-	return 0
 }
 
 // policyInput is what the policy of turn n is told: the task, its agent,

@@ -287,7 +287,6 @@ func (g *Gateway) Tools(agent string) ([]noeta.ToolSpec, error) {
 			refusers = append(refusers, r)
 		}
 	}
-	maxRank := riskRank(string(a.Permissions.MaxRiskLevel))
 	names := slices.DeleteFunc(reg.Names(), func(t string) bool {
 		if !a.MayCall(t) {
 			return true
@@ -295,11 +294,7 @@ func (g *Gateway) Tools(agent string) ([]noeta.ToolSpec, error) {
 		if slices.ContainsFunc(refusers, func(r refuser) bool { return r.Refuses(t) }) {
 			return true
 		}
-		if maxRank > 0 {
-			r, ok := reg.RiskString(t)
-			return !ok || riskRank(r) == 0 || riskRank(r) > maxRank
-		}
-		return false
+		return !a.Permissions.MaxRiskLevel.Admits(reg.RiskString(t))
 	})
 	return reg.Specs(names), nil
 }
@@ -307,18 +302,6 @@ func (g *Gateway) Tools(agent string) ([]noeta.ToolSpec, error) {
 // refuser is a guard that can say it denies every call of a tool (the
 // rules and rule sets: guards.Rules).
 type refuser interface{ Refuses(tool string) bool }
-
-func riskRank(level string) int {
-	switch strings.ToLower(level) {
-	case "low":
-		return 1
-	case "medium":
-		return 2
-	case "high":
-		return 3
-	}
-	return 0
-}
 
 // ended decides the tasks whose session is gone: they finish.
 type ended struct{}

@@ -3,6 +3,7 @@ package guards
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/noeta-go/noeta"
 )
@@ -28,6 +29,25 @@ func (r RiskLevel) rank() int {
 		return 3
 	}
 	return 0
+}
+
+// Admits says whether a tool whose risk level is level (known false: its
+// level is not known) may be offered under a max_risk_level of r, as the
+// Permission guard would judge it: an unset r admits every tool; under a set
+// one, a tool of unknown or unrecognised risk is refused. What the engine
+// offers a model and what the gateway lists ask it here, so neither offers
+// a tool the guard would refuse. An r that is no level admits nothing, as
+// the guard refuses every call under it.
+func (r RiskLevel) Admits(level string, known bool) bool {
+	if r == "" {
+		return true
+	}
+	most := RiskLevel(strings.ToLower(string(r))).rank()
+	if most == 0 {
+		return false
+	}
+	l := RiskLevel(strings.ToLower(level)).rank()
+	return known && l != 0 && l <= most
 }
 
 // knownRiskLevels is quoted in the fail-closed reason for an unknown level.

@@ -151,3 +151,30 @@ func TestNewPermissionErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRiskLevelAdmits: what may be offered under a max_risk_level is what
+// the Permission guard would let through; unknown levels fail closed.
+func TestRiskLevelAdmits(t *testing.T) {
+	tests := []struct {
+		max   RiskLevel
+		level string
+		known bool
+		want  bool
+	}{
+		{"", "high", true, true},
+		{"", "", false, true},
+		{RiskMedium, "low", true, true},
+		{RiskMedium, "medium", true, true},
+		{RiskMedium, "MEDIUM", true, true},
+		{RiskMedium, "high", true, false},
+		{RiskMedium, "", false, false},
+		{RiskMedium, "extreme", true, false},
+		{RiskHigh, "high", true, true},
+		{"severe", "low", true, false},
+	}
+	for _, tt := range tests {
+		if got := tt.max.Admits(tt.level, tt.known); got != tt.want {
+			t.Errorf("max %q, tool %q (known %v): %v, want %v", tt.max, tt.level, tt.known, got, tt.want)
+		}
+	}
+}
