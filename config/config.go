@@ -220,11 +220,13 @@ func (f *File) ErrorAt(path, msg string) *Error {
 // The tools of MCP servers are known only once the servers run, so a name
 // or pattern under mcp__<server>__ is accepted when <server> is in
 // mcp_servers (or, as a glob, matches one), and refused naming the server
-// otherwise.
+// otherwise. The tools of Claude Code, under claude_code__, are known only
+// to a gateway that a Claude Code hook reports them to: such a name is
+// accepted as written (docs/adr/0099).
 func (f *File) CheckTools(known []string) error {
 	errs := &errorList{file: f.Path, pos: f.pos}
 	if f.Governance != nil { // nil only in a File built by hand
-		errs.addChecked(f.Governance.CheckToolsDeferred(known, f.deferredMCP))
+		errs.addChecked(f.Governance.CheckToolsDeferred(known, f.deferredTools))
 	}
 	for i, h := range f.Hooks.PostToolUse {
 		if h.MatchTool == "" {
@@ -235,7 +237,7 @@ func (f *File) CheckTools(known []string) error {
 			continue
 		}
 		p := join(index(join("hooks", "post_tool_use"), i), "match_tool")
-		if deferred, problem := f.deferredMCP(h.MatchTool); deferred {
+		if deferred, problem := f.deferredTools(h.MatchTool); deferred {
 			if problem != "" {
 				errs.add(p, problem)
 			}

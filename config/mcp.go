@@ -21,6 +21,10 @@ const (
 	// MCPToolPrefix starts the registry name of every MCP tool:
 	// mcp__<server>__<tool>, the names operators already write rules in.
 	MCPToolPrefix = "mcp__"
+	// ClaudeCodeToolPrefix starts the registry name of each of Claude
+	// Code's tools that its hook reports to the gateway:
+	// claude_code__Bash, claude_code__mcp__github__create_issue.
+	ClaudeCodeToolPrefix = "claude_code__"
 	// MCPSeparator separates the server from the tool in an MCP tool's name.
 	MCPSeparator = "__"
 	// maxMCPServerName leaves room for a tool name within the registry's
@@ -460,6 +464,18 @@ func (d *decoder) mcpTools(n *yaml.Node, path, server string) map[string]MCPTool
 // MCPToolName is the registry name of tool on server.
 func MCPToolName(server, tool string) string {
 	return MCPToolPrefix + server + MCPSeparator + tool
+}
+
+// deferredTools decides, for CheckTools, the names known only at run time:
+// an MCP server's tools and Claude Code's.
+func (f *File) deferredTools(name string) (bool, string) {
+	if rest, ok := strings.CutPrefix(name, ClaudeCodeToolPrefix); ok {
+		if rest == "" {
+			return true, fmt.Sprintf("%q names no Claude Code tool: want claude_code__<tool> (claude_code__Bash, claude_code__*)", name)
+		}
+		return true, ""
+	}
+	return f.deferredMCP(name)
 }
 
 // deferredMCP decides, for CheckTools, a tool name or pattern under mcp__:

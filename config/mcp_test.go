@@ -136,6 +136,8 @@ func TestCheckToolsMCP(t *testing.T) {
 		{"a hook on an unknown server", servers + "hooks:\n  post_tool_use: [{match_tool: \"mcp__x__*\", command: [\"true\"]}]\n",
 			`hooks.post_tool_use[0].match_tool: "mcp__x__*": no MCP server "x"`},
 		{"built-ins still checked", servers + "agents:\n  a:\n    tools: [shel]\n", `unknown tool "shel"`},
+		{"Claude Code's tools", "agents:\n  a:\n    tools: [\"claude_code__*\", claude_code__Bash]\nrules:\n  - {match_tool: claude_code__mcp__github__merge, action: deny}\n", ""},
+		{"Claude Code's prefix alone", "agents:\n  a:\n    tools: [claude_code__]\n", `"claude_code__" names no Claude Code tool`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

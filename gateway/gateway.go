@@ -15,6 +15,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,9 +27,11 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/tools"
 )
 
 // Defaults of [Options].
@@ -63,6 +66,9 @@ type Options struct {
 	MaxQueued     int
 	ProgressEvery time.Duration
 	ToolsEvery    time.Duration
+	// HookResultWait is how long a Claude Code call that was allowed
+	// waits for Claude Code's report of its run (DefaultHookResultWait).
+	HookResultWait time.Duration
 	// Logger reports what the log cannot hold (discarded if nil).
 	Logger *slog.Logger
 }
@@ -90,6 +96,8 @@ type Gateway struct {
 	// every ToolsEvery until stop closes.
 	watched map[*session]struct{}
 	stop    chan struct{}
+	// hooks are the Claude Code sessions and their calls in flight.
+	hooks hooks
 }
 
 // New returns a gateway; open the host with [Gateway.Policies] and
@@ -110,12 +118,16 @@ func New(o Options) *Gateway {
 	if o.ToolsEvery <= 0 {
 		o.ToolsEvery = DefaultToolsEvery
 	}
+	if o.HookResultWait <= 0 {
+		o.HookResultWait = DefaultHookResultWait
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Gateway{opts: o, queue: "gateway-" + strings.ToLower(noeta.NewTaskID()), log: o.Logger,
 		sessions: map[string]*session{}, owners: map[string]owner{}, live: map[*sdk.ServerSession]struct{}{},
-		watched: map[*session]struct{}{}, stop: make(chan struct{})}
+		watched: map[*session]struct{}{}, stop: make(chan struct{}),
+		hooks: hooks{sessions: map[string]*hookSession{}, calls: map[string]*hookCall{}, tools: map[string]tools.Tool{}}}
 }
 
 // Queue is the ready queue of the gateway's tasks: the host's workers must
@@ -146,6 +158,7 @@ func (g *Gateway) watchTools() {
 			g.refreshTools(ctx)
 			cancel()
 			g.sweepOwners(time.Now())
+			g.sweepHooks(time.Now())
 		}
 	}
 }
@@ -168,6 +181,17 @@ func (g *Gateway) Close() {
 	}
 	g.closed = true
 	g.mu.Unlock()
+	g.endHooks()
+	g.hooks.mu.Lock()
+	inFlight := make([]*hookCall, 0, len(g.hooks.calls))
+	for _, hc := range g.hooks.calls {
+		inFlight = append(inFlight, hc)
+	}
+	g.hooks.mu.Unlock()
+	for _, hc := range inFlight {
+		// Recorded now: nobody would be left to hear Claude Code's report.
+		hc.report(tools.Result{Output: json.RawMessage("null"), Error: "the gateway shut down before Claude Code reported a result"})
+	}
 	for _, s := range ss {
 		s.end()
 	}
@@ -288,6 +312,9 @@ func (g *Gateway) Tools(agent string) ([]noeta.ToolSpec, error) {
 		}
 	}
 	names := slices.DeleteFunc(reg.Names(), func(t string) bool {
+		if strings.HasPrefix(t, config.ClaudeCodeToolPrefix) {
+			return true // Claude Code's, called through its hook only
+		}
 		if !a.MayCall(t) {
 			return true
 		}

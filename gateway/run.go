@@ -56,7 +56,7 @@ type Run struct {
 func Serve(ctx context.Context, s Run) error {
 	gw := New(Options{Agent: s.Who.Agent, Logger: s.Logger})
 	h, err := s.Open(ctx, "gateway", hostconfig.Options{Config: s.Config, Workers: s.Workers, Workspace: s.Workspace, Actor: s.Actor,
-		Policies: gw.Policies, Queue: gw.Queue(), Guards: []guards.Guard{gw.Guard()}, Verb: "gateway", Stdout: s.Log, Logger: s.Logger})
+		Policies: gw.Policies, Queue: gw.Queue(), Guards: []guards.Guard{gw.Guard()}, Tools: gw.ClaudeCodeTools(), Verb: "gateway", Stdout: s.Log, Logger: s.Logger})
 	if err != nil {
 		return err
 	}
@@ -87,7 +87,10 @@ func (g *Gateway) serveHTTP(ctx context.Context, s Run) error {
 	}
 	// No read or write timeout: a call waiting for an approval holds its
 	// response open; the body is bounded by MaxFrameBytes instead.
-	srv := &http.Server{Handler: g.Handler(s.Who.Agent, GateAuth(s.Gate)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	mux := http.NewServeMux()
+	mux.Handle(HookPath, g.HookHandler(s.Who.Agent, GateAuth(s.Gate)))
+	mux.Handle("/", g.Handler(s.Who.Agent, GateAuth(s.Gate)))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	if s.Cert != nil {
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*s.Cert}, MinVersion: tls.VersionTLS12}
 		ln = tls.NewListener(ln, srv.TLSConfig)
@@ -97,7 +100,7 @@ func (g *Gateway) serveHTTP(ctx context.Context, s Run) error {
 		scheme = "https"
 	}
 	if s.Log != nil {
-		fmt.Fprintf(s.Log, "gateway: serving MCP for agent %s on %s://%s/mcp\n", s.Who.Agent, scheme, ln.Addr())
+		fmt.Fprintf(s.Log, "gateway: serving MCP for agent %s on %s://%s/mcp, Claude Code's hooks on %s://%s%s\n", s.Who.Agent, scheme, ln.Addr(), scheme, ln.Addr(), HookPath)
 	}
 	if s.Ready != nil {
 		s.Ready(ln.Addr().String())

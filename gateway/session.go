@@ -29,6 +29,8 @@ type Principal struct {
 type session struct {
 	g   *Gateway
 	who Principal
+	// goal, if set, is the task's goal; else it names the MCP client.
+	goal string
 
 	mu     sync.Mutex
 	task   string
@@ -89,12 +91,16 @@ func (s *session) ensureTask(ctx context.Context, client string) (string, error)
 	if err != nil {
 		return "", err
 	}
+	goal := s.goal
+	if goal == "" {
+		goal = "MCP session of " + client + " through the gateway"
+	}
 	id := noeta.NewTaskID()
 	// Known before the task exists: its first turn asks Policies for it.
 	s.g.mu.Lock()
 	s.g.sessions[id] = s
 	s.g.mu.Unlock()
-	_, err = h.Submit(ctx, host.Submission{ID: id, Agent: s.who.Agent, Goal: "MCP session of " + client + " through the gateway", Queue: s.g.queue, SubmittedBy: s.who.SubmittedBy})
+	_, err = h.Submit(ctx, host.Submission{ID: id, Agent: s.who.Agent, Goal: goal, Queue: s.g.queue, SubmittedBy: s.who.SubmittedBy})
 	if err != nil {
 		s.g.mu.Lock()
 		delete(s.g.sessions, id)
@@ -218,7 +224,9 @@ func (s *session) Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decis
 		case len(s.queue) > 0:
 			c := s.queue[0]
 			s.queue = s.queue[1:]
-			c.id = "c" + strconv.Itoa(in.Turn)
+			if c.id == "" { // a hook's call comes with the client's id
+				c.id = "c" + strconv.Itoa(in.Turn)
+			}
 			s.asked[c.id] = c
 			s.mu.Unlock()
 			return noeta.Decision{Kind: noeta.DecisionToolCalls, ToolCalls: []noeta.ToolCall{{CallID: c.id, Tool: c.tool, Args: c.args}}}, nil

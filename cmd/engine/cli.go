@@ -228,7 +228,7 @@ config or task file, 3 it waits for an approval.`,
 	root.AddCommand(newServeCmd(g), newRunCmd(g), newSubmitCmd(g), newApproveCmd(g), newAnswerCmd(g), newCancelCmd(g),
 		newAuditCmd(g), newEventsCmd(g), newInspectCmd(g), newTasksCmd(g), newContentCmd(g), newDoctorCmd(g),
 		newDemoCmd(g), newToolsCmd(g), newApprovalsCmd(g), newUICmd(g), newTokenCmd(g), newBenchCmd(g),
-		newPolicyCmd(g), newGatewayCmd(g), newVersionCmd(g))
+		newPolicyCmd(g), newGatewayCmd(g), newHookCmd(g), newVersionCmd(g))
 	root.InitDefaultCompletionCmd() // bash, zsh, fish, powershell
 	return root, g
 }

@@ -168,3 +168,86 @@ func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
 }
+
+// TestHookClaudeCode: engine hook claude-code, as Claude Code runs it (the
+// event on stdin, the token in $NOETA_TOKEN), against engine gateway
+// --listen: a Read is allowed, rm -rf denied naming the rule, the
+// session's task holds both; no gateway there blocks the call (exit 2).
+func TestHookClaudeCode(t *testing.T) {
+	t.Parallel()
+	tok, sum := webui.NewToken()
+	cfg := writeFile(t, "noeta.yaml", `
+agents:
+  cc:
+    tools: ["claude_code__*"]
+    permission_mode: bypassPermissions
+rules:
+  - match_tool: "claude_code__Bash"
+    match_arg: {path: command, regex: "rm -rf"}
+    action: deny
+    reason: "no recursive deletes"
+http:
+  tokens:
+    - {name: alice, sha256: "`+sum+`"}
+`)
+	data := t.TempDir()
+	p := startEngine(t, "gateway", "--config", cfg, "--agent", "cc", "--data", data, "--listen", "127.0.0.1:0")
+	var base string
+	for deadline := time.Now().Add(60 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := regexp.MustCompile(`hooks on (http://\S+)/hooks/claude-code`).FindStringSubmatch(p.stderr.String()); m != nil {
+			base = m[1]
+		}
+	}
+	if base == "" {
+		t.Fatalf("no listening line:\n%s", p.stderr)
+	}
+	hook := func(env []string, stdin string) (int, string, string) {
+		cmd := exec.Command(engineBin, "hook", "claude-code", "--url", base)
+		cmd.Env = append(cmd.Environ(), env...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errOut strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, out.String(), errOut.String()
+	}
+	token := []string{"NOETA_TOKEN=" + tok}
+	pre := func(tool, id, input string) string {
+		return `{"session_id":"abc-123","transcript_path":"/tmp/t.jsonl","cwd":"/src","permission_mode":"default","hook_event_name":"PreToolUse","tool_name":"` + tool + `","tool_input":` + input + `,"tool_use_id":"` + id + `"}`
+	}
+	code, out, errOut := hook(token, pre("Read", "toolu_1", `{"file_path":"/src/a.go"}`))
+	if code != 0 || !strings.Contains(out, `"permissionDecision":"allow"`) {
+		t.Fatalf("Read: exit %d %s %s", code, out, errOut)
+	}
+	code, out, _ = hook(token, `{"session_id":"abc-123","hook_event_name":"PostToolUse","tool_name":"Read","tool_use_id":"toolu_1","tool_input":{"file_path":"/src/a.go"},"tool_response":{"content":"package a"}}`)
+	if code != 0 || strings.TrimSpace(out) != "{}" {
+		t.Fatalf("PostToolUse: exit %d %q", code, out)
+	}
+	code, out, _ = hook(token, pre("Bash", "toolu_2", `{"command":"rm -rf ~"}`))
+	if code != 0 || !strings.Contains(out, `"permissionDecision":"deny"`) || !strings.Contains(out, "no recursive deletes") {
+		t.Fatalf("rm -rf: exit %d %s", code, out)
+	}
+	// No token: blocked, the reason on stderr.
+	if code, out, errOut := hook(nil, pre("Read", "toolu_3", `{"file_path":"/x"}`)); code != 2 || out != "" || !strings.Contains(errOut, "401") {
+		t.Fatalf("without a token: exit %d %q %q", code, out, errOut)
+	}
+	code, out, _ = runCmd(t, "tasks", "--data", data, "--json")
+	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, "Claude Code session abc-123") {
+		t.Fatalf("tasks: exit %d\n%s", code, out)
+	}
+	var row struct {
+		Task string `json:"task"`
+	}
+	if err := json.Unmarshal([]byte(out), &row); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runCmd(t, "events", row.Task, "--data", data)
+	if code != 0 || !strings.Contains(out, "ToolCallFinished") || !strings.Contains(out, "ToolCallDenied") {
+		t.Fatalf("events: exit %d\n%s", code, out)
+	}
+}
