@@ -95,6 +95,12 @@ const (
 	// AuthTimer: no one answered before the request's expiry; the broker's
 	// timer resolves it as denied.
 	AuthTimer = "timer"
+	// AuthElicitation: the gateway asked its MCP client's own user
+	// (elicitation) and the session's principal answered; the session
+	// was authenticated as the client's (a bearer token, a trusted proxy,
+	// or the local user over stdio). Only for agents whose approval: is
+	// elicitation (docs/adr/0100).
+	AuthElicitation = "elicitation"
 	// AuthNone: a plain wake on the wake ingress, which any publisher of
 	// wakes may send: it proves nothing about who answered. On a remote
 	// NATS it may not resolve an approval.

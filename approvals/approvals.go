@@ -91,7 +91,21 @@ type Config struct {
 	Rules []Rule
 	// AgentTimeouts is each agent's approval_timeout.
 	AgentTimeouts map[string]time.Duration
+	// AgentDoors is each agent's approval: where a gateway asks first
+	// (DoorInbox, the default, or DoorElicitation).
+	AgentDoors map[string]string
 }
+
+// The values of an agent's approval:.
+const (
+	// DoorInbox: a request waits for an answer in the inbox, engine
+	// approve or engine approvals.
+	DoorInbox = "inbox"
+	// DoorElicitation: a gateway also asks its client's own user, through
+	// MCP elicitation; the answer is judged by the rules as any other,
+	// with auth elicitation (docs/adr/0100).
+	DoorElicitation = "elicitation"
+)
 
 // ConfigError is one mistake in a Config; Path names the field as
 // noeta.yaml writes it (approvals.rules[1].when), so package config can
@@ -110,6 +124,7 @@ type Policy struct {
 	rules []compiled
 	byN   map[string]int
 	agent map[string]time.Duration
+	doors map[string]string
 }
 
 type compiled struct {
@@ -145,7 +160,7 @@ func Compile(c Config) (*Policy, error) {
 	add := func(path, format string, a ...any) {
 		errs = append(errs, &ConfigError{Path: path, Msg: fmt.Sprintf(format, a...)})
 	}
-	p := &Policy{self: c.SelfApproval, byN: map[string]int{}, agent: map[string]time.Duration{}}
+	p := &Policy{self: c.SelfApproval, byN: map[string]int{}, agent: map[string]time.Duration{}, doors: map[string]string{}}
 	if err := checkSelf(c.SelfApproval); err != "" {
 		add("approvals.self_approval", "%s", err)
 	}
@@ -194,10 +209,24 @@ func Compile(c Config) (*Policy, error) {
 		}
 		p.agent[a] = d
 	}
+	for a, door := range c.AgentDoors {
+		switch door {
+		case DoorInbox, DoorElicitation:
+		default:
+			add("agents."+a+".approval", "must be inbox or elicitation, not %q", door)
+		}
+		p.doors[a] = door
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return p, nil
+}
+
+// Elicits reports whether a gateway asks its client's user to answer the
+// requests of agent's tasks (approval: elicitation).
+func (p *Policy) Elicits(agent string) bool {
+	return p != nil && p.doors[agent] == DoorElicitation
 }
 
 func checkSelf(s SelfApproval) string {

@@ -34,6 +34,7 @@
 //	      require_approval_tools: []
 //	    repetition: {threshold: 3, action: require_approval, window: 8}
 //	    approval_timeout: 1h               # optional: its approval requests expire, denied by timeout
+//	    approval: inbox                    # inbox | elicitation: a gateway also asks its client's user
 //	    sandbox: {network: {allow: ["proxy.golang.org:443"]}, limits: {memory_mb: 4096}}   # over sandbox:
 //	rules:                                 # process-wide, priority 100
 //	  - match_tool: "shell"

@@ -358,8 +358,9 @@ func (d *decoder) top(root *yaml.Node) sections {
 	if n, ok := f["agents"]; ok {
 		out.agentModels = map[string]AgentModel{}
 		out.approvals.AgentTimeouts = map[string]time.Duration{}
+		out.approvals.AgentDoors = map[string]string{}
 		out.agentSandboxes = map[string]Sandbox{}
-		out.agents = d.agents(n, "agents", out.agentModels, out.approvals.AgentTimeouts, out.agentSandboxes)
+		out.agents = d.agents(n, "agents", out.agentModels, &out.approvals, out.agentSandboxes)
 	}
 	if n, ok := f["rules"]; ok {
 		out.rules = d.rules(n, "rules")
@@ -389,7 +390,7 @@ func (d *decoder) top(root *yaml.Node) sections {
 	return out
 }
 
-func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel, timeouts map[string]time.Duration,
+func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel, appr *approvals.Config,
 	sandboxes map[string]Sandbox) map[string]guards.AgentConfig {
 	if n = d.enter(n, path); n == nil {
 		return nil
@@ -401,7 +402,7 @@ func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel
 	for _, p := range ps {
 		ap := join(path, p.key)
 		d.mark(ap, p.keyN)
-		f, ok := d.fields(p.value, ap, "tools", "permission_mode", "budget", "permissions", "repetition", "model", "system_prompt", "max_context_chars", "approval_timeout", "sandbox")
+		f, ok := d.fields(p.value, ap, "tools", "permission_mode", "budget", "permissions", "repetition", "model", "system_prompt", "max_context_chars", "approval_timeout", "approval", "sandbox")
 		if !ok && f == nil {
 			continue
 		}
@@ -409,7 +410,10 @@ func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel
 			sandboxes[p.key] = d.sandbox(sn, join(ap, "sandbox"))
 		}
 		if t := d.duration(f["approval_timeout"], join(ap, "approval_timeout")); t > 0 {
-			timeouts[p.key] = t
+			appr.AgentTimeouts[p.key] = t
+		}
+		if door, ok := d.str(f["approval"], join(ap, "approval")); ok {
+			appr.AgentDoors[p.key] = door
 		}
 		if am, ok := d.agentModel(f, ap); ok {
 			models[p.key] = am

@@ -24,7 +24,7 @@ const msgUnauthenticated = "an approval on a plain wake proves nothing about who
 
 func validAuth(a string) bool {
 	switch a {
-	case "", noeta.AuthNATS, noeta.AuthToken, noeta.AuthProxy, noeta.AuthLocal, noeta.AuthNone:
+	case "", noeta.AuthNATS, noeta.AuthToken, noeta.AuthProxy, noeta.AuthLocal, noeta.AuthNone, noeta.AuthElicitation:
 		return true
 	}
 	return false

@@ -543,9 +543,19 @@ func (g *Gateway) quiet(who Principal, in hookInput) {
 	g.hooks.mu.Lock()
 	hs := g.hooks.sessions[key]
 	var waiting []*hookCall
-	for _, hc := range g.hooks.calls {
-		if hs != nil && hc.s == hs.s {
-			waiting = append(waiting, hc)
+	for id, hc := range g.hooks.calls {
+		if hs == nil || hc.s != hs.s {
+			continue
+		}
+		waiting = append(waiting, hc)
+		if in.Event == hookSessionEnd {
+			// One not running (an approval outwaited) is never answered
+			// now: its run, if it comes, finds no hook waiting.
+			hc.mu.Lock()
+			if !hc.running {
+				delete(g.hooks.calls, id)
+			}
+			hc.mu.Unlock()
 		}
 	}
 	if hs != nil && in.Event == hookSessionEnd {
@@ -572,6 +582,15 @@ func (g *Gateway) sweepHooks(now time.Time) {
 		if now.Sub(hs.last) > hookSessionIdle {
 			idle = append(idle, hs)
 			delete(g.hooks.sessions, key)
+		}
+	}
+	for id, hc := range g.hooks.calls {
+		if hc.c != nil && slices.ContainsFunc(idle, func(hs *hookSession) bool { return hs.s == hc.s }) {
+			hc.mu.Lock()
+			if !hc.running {
+				delete(g.hooks.calls, id)
+			}
+			hc.mu.Unlock()
 		}
 	}
 	g.hooks.mu.Unlock()

@@ -27,6 +27,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/approvals"
 	"github.com/noeta-go/noeta/config"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
@@ -69,6 +70,9 @@ type Options struct {
 	// HookResultWait is how long a Claude Code call that was allowed
 	// waits for Claude Code's report of its run (DefaultHookResultWait).
 	HookResultWait time.Duration
+	// Approvals are the config's approvals rules: an agent whose
+	// approval: is elicitation has its sessions' users asked (nil: none).
+	Approvals *approvals.Policy
 	// Logger reports what the log cannot hold (discarded if nil).
 	Logger *slog.Logger
 }

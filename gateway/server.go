@@ -218,7 +218,11 @@ func (s *session) handle(tool string) sdk.ToolHandler {
 		if err := json.Unmarshal(args, &obj); err != nil {
 			return errorResult("gateway: the arguments are not a JSON object (%v); the call was not made", err), nil
 		}
-		c := &call{tool: tool, args: args, out: make(chan outcome, 1)}
+		if req.Params.RequestState != "" {
+			// The client's answer to the question an approval put to it.
+			return s.resumeAsked(ctx, req, tool)
+		}
+		c := &call{tool: tool, args: args, out: make(chan outcome, 1), requested: make(chan *noeta.ApprovalRequested, 1)}
 		if err := s.submit(ctx, c, clientName(req.Session)); err != nil {
 			return errorResult("gateway: %v; the call was not made", err), nil
 		}
@@ -235,6 +239,12 @@ func (s *session) await(ctx context.Context, req *sdk.CallToolRequest, c *call) 
 	n := 0.0
 	for {
 		select {
+		case ar := <-c.requested:
+			if s.elicits(req.Session) {
+				if r := s.askClient(c, ar); r != nil {
+					return r, nil
+				}
+			}
 		case o := <-c.out:
 			return result(c.tool, o), nil
 		case <-ctx.Done():

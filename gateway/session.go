@@ -39,6 +39,7 @@ type session struct {
 	parked bool             // the task waits on EventKind
 	done   bool             // the client is gone
 	notify chan struct{}    // cap 1: a call was queued, or the session ended
+	asks   map[string]asked // calls whose approval was put to the client, by request state
 
 	srv     *sdk.Server
 	tmu     sync.Mutex        // guards offered
@@ -51,6 +52,10 @@ type call struct {
 	args json.RawMessage
 	id   string
 	out  chan outcome // cap 1
+
+	// requested, if not nil, gets the approval request the call waits
+	// on (cap 1), for an MCP session that may elicit the answer.
+	requested chan *noeta.ApprovalRequested
 
 	mu       sync.Mutex
 	approval string // the handle it waits on, once requested
@@ -207,6 +212,12 @@ func (s *session) awaiting(ar *noeta.ApprovalRequested) {
 		c.mu.Lock()
 		c.approval = ar.Handle
 		c.mu.Unlock()
+		if c.requested != nil {
+			select {
+			case c.requested <- ar:
+			default:
+			}
+		}
 	}
 }
 

@@ -51,7 +51,8 @@ func (h *Host) Submit(ctx context.Context, sub Submission) (string, error) {
 // role); the broker vouches for it, and a read-only host may answer so. It is
 // refused first, as the dispatcher would drop it, unless the task's row
 // waits on handle now. An answer with Auth noeta.AuthToken or
-// noeta.AuthProxy (an HTTP layer that authenticated its approver) is handed
+// noeta.AuthProxy (an HTTP layer that authenticated its approver), or
+// noeta.AuthElicitation (a gateway's authenticated client), is handed
 // to the dispatcher in process; any other Auth is refused there.
 func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error {
 	if err := taskCheck(task); err != nil {
@@ -68,7 +69,7 @@ func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error
 		switch a.Auth {
 		case "":
 			return h.approveOnSubject(ctx, task, handle, a)
-		case noeta.AuthToken, noeta.AuthProxy:
+		case noeta.AuthToken, noeta.AuthProxy, noeta.AuthElicitation:
 		default:
 			// Only the broker says nats, only the embedded default local:
 			// a caller claiming either here would vouch for what nothing
