@@ -97,7 +97,7 @@ func (r *Rates) Take(ctx context.Context, key string, limit int64, ttl time.Dura
 	if ttl > RatesMaxTTL {
 		return 0, false, fmt.Errorf("jetstream: rates: a TTL of %v is over the bucket's %v", ttl, RatesMaxTTL)
 	}
-	ttl = max(time.Second, (ttl+time.Second-1).Truncate(time.Second))
+	ttl = max(time.Second, (ttl + time.Second - 1).Truncate(time.Second))
 	for try := range ratesTries {
 		if try > 0 {
 			// Jittered, growing: racing hosts spread out.
