@@ -193,6 +193,13 @@ func Open(ctx context.Context, opts Options) (_ *Host, err error) {
 	}
 	if o.Config != nil {
 		ho.Governance, ho.Approvals = o.Config.Governance, o.Config.Approvals
+		if o.Workers > 0 && o.Config.Governance != nil && o.Config.Governance.HasRateLimits() {
+			// One count for the fleet: every engine and gateway of the
+			// deployment takes from the same bucket.
+			if ho.Rates, err = h.nats.Rates(ctx); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if !h.nats.ReadOnly() {
 		if ho.Tools, err = h.buildTools(ctx); err != nil {
