@@ -262,3 +262,32 @@ func TestOpenRatesRefusesABucketWithoutTTLs(t *testing.T) {
 		t.Fatalf("got %v, want ErrConfigMismatch", err)
 	}
 }
+
+// BenchmarkRatesTake is one take on the embedded single node: a read and
+// a compare-and-set write, what the rate_limit guard adds to a call per
+// limit that matches it. Parallel: takes on keys of their own.
+func BenchmarkRatesTake(b *testing.B) {
+	r, err := jetstream.OpenRates(b.Context(), connect(b, singleURL), ratePrefix(), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("one key", func(b *testing.B) {
+		for b.Loop() {
+			if _, ok, err := r.Take(b.Context(), "bench.one", 1<<40, time.Minute); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+	b.Run("parallel keys", func(b *testing.B) {
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			key := fmt.Sprintf("bench.p%d", n.Add(1))
+			for pb.Next() {
+				if _, ok, err := r.Take(b.Context(), key, 1<<40, time.Minute); err != nil || !ok {
+					b.Error(ok, err)
+					return
+				}
+			}
+		})
+	})
+}
