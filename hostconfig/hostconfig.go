@@ -1,7 +1,8 @@
 // Package hostconfig opens a host as noeta.yaml and the connection
 // settings say: the JetStream backend (eventlog/jetstream/jshost), the
 // sandbox, the tool registry with the configured MCP servers, the agents'
-// models, the configured observers with their listeners, and the
+// models, the rate limits' counts in the deployment's bucket, the
+// configured observers with their listeners, and the
 // Prometheus registry of the process. It is the composition root the
 // engine's verbs share; an embedder who wants less composes package host
 // itself.
