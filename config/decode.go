@@ -402,7 +402,7 @@ func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel
 	for _, p := range ps {
 		ap := join(path, p.key)
 		d.mark(ap, p.keyN)
-		f, ok := d.fields(p.value, ap, "tools", "permission_mode", "budget", "permissions", "repetition", "model", "system_prompt", "max_context_chars", "approval_timeout", "approval", "sandbox")
+		f, ok := d.fields(p.value, ap, "tools", "permission_mode", "budget", "permissions", "repetition", "rate_limits", "model", "system_prompt", "max_context_chars", "approval_timeout", "approval", "sandbox")
 		if !ok && f == nil {
 			continue
 		}
@@ -469,7 +469,68 @@ func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel
 				}
 			}
 		}
+		if rn, ok := f["rate_limits"]; ok {
+			a.RateLimits = d.rateLimits(rn, join(ap, "rate_limits"))
+		}
 		out[p.key] = a
+	}
+	return out
+}
+
+// rateLimits reads an agent's rate_limits:; guards.NewConfig checks the
+// values.
+func (d *decoder) rateLimits(n *yaml.Node, path string) []guards.RateLimit {
+	items := d.seq(n, path)
+	out := make([]guards.RateLimit, 0, len(items))
+	for i, it := range items {
+		p := index(path, i)
+		if isNull(it) {
+			d.errs.add(p, "must be a mapping {tool, calls, window, per}, not null")
+			continue
+		}
+		f, ok := d.fields(it, p, "tool", "calls", "window", "per")
+		if !ok && f == nil {
+			continue
+		}
+		var l guards.RateLimit
+		if s, ok := d.str(f["tool"], join(p, "tool")); ok {
+			l.Tool = s
+			if s == "" {
+				d.errs.add(join(p, "tool"), `must be a tool name or pattern, not empty (leave it out for "*")`)
+				l.Tool = "*"
+			}
+		}
+		switch c, _ := d.integer(f["calls"], join(p, "calls")); {
+		case c != nil:
+			l.Calls = *c
+		case isNull(f["calls"]):
+			d.errs.add(join(p, "calls"), "required: how many calls each window admits")
+			l.Calls = 1 // reported; keep NewConfig from saying it again
+		default:
+			l.Calls = 1 // the wrong kind, reported
+		}
+		switch s, ok := d.str(f["window"], join(p, "window")); {
+		case ok:
+			w, err := time.ParseDuration(s)
+			if err != nil {
+				d.errs.addf(join(p, "window"), "%q is not a duration (write it like 30s, 1m or 1h)", s)
+				w = time.Second
+			}
+			l.Window = w
+		case isNull(f["window"]):
+			d.errs.add(join(p, "window"), "required: the window's length, e.g. 1m")
+			l.Window = time.Second
+		default:
+			l.Window = time.Second // the wrong kind, reported
+		}
+		if s, ok := d.str(f["per"], join(p, "per")); ok {
+			l.Per = guards.RateScope(s)
+			if s == "" {
+				d.errs.add(join(p, "per"), "must be principal or agent, not empty")
+				l.Per = guards.RatePerPrincipal
+			}
+		}
+		out = append(out, l)
 	}
 	return out
 }

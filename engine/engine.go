@@ -79,6 +79,10 @@ type Config struct {
 	UserGuards []guards.Guard
 	// GuardTimeout is each guard's deadline (guards.DefaultTimeout if 0).
 	GuardTimeout time.Duration
+	// Rates counts the calls of the agents' rate limits; every engine of
+	// the deployment must share it (nil: a call a rate limit applies to
+	// is denied).
+	Rates guards.RateCounter
 	// Workspace is the directory file tools are confined to and shell runs
 	// in. Empty: file and shell tools fail with tools.ErrNoWorkspace.
 	Workspace string
@@ -220,6 +224,9 @@ func (e *Engine) stack(agent string) (*guards.Stack, error) {
 		opts = append(opts, guards.WithTimeout(e.cfg.GuardTimeout))
 	}
 	opts = append(opts, guards.WithLogger(e.log), guards.WithEditTools(e.cfg.Tools.Edits))
+	if e.cfg.Rates != nil {
+		opts = append(opts, guards.WithRates(e.cfg.Rates))
+	}
 	s, err := e.cfg.Governance.AgentStack(agent, e.cfg.Tools.RiskString, e.cfg.UserGuards, opts...)
 	if err != nil {
 		return nil, err

@@ -663,6 +663,7 @@ func (g *segment) guardContext() *guards.Context {
 		Governance:   g.st.Governance,
 		SubtaskDepth: g.st.Depth,
 		Metadata:     g.metadata(),
+		SubmittedBy:  g.st.SubmittedBy,
 	})
 }
 

@@ -23,6 +23,10 @@ type AgentConfig struct {
 	// Repetition is repetition:; with a threshold of 0 (the default) the
 	// agent has no Repetition guard.
 	Repetition RepetitionPolicy
+	// RateLimits is rate_limits:, calls per window of the tools a pattern
+	// matches, per principal or per agent; without any the agent has no
+	// RateLimiter guard.
+	RateLimits []RateLimit
 }
 
 // RuleSet is a named user guard made of rules: an entry of guards: in
@@ -86,6 +90,7 @@ func buildConfig(agents map[string]AgentConfig, rules []Rule, sets []RuleSet, er
 		a.Budget.validate(join(p, "budget"), errs)
 		a.Permissions.validate(join(p, "permissions"), join(p, "permission_mode"), errs)
 		a.Repetition.validate(join(p, "repetition"), errs)
+		validateRateLimits(a.RateLimits, join(p, "rate_limits"), errs)
 		for i, sub := range a.Permissions.AllowedSubtaskAgents {
 			if _, ok := agents[sub]; !ok {
 				errs.addf(index(join(join(p, "permissions"), "allowed_subtask_agents"), i), "unknown agent %q", sub)
@@ -122,6 +127,7 @@ func buildConfig(agents map[string]AgentConfig, rules []Rule, sets []RuleSet, er
 
 func cloneAgent(a AgentConfig) AgentConfig {
 	a.Tools = slices.Clone(a.Tools)
+	a.RateLimits = slices.Clone(a.RateLimits)
 	a.Budget = BudgetLimits{
 		MaxIterations:      clonePtr(a.Budget.MaxIterations),
 		MaxCostUSD:         clonePtr(a.Budget.MaxCostUSD),
@@ -149,7 +155,8 @@ func clonePtr[T any](p *T) *T {
 // (the tool registry's names), each as a [*ConfigError] with its path; nil
 // when there is none. Exact names are checked in each agent's tools,
 // allowed_tools, denied_tools and require_approval_tools; a match_tool
-// pattern (rules, named rule sets) must match at least one known tool.
+// pattern (rules, named rule sets) and a rate limit's tool must match at
+// least one known tool.
 // Either mistake would otherwise surface only when a task of the agent runs
 // — or never: a misspelt denied tool or deny rule denies nothing. Package
 // config's File.CheckTools adds the lines, and the hooks' patterns.
@@ -203,6 +210,17 @@ func (c *Config) CheckToolsDeferred(known []string, deferred DeferredTools) erro
 		exact(join(pp, "allowed_tools"), a.Permissions.AllowedTools)
 		exact(join(pp, "denied_tools"), a.Permissions.DeniedTools)
 		exact(join(pp, "require_approval_tools"), a.Permissions.RequireApprovalTools)
+		// A misspelt pattern would limit nothing.
+		for i, l := range a.RateLimits {
+			if l.Tool == "" {
+				continue
+			}
+			path := join(index(join(p, "rate_limits"), i), "tool")
+			g := glob.Compile(l.Tool)
+			if !slices.ContainsFunc(known, g.Match) && !runTime(path, l.Tool) {
+				errs.addf(path, "%q matches no tool (the tools: %s)", l.Tool, strings.Join(known, ", "))
+			}
+		}
 	}
 	for _, r := range c.ruleTools {
 		if r.name == "" {
@@ -233,11 +251,14 @@ func (c *Config) Agent(name string) (AgentConfig, bool) {
 //  1. Budget (10);
 //  2. Permission (20), with risk levels from risks;
 //  3. Repetition (30), if the agent's repetition threshold is above 0;
-//  4. the process-wide Rules (100), if any rules are configured;
-//  5. the named rule sets, in config order, each at its priority;
-//  6. the caller's Go guards, in the order given.
+//  4. RateLimiter (40), if the agent has rate limits, counting in the
+//     stack's [WithRates] counter (without one it denies every call a
+//     limit applies to);
+//  5. the process-wide Rules (100), if any rules are configured;
+//  6. the named rule sets, in config order, each at its priority;
+//  7. the caller's Go guards, in the order given.
 //
-// Every user guard (5 and 6) must have a priority of at least MinUserPriority,
+// Every user guard (6 and 7) must have a priority of at least MinUserPriority,
 // so that it runs after the built-ins and can only tighten; a Go guard below it
 // is refused, as is a tool in the agent's tools that risks does not know.
 // Building a stack is cheap, but it need only be done once per agent: a stack
@@ -280,6 +301,13 @@ func (c *Config) AgentStack(agent string, risks RiskLookup, user []Guard, opts .
 		}
 		gs = append(gs, rep)
 	}
+	var rl *RateLimiter
+	if len(a.RateLimits) > 0 {
+		if rl, err = NewRateLimiter(agent, a.RateLimits, nil, nil); err != nil {
+			return nil, err
+		}
+		gs = append(gs, rl)
+	}
 	if c.rules != nil {
 		gs = append(gs, c.rules)
 	}
@@ -302,5 +330,22 @@ func (c *Config) AgentStack(agent string, risks RiskLookup, user []Guard, opts .
 	if st.edits != nil {
 		perm.edits = st.edits
 	}
+	if rl != nil {
+		rl.counter = st.rates
+		if st.rateNow != nil {
+			rl.now = st.rateNow
+		}
+	}
 	return st, nil
+}
+
+// HasRateLimits reports whether an agent of the config has rate limits:
+// then a host that runs its tasks needs a counter its fleet shares.
+func (c *Config) HasRateLimits() bool {
+	for _, a := range c.agents {
+		if len(a.RateLimits) > 0 {
+			return true
+		}
+	}
+	return false
 }

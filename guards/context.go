@@ -19,6 +19,10 @@ type ContextParams struct {
 	SubtaskDepth int
 	// Metadata is free-form context for user guards.
 	Metadata map[string]string
+	// SubmittedBy is the principal that submitted the task's tree
+	// (TaskCreated's submitted_by; a subtask inherits its parent's): whom
+	// a per-principal rate limit counts the call against.
+	SubmittedBy string
 }
 
 // Context is the read-only view of a task that guards decide on. [NewContext]
@@ -31,6 +35,7 @@ type Context struct {
 	skills   []string
 	depth    int
 	metadata map[string]string
+	by       string
 }
 
 // NewContext returns a Context holding a deep copy of p.
@@ -41,6 +46,7 @@ func NewContext(p ContextParams) *Context {
 		skills:   slices.Clone(p.ActiveSkills),
 		depth:    p.SubtaskDepth,
 		metadata: maps.Clone(p.Metadata),
+		by:       p.SubmittedBy,
 	}
 }
 
@@ -74,6 +80,7 @@ func NewContextAppendOnly(p ContextParams) *Context {
 		skills:   slices.Clone(p.ActiveSkills),
 		depth:    p.SubtaskDepth,
 		metadata: maps.Clone(p.Metadata),
+		by:       p.SubmittedBy,
 	}
 }
 
@@ -108,3 +115,7 @@ func (c *Context) ActiveSkills() []string { return slices.Clone(c.skills) }
 
 // Metadata returns a copy of the metadata.
 func (c *Context) Metadata() map[string]string { return maps.Clone(c.metadata) }
+
+// SubmittedBy is the principal that submitted the task's tree ("" when
+// none was recorded).
+func (c *Context) SubmittedBy() string { return c.by }

@@ -35,7 +35,10 @@
 // decodes; this package only holds the Go values and checks them with
 // [NewConfig]): [Budget] (priority 10; its cost and tool-call caps bound the
 // task's whole tree of subtasks, docs/adr/0054), [Permission] (20), [Repetition] (30,
-// only when its threshold is above 0), the process-wide [Rules] (100, only when
+// only when its threshold is above 0), the [RateLimiter] (40, only when the
+// agent has rate_limits; it counts in the [RateCounter] of [WithRates],
+// shared by every host of the deployment, and denies when it cannot,
+// docs/adr/0093), the process-wide [Rules] (100, only when
 // rules are configured), the named rule sets of the config, then the Go guards
 // the caller passes. User guards — rule sets and Go guards — may not take a
 // priority below [MinUserPriority] (100): they run after every built-in, so a
@@ -45,7 +48,9 @@
 //
 // The guards of this package run on the caller's goroutine and allocate
 // nothing on the ALLOW path, except [Rules] when a rule's tool pattern matches
-// and it has to look inside the arguments (decoding them for CEL). A guard from
+// and it has to look inside the arguments (decoding them for CEL), and the
+// [RateLimiter], which does IO: it runs on a goroutine of its own, under the
+// deadline, and costs a counter's round trip per limit that matches. A guard from
 // elsewhere runs on a goroutine of its own so that its deadline can be enforced
 // even if it never returns; that costs a few allocations per check.
 package guards

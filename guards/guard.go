@@ -29,6 +29,7 @@ const (
 	PriorityBudget     = 10
 	PriorityPermission = 20
 	PriorityRepetition = 30
+	PriorityRateLimit  = 40
 	PriorityRules      = 100
 	MinUserPriority    = 100
 )
@@ -38,6 +39,7 @@ const (
 	NameBudget     = "budget"
 	NamePermission = "permission"
 	NameRepetition = "repetition"
+	NameRateLimit  = "rate_limit"
 	NameRules      = "rules"
 )
 

@@ -50,6 +50,9 @@ type Stack struct {
 	timeout time.Duration
 	log     *slog.Logger
 	edits   func(tool string) bool // for AgentStack's Permission guard
+	// rates and rateNow are for AgentStack's RateLimiter.
+	rates   RateCounter
+	rateNow func() time.Time
 	// shadowed: some guard has shadow rules, judged after each decision.
 	shadowed bool
 }

@@ -65,6 +65,9 @@ type Host struct {
 	segMu  sync.Mutex
 	segEnd chan struct{}
 
+	// rates counts the rate limits' calls (nil: none configured).
+	rates guards.RateCounter
+
 	closeOnce sync.Once
 }
 
@@ -97,6 +100,15 @@ func Open(ctx context.Context, b Backend, opts Options) (_ *Host, err error) {
 		if h.gov, err = guards.NewConfig(nil, nil, nil); err != nil {
 			return nil, err
 		}
+	}
+	h.rates = o.Rates
+	if h.rates == nil && o.Workers > 0 && h.gov.HasRateLimits() {
+		if h.route != nil {
+			// Counted in this process alone, each engine of the fleet
+			// would admit the whole limit.
+			return nil, badOption("the agents have rate limits and the backend is shared with other processes: Options.Rates must be a counter they share (hostconfig opens the deployment's bucket)")
+		}
+		h.rates = guards.NewMemRates(nil)
 	}
 	if h.tools == nil {
 		// A client runs no tool: an empty registry.
@@ -182,6 +194,7 @@ func (h *Host) newEngine(queue, workspace string) (*engine.Engine, error) {
 		Dispatcher: h.disp,
 		Content:    h.content,
 		Governance: h.gov,
+		Rates:      h.rates,
 		Tools:      h.tools,
 		Policies:   h.policies,
 		UserGuards: h.opts.Guards,

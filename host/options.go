@@ -61,6 +61,13 @@ type Options struct {
 	// Guards are added to every agent's guard stack, beside the
 	// governance's.
 	Guards []guards.Guard
+	// Rates counts the calls of the agents' rate limits. Every process
+	// that runs the deployment's tasks must share it: on NATS, the
+	// deployment's bucket (hostconfig opens it). nil: a counter in this
+	// process, on a backend no other process writes to (one that routes
+	// answers, [AnswerRouter], is shared, and a host on it with rate
+	// limits and no Rates is refused).
+	Rates guards.RateCounter
 	// Tools are the tools the host's tasks may call. Required to run
 	// tasks: there is no default, so that nothing (a shell) runs
 	// unconfined because a caller forgot to say otherwise.

@@ -1,7 +1,8 @@
 // Package hostconfig opens a host as noeta.yaml and the connection
 // settings say: the JetStream backend (eventlog/jetstream/jshost), the
 // sandbox, the tool registry with the configured MCP servers, the agents'
-// models, the configured observers with their listeners, and the
+// models, the rate limits' counts in the deployment's bucket, the
+// configured observers with their listeners, and the
 // Prometheus registry of the process. It is the composition root the
 // engine's verbs share; an embedder who wants less composes package host
 // itself.
@@ -193,6 +194,13 @@ func Open(ctx context.Context, opts Options) (_ *Host, err error) {
 	}
 	if o.Config != nil {
 		ho.Governance, ho.Approvals = o.Config.Governance, o.Config.Approvals
+		if o.Workers > 0 && o.Config.Governance != nil && o.Config.Governance.HasRateLimits() {
+			// One count for the fleet: every engine and gateway of the
+			// deployment takes from the same bucket.
+			if ho.Rates, err = h.nats.Rates(ctx); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if !h.nats.ReadOnly() {
 		if ho.Tools, err = h.buildTools(ctx); err != nil {

@@ -142,5 +142,9 @@ func (j *Judge) judgeCase(ctx context.Context, c Case) (Verdict, error) {
 		a = noeta.ProposedFinish{Answer: answer}
 	}
 	gc := guards.NewContext(guards.ContextParams{TaskID: "case", SubtaskDepth: c.Depth, Metadata: map[string]string{"agent": c.Agent}})
+	// A case is one call: the first of its window, which a rate limit
+	// admits.
+	j.inCase = true
+	defer func() { j.inCase = false }()
 	return j.check(ctx, s, a, gc)
 }

@@ -105,6 +105,10 @@ type Judge struct {
 	// built, which only asks whether a tool is known.
 	outside  string
 	building bool
+	// rated is set when a rate limit of the current check counted the
+	// call (rateProbe); inCase while a policy test's case is judged.
+	rated  bool
+	inCase bool
 }
 
 type stackOf struct {
@@ -121,7 +125,10 @@ func (j *Judge) stack(agent string) (*guards.Stack, error) {
 	if s, ok := j.stacks[agent]; ok {
 		return s.s, s.err
 	}
-	opts := []guards.StackOption{}
+	// A rate limit counts the calls of every task of its window, which
+	// the log of one task does not hold: its counter here counts nothing
+	// and notes that it was asked (ADR 0093).
+	opts := []guards.StackOption{guards.WithRates(rateProbe{j})}
 	if j.opts.Edits != nil {
 		opts = append(opts, guards.WithEditTools(j.opts.Edits))
 	}
@@ -166,19 +173,34 @@ func (j *Judge) check(ctx context.Context, s *guards.Stack, a noeta.ProposedActi
 }
 
 func (j *Judge) checked(fn func() guards.Decision) (Verdict, error) {
-	j.outside = ""
+	j.outside, j.rated = "", false
 	d := fn()
 	if j.outside != "" {
 		return Verdict{}, fmt.Errorf("%w: the risk level of tool %s comes from its MCP server (give it a risk in the config's mcp_servers to replay it)", ErrNotReplayable, j.outside)
 	}
+	// A deny by a guard after the rate limit stands whatever the count
+	// was; any other answer could have been the rate limit's deny.
+	if j.rated && !j.inCase && d.Verdict != noeta.VerdictDeny {
+		return Verdict{}, fmt.Errorf("%w: a rate limit applies, and its count is of every task's calls in its window, which one task's log does not hold", ErrNotReplayable)
+	}
 	return Verdict{Verdict: d.Verdict, Guard: d.Guard, Reason: d.Reason}, nil
 }
 
+// rateProbe is the replay's rate counter: it admits every call and notes
+// that a rate limit was asked.
+type rateProbe struct{ j *Judge }
+
+func (p rateProbe) Take(context.Context, string, int64, time.Duration) (int64, bool, error) {
+	p.j.rated = true
+	return 1, true, nil
+}
+
 // isBuiltin reports a guard the governance config builds: a function of
-// the action and the context alone.
+// the action and the context alone, but for the rate limit, whose
+// counter the judge gives it (rateProbe).
 func isBuiltin(g guards.Guard) bool {
 	switch g.(type) {
-	case *guards.Budget, *guards.Permission, *guards.Repetition, *guards.Rules:
+	case *guards.Budget, *guards.Permission, *guards.Repetition, *guards.Rules, *guards.RateLimiter:
 		return true
 	}
 	return false
@@ -390,6 +412,7 @@ func (r *taskReplay) guardContext(agent string) *guards.Context {
 		Governance:   r.st.Governance,
 		SubtaskDepth: r.st.Depth,
 		Metadata:     map[string]string{"agent": agent},
+		SubmittedBy:  r.st.SubmittedBy,
 	})
 }
 

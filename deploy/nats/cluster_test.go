@@ -129,6 +129,17 @@ func TestSingleNode(t *testing.T) {
 	if b, err := op.Get(ctx, ref); err != nil || !bytes.Equal(b, body) {
 		t.Errorf("operator reads the body written twice: %d bytes, %v", len(b), err)
 	}
+	// The rate limits' counts, as an engine whose agents have rate_limits
+	// takes them: the bucket made, a count created, then updated.
+	rates, err := jetstream.OpenRates(ctx, e.nc, "noeta", 1)
+	if err != nil {
+		t.Fatalf("engine opens the rate limits' bucket: %v", err)
+	}
+	for i := range 2 {
+		if n, ok, err := rates.Take(ctx, "p.ZGV2.0.YWxpY2U.1", 5, time.Minute); err != nil || !ok || n != int64(i+1) {
+			t.Fatalf("engine takes a rate count: %d %v %v", n, ok, err)
+		}
+	}
 	if tasks, err := op.Tasks(ctx); err != nil || len(tasks) < 6 {
 		t.Errorf("operator task list: %d tasks, %v", len(tasks), err)
 	}

@@ -60,6 +60,7 @@ func definitions() []definition {
 		{file: "streams/KV_noeta_leases.json", stream: "KV_noeta_leases"},
 		{file: "streams/KV_noeta_idempotency.json", stream: "KV_noeta_idempotency"},
 		{file: "streams/KV_noeta_waiting.json", stream: "KV_noeta_waiting"},
+		{file: "streams/KV_noeta_rates.json", stream: "KV_noeta_rates"},
 		{file: "streams/OBJ_noeta_content.json", stream: "OBJ_noeta_content"},
 		{file: "consumers/obs-audit-p00.json", stream: "NOETA_TASKS", consumer: feedGroup + "-p00",
 			declared: jetstream.FeedConsumerConfig("", feedGroup, 0, eventlog.FeedConfig{})},
@@ -154,6 +155,9 @@ func createEverything(ctx context.Context, t testing.TB, nc *nats.Conn) {
 	}
 	t.Cleanup(func() { _ = log.Close() })
 	if _, err := jetstream.OpenWaitingIndex(ctx, nc, jetstream.WaitingConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jetstream.OpenRates(ctx, nc, "noeta", 1); err != nil {
 		t.Fatal(err)
 	}
 	feed, err := jetstream.OpenFeed(ctx, nc, jetstream.FeedOptions{})

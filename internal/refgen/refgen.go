@@ -105,6 +105,7 @@ var noetaBindings = map[string]binding{
 	"agents.<name>.budget":               {types: []string{"guards.BudgetLimits"}},
 	"agents.<name>.permissions":          {types: []string{"guards.PermissionPolicy"}},
 	"agents.<name>.repetition":           {types: []string{"guards.RepetitionPolicy"}},
+	"agents.<name>.rate_limits[]":        {types: []string{"guards.RateLimit"}},
 	"agents.<name>.sandbox":              sandboxBinding,
 	"sandbox":                            sandboxBinding,
 	"mcp_servers.<name>.sandbox":         sandboxBinding,

@@ -431,6 +431,19 @@ func (b *Backend) Conn() *nats.Conn { return b.nc }
 // Prefix is the deployment's prefix.
 func (b *Backend) Prefix() string { return b.opts.Prefix }
 
+// Replicas is the replicas of the deployment's streams and buckets.
+func (b *Backend) Replicas() int { return b.opts.Replicas }
+
+// Rates opens the deployment's rate limit counts (jetstream.OpenRates),
+// creating their bucket if it is missing.
+func (b *Backend) Rates(ctx context.Context) (*jetstream.Rates, error) {
+	r, err := jetstream.OpenRates(ctx, b.nc, b.opts.Prefix, b.opts.Replicas)
+	if err != nil {
+		return nil, fmt.Errorf("open the rate limits' bucket: %w", settingsHint(err))
+	}
+	return r, nil
+}
+
 // Embedded reports whether the backend runs on an embedded server (its
 // own or, attached, another process's).
 func (b *Backend) Embedded() bool { return b.opts.Embedded() }
