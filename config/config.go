@@ -193,6 +193,7 @@ func ParseContext(ctx context.Context, name string, data []byte) (*File, error) 
 	errs.addChecked(err)
 	validateHooks(s.hooks, errs)
 	checkAgentModels(s.agentModels, s.models, errs)
+	checkTokenAgents(s.http, gov, errs)
 	appr := compileApprovals(s.approvals, errs)
 	if err := joinErrs(errs, d.fileErrs); err != nil {
 		return nil, err

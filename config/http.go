@@ -9,6 +9,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/approvals"
+	"github.com/noeta-go/noeta/guards"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -18,6 +19,7 @@ import (
 //	http:
 //	  tokens:                        # bearer tokens, as hashes only
 //	    - {name: alice, sha256: "<64 hex digits of sha256(token)>"}
+//	    - {name: bob, sha256: "...", agent: dev-junior}   # bob's gateway sessions are dev-junior's tasks
 //	  trusted_proxy:                 # off unless given
 //	    header: X-Auth-Request-User
 //	    from: ["127.0.0.1/32"]       # required: the peers whose header is believed
@@ -43,6 +45,9 @@ type HTTPToken struct {
 	Name string
 	// SHA256 is the SHA-256 of the token.
 	SHA256 [32]byte
+	// Agent, if set, is the agent whose tasks this principal's sessions
+	// through engine gateway --listen are (else the gateway's --agent).
+	Agent string
 }
 
 // TrustedProxy is http.trusted_proxy: an authenticating reverse proxy that
@@ -51,6 +56,29 @@ type HTTPToken struct {
 type TrustedProxy struct {
 	Header string
 	From   []netip.Prefix
+}
+
+// AgentOf maps each principal whose token names an agent to it.
+func (h HTTP) AgentOf() map[string]string {
+	out := map[string]string{}
+	for _, t := range h.Tokens {
+		if t.Agent != "" {
+			out[t.Name] = t.Agent
+		}
+	}
+	return out
+}
+
+// checkTokenAgents refuses a token whose agent is not in agents:.
+func checkTokenAgents(h HTTP, gov *guards.Config, errs *errorList) {
+	for i, t := range h.Tokens {
+		if t.Agent == "" || gov == nil {
+			continue
+		}
+		if _, ok := gov.Agent(t.Agent); !ok {
+			errs.addf(join(index(join("http", "tokens"), i), "agent"), "%q is not an agent of agents: (the agents: %s)", t.Agent, strings.Join(gov.Agents(), ", "))
+		}
+	}
 }
 
 // Empty reports whether the section configures no way to authenticate.
@@ -97,7 +125,7 @@ func (d *decoder) http(n *yaml.Node, path string) HTTP {
 	hashes := map[[32]byte]bool{}
 	for i, it := range d.seq(f["tokens"], join(path, "tokens")) {
 		p := index(join(path, "tokens"), i)
-		tf, ok := d.fields(it, p, "name", "sha256")
+		tf, ok := d.fields(it, p, "name", "sha256", "agent")
 		if !ok && tf == nil {
 			continue
 		}
@@ -124,6 +152,9 @@ func (d *decoder) http(n *yaml.Node, path string) HTTP {
 				d.errs.add(join(p, "sha256"), "the same token hash is given twice")
 			}
 			hashes[t.SHA256] = true
+		}
+		if a, ok := d.str(tf["agent"], join(p, "agent")); ok {
+			t.Agent = a
 		}
 		out.Tokens = append(out.Tokens, t)
 	}

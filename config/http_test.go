@@ -71,3 +71,29 @@ func TestParseHTTPErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenAgents: a token may name the agent its gateway sessions run as;
+// one naming no agent is refused at its path.
+func TestTokenAgents(t *testing.T) {
+	f, err := Parse("noeta.yaml", []byte(`agents: {dev: {}, junior: {}}
+http:
+  tokens:
+    - {name: alice, sha256: "`+aliceHash+`"}
+    - {name: bob, sha256: "`+strings.Repeat("ab", 32)+`", agent: junior}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.HTTP.AgentOf(); len(got) != 1 || got["bob"] != "junior" {
+		t.Fatalf("AgentOf = %v", got)
+	}
+	_, err = Parse("noeta.yaml", []byte(`agents: {dev: {}}
+http:
+  tokens:
+    - {name: bob, sha256: "`+aliceHash+`", agent: junoir}
+`))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Path != "http.tokens[0].agent" || !strings.Contains(ce.Msg, `"junoir" is not an agent`) {
+		t.Fatalf("an unknown agent: %v", err)
+	}
+}

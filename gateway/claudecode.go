@@ -300,7 +300,7 @@ func (g *Gateway) HookHandler(agent string, auth Authenticate) http.Handler {
 			http.Error(w, fmt.Sprintf("the hook event could not be read (at most %d bytes): %v", MaxHookBytes, err), http.StatusRequestEntityTooLarge)
 			return
 		}
-		out, status := g.Hook(r.Context(), Principal{Agent: agent, SubmittedBy: name}, body, wait)
+		out, status := g.Hook(r.Context(), Principal{Agent: g.agentFor(name, agent), SubmittedBy: name}, body, wait)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(out)

@@ -53,17 +53,32 @@ type ccRig struct {
 }
 
 func openCC(t *testing.T, o gateway.Options) *ccRig {
+	r, _ := openCCWith(t, o, "", "")
+	return r
+}
+
+// openCCWith is openCC with more config: agents (under agents:) and a
+// second token, bob's, for the given agent ("" for none). It returns bob's
+// token.
+func openCCWith(t *testing.T, o gateway.Options, agents, bobAgent string) (*ccRig, string) {
 	t.Helper()
 	tok, sum := webui.NewToken()
-	cfg, err := govfile.Parse("noeta.yaml", []byte(ccConfig+`
+	bobTok, bobSum := webui.NewToken()
+	bob := `    - {name: bob, sha256: "` + bobSum + `"}` + "\n"
+	if bobAgent != "" {
+		bob = `    - {name: bob, sha256: "` + bobSum + `", agent: ` + bobAgent + `}` + "\n"
+	}
+	yaml := strings.Replace(ccConfig, "agents:\n", "agents:\n"+agents, 1) + `
 http:
   tokens:
-    - {name: alice, sha256: "`+sum+`"}
-`))
+    - {name: alice, sha256: "` + sum + `"}
+` + bob
+	cfg, err := govfile.Parse("noeta.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.Agent = "cc"
+	o.AgentOf = cfg.HTTP.AgentOf()
 	gw := gateway.New(o)
 	h, err := hostconfig.Open(context.Background(), hostconfig.Options{Config: cfg, DataDir: t.TempDir(), Workers: 2, Workspace: t.TempDir(),
 		Policies: gw.Policies, Queue: gw.Queue(), Guards: []guards.Guard{gw.Guard()}, Tools: gw.ClaudeCodeTools(), Name: "gateway",
@@ -79,7 +94,7 @@ http:
 		gw.Close()
 		h.Close()
 	})
-	return &ccRig{gw: gw, h: h, url: ts.URL, token: tok}
+	return &ccRig{gw: gw, h: h, url: ts.URL, token: tok}, bobTok
 }
 
 // event is a hook event as Claude Code sends it.
@@ -370,4 +385,33 @@ func TestClaudeCodeHookApprovalOutwaited(t *testing.T) {
 		f := r.records(t, task, noeta.TypeToolCallFinished)
 		return len(f) == 1 && !f[0].(*noeta.ToolCallFinished).OK && strings.Contains(f[0].(*noeta.ToolCallFinished).Error, "not run")
 	})
+}
+
+// TestHookAgentOfPrincipal: a principal whose token names an agent has its
+// Claude Code sessions run as that agent's tasks, under its guards; the
+// others get the gateway's agent.
+func TestHookAgentOfPrincipal(t *testing.T) {
+	r, bobTok := openCCWith(t, gateway.Options{Idle: 200 * time.Millisecond}, "  reader:\n    tools: [claude_code__Read]\n", "reader")
+	_, out, _ := r.post(t, event("PreToolUse", "s1", "Write", "toolu_a1", map[string]any{"file_path": "/x", "content": "y"}), 10*time.Second)
+	if d, why := decision(t, out); d != "allow" {
+		t.Fatalf("alice's Write (agent cc): %s (%s)", d, why)
+	}
+	bob := *r
+	bob.token = bobTok
+	_, out, _ = bob.post(t, event("PreToolUse", "s1", "Write", "toolu_b1", map[string]any{"file_path": "/x", "content": "y"}), 10*time.Second)
+	if d, why := decision(t, out); d != "deny" {
+		t.Fatalf("bob's Write (agent reader): %s (%s), want deny", d, why)
+	}
+	ts, err := r.h.Tasks(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := map[string]bool{}
+	for _, tk := range ts {
+		tc := r.records(t, tk.Task, noeta.TypeTaskCreated)[0].(*noeta.TaskCreated)
+		agents[tc.Agent+"/"+tc.SubmittedBy] = true
+	}
+	if len(ts) != 2 || !agents["cc/alice"] || !agents["reader/bob"] {
+		t.Fatalf("tasks: %+v, want one of cc (alice) and one of reader (bob)", ts)
+	}
 }

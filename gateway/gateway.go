@@ -70,6 +70,10 @@ type Options struct {
 	// HookResultWait is how long a Claude Code call that was allowed
 	// waits for Claude Code's report of its run (DefaultHookResultWait).
 	HookResultWait time.Duration
+	// AgentOf maps an HTTP principal to the agent its sessions are tasks
+	// of (http.tokens' agent:); a principal not in it gets the agent the
+	// handler was given.
+	AgentOf map[string]string
 	// Approvals are the config's approvals rules: an agent whose
 	// approval: is elicitation has its sessions' users asked (nil: none).
 	Approvals *approvals.Policy
@@ -328,6 +332,14 @@ func (g *Gateway) Tools(agent string) ([]noeta.ToolSpec, error) {
 		return !a.Permissions.MaxRiskLevel.Admits(reg.RiskString(t))
 	})
 	return reg.Specs(names), nil
+}
+
+// agentFor is the agent of principal's sessions over HTTP.
+func (g *Gateway) agentFor(principal, fallback string) string {
+	if a, ok := g.opts.AgentOf[principal]; ok {
+		return a
+	}
+	return fallback
 }
 
 // refuser is a guard that can say it denies every call of a tool (the

@@ -29,13 +29,14 @@ type Authenticate func(r *http.Request) (name string, err error)
 var errNoSession = errors.New("no such session")
 
 // Handler serves MCP over streamable HTTP: every request must authenticate
-// (401 otherwise); each new session is a task of agent submitted by the
-// request's principal, and only that principal may use it afterwards.
+// (401 otherwise); each new session is a task of the principal's agent
+// (Options.AgentOf, else agent) submitted by the request's principal, and
+// only that principal may use it afterwards.
 // [Gateway.Close] ends the sessions.
 func (g *Gateway) Handler(agent string, auth Authenticate) http.Handler {
 	mcpH := sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
 		name, _ := principalOf(r)
-		srv, err := g.httpServer(r, Principal{Agent: agent, SubmittedBy: name})
+		srv, err := g.httpServer(r, Principal{Agent: g.agentFor(name, agent), SubmittedBy: name})
 		if err != nil {
 			g.log.Warn("gateway: a session could not start", "principal", name, "err", err)
 			return nil

@@ -54,7 +54,7 @@ type Run struct {
 // over In and Out, or, with Listen, sessions over HTTP until ctx ends;
 // the sessions' tasks are settled before it returns.
 func Serve(ctx context.Context, s Run) error {
-	gw := New(Options{Agent: s.Who.Agent, Approvals: s.Config.Approvals, Logger: s.Logger})
+	gw := New(Options{Agent: s.Who.Agent, AgentOf: s.Config.HTTP.AgentOf(), Approvals: s.Config.Approvals, Logger: s.Logger})
 	h, err := s.Open(ctx, "gateway", hostconfig.Options{Config: s.Config, Workers: s.Workers, Workspace: s.Workspace, Actor: s.Actor,
 		Policies: gw.Policies, Queue: gw.Queue(), Guards: []guards.Guard{gw.Guard()}, Tools: gw.ClaudeCodeTools(), Verb: "gateway", Stdout: s.Log, Logger: s.Logger})
 	if err != nil {
@@ -69,6 +69,13 @@ func Serve(ctx context.Context, s Run) error {
 	defer gw.Close() // before the host closes: the sessions' tasks settle
 	if _, err := gw.Tools(s.Who.Agent); err != nil {
 		return err
+	}
+	if s.Listen != "" {
+		for _, a := range gw.opts.AgentOf {
+			if _, err := gw.Tools(a); err != nil {
+				return err
+			}
+		}
 	}
 	if s.Listen == "" {
 		return gw.ServeStdio(ctx, s.In, s.Out, s.Who)
