@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/guards"
+	"github.com/noeta-go/noeta/internal/termsafe"
 )
 
 // Pin is the definition of an upstream tool as first seen, or as an
@@ -344,7 +346,70 @@ func PrintPins(ctx context.Context, p *Pins, w io.Writer, asJSON bool) error {
 		if pin.Pending != nil {
 			changed = "refused until accepted: " + pin.Pending.SHA256[:12] + "…"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.12s…\t%s\t%s\n", pin.Server, pin.Tool, pin.Def.SHA256, pin.PinnedBy, changed)
+		l := termsafe.Line
+		fmt.Fprintf(tw, "%s\t%s\t%.12s…\t%s\t%s\n", l(pin.Server), l(pin.Tool), l(pin.Def.SHA256), l(pin.PinnedBy), changed)
 	}
 	return tw.Flush()
+}
+
+// PinsToReview returns the pins whose tool's definition changed upstream
+// and waits for an operator (engine approvals shows them beside the
+// requests). It reads the deployment's bucket if there is one and creates
+// nothing: no bucket, no pins.
+func PinsToReview(ctx context.Context, nc *nats.Conn, prefix string) ([]Pin, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: pins: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, PinBucket(prefix))
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gateway: pins bucket %s: %w", PinBucket(prefix), err)
+	}
+	all, err := (&Pins{kv: kv}).List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(p Pin) bool { return p.Pending == nil }), nil
+}
+
+// PinReview is a pin to review as engine approvals --json prints it.
+type PinReview struct {
+	Kind    string    `json:"kind"` // "tool_pin"
+	Server  string    `json:"server"`
+	Tool    string    `json:"tool"`
+	Pinned  string    `json:"pinned_sha256"`
+	Pending string    `json:"pending_sha256"`
+	SeenAt  time.Time `json:"seen_at"`
+	Accept  string    `json:"accept"`
+}
+
+// WritePinsToReview prints pins (from PinsToReview): a table, or with
+// asJSON a PinReview per line.
+func WritePinsToReview(w io.Writer, pins []Pin, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, p := range pins {
+			if err := enc.Encode(PinReview{Kind: "tool_pin", Server: p.Server, Tool: p.Tool, Pinned: p.Def.SHA256, Pending: p.Pending.SHA256,
+				SeenAt: p.Pending.SeenAt, Accept: acceptCommand(p)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(pins) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\n%d tool definition(s) changed upstream, refused until an operator accepts:\n", len(pins))
+	for _, p := range pins {
+		fmt.Fprintln(w, termsafe.Line(fmt.Sprintf("  mcp__%s__%s  pinned %.12s…  now %.12s… (seen %s)  accept: %s",
+			p.Server, p.Tool, p.Def.SHA256, p.Pending.SHA256, p.Pending.SeenAt.UTC().Format(time.RFC3339), acceptCommand(p))))
+	}
+	return nil
+}
+
+func acceptCommand(p Pin) string {
+	return "engine gateway pin accept " + strconv.Quote(p.Server) + " " + strconv.Quote(p.Tool)
 }

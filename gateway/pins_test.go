@@ -10,8 +10,10 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/noeta-go/noeta/gateway"
+	"github.com/noeta-go/noeta/hostconfig"
 )
 
 // upstream is an MCP server whose one tool's description can be changed
@@ -75,6 +77,23 @@ agents:
 	pins, err := r.pins.List(ctx)
 	if err != nil || len(pins) != 1 || pins[0].Pending == nil {
 		t.Fatalf("pins: %+v %v", pins, err)
+	}
+	// engine approvals shows it beside the requests, with the command
+	// that accepts it.
+	review, err := gateway.PinsToReview(ctx, r.h.Conn(), hostconfig.DefaultPrefix)
+	if err != nil || len(review) != 1 {
+		t.Fatalf("pins to review: %+v %v", review, err)
+	}
+	var txt, js strings.Builder
+	if err := gateway.WritePinsToReview(&txt, review, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := gateway.WritePinsToReview(&js, review, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(txt.String(), "mcp__up__greet") || !strings.Contains(txt.String(), `engine gateway pin accept "up" "greet"`) ||
+		!strings.Contains(js.String(), `"kind":"tool_pin"`) || strings.Count(js.String(), "\n") != 1 {
+		t.Fatalf("pins to review printed:\n%s\n%s", txt.String(), js.String())
 	}
 
 	// A new session is offered the pinned definition, not the new one.
@@ -147,4 +166,22 @@ agents:
 	cs.Close()
 	cancel()
 	<-served
+}
+
+// TestPinsToReviewCreatesNothing: a deployment without the pins' bucket
+// has no pins to review, and reading them does not make the bucket.
+func TestPinsToReviewCreatesNothing(t *testing.T) {
+	r := open(t, "agents:\n  dev:\n    tools: [echo]\n", gateway.Options{})
+	ctx := context.Background()
+	review, err := gateway.PinsToReview(ctx, r.h.Conn(), hostconfig.DefaultPrefix)
+	if err != nil || len(review) != 0 {
+		t.Fatalf("pins to review without a bucket: %+v %v", review, err)
+	}
+	js, err := jetstream.New(r.h.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.KeyValue(ctx, gateway.PinBucket(hostconfig.DefaultPrefix)); err == nil {
+		t.Fatal("reading the pins to review made their bucket")
+	}
 }
