@@ -21,6 +21,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/internal/termsafe"
+	"github.com/noeta-go/noeta/webui"
 )
 
 // Pin is the definition of an upstream tool as first seen, or as an
@@ -412,4 +413,20 @@ func WritePinsToReview(w io.Writer, pins []Pin, asJSON bool) error {
 
 func acceptCommand(p Pin) string {
 	return "engine gateway pin accept " + strconv.Quote(p.Server) + " " + strconv.Quote(p.Tool)
+}
+
+// InboxPins is the inbox's source of the pins to review
+// (webui.Config.Pins) on nc's deployment.
+func InboxPins(nc *nats.Conn, prefix string) func(context.Context) ([]webui.ToolPin, error) {
+	return func(ctx context.Context) ([]webui.ToolPin, error) {
+		pins, err := PinsToReview(ctx, nc, prefix)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]webui.ToolPin, 0, len(pins))
+		for _, p := range pins {
+			out = append(out, webui.ToolPin{Server: p.Server, Tool: p.Tool, Pinned: p.Def.SHA256, Pending: p.Pending.SHA256, SeenAt: p.Pending.SeenAt, Accept: acceptCommand(p)})
+		}
+		return out, nil
+	}
 }

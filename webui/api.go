@@ -58,6 +58,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/v1/whoami", s.authed(s.whoami))
 	m.HandleFunc("GET /api/v1/approvals", s.authed(s.approvals))
 	m.HandleFunc("GET /api/v1/approvals/stream", s.authed(s.approvalsStream))
+	m.HandleFunc("GET /api/v1/pins", s.authed(s.pins))
 	m.HandleFunc("GET /api/v1/tasks", s.authed(s.tasks))
 	m.HandleFunc("GET /api/v1/tasks/{id}", s.authed(s.task))
 	m.HandleFunc("GET /api/v1/tasks/{id}/events", s.authed(s.events))
@@ -192,6 +193,20 @@ func (s *Server) approvals(w http.ResponseWriter, r *http.Request, _ Principal) 
 		out = append(out, Approval{Waiting: e, AgeSeconds: now.Sub(e.RequestedAt).Seconds()})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"approvals": out, "cut": cutOff})
+}
+
+// pins lists the tool definitions to review; none where nothing lists them.
+func (s *Server) pins(w http.ResponseWriter, r *http.Request, _ Principal) {
+	out := []ToolPin{}
+	if s.cfg.Pins != nil {
+		ps, err := s.cfg.Pins(r.Context())
+		if err != nil {
+			s.internal(w, r, "list the tool pins to review", err)
+			return
+		}
+		out = append(out, ps...)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"pins": out})
 }
 
 // approvalsStream sends the current set as one "snapshot" event, then each

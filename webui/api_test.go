@@ -555,3 +555,29 @@ script:
 		t.Fatalf("after sre's reply: %+v, %v", rest, err)
 	}
 }
+
+// TestPins: GET /api/v1/pins lists the tool definitions to review from
+// Config.Pins, an empty list where nothing lists them, and refuses the
+// unauthenticated.
+func TestPins(t *testing.T) {
+	h := openHost(t)
+	plain := newServer(t, h)
+	w := do(plain, req{method: "GET", path: "/api/v1/pins", hdr: bearer(aliceToken)})
+	if w.Code != 200 || strings.TrimSpace(w.Body.String()) != `{"pins":[]}` {
+		t.Fatalf("without a source: %d %s", w.Code, w.Body)
+	}
+	if w := do(plain, req{method: "GET", path: "/api/v1/pins"}); w.Code != 401 {
+		t.Fatalf("unauthenticated: %d", w.Code)
+	}
+	pin := ToolPin{Server: "files", Tool: "read", Pinned: strings.Repeat("a", 64), Pending: strings.Repeat("b", 64), Accept: `engine gateway pin accept "files" "read"`}
+	s, err := New(Config{Host: h, HTTP: testHTTP(), Listen: []string{"127.0.0.1:8080"}, Logger: slog.New(slog.DiscardHandler),
+		Pins: func(context.Context) ([]ToolPin, error) { return []ToolPin{pin}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w = do(s, req{method: "GET", path: "/api/v1/pins", hdr: bearer(aliceToken)})
+	var got struct{ Pins []ToolPin }
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || w.Code != 200 || len(got.Pins) != 1 || got.Pins[0].Accept != pin.Accept {
+		t.Fatalf("with a source: %d %s %v", w.Code, w.Body, err)
+	}
+}

@@ -75,7 +75,21 @@ type Config struct {
 	// speaks HTTPS, so the session cookie is Secure though the request
 	// reaching the server is plain.
 	BehindTLSProxy bool
-	Logger         *slog.Logger
+	// Pins, if set, lists the MCP tool definitions that changed upstream
+	// and are refused until an operator accepts them (the gateway's pins):
+	// the inbox shows them beside the requests.
+	Pins   func(ctx context.Context) ([]ToolPin, error)
+	Logger *slog.Logger
+}
+
+// ToolPin is a tool definition to review: GET /api/v1/pins.
+type ToolPin struct {
+	Server  string    `json:"server"`
+	Tool    string    `json:"tool"`
+	Pinned  string    `json:"pinned_sha256"`
+	Pending string    `json:"pending_sha256"`
+	SeenAt  time.Time `json:"seen_at"`
+	Accept  string    `json:"accept"`
 }
 
 // Server serves the API and the page. Close ends its live streams.

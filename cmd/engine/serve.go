@@ -20,6 +20,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/internal/settings"
+	"github.com/noeta-go/noeta/gateway"
 	"github.com/noeta-go/noeta/webui"
 )
 
@@ -188,7 +189,7 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	stop := hostconfig.ServeOptions{Grace: o.grace, Signals: sigs}
 	httpAddr := ""
 	if ln != nil {
-		ui, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.http}, Limits: o.web.Limits(), Gate: gate, BehindTLSProxy: o.web.BehindProxy, Logger: logger})
+		ui, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.http}, Limits: o.web.Limits(), Gate: gate, BehindTLSProxy: o.web.BehindProxy, Pins: gateway.InboxPins(h.Conn(), g.conn.prefix), Logger: logger})
 		if err != nil {
 			return failErr(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/internal/govfile"
 	"github.com/noeta-go/noeta/internal/settings"
+	"github.com/noeta-go/noeta/gateway"
 	"github.com/noeta-go/noeta/webui"
 )
 
@@ -151,7 +152,7 @@ func runUI(ctx context.Context, g *globals, o uiOpts) error {
 	}
 	defer h.Close()
 
-	srv, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.listen}, Limits: o.web.Limits(), Gate: gate, BehindTLSProxy: o.web.BehindProxy, Logger: logger})
+	srv, err := webui.New(webui.Config{Host: h, HTTP: cfg.HTTP, Listen: []string{ln.Addr().String(), o.listen}, Limits: o.web.Limits(), Gate: gate, BehindTLSProxy: o.web.BehindProxy, Pins: gateway.InboxPins(h.Conn(), g.conn.prefix), Logger: logger})
 	if err != nil {
 		return failErr(err)
 	}

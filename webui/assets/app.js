@@ -141,7 +141,24 @@ function route() {
   } else {
     show("inbox");
     renderInbox();
+    loadPins();
   }
+}
+
+// ---- tool pins to review ----
+
+async function loadPins() {
+  const r = await api("GET", "/api/v1/pins");
+  const list = $("pins-list");
+  list.replaceChildren();
+  const pins = r.ok && r.data.pins ? r.data.pins : [];
+  for (const p of pins) {
+    list.append(el("li", { class: "pin" },
+      el("span", { class: "tool", text: shown("mcp__" + p.server + "__" + p.tool) }),
+      el("span", { class: "meta", text: "pinned " + p.pinned_sha256.slice(0, 12) + "… now " + p.pending_sha256.slice(0, 12) + "…" }),
+      el("code", { text: shown(p.accept) })));
+  }
+  $("pins").hidden = pins.length === 0;
 }
 
 // ---- inbox ----
