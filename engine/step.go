@@ -58,6 +58,10 @@ type segment struct {
 	indexed map[string]bool
 	// pending are records folded into st and not yet written (emitLater).
 	pending []eventlog.Envelope
+	// grantPending is set when the segment's LeaseGranted is folded into st
+	// ahead of pending and not yet written: the log writes it before the
+	// first record of the segment's first batch (eventlog.BatchWriter).
+	grantPending bool
 	// sc is what the segment's folds of its own records reuse from one
 	// record to the next, as a fold of a log does.
 	sc foldScratch
@@ -94,16 +98,31 @@ func (g *segment) emit(p noeta.Payload, origin eventlog.Origin, actor string) er
 // write. A crash before that write loses them together, and the next holder
 // resumes from the log as if the worker had stopped before them: the call
 // is recorded as interrupted and not run again, and the policy is asked
-// for a turn it never recorded. The first record of a segment is written
-// at once: its lease's LeaseGranted lands before it, which the fold must see
-// in order.
+// for a turn it never recorded. The first record of a segment waits too:
+// the lease's LeaseGranted, which the log writes before it, is folded in
+// first, as the fold of the log will see it, so a segment's first turn
+// costs one write, not two.
 func (g *segment) emitLater(p noeta.Payload, origin eventlog.Origin, actor string) error {
 	env, err := g.envelope(p, origin, actor)
 	if err != nil {
 		return err
 	}
-	if g.st.LeaseGen != g.lease.Generation || len(g.pending)+2 > eventlog.MaxBatch || noeta.IsBaselineType(env.Type) {
+	if len(g.pending)+2 > eventlog.MaxBatch || noeta.IsBaselineType(env.Type) {
 		return g.flush(&env)
+	}
+	if g.st.LeaseGen != g.lease.Generation {
+		if len(g.pending) > 0 || g.grantPending {
+			// Cannot be: the grant is folded with the first pending record.
+			return g.flush(&env)
+		}
+		lg, err := g.grant(g.st.LastSeq + 1)
+		if err != nil {
+			return err
+		}
+		if err := g.st.apply(lg, &g.sc); err != nil {
+			return err
+		}
+		g.grantPending = true
 	}
 	env.Seq, env.LeaseGen = g.st.LastSeq+1, g.lease.Generation
 	if err := g.st.apply(env, &g.sc); err != nil {
@@ -139,6 +158,11 @@ func (g *segment) flush(last *eventlog.Envelope) error {
 		npend--
 	}
 	base := g.st.LastSeq - uint64(npend)
+	granted := g.grantPending
+	g.grantPending = false
+	if granted {
+		base-- // the LeaseGranted folded ahead of the pending records
+	}
 	stored, err := eventlog.EmitAll(g.ctx, g.e.cfg.Log, g.lease, envs, eventlog.EmitOptions{ExpectLastSeq: base})
 	if err != nil {
 		if errors.Is(err, eventlog.ErrStaleSequence) {
@@ -158,19 +182,31 @@ func (g *segment) flush(last *eventlog.Envelope) error {
 		return nil
 	}
 	out := stored[len(stored)-1]
-	if out.Seq == g.st.LastSeq+2 {
+	if npend == 0 && out.Seq == g.st.LastSeq+2 {
 		// The generation's LeaseGranted landed first; fold it in as it is.
-		lg, err := eventlog.NewEnvelope(g.st.Task, eventlog.OriginEngine, g.lease.Worker,
-			noeta.LeaseGranted{LeaseID: g.lease.ID, Generation: g.lease.Generation, Worker: g.lease.Worker})
+		lg, err := g.grant(out.Seq - 1)
 		if err != nil {
 			return err
 		}
-		lg.Seq, lg.LeaseGen = out.Seq-1, out.LeaseGen
 		if err := g.st.apply(lg, &g.sc); err != nil {
 			return err
 		}
 	}
+	if out.Seq != g.st.LastSeq+1 {
+		return fmt.Errorf("%w: task %s: record %s landed at seq %d, folded at %d", eventlog.ErrLeaseLost, g.st.Task, out.Type, out.Seq, g.st.LastSeq+1)
+	}
 	return g.st.apply(out, &g.sc)
+}
+
+// grant is the segment's LeaseGranted as the log writes it, at seq.
+func (g *segment) grant(seq uint64) (eventlog.Envelope, error) {
+	lg, err := eventlog.NewEnvelope(g.st.Task, eventlog.OriginEngine, g.lease.Worker,
+		noeta.LeaseGranted{LeaseID: g.lease.ID, Generation: g.lease.Generation, Worker: g.lease.Worker})
+	if err != nil {
+		return lg, err
+	}
+	lg.Seq, lg.LeaseGen = seq, g.lease.Generation
+	return lg, nil
 }
 
 func (g *segment) engineEmit(p noeta.Payload) error {
