@@ -102,7 +102,9 @@ type Config struct {
 	// and resumed before the task is parked for a human (DefaultAbandonCap).
 	AbandonCap int
 	// SnapshotEvery writes a snapshot after that many turns without one
-	// (DefaultSnapshotEvery); suspends and terminals always write one.
+	// (DefaultSnapshotEvery), at the end of the batch that writes the turn's
+	// next record an effect waits on; suspends always write one, terminals
+	// unless the segment wrote one in the last few records.
 	SnapshotEvery int
 	// Now is the clock of timers (time.Now).
 	Now func() time.Time

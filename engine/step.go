@@ -62,6 +62,8 @@ type segment struct {
 	// ahead of pending and not yet written: the log writes it before the
 	// first record of the segment's first batch (eventlog.BatchWriter).
 	grantPending bool
+	// snapSeq is the seq of the last snapshot the segment wrote (0: none).
+	snapSeq uint64
 	// sc is what the segment's folds of its own records reuse from one
 	// record to the next, as a fold of a log does.
 	sc foldScratch
@@ -145,6 +147,17 @@ func (g *segment) envelope(p noeta.Payload, origin eventlog.Origin, actor string
 // folds last in. Nothing is pending afterwards, whether it failed or not: a
 // failure ends the segment, and the next holder folds the log as it is.
 func (g *segment) flush(last *eventlog.Envelope) error {
+	if last != nil && g.snapshotRides(*last) {
+		// The periodic snapshot ends this batch rather than one of its
+		// own: last is folded in, then the snapshot of the state after it
+		// is written with it.
+		last.Seq, last.LeaseGen = g.st.LastSeq+1, g.lease.Generation
+		if err := g.st.apply(*last, &g.sc); err != nil {
+			return err
+		}
+		g.pending = append(g.pending, *last)
+		return g.snapshot()
+	}
 	envs := g.pending
 	g.pending = nil
 	if last != nil {
@@ -196,6 +209,23 @@ func (g *segment) flush(last *eventlog.Envelope) error {
 		return fmt.Errorf("%w: task %s: record %s landed at seq %d, folded at %d", eventlog.ErrLeaseLost, g.st.Task, out.Type, out.Seq, g.st.LastSeq+1)
 	}
 	return g.st.apply(out, &g.sc)
+}
+
+// snapshotRides reports whether a periodic snapshot is due and can end the
+// batch that writes last: SnapshotEvery turns have passed since the last
+// one, last is a record the turn goes on after (a suspend or a terminal
+// writes its own snapshot first), and last's seq is known before the write
+// (the segment's LeaseGranted is folded in already).
+func (g *segment) snapshotRides(last eventlog.Envelope) bool {
+	switch {
+	case noeta.IsBaselineType(last.Type), noeta.IsTerminalType(last.Type), last.Type == noeta.TypeTaskSuspended:
+		return false
+	case g.st.LeaseGen != g.lease.Generation && !g.grantPending:
+		return false
+	case len(g.pending)+3 > eventlog.MaxBatch:
+		return false
+	}
+	return g.st.Turn.N-g.st.SnapTurn >= g.e.cfg.SnapshotEvery
 }
 
 // grant is the segment's LeaseGranted as the log writes it, at seq.
@@ -1189,8 +1219,17 @@ func (g *segment) snapshot() error {
 	if err != nil {
 		return err
 	}
-	return g.engineEmit(noeta.TaskSnapshot{StateRef: ref, UptoSeq: g.st.LastSeq})
+	if err := g.engineEmit(noeta.TaskSnapshot{StateRef: ref, UptoSeq: g.st.LastSeq}); err != nil {
+		return err
+	}
+	g.snapSeq = g.st.LastSeq
+	return nil
 }
+
+// recentSnapshot is how close a snapshot the segment wrote must be for a
+// terminal record to go without one of its own: folding the few records
+// after it costs less than the write.
+const recentSnapshot = 8
 
 // suspend writes the snapshot and then TaskSuspended: resuming after a
 // suspend costs the records since it, not the whole log.
@@ -1201,10 +1240,14 @@ func (g *segment) suspend(reason string, w noeta.Wake) error {
 	return g.engineEmit(noeta.TaskSuspended{Reason: reason, WakeOn: w})
 }
 
-// terminate writes the snapshot and then the terminal record.
+// terminate writes the snapshot and then the terminal record; the
+// snapshot only when the segment wrote none in the last recentSnapshot
+// records (a reader of the ended task folds those few from it).
 func (g *segment) terminate(p noeta.Payload) error {
-	if err := g.snapshot(); err != nil {
-		return err
+	if g.snapSeq == 0 || g.st.LastSeq-g.snapSeq >= recentSnapshot {
+		if err := g.snapshot(); err != nil {
+			return err
+		}
 	}
 	return g.engineEmit(p)
 }
