@@ -16,7 +16,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/noeta-go/noeta"
-		"github.com/noeta-go/noeta/gateway"
+	"github.com/noeta-go/noeta/gateway"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/taskview"
