@@ -116,9 +116,9 @@ func (s *session) submit(ctx context.Context, c *call, client string) error {
 		s.mu.Unlock()
 		return errors.New("the session has ended")
 	}
-	if len(s.queue) >= s.g.opts.MaxQueued {
+	if n := len(s.queue); n >= s.g.opts.MaxQueued {
 		s.mu.Unlock()
-		return fmt.Errorf("%d calls of this session are already waiting their turn", len(s.queue))
+		return fmt.Errorf("%d calls of this session are already waiting their turn", n)
 	}
 	s.queue = append(s.queue, c)
 	wake := s.parked
