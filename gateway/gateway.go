@@ -63,6 +63,9 @@ type Options struct {
 	MaxQueued     int
 	ProgressEvery time.Duration
 	ToolsEvery    time.Duration
+	// HeartbeatEvery and GoneAfter: see the defaults and [Gateway.Enlist].
+	HeartbeatEvery time.Duration
+	GoneAfter      time.Duration
 	// Logger reports what the log cannot hold (discarded if nil).
 	Logger *slog.Logger
 }
@@ -90,6 +93,8 @@ type Gateway struct {
 	// every ToolsEvery until stop closes.
 	watched map[*session]struct{}
 	stop    chan struct{}
+	// beats is the gateway's part in the registry, once enlisted.
+	beats *liveness
 }
 
 // New returns a gateway; open the host with [Gateway.Policies] and
@@ -110,10 +115,16 @@ func New(o Options) *Gateway {
 	if o.ToolsEvery <= 0 {
 		o.ToolsEvery = DefaultToolsEvery
 	}
+	if o.HeartbeatEvery <= 0 {
+		o.HeartbeatEvery = DefaultHeartbeatEvery
+	}
+	if o.GoneAfter <= 0 {
+		o.GoneAfter = DefaultGoneAfter
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Gateway{opts: o, queue: "gateway-" + strings.ToLower(noeta.NewTaskID()), log: o.Logger,
+	return &Gateway{opts: o, queue: queuePrefix + strings.ToLower(noeta.NewTaskID()), log: o.Logger,
 		sessions: map[string]*session{}, owners: map[string]owner{}, live: map[*sdk.ServerSession]struct{}{},
 		watched: map[*session]struct{}{}, stop: make(chan struct{})}
 }
@@ -175,6 +186,7 @@ func (g *Gateway) Close() {
 		_ = l.Close()
 	}
 	g.wg.Wait()
+	g.unbeat()
 	g.mu.Lock()
 	untap := g.untap
 	g.untap = nil
@@ -202,7 +214,9 @@ func (g *Gateway) Policies(_ context.Context, st *engine.State) (engine.Policy, 
 // and for the end of their tasks.
 func (g *Gateway) tap(ctx context.Context, env eventlog.Envelope) error {
 	switch env.Type {
-	case noeta.TypeApprovalRequested, noeta.TypeTaskCompleted, noeta.TypeTaskFailed, noeta.TypeTaskCancelled:
+	case noeta.TypeTaskCompleted, noeta.TypeTaskFailed, noeta.TypeTaskCancelled:
+		g.unlist(env.Task)
+	case noeta.TypeApprovalRequested:
 	default:
 		return nil
 	}

@@ -65,8 +65,15 @@ func Serve(ctx context.Context, s Run) error {
 	if err != nil {
 		return err
 	}
+	reg, err := OpenRegistry(ctx, h.Conn(), s.Prefix, s.Replicas)
+	if err != nil {
+		return err
+	}
 	gw.Attach(h.Host, pins)
 	defer gw.Close() // before the host closes: the sessions' tasks settle
+	if err := gw.Enlist(ctx, reg); err != nil {
+		return err
+	}
 	if _, err := gw.Tools(s.Who.Agent); err != nil {
 		return err
 	}

@@ -94,6 +94,14 @@ func (s *session) ensureTask(ctx context.Context, client string) (string, error)
 	s.g.mu.Lock()
 	s.g.sessions[id] = s
 	s.g.mu.Unlock()
+	// Listed before it exists: a gateway that dies in between leaves no
+	// task the sweepers do not know of.
+	if err := s.g.enlist(ctx, id); err != nil {
+		s.g.mu.Lock()
+		delete(s.g.sessions, id)
+		s.g.mu.Unlock()
+		return "", err
+	}
 	_, err = h.Submit(ctx, host.Submission{ID: id, Agent: s.who.Agent, Goal: "MCP session of " + client + " through the gateway", Queue: s.g.queue, SubmittedBy: s.who.SubmittedBy})
 	if err != nil {
 		s.g.mu.Lock()
