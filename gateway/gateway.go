@@ -66,6 +66,9 @@ type Options struct {
 	// HeartbeatEvery and GoneAfter: see the defaults and [Gateway.Enlist].
 	HeartbeatEvery time.Duration
 	GoneAfter      time.Duration
+	// Aliases are the names a client sees tools under, alias → the tool's
+	// own name (noeta.yaml's gateway.aliases).
+	Aliases map[string]string
 	// Logger reports what the log cannot hold (discarded if nil).
 	Logger *slog.Logger
 }
@@ -95,6 +98,8 @@ type Gateway struct {
 	stop    chan struct{}
 	// beats is the gateway's part in the registry, once enlisted.
 	beats *liveness
+	// aliasOf is the alias of each aliased tool, by its own name.
+	aliasOf map[string]string
 }
 
 // New returns a gateway; open the host with [Gateway.Policies] and
@@ -140,6 +145,7 @@ func (g *Gateway) Attach(h *host.Host, pins *Pins) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.h, g.pins = h, pins
+	g.setAliases(h, g.opts.Aliases)
 	g.untap = h.Tap(g.tap)
 	g.wg.Go(g.watchTools)
 }

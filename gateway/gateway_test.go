@@ -101,6 +101,9 @@ func openPinned(t testing.TB, yaml string, o gateway.Options, pinned bool) *rig 
 	if o.Agent == "" {
 		o.Agent = "dev"
 	}
+	if o.Aliases == nil {
+		o.Aliases = cfg.Gateway.Aliases
+	}
 	gw := gateway.New(o)
 	ctx := context.Background()
 	h, err := hostconfig.Open(ctx, hostconfig.Options{Config: cfg, DataDir: t.TempDir(), Workers: 2, Workspace: t.TempDir(),

@@ -54,7 +54,11 @@ type Run struct {
 // over In and Out, or, with Listen, sessions over HTTP until ctx ends;
 // the sessions' tasks are settled before it returns.
 func Serve(ctx context.Context, s Run) error {
-	gw := New(Options{Agent: s.Who.Agent, Logger: s.Logger})
+	var aliases map[string]string
+	if s.Config != nil {
+		aliases = s.Config.Gateway.Aliases
+	}
+	gw := New(Options{Agent: s.Who.Agent, Aliases: aliases, Logger: s.Logger})
 	h, err := s.Open(ctx, "gateway", hostconfig.Options{Config: s.Config, Workers: s.Workers, Workspace: s.Workspace, Actor: s.Actor,
 		Policies: gw.Policies, Queue: gw.Queue(), Guards: []guards.Guard{gw.Guard()}, Verb: "gateway", Stdout: s.Log, Logger: s.Logger})
 	if err != nil {
