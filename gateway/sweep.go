@@ -125,6 +125,7 @@ func (g *Gateway) Enlist(ctx context.Context, reg *Registry) error {
 		g.log.Warn("gateway: sweeping the tasks of the gateways gone", "err", err)
 	}
 	g.wg.Go(func() { g.beatLoop(l) })
+	g.wg.Go(g.sweepLoop)
 	return nil
 }
 
@@ -157,6 +158,8 @@ func (g *Gateway) beat(ctx context.Context, l *liveness) error {
 	return nil
 }
 
+// beatLoop beats every HeartbeatEvery until Close. It is apart from the
+// sweeps, so that a long sweep never delays a beat.
 func (g *Gateway) beatLoop(l *liveness) {
 	t := time.NewTicker(g.opts.HeartbeatEvery)
 	defer t.Stop()
@@ -170,8 +173,31 @@ func (g *Gateway) beatLoop(l *liveness) {
 				g.log.Warn("gateway: a heartbeat failed; other gateways take this one for gone after "+g.opts.GoneAfter.String(), "err", err)
 			}
 			cancel()
-			ctx, cancel = context.WithTimeout(context.Background(), g.opts.GoneAfter)
-			if _, err := g.Sweep(ctx); err != nil {
+		}
+	}
+}
+
+// sweepLoop sweeps every HeartbeatEvery until Close, which cancels a
+// sweep under way.
+func (g *Gateway) sweepLoop() {
+	base, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
+	g.wg.Go(func() {
+		select {
+		case <-g.stop:
+			cancelBase()
+		case <-base.Done():
+		}
+	})
+	t := time.NewTicker(g.opts.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-base.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(base, g.opts.GoneAfter)
+			if _, err := g.Sweep(ctx); err != nil && base.Err() == nil {
 				g.log.Warn("gateway: sweeping the tasks of the gateways gone", "err", err)
 			}
 			cancel()
@@ -245,14 +271,36 @@ func (g *Gateway) Sweep(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	l.mu.Lock()
-	gone := map[string]string{} // queue → why
-	seen := make(map[string]beatSeen, len(beats))
-	for queue := range tasks {
-		if queue == g.queue {
-			continue
+	queues := make(map[string]bool, len(beats)+len(tasks))
+	for q := range beats {
+		queues[q] = true
+	}
+	for q := range tasks {
+		queues[q] = true
+	}
+	delete(queues, g.queue)
+	// The listing may miss a heartbeat put while it ran (history 1: the
+	// revision it was to send is gone): each heartbeat is asked for
+	// itself, and a gateway whose heartbeat cannot be read is taken for
+	// alive.
+	var errs []error
+	for queue := range queues {
+		rev, ok, err := l.beatRevision(ctx, queue)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+			delete(queues, queue)
+		case ok:
+			beats[queue] = rev
+		default:
+			delete(beats, queue)
 		}
+	}
+	now := time.Now()
+	gone := map[string]string{} // queue → why
+	seen := make(map[string]beatSeen, len(queues))
+	l.mu.Lock()
+	for queue := range queues {
 		rev, ok := beats[queue]
 		if !ok {
 			gone[queue] = "it has no heartbeat"
@@ -271,7 +319,6 @@ func (g *Gateway) Sweep(ctx context.Context) ([]string, error) {
 	l.mu.Unlock()
 
 	var swept []string
-	var errs []error
 	for queue, why := range gone {
 		left := 0
 		for _, task := range tasks[queue] {
@@ -331,6 +378,19 @@ func (g *Gateway) sweepTask(ctx context.Context, queue, task, why string) (bool,
 	return false, nil
 }
 
+// beatRevision is the revision of queue's heartbeat, and whether there is
+// one.
+func (l *liveness) beatRevision(ctx context.Context, queue string) (uint64, bool, error) {
+	e, err := l.reg.kv.Get(ctx, beatKey(queue))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("gateway: reading the heartbeat of %s: %w", queue, err)
+	}
+	return e.Revision(), true, nil
+}
+
 // list reads the registry: each gateway's heartbeat revision, and the
 // tasks listed under each queue.
 func (l *liveness) list(ctx context.Context) (beats map[string]uint64, tasks map[string][]string, err error) {
@@ -352,7 +412,7 @@ func (l *liveness) list(ctx context.Context) (beats map[string]uint64, tasks map
 		}
 		key := e.Key()
 		switch {
-		case strings.HasPrefix(key, "g."):
+		case strings.HasPrefix(key, "g."+queuePrefix):
 			beats[key[2:]] = e.Revision()
 		case strings.HasPrefix(key, "t."):
 			queue, task, ok := strings.Cut(key[2:], ".")
