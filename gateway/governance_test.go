@@ -16,6 +16,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/gateway"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/observers"
@@ -371,5 +372,43 @@ func TestGatewayAuditAndEvents(t *testing.T) {
 	}
 	if !rep.OK() || rep.Tasks != 1 || rep.Records < len(envs) {
 		t.Fatalf("audit verify: %v (%d records, %d tasks), want intact with the task's %d records", rep, rep.Records, rep.Tasks, len(envs))
+	}
+}
+
+// TestGatewayTurnBudget: max_iterations runs out mid-session (each call is
+// a turn, and so is each park); every call after it comes back, as an
+// error result, and the session's end ends the task.
+func TestGatewayTurnBudget(t *testing.T) {
+	r := open(t, withAgent(config(t, "1h"), "    budget: {max_iterations: 2}\n", ""), gateway.Options{})
+	cs, stop := r.connect(t)
+	ctx := context.Background()
+	for i := range 4 {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "mcp__everything__echo", Arguments: map[string]any{"message": fmt.Sprint("m", i)}})
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if i < 2 && (res.IsError || text(res) != fmt.Sprint("Echo: m", i)) {
+			t.Fatalf("call %d within the budget: %+v %q", i, res, text(res))
+		}
+		// The task fails as the budget runs out: the calls after it say so.
+		if i >= 2 && (!res.IsError || !strings.Contains(text(res), "max_iterations=2 exceeded") || !strings.Contains(text(res), "the call was not made")) {
+			t.Fatalf("call %d past the budget: %+v %q", i, res, text(res))
+		}
+	}
+	task := r.sessionTask(t)
+	stop()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ds, err := r.h.Dispatch(ctx, task)
+		if err == nil && ds.Status == eventlog.DispatchTerminal {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task did not end: %+v %v", ds, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := r.count(t, task); n[noeta.TypeToolCallStarted] != 2 {
+		t.Fatalf("log: %v, want two calls run", n)
 	}
 }

@@ -306,6 +306,7 @@ func (s *session) terminal(records []noeta.Payload, why string) {
 	asked := s.asked
 	s.asked = map[string]*call{}
 	s.done = true
+	s.ended = why
 	s.mu.Unlock()
 	for _, p := range records {
 		switch p := p.(type) {

@@ -36,6 +36,7 @@ type session struct {
 	asked  map[string]*call // handed to the engine, by call id
 	parked bool             // the task waits on EventKind
 	done   bool             // the client is gone
+	ended  string           // why the task ended under the session, if it did
 	notify chan struct{}    // cap 1: a call was queued, or the session ended
 
 	srv     *sdk.Server
@@ -121,7 +122,11 @@ func (s *session) submit(ctx context.Context, c *call, client string) error {
 	}
 	s.mu.Lock()
 	if s.done {
+		why := s.ended
 		s.mu.Unlock()
+		if why != "" {
+			return fmt.Errorf("%w: %s", errEnded, why)
+		}
 		return errors.New("the session has ended")
 	}
 	if n := len(s.queue); n >= s.g.opts.MaxQueued {
