@@ -174,3 +174,38 @@ func TestSweepDeadGateway(t *testing.T) {
 	cancelWait()
 	<-waited
 }
+
+// TestSweepSparesLiveGateway: a gateway beating all the time, whose
+// heartbeat is rewritten while others list the bucket, is never taken for
+// gone. Before, a listing that missed a heartbeat put while it ran (the
+// bucket keeps one revision) took its gateway for gone and cancelled its
+// tasks.
+func TestSweepSparesLiveGateway(t *testing.T) {
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	yaml := config(t, "1h")
+	a := openOn(t, srv.ClientURL(), yaml, gateway.Options{HeartbeatEvery: time.Millisecond, GoneAfter: time.Hour})
+	c := openOn(t, srv.ClientURL(), yaml, gateway.Options{HeartbeatEvery: time.Hour, GoneAfter: time.Hour})
+	cs, stop := a.connect(t)
+	defer stop()
+	ctx := context.Background()
+	if res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "mcp__everything__echo", Arguments: map[string]any{"message": "alive"}}); err != nil || res.IsError {
+		t.Fatalf("echo: %+v %v", res, err)
+	}
+	task := a.newTask(t)
+	for i := range 200 {
+		swept, err := c.gw.Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(swept) > 0 {
+			t.Fatalf("pass %d swept the live gateway's tasks: %v", i, swept)
+		}
+	}
+	if ds, err := c.h.Dispatch(ctx, task); err != nil || ds.Status == eventlog.DispatchTerminal {
+		t.Fatalf("the live gateway's task: %+v %v", ds, err)
+	}
+}
