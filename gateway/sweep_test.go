@@ -130,6 +130,7 @@ func TestSweepDeadGateway(t *testing.T) {
 		t.Fatalf("the dead gateway's woken task: %+v %v", ds, err)
 	}
 
+	t0 := time.Now()
 	c := openOn(t, srv.ClientURL(), yaml, o)
 	for _, task := range []string{parked, awaiting} {
 		env := c.waitFor(t, task, noeta.TypeTaskCancelled)
@@ -141,6 +142,7 @@ func TestSweepDeadGateway(t *testing.T) {
 			t.Errorf("task %s cancelled for %q", task, why)
 		}
 	}
+	t.Logf("the third gateway swept the dead one's tasks %v after it started (GoneAfter %v)", time.Since(t0).Round(time.Millisecond), o.GoneAfter)
 	// The call that waited for an approval never ran.
 	if n := c.count(t, awaiting); n[noeta.TypeToolCallStarted] != 0 {
 		t.Errorf("the swept task's call ran: %v", n)
