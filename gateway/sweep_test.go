@@ -211,3 +211,47 @@ func TestSweepSparesLiveGateway(t *testing.T) {
 		t.Fatalf("the live gateway's task: %+v %v", ds, err)
 	}
 }
+
+// TestSweepAfterClose: a gateway that closes while a call waits for an
+// approval deletes its heartbeat; the next sweep, here another gateway's,
+// cancels the task at once, and the call never runs.
+func TestSweepAfterClose(t *testing.T) {
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	yaml := config(t, "1h")
+	o := gateway.Options{HeartbeatEvery: time.Hour, GoneAfter: time.Hour}
+	a := openOn(t, srv.ClientURL(), yaml, o)
+	cs, stop := a.connect(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = cs.CallTool(ctx, &sdk.CallToolParams{Name: "mcp__everything__toggle-simulated-logging", Arguments: map[string]any{}})
+	}()
+	task := a.newTask(t)
+	a.waitFor(t, task, noeta.TypeApprovalRequested)
+	cancel()
+	<-done
+	stop()
+	a.gw.Close()
+	if ds, err := a.h.Dispatch(context.Background(), task); err != nil || ds.Status != eventlog.DispatchSuspended {
+		t.Fatalf("the closed gateway's task: %+v %v", ds, err)
+	}
+	a.h.Close()
+
+	b := openOn(t, srv.ClientURL(), yaml, o) // its first sweep runs as it enlists
+	env := b.waitFor(t, task, noeta.TypeTaskCancelled)
+	p, _, err := env.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := p.(*noeta.TaskCancelled).Reason; !strings.Contains(why, "it has no heartbeat") {
+		t.Errorf("cancelled for %q", why)
+	}
+	if n := b.count(t, task); n[noeta.TypeToolCallStarted] != 0 {
+		t.Errorf("the call ran: %v", n)
+	}
+}
