@@ -134,6 +134,9 @@ type File struct {
 	Approvals *approvals.Policy
 	// HTTP is the http: section: who may use the HTTP API (package webui).
 	HTTP HTTP
+	// Gateway is the gateway: section: the aliases engine gateway offers
+	// tools under.
+	Gateway Gateway
 	// Sandbox is the sandbox: section: how the processes tools start run,
 	// by default. [File.SandboxFor] and [File.SandboxForMCP] give the
 	// settings in force for an agent or an MCP server.
@@ -201,7 +204,7 @@ func ParseContext(ctx context.Context, name string, data []byte) (*File, error) 
 	return &File{Path: name, Governance: gov, Hooks: withHookDefaults(s.hooks), Observers: s.observers,
 		Models: s.models, AgentModels: s.agentModels, MCPServers: s.mcpServers, MCPServersFile: d.mcpFile,
 		mcpDisabled: d.disabled,
-		Approvals:   appr, HTTP: s.http,
+		Approvals:   appr, HTTP: s.http, Gateway: s.gateway,
 		Sandbox: s.sandbox, AgentSandboxes: s.agentSandboxes, pos: errs.pos}, nil
 }
 
@@ -218,7 +221,8 @@ func (f *File) ErrorAt(path, msg string) *Error {
 // when there is none. It is guards.Config.CheckTools (agents' tool lists,
 // rules' and rule sets' match_tool) plus the post_tool_use hooks' match_tool,
 // which must match at least one known tool too: a misspelt pattern would
-// never run its hook.
+// never run its hook; and the gateway's aliases, each of which must call a
+// tool and be the name of none.
 //
 // The tools of MCP servers are known only once the servers run, so a name
 // or pattern under mcp__<server>__ is accepted when <server> is in
@@ -248,5 +252,6 @@ func (f *File) CheckTools(known []string) error {
 		}
 		errs.addf(p, "%q matches no tool (the tools: %s)", h.MatchTool, strings.Join(known, ", "))
 	}
+	f.checkAliases(known, errs)
 	return errs.err()
 }

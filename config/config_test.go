@@ -15,7 +15,7 @@ func TestParseErrors(t *testing.T) {
 		yaml string
 		want []string // each must appear
 	}{
-		{"unknown top-level key", "agent: {}\n", []string{"agent: unknown key (known: agents, rules, guards, hooks, observers, models, mcp_servers, mcp_servers_file, approvals, http, sandbox) (line 1)"}},
+		{"unknown top-level key", "agent: {}\n", []string{"agent: unknown key (known: agents, rules, guards, hooks, observers, models, mcp_servers, mcp_servers_file, approvals, http, sandbox, gateway) (line 1)"}},
 		{"unknown agent key", "agents:\n  a:\n    tool: [x]\n", []string{"agents.a.tool: unknown key (known: tools, permission_mode, budget, permissions, repetition, rate_limits, model, system_prompt, max_context_chars, approval_timeout, approval, sandbox) (line 3)"}},
 		{"unknown budget key", "agents:\n  a:\n    budget: {max_cost: 1}\n", []string{"agents.a.budget.max_cost: unknown key"}},
 		{"unknown permissions key", "agents:\n  a:\n    permissions: {allow: [x]}\n", []string{"agents.a.permissions.allow: unknown key"}},

@@ -310,6 +310,7 @@ type sections struct {
 	// approval_timeout.
 	approvals approvals.Config
 	http      HTTP
+	gateway   Gateway
 	sandbox   Sandbox
 	// agentSandboxes holds the agents' sandbox: keys, for the agents that
 	// have one.
@@ -329,9 +330,12 @@ func (d *decoder) top(root *yaml.Node) sections {
 		return out
 	}
 	f, _ := d.fields(doc, "", "agents", "rules", "guards", "hooks", "observers", "models", "mcp_servers",
-		"mcp_servers_file", "approvals", "http", "sandbox")
+		"mcp_servers_file", "approvals", "http", "sandbox", "gateway")
 	if n, ok := f["http"]; ok && !isNull(n) {
 		out.http = d.http(n, "http")
+	}
+	if n, ok := f["gateway"]; ok && !isNull(n) {
+		out.gateway = d.gateway(n, "gateway")
 	}
 	if n, ok := f["sandbox"]; ok {
 		out.sandbox = d.sandbox(n, "sandbox")

@@ -77,6 +77,12 @@ type Options struct {
 	// Approvals are the config's approvals rules: an agent whose
 	// approval: is elicitation has its sessions' users asked (nil: none).
 	Approvals *approvals.Policy
+	// HeartbeatEvery and GoneAfter: see the defaults and [Gateway.Enlist].
+	HeartbeatEvery time.Duration
+	GoneAfter      time.Duration
+	// Aliases are the names a client sees tools under, alias → the tool's
+	// own name (noeta.yaml's gateway.aliases).
+	Aliases map[string]string
 	// Logger reports what the log cannot hold (discarded if nil).
 	Logger *slog.Logger
 }
@@ -106,6 +112,10 @@ type Gateway struct {
 	stop    chan struct{}
 	// hooks are the Claude Code sessions and their calls in flight.
 	hooks hooks
+	// beats is the gateway's part in the registry, once enlisted.
+	beats *liveness
+	// aliasOf is the alias of each aliased tool, by its own name.
+	aliasOf map[string]string
 }
 
 // New returns a gateway; open the host with [Gateway.Policies] and
@@ -129,10 +139,16 @@ func New(o Options) *Gateway {
 	if o.HookResultWait <= 0 {
 		o.HookResultWait = DefaultHookResultWait
 	}
+	if o.HeartbeatEvery <= 0 {
+		o.HeartbeatEvery = DefaultHeartbeatEvery
+	}
+	if o.GoneAfter <= 0 {
+		o.GoneAfter = DefaultGoneAfter
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Gateway{opts: o, queue: "gateway-" + strings.ToLower(noeta.NewTaskID()), log: o.Logger,
+	return &Gateway{opts: o, queue: queuePrefix + strings.ToLower(noeta.NewTaskID()), log: o.Logger,
 		sessions: map[string]*session{}, owners: map[string]owner{}, live: map[*sdk.ServerSession]struct{}{},
 		watched: map[*session]struct{}{}, stop: make(chan struct{}),
 		hooks: hooks{sessions: map[string]*hookSession{}, calls: map[string]*hookCall{}, tools: map[string]tools.Tool{}}}
@@ -149,6 +165,7 @@ func (g *Gateway) Attach(h *host.Host, pins *Pins) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.h, g.pins = h, pins
+	g.setAliases(h, g.opts.Aliases)
 	g.untap = h.Tap(g.tap)
 	g.wg.Go(g.watchTools)
 }
@@ -207,6 +224,7 @@ func (g *Gateway) Close() {
 		_ = l.Close()
 	}
 	g.wg.Wait()
+	g.unbeat()
 	g.mu.Lock()
 	untap := g.untap
 	g.untap = nil
@@ -234,7 +252,9 @@ func (g *Gateway) Policies(_ context.Context, st *engine.State) (engine.Policy, 
 // and for the end of their tasks.
 func (g *Gateway) tap(ctx context.Context, env eventlog.Envelope) error {
 	switch env.Type {
-	case noeta.TypeApprovalRequested, noeta.TypeTaskCompleted, noeta.TypeTaskFailed, noeta.TypeTaskCancelled:
+	case noeta.TypeTaskCompleted, noeta.TypeTaskFailed, noeta.TypeTaskCancelled:
+		g.unlist(env.Task)
+	case noeta.TypeApprovalRequested:
 	default:
 		return nil
 	}

@@ -3,6 +3,8 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -101,6 +103,9 @@ func openPinned(t testing.TB, yaml string, o gateway.Options, pinned bool) *rig 
 	if o.Agent == "" {
 		o.Agent = "dev"
 	}
+	if o.Aliases == nil {
+		o.Aliases = cfg.Gateway.Aliases
+	}
 	gw := gateway.New(o)
 	ctx := context.Background()
 	h, err := hostconfig.Open(ctx, hostconfig.Options{Config: cfg, DataDir: t.TempDir(), Workers: 2, Workspace: t.TempDir(),
@@ -129,7 +134,8 @@ func (r *rig) connect(t testing.TB) (*sdk.ClientSession, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := r.gw.Serve(ctx, st, gateway.Principal{Agent: "dev", SubmittedBy: "cli:tester"}); err != nil {
+		// The client closing the in-memory pipe first is its normal end.
+		if err := r.gw.Serve(ctx, st, gateway.Principal{Agent: "dev", SubmittedBy: "cli:tester"}); err != nil && !errors.Is(err, io.ErrClosedPipe) && !strings.Contains(err.Error(), io.ErrClosedPipe.Error()) {
 			t.Errorf("serve: %v", err)
 		}
 	})

@@ -54,7 +54,11 @@ type Run struct {
 // over In and Out, or, with Listen, sessions over HTTP until ctx ends;
 // the sessions' tasks are settled before it returns.
 func Serve(ctx context.Context, s Run) error {
-	gw := New(Options{Agent: s.Who.Agent, AgentOf: s.Config.HTTP.AgentOf(), Approvals: s.Config.Approvals, Logger: s.Logger})
+	o := Options{Agent: s.Who.Agent, Logger: s.Logger}
+	if s.Config != nil {
+		o.Aliases, o.AgentOf, o.Approvals = s.Config.Gateway.Aliases, s.Config.HTTP.AgentOf(), s.Config.Approvals
+	}
+	gw := New(o)
 	h, err := s.Open(ctx, "gateway", hostconfig.Options{Config: s.Config, Workers: s.Workers, Workspace: s.Workspace, Actor: s.Actor,
 		Policies: gw.Policies, Queue: gw.Queue(), Guards: []guards.Guard{gw.Guard()}, Tools: gw.ClaudeCodeTools(), Verb: "gateway", Stdout: s.Log, Logger: s.Logger})
 	if err != nil {
@@ -65,8 +69,15 @@ func Serve(ctx context.Context, s Run) error {
 	if err != nil {
 		return err
 	}
+	reg, err := OpenRegistry(ctx, h.Conn(), s.Prefix, s.Replicas)
+	if err != nil {
+		return err
+	}
 	gw.Attach(h.Host, pins)
 	defer gw.Close() // before the host closes: the sessions' tasks settle
+	if err := gw.Enlist(ctx, reg); err != nil {
+		return err
+	}
 	if _, err := gw.Tools(s.Who.Agent); err != nil {
 		return err
 	}

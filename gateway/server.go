@@ -41,7 +41,7 @@ func (g *Gateway) server(ctx context.Context, who Principal, o *sdk.ServerOption
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "noeta-gateway", Version: Version}, o)
 	s.offered = map[string]string{}
 	for _, spec := range specs {
-		s.srv.AddTool(&sdk.Tool{Name: spec.Name, Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
+		s.srv.AddTool(&sdk.Tool{Name: g.exposed(spec.Name), Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
 		s.offered[spec.Name] = specSum(spec)
 	}
 	g.mu.Lock()
@@ -120,7 +120,7 @@ func (s *session) reoffer(specs []noeta.ToolSpec) {
 		sum := specSum(spec)
 		now[spec.Name] = sum
 		if s.offered[spec.Name] != sum {
-			s.srv.AddTool(&sdk.Tool{Name: spec.Name, Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
+			s.srv.AddTool(&sdk.Tool{Name: s.g.exposed(spec.Name), Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
 		}
 	}
 	var gone []string
@@ -130,7 +130,7 @@ func (s *session) reoffer(specs []noeta.ToolSpec) {
 		}
 	}
 	if len(gone) > 0 {
-		s.srv.RemoveTools(gone...)
+		s.srv.RemoveTools(s.g.exposedAll(gone)...)
 	}
 	s.offered = now
 }
@@ -316,6 +316,7 @@ func (s *session) terminal(records []noeta.Payload, why string) {
 	asked := s.asked
 	s.asked = map[string]*call{}
 	s.done = true
+	s.ended = why
 	s.mu.Unlock()
 	for _, p := range records {
 		switch p := p.(type) {

@@ -38,6 +38,7 @@ type session struct {
 	asked  map[string]*call // handed to the engine, by call id
 	parked bool             // the task waits on EventKind
 	done   bool             // the client is gone
+	ended  string           // why the task ended under the session, if it did
 	notify chan struct{}    // cap 1: a call was queued, or the session ended
 	asks   map[string]asked // calls whose approval was put to the client, by request state
 
@@ -105,6 +106,14 @@ func (s *session) ensureTask(ctx context.Context, client string) (string, error)
 	s.g.mu.Lock()
 	s.g.sessions[id] = s
 	s.g.mu.Unlock()
+	// Listed before it exists: a gateway that dies in between leaves no
+	// task the sweepers do not know of.
+	if err := s.g.enlist(ctx, id); err != nil {
+		s.g.mu.Lock()
+		delete(s.g.sessions, id)
+		s.g.mu.Unlock()
+		return "", err
+	}
 	_, err = h.Submit(ctx, host.Submission{ID: id, Agent: s.who.Agent, Goal: goal, Queue: s.g.queue, SubmittedBy: s.who.SubmittedBy})
 	if err != nil {
 		s.g.mu.Lock()
@@ -124,12 +133,16 @@ func (s *session) submit(ctx context.Context, c *call, client string) error {
 	}
 	s.mu.Lock()
 	if s.done {
+		why := s.ended
 		s.mu.Unlock()
+		if why != "" {
+			return fmt.Errorf("%w: %s", errEnded, why)
+		}
 		return errors.New("the session has ended")
 	}
-	if len(s.queue) >= s.g.opts.MaxQueued {
+	if n := len(s.queue); n >= s.g.opts.MaxQueued {
 		s.mu.Unlock()
-		return fmt.Errorf("%d calls of this session are already waiting their turn", len(s.queue))
+		return fmt.Errorf("%d calls of this session are already waiting their turn", n)
 	}
 	s.queue = append(s.queue, c)
 	wake := s.parked

@@ -7,6 +7,7 @@ import (
 	"go/doc/comment"
 	"go/parser"
 	"go/token"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -221,6 +222,10 @@ func (s *sources) examples(keys []Key) map[string]example {
 	// A key with no example of its own takes one of the same key in a
 	// mapping of the same kind (an agent's sandbox.limits.cpu_seconds, the
 	// top-level one's), found by its last two steps.
+	// Only the examples shown are lent: ranging over out while it gains
+	// the borrowed ones would lend a borrowed one or not, as the map's
+	// order fell, and the page would differ from one run to the next.
+	shown := maps.Clone(out)
 	for _, k := range keys {
 		if _, ok := out[k.Path]; ok {
 			continue
@@ -228,7 +233,7 @@ func (s *sources) examples(keys []Key) map[string]example {
 		parent, name := splitPath(k.Path)
 		_, pname := splitPath(parent)
 		tail := strings.TrimSuffix(pname, "[]") + "."
-		for p, ex := range out {
+		for p, ex := range shown {
 			pp, pn := splitPath(p)
 			if _, ppn := splitPath(pp); pn == name && strings.TrimSuffix(ppn, "[]")+"." == tail && ex.value != "" {
 				if cur, ok := out[k.Path]; !ok || p < cur.from {
