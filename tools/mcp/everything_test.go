@@ -105,18 +105,29 @@ func checkEverything(t *testing.T, s *Source) {
 		t.Errorf("echo after cancel = %+v", res)
 	}
 
-	// An image is summarised, never inlined.
+	// An image is recorded as the server sent it: its MIME type and data.
 	if _, ok := reg.Lookup("mcp__everything__get-tiny-image"); ok {
 		res = mustRun(t, reg, "mcp__everything__get-tiny-image", `{}`)
-		var out output
+		var out Output
 		if err := json.Unmarshal(res.Output, &out); err != nil || !res.OK {
 			t.Fatalf("get-tiny-image = %+v, %v", res, err)
 		}
-		if len(out.Content) == 0 || out.Content[0].Type != "image" || out.Content[0].MIMEType != "image/png" || out.Content[0].Bytes == 0 {
-			t.Errorf("get-tiny-image content = %+v", out.Content)
+		var blocks []struct {
+			Type     string `json:"type"`
+			MIMEType string `json:"mimeType"`
+			Data     []byte `json:"data"`
 		}
-		if len(res.Output) > 1024 {
-			t.Errorf("get-tiny-image output is %d bytes: the image is inlined? %s", len(res.Output), res.Output)
+		if err := json.Unmarshal(out.Upstream, &blocks); err != nil {
+			t.Fatalf("get-tiny-image upstream content %s: %v", out.Upstream, err)
+		}
+		var img int
+		for _, b := range blocks {
+			if b.Type == "image" && b.MIMEType == "image/png" && len(b.Data) > 8 && string(b.Data[1:4]) == "PNG" {
+				img++
+			}
+		}
+		if img != 1 {
+			t.Errorf("get-tiny-image content = %s, want one PNG image with its data", out.Upstream)
 		}
 	}
 }
