@@ -819,10 +819,22 @@ func (g *segment) runTool(call noeta.ToolCall) error {
 	if err != nil {
 		return err
 	}
-	return g.emitLater(noeta.ToolCallFinished{
+	rec := noeta.ToolCallFinished{
 		CallID: call.CallID, Tool: call.Tool, OK: res.OK, Output: out, OutputRef: oref,
 		Error: truncate(res.Error, maxErrorLen), DurationMS: took.Milliseconds(), Egress: res.Egress,
-	}, eventlog.OriginTool, ActorTool)
+	}
+	if err := g.emitLater(rec, eventlog.OriginTool, ActorTool); err != nil {
+		return err
+	}
+	// An approved call runs before the segment has asked its policy
+	// anything: resolve it (the next turn asks it anyway). One that cannot
+	// be resolved is the next turn's error, not this call's.
+	if pol, err := g.policy(); err == nil {
+		if r, ok := pol.(ResultReader); ok {
+			r.ToolFinished(&rec)
+		}
+	}
+	return nil
 }
 
 // spawnArgs is what a spawn approval records: the child it would start.

@@ -12,6 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/tools/mcp"
 )
 
 // Version is what the gateway tells clients it is.
@@ -236,7 +237,7 @@ func (s *session) await(ctx context.Context, req *sdk.CallToolRequest, c *call) 
 	for {
 		select {
 		case o := <-c.out:
-			return result(c.tool, o), nil
+			return s.result(ctx, c.tool, o), nil
 		case <-ctx.Done():
 			if s.withdraw(c) {
 				return nil, fmt.Errorf("gateway: the call was cancelled before it was made: %w", context.Cause(ctx))
@@ -266,11 +267,82 @@ func (s *session) taskID() string {
 	return s.task
 }
 
-// result maps an outcome to a tool result: an MCP tool's output (text and
-// structured content, as tools/mcp recorded it) or the text the log gives
-// a failure, a denial or a refused approval (which names the guard or the
-// approver and the reason).
-func result(tool string, o outcome) *sdk.CallToolResult {
+// result maps an outcome to a tool result: a call that ran is given back
+// as recorded (an MCP tool's content blocks and structured content as the
+// upstream server sent them, ADR 0095; a spilled output read from the
+// content store by its ref), anything else as the text the log gives it (a
+// denial or a refused approval names the guard or the approver and the
+// reason).
+func (s *session) result(ctx context.Context, tool string, o outcome) *sdk.CallToolResult {
+	if o.rec == nil {
+		return textResult(tool, o)
+	}
+	rec := o.rec
+	out := rec.Output
+	if rec.OutputRef != nil {
+		h, err := s.g.host()
+		if err == nil {
+			out, err = h.Content(ctx, *rec.OutputRef)
+		}
+		if err != nil {
+			return errorResult("gateway: the call ran; its output (content ref sha256:%s, %d bytes) could not be read: %v", rec.OutputRef.Hash, rec.OutputRef.Size, err)
+		}
+	}
+	failed := func() *sdk.CallToolResult {
+		msg := rec.Error
+		if msg == "" {
+			msg = "the call failed without an error message"
+		}
+		return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: msg}}}
+	}
+	if _, _, ok := splitTool(tool); !ok {
+		// A built-in's output, as recorded.
+		if !rec.OK {
+			return failed()
+		}
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: jsonText(out)}}}
+	}
+	var rout mcp.Output
+	if err := json.Unmarshal(out, &rout); err != nil || !bytes.HasPrefix(bytes.TrimSpace(out), []byte("{")) {
+		// Not a result the server sent (it could not be reached, the
+		// call timed out): the error says why.
+		if !rec.OK {
+			return failed()
+		}
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: jsonText(out)}}}
+	}
+	if !rec.OK && rout.Text == "" && len(rout.Upstream) == 0 {
+		return failed()
+	}
+	r := &sdk.CallToolResult{IsError: !rec.OK, Content: []sdk.Content{&sdk.TextContent{Text: rout.Text}}}
+	if len(rout.Upstream) > 0 {
+		var blocks sdk.CallToolResult
+		if err := json.Unmarshal([]byte(`{"content":`+string(rout.Upstream)+`}`), &blocks); err != nil {
+			return errorResult("gateway: the call ran; its recorded content could not be read back: %v", err)
+		}
+		r.Content = blocks.Content
+		if r.Content == nil {
+			r.Content = []sdk.Content{}
+		}
+	}
+	if len(rout.Structured) > 0 && !bytes.Equal(rout.Structured, []byte("null")) {
+		r.StructuredContent = rout.Structured
+	}
+	return r
+}
+
+// jsonText is a recorded JSON value as text: a string unquoted, anything
+// else as written.
+func jsonText(v json.RawMessage) string {
+	var s string
+	if len(v) > 0 && v[0] == '"' && json.Unmarshal(v, &s) == nil {
+		return s
+	}
+	return string(v)
+}
+
+// textResult is the result of an outcome the log gives as text only.
+func textResult(tool string, o outcome) *sdk.CallToolResult {
 	if o.isErr {
 		return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: o.text}}}
 	}
@@ -317,11 +389,7 @@ func (s *session) terminal(records []noeta.Payload, why string) {
 		case *noeta.ToolCallFinished:
 			if c, ok := asked[p.CallID]; ok {
 				delete(asked, p.CallID)
-				if p.OK {
-					c.out <- outcome{text: string(p.Output)}
-				} else {
-					c.out <- outcome{text: p.Error, isErr: true}
-				}
+				c.out <- outcome{text: p.Error, isErr: !p.OK, rec: p}
 			}
 		}
 	}

@@ -34,6 +34,9 @@ type session struct {
 	task   string
 	queue  []*call
 	asked  map[string]*call // handed to the engine, by call id
+	// finished are the records of the asked calls the engine ran, by call
+	// id, until deliver hands them over.
+	finished map[string]*noeta.ToolCallFinished
 	parked bool             // the task waits on EventKind
 	done   bool             // the client is gone
 	notify chan struct{}    // cap 1: a call was queued, or the session ended
@@ -54,14 +57,16 @@ type call struct {
 	approval string // the handle it waits on, once requested
 }
 
-// outcome is a call's result as the log has it.
+// outcome is a call's result as the log has it: the transcript's text, and
+// the ToolCallFinished when the call ran (its output whole, or by ref).
 type outcome struct {
 	text  string
 	isErr bool
+	rec   *noeta.ToolCallFinished
 }
 
 func newSession(g *Gateway, who Principal) *session {
-	return &session{g: g, who: who, asked: map[string]*call{}, notify: make(chan struct{}, 1)}
+	return &session{g: g, who: who, asked: map[string]*call{}, finished: map[string]*noeta.ToolCallFinished{}, notify: make(chan struct{}, 1)}
 }
 
 // Client names the session's principal in its decisions' records.
@@ -244,6 +249,18 @@ func (s *session) Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decis
 	}
 }
 
+// ToolFinished keeps the record of a call the session asked for: its
+// client gets the output as recorded, not the transcript's text of it
+// (engine.ResultReader).
+func (s *session) ToolFinished(rec *noeta.ToolCallFinished) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.asked[rec.CallID]; ok {
+		r := *rec
+		s.finished[rec.CallID] = &r
+	}
+}
+
 // deliver hands each call the engine has answered its outcome.
 func (s *session) deliver(t *noeta.Transcript) {
 	if t == nil {
@@ -263,6 +280,8 @@ func (s *session) deliver(t *noeta.Transcript) {
 			continue
 		}
 		delete(s.asked, m.ToolCallID)
-		c.out <- outcome{text: m.Text, isErr: m.IsError}
+		rec := s.finished[m.ToolCallID]
+		delete(s.finished, m.ToolCallID)
+		c.out <- outcome{text: m.Text, isErr: m.IsError, rec: rec}
 	}
 }

@@ -1,0 +1,162 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/gateway"
+)
+
+// TestGatewayGivesContentAsTheUpstreamGaveIt: a call's result reaches the
+// client as server-everything gave it — images with their data and MIME
+// type, embedded resources, resource links, annotations, structured
+// content, a long text whole — compared with the same call made on the
+// server directly; and the task's record holds it (a body over the inline
+// limit by its content ref).
+func TestGatewayGivesContentAsTheUpstreamGaveIt(t *testing.T) {
+	node, entry := everything(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	direct, err := sdk.NewClient(&sdk.Implementation{Name: "direct", Version: "1"}, nil).
+		Connect(ctx, &sdk.CommandTransport{Command: exec.Command(node, entry, "stdio")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+
+	r := open(t, config(t, "1h"), gateway.Options{Idle: time.Minute})
+	cs, stop := r.connect(t)
+	defer stop()
+
+	long := strings.Repeat("a long text, ", 2000) // spilled: over the inline limit
+	calls := []struct {
+		tool, args string
+		want       func(*sdk.CallToolResult) bool
+	}{
+		{"get-tiny-image", `{}`, func(res *sdk.CallToolResult) bool {
+			for _, c := range res.Content {
+				if img, ok := c.(*sdk.ImageContent); ok && img.MIMEType == "image/png" && bytes.HasPrefix(img.Data, []byte("\x89PNG")) {
+					return true
+				}
+			}
+			return false
+		}},
+		{"get-annotated-message", `{"messageType":"error","includeImage":true}`, func(res *sdk.CallToolResult) bool {
+			tc, ok := res.Content[0].(*sdk.TextContent)
+			return ok && tc.Annotations != nil && len(tc.Annotations.Audience) > 0
+		}},
+		{"get-resource-reference", `{"resourceType":"Text","resourceId":2}`, func(res *sdk.CallToolResult) bool {
+			for _, c := range res.Content {
+				if er, ok := c.(*sdk.EmbeddedResource); ok && er.Resource != nil && er.Resource.URI != "" && er.Resource.Text != "" {
+					return true
+				}
+			}
+			return false
+		}},
+		{"get-resource-reference", `{"resourceType":"Blob","resourceId":3}`, func(res *sdk.CallToolResult) bool {
+			for _, c := range res.Content {
+				if er, ok := c.(*sdk.EmbeddedResource); ok && er.Resource != nil && len(er.Resource.Blob) > 0 {
+					return true
+				}
+			}
+			return false
+		}},
+		{"get-resource-links", `{"count":3}`, func(res *sdk.CallToolResult) bool {
+			n := 0
+			for _, c := range res.Content {
+				if l, ok := c.(*sdk.ResourceLink); ok && l.URI != "" {
+					n++
+				}
+			}
+			return n == 3
+		}},
+		{"get-structured-content", `{"location":"New York"}`, func(res *sdk.CallToolResult) bool {
+			return res.StructuredContent != nil
+		}},
+		{"echo", `{"message":"` + long + `"}`, func(res *sdk.CallToolResult) bool {
+			return len(res.Content) == 1 && text(res) == "Echo: "+long
+		}},
+	}
+	for _, c := range calls {
+		want, err := direct.CallTool(ctx, &sdk.CallToolParams{Name: c.tool, Arguments: json.RawMessage(c.args)})
+		if err != nil {
+			t.Fatalf("%s directly: %v", c.tool, err)
+		}
+		if !c.want(want) {
+			t.Fatalf("%s directly gave %s: the test's expectation of server-everything is wrong", c.tool, js(t, want))
+		}
+		got, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "mcp__everything__" + c.tool, Arguments: json.RawMessage(c.args)})
+		if err != nil {
+			t.Fatalf("%s through the gateway: %v", c.tool, err)
+		}
+		if !c.want(got) {
+			t.Errorf("%s through the gateway gave %s", c.tool, trim(js(t, got)))
+		}
+		if g, w := js(t, got), js(t, want); g != w {
+			t.Errorf("%s through the gateway:\n got %s\nwant %s", c.tool, trim(g), trim(w))
+		}
+	}
+
+	// The record keeps what the client got: the image's data is in the
+	// task's ToolCallFinished, by its content ref.
+	task := r.sessionTask(t)
+	envs, err := r.h.Events(ctx, task, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range envs {
+		if e.Type != noeta.TypeToolCallFinished {
+			continue
+		}
+		p, _, err := e.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fin := p.(*noeta.ToolCallFinished)
+		if fin.Tool != "mcp__everything__get-tiny-image" {
+			continue
+		}
+		found = true
+		out := fin.Output
+		if fin.OutputRef != nil {
+			if out, err = r.h.Content(ctx, *fin.OutputRef); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Contains(out, []byte(`"mimeType":"image/png"`)) || !bytes.Contains(out, []byte(`"data":"iVBORw0KGgo`)) {
+			t.Errorf("the recorded output of get-tiny-image holds no image: %s", trim(string(out)))
+		}
+	}
+	if !found {
+		t.Errorf("no ToolCallFinished of get-tiny-image in task %s (it may not have been durable yet: the next decision writes it)", task)
+	}
+}
+
+func js(t testing.TB, r *sdk.CallToolResult) string {
+	t.Helper()
+	b, err := json.Marshal(struct {
+		Content    []sdk.Content `json:"content"`
+		Structured any           `json:"structuredContent,omitempty"`
+		IsError    bool          `json:"isError,omitempty"`
+	}{r.Content, r.StructuredContent, r.IsError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func trim(s string) string {
+	if len(s) > 600 {
+		return s[:600] + "…"
+	}
+	return s
+}
