@@ -30,16 +30,16 @@ type session struct {
 	g   *Gateway
 	who Principal
 
-	mu     sync.Mutex
-	task   string
-	queue  []*call
-	asked  map[string]*call // handed to the engine, by call id
+	mu    sync.Mutex
+	task  string
+	queue []*call
+	asked map[string]*call // handed to the engine, by call id
 	// finished are the records of the asked calls the engine ran, by call
 	// id, until deliver hands them over.
 	finished map[string]*noeta.ToolCallFinished
-	parked bool             // the task waits on EventKind
-	done   bool             // the client is gone
-	notify chan struct{}    // cap 1: a call was queued, or the session ended
+	parked   bool          // the task waits on EventKind
+	done     bool          // the client is gone
+	notify   chan struct{} // cap 1: a call was queued, or the session ended
 
 	srv     *sdk.Server
 	tmu     sync.Mutex        // guards offered
