@@ -48,13 +48,18 @@ type Run struct {
 	Log io.Writer
 	// Logger reports what the log cannot hold.
 	Logger *slog.Logger
+	// ToolNames is Options.ToolNames.
+	ToolNames string
 }
 
 // Serve opens a host that runs the gateway's tasks and serves one session
 // over In and Out, or, with Listen, sessions over HTTP until ctx ends;
 // the sessions' tasks are settled before it returns.
 func Serve(ctx context.Context, s Run) error {
-	gw := New(Options{Agent: s.Who.Agent, Logger: s.Logger})
+	if err := CheckToolNames(s.ToolNames); err != nil {
+		return err
+	}
+	gw := New(Options{Agent: s.Who.Agent, Logger: s.Logger, ToolNames: s.ToolNames})
 	h, err := s.Open(ctx, "gateway", hostconfig.Options{Config: s.Config, Workers: s.Workers, Workspace: s.Workspace, Actor: s.Actor,
 		Policies: gw.Policies, Queue: gw.Queue(), Guards: []guards.Guard{gw.Guard()}, Verb: "gateway", Stdout: s.Log, Logger: s.Logger})
 	if err != nil {

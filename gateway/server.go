@@ -42,7 +42,7 @@ func (g *Gateway) server(ctx context.Context, who Principal, o *sdk.ServerOption
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "noeta-gateway", Version: Version}, o)
 	s.offered = map[string]string{}
 	for _, spec := range specs {
-		s.srv.AddTool(&sdk.Tool{Name: spec.Name, Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
+		s.srv.AddTool(&sdk.Tool{Name: g.Exposed(spec.Name), Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
 		s.offered[spec.Name] = specSum(spec)
 	}
 	g.mu.Lock()
@@ -75,7 +75,36 @@ func (g *Gateway) offer(ctx context.Context, agent string) ([]noeta.ToolSpec, er
 		}
 		out = append(out, spec)
 	}
-	return out, nil
+	// Two tools a client would know by one name: neither is offered, so a
+	// call never reaches a tool its caller did not mean.
+	seen := map[string]int{}
+	for _, spec := range out {
+		seen[g.Exposed(spec.Name)]++
+	}
+	kept := out[:0]
+	for _, spec := range out {
+		if n := g.Exposed(spec.Name); seen[n] > 1 {
+			g.log.Warn("tools named alike to the client are not offered", "name", n, "tool", spec.Name)
+			continue
+		}
+		kept = append(kept, spec)
+	}
+	return kept, nil
+}
+
+// Exposed is the name a client knows the registry's tool by: with
+// Options.ToolNames upstream, an MCP server's tool by its name on the
+// server (mcp__files__read_file is read_file); otherwise, and for a
+// built-in, its registry name. Two tools exposed under one name are
+// offered to no one.
+func (g *Gateway) Exposed(tool string) string {
+	if g.opts.ToolNames != NamesUpstream {
+		return tool
+	}
+	if _, remote, ok := splitTool(tool); ok && remote != "" {
+		return remote
+	}
+	return tool
 }
 
 func specSum(spec noeta.ToolSpec) string {
@@ -121,13 +150,13 @@ func (s *session) reoffer(specs []noeta.ToolSpec) {
 		sum := specSum(spec)
 		now[spec.Name] = sum
 		if s.offered[spec.Name] != sum {
-			s.srv.AddTool(&sdk.Tool{Name: spec.Name, Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
+			s.srv.AddTool(&sdk.Tool{Name: s.g.Exposed(spec.Name), Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
 		}
 	}
 	var gone []string
 	for name := range s.offered {
 		if _, ok := now[name]; !ok {
-			gone = append(gone, name)
+			gone = append(gone, s.g.Exposed(name))
 		}
 	}
 	if len(gone) > 0 {
