@@ -406,6 +406,7 @@ func (s *session) terminal(records []noeta.Payload, why string) {
 	s.mu.Lock()
 	asked := s.asked
 	s.asked = map[string]*call{}
+	clear(s.finished)
 	s.done = true
 	s.mu.Unlock()
 	for _, p := range records {
