@@ -14,6 +14,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/gateway"
+	"github.com/noeta-go/noeta/host"
 )
 
 // TestGatewayGivesContentAsTheUpstreamGaveIt: a call's result reaches the
@@ -164,4 +165,53 @@ func trim(s string) string {
 		return s[:600] + "…"
 	}
 	return s
+}
+
+// TestGatewayApprovedCallGivesContent: a call that waited for a person's
+// approval runs in a segment that has not asked the session anything yet;
+// its image still reaches the client as the upstream gave it.
+func TestGatewayApprovedCallGivesContent(t *testing.T) {
+	// Untrusted annotations: get-tiny-image is medium risk and asks.
+	yaml := strings.Replace(config(t, "1h"), "trust_annotations: true", "trust_annotations: false", 1)
+	r := open(t, yaml, gateway.Options{Idle: time.Minute})
+	cs, stop := r.connect(t)
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	type answer struct {
+		res *sdk.CallToolResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "mcp__everything__get-tiny-image", Arguments: map[string]any{}})
+		done <- answer{res, err}
+	}()
+	var task string
+	for task == "" && ctx.Err() == nil {
+		if ts, _ := r.h.Tasks(ctx); len(ts) == 1 {
+			task = ts[0].Task
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p, _, err := r.waitFor(t, task, noeta.TypeApprovalRequested).Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.h.Approve(ctx, task, p.(*noeta.ApprovalRequested).Handle, host.Answer{Decision: noeta.ApprovalApprove, Approver: "cli:approver"}); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || a.res.IsError {
+		t.Fatalf("approved call: %+v %v", a.res, a.err)
+	}
+	var img *sdk.ImageContent
+	for _, c := range a.res.Content {
+		if i, ok := c.(*sdk.ImageContent); ok {
+			img = i
+		}
+	}
+	if img == nil || img.MIMEType != "image/png" || !bytes.HasPrefix(img.Data, []byte("\x89PNG")) {
+		t.Errorf("the approved call gave %s", trim(js(t, a.res)))
+	}
 }
