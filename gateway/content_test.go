@@ -215,3 +215,20 @@ func TestGatewayApprovedCallGivesContent(t *testing.T) {
 		t.Errorf("the approved call gave %s", trim(js(t, a.res)))
 	}
 }
+
+// TestGatewayBuiltinOutputWhole: a built-in's output over the inline
+// limit (in the content store by ref) reaches the client whole, as
+// recorded, not as the transcript's "stored by content ref" line.
+func TestGatewayBuiltinOutputWhole(t *testing.T) {
+	r := open(t, "agents:\n  dev:\n    tools: [echo]\n", gateway.Options{Idle: time.Minute})
+	cs, stop := r.connect(t)
+	defer stop()
+	long := strings.Repeat("y", 20_000)
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "echo", Arguments: map[string]any{"said": long}})
+	if err != nil || res.IsError {
+		t.Fatalf("echo: %+v %v", res, err)
+	}
+	if got, want := text(res), `{"said":"`+long+`"}`; got != want {
+		t.Errorf("echo gave %d bytes: %s", len(got), trim(got))
+	}
+}
