@@ -57,6 +57,14 @@ type ResultReader interface {
 	ToolFinished(rec *noeta.ToolCallFinished)
 }
 
+// ProgressReader is a ClientPolicy whose client is told a running call's
+// progress (an MCP server's progress notifications): ToolProgress returns
+// where the progress of callID goes, or nil. What is told is not recorded.
+type ProgressReader interface {
+	ClientPolicy
+	ToolProgress(callID string) tools.Progress
+}
+
 // PolicyResolver finds the policy of a task from its folded state (its agent
 // and script). It is called once per segment; caching is its business.
 type PolicyResolver func(ctx context.Context, st *State) (Policy, error)

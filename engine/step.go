@@ -804,8 +804,18 @@ func (g *segment) runTool(call noeta.ToolCall) error {
 	if err := g.engineEmit(noeta.ToolCallStarted{CallID: call.CallID, Tool: call.Tool, Args: args, ArgsRef: ref, Turn: g.st.Turn.N}); err != nil {
 		return err
 	}
+	// An approved call runs before the segment has asked its policy
+	// anything: resolve it (the next turn asks it anyway). One that cannot
+	// be resolved is the next turn's error, not this call's.
+	pol, _ := g.policy()
+	ctx := g.ctx
+	if pr, ok := pol.(ProgressReader); ok {
+		if p := pr.ToolProgress(call.CallID); p != nil {
+			ctx = tools.WithProgress(ctx, p)
+		}
+	}
 	start := time.Now()
-	res, err := g.e.cfg.Tools.RunAs(g.ctx, call, g.e.cfg.Workspace, g.st.Agent)
+	res, err := g.e.cfg.Tools.RunAs(ctx, call, g.e.cfg.Workspace, g.st.Agent)
 	took := time.Since(start)
 	if err != nil {
 		if cause := context.Cause(g.ctx); cause != nil {
@@ -826,13 +836,8 @@ func (g *segment) runTool(call noeta.ToolCall) error {
 	if err := g.emitLater(rec, eventlog.OriginTool, ActorTool); err != nil {
 		return err
 	}
-	// An approved call runs before the segment has asked its policy
-	// anything: resolve it (the next turn asks it anyway). One that cannot
-	// be resolved is the next turn's error, not this call's.
-	if pol, err := g.policy(); err == nil {
-		if r, ok := pol.(ResultReader); ok {
-			r.ToolFinished(&rec)
-		}
+	if r, ok := pol.(ResultReader); ok {
+		r.ToolFinished(&rec)
 	}
 	return nil
 }

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -231,4 +233,58 @@ func TestGatewayBuiltinOutputWhole(t *testing.T) {
 	if got, want := text(res), `{"said":"`+long+`"}`; got != want {
 		t.Errorf("echo gave %d bytes: %s", len(got), trim(got))
 	}
+}
+
+// TestGatewayRelaysUpstreamProgress: the progress server-everything
+// reports during a call reaches the client that asked for it (a progress
+// token), increasing, before the result.
+func TestGatewayRelaysUpstreamProgress(t *testing.T) {
+	r := open(t, config(t, "1h"), gateway.Options{Idle: time.Minute})
+	ct, st := sdk.NewInMemoryTransports()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		served <- r.gw.Serve(ctx, st, gateway.Principal{Agent: "dev", SubmittedBy: "cli:tester"})
+	}()
+	var mu sync.Mutex
+	var seen []*sdk.ProgressNotificationParams
+	cl := sdk.NewClient(&sdk.Implementation{Name: "test-client", Version: "1"}, &sdk.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
+			mu.Lock()
+			seen = append(seen, req.Params)
+			mu.Unlock()
+		},
+	})
+	cs, err := cl.Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &sdk.CallToolParams{Name: "mcp__everything__trigger-long-running-operation", Arguments: map[string]any{"duration": 0.3, "steps": 3}}
+	p.SetProgressToken("op-1")
+	res, err := cs.CallTool(ctx, p)
+	if err != nil || res.IsError {
+		t.Fatalf("call: %+v %v", res, err)
+	}
+	// The client's handler runs apart from the call's return: wait for it.
+	var got []*sdk.ProgressNotificationParams
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		got = slices.Clone(seen)
+		mu.Unlock()
+		if len(got) >= 3 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("the client was told %d progress notifications, want the upstream's 3: %+v", len(got), got)
+	}
+	for i, n := range got {
+		if n.ProgressToken != "op-1" || n.Progress != float64(i+1) || n.Total != 3 {
+			t.Errorf("progress %d = %+v, want %d of 3 on token op-1", i, n, i+1)
+		}
+	}
+	_ = cs.Close()
+	cancel()
+	<-served
 }

@@ -248,7 +248,7 @@ func (s *session) handle(tool string) sdk.ToolHandler {
 		if err := json.Unmarshal(args, &obj); err != nil {
 			return errorResult("gateway: the arguments are not a JSON object (%v); the call was not made", err), nil
 		}
-		c := &call{tool: tool, args: args, out: make(chan outcome, 1)}
+		c := &call{tool: tool, args: args, out: make(chan outcome, 1), progress: make(chan progressNote, progressQueue)}
 		if err := s.submit(ctx, c, clientName(req.Session)); err != nil {
 			return errorResult("gateway: %v; the call was not made", err), nil
 		}
@@ -257,16 +257,43 @@ func (s *session) handle(tool string) sdk.ToolHandler {
 }
 
 // await waits for c's outcome, telling the client it waits when it gave a
-// progress token.
+// progress token, and passing on the upstream server's progress once the
+// call runs: its values offset by the waits told before, so that what the
+// client is told keeps increasing, and the waits told no more.
 func (s *session) await(ctx context.Context, req *sdk.CallToolRequest, c *call) (*sdk.CallToolResult, error) {
 	token := req.Params.GetProgressToken()
 	tick := time.NewTicker(s.g.opts.ProgressEvery)
 	defer tick.Stop()
 	n := 0.0
+	relaying, base, sent := false, 0.0, false
+	relay := func(p progressNote) {
+		if token == nil || req.Session == nil {
+			return
+		}
+		if !relaying {
+			relaying, base = true, n
+		}
+		v := base + p.progress
+		if sent && v <= n {
+			return // the client is told increasing values only
+		}
+		n, sent = v, true
+		params := &sdk.ProgressNotificationParams{ProgressToken: token, Progress: n, Message: p.message}
+		if p.total > 0 {
+			params.Total = base + p.total
+		}
+		_ = req.Session.NotifyProgress(ctx, params)
+	}
 	for {
 		select {
 		case o := <-c.out:
+			// The progress the upstream sent before its result, first.
+			for len(c.progress) > 0 {
+				relay(<-c.progress)
+			}
 			return s.result(ctx, c.tool, o), nil
+		case p := <-c.progress:
+			relay(p)
 		case <-ctx.Done():
 			if s.withdraw(c) {
 				return nil, fmt.Errorf("gateway: the call was cancelled before it was made: %w", context.Cause(ctx))
@@ -275,10 +302,10 @@ func (s *session) await(ctx context.Context, req *sdk.CallToolRequest, c *call) 
 			// recorded, and nobody reads the result.
 			return nil, fmt.Errorf("gateway: the call was cancelled; it stays in the task's log: %w", context.Cause(ctx))
 		case <-tick.C:
-			if token == nil || req.Session == nil {
+			if token == nil || req.Session == nil || relaying {
 				continue
 			}
-			n++
+			n, sent = n+1, true
 			msg := "the call is being judged and run"
 			c.mu.Lock()
 			if c.approval != "" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/tools"
 )
 
 // Principal is who a session acts for: the agent whose task it is, and
@@ -55,7 +56,22 @@ type call struct {
 
 	mu       sync.Mutex
 	approval string // the handle it waits on, once requested
+
+	// progress is the upstream's progress while it runs, handed from the
+	// upstream client's reader to the handler (cap progressQueue; more is
+	// dropped, the handler sends what it has).
+	progress chan progressNote
 }
+
+// progressNote is one progress notification of the upstream server.
+type progressNote struct {
+	progress, total float64
+	message         string
+}
+
+// progressQueue bounds the progress notifications of one call waiting to
+// be sent to the client.
+const progressQueue = 16
 
 // outcome is a call's result as the log has it: the transcript's text, and
 // the ToolCallFinished when the call ran (its output whole, or by ref).
@@ -258,6 +274,24 @@ func (s *session) ToolFinished(rec *noeta.ToolCallFinished) {
 	if _, ok := s.asked[rec.CallID]; ok {
 		r := *rec
 		s.finished[rec.CallID] = &r
+	}
+}
+
+// ToolProgress is where the upstream's progress of a call the session
+// asked for goes: to the call's handler, which tells the client
+// (engine.ProgressReader). It never blocks the upstream client's reader.
+func (s *session) ToolProgress(callID string) tools.Progress {
+	s.mu.Lock()
+	c := s.asked[callID]
+	s.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	return func(progress, total float64, message string) {
+		select {
+		case c.progress <- progressNote{progress, total, message}:
+		default:
+		}
 	}
 }
 

@@ -12,10 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -128,6 +130,38 @@ func checkEverything(t *testing.T, s *Source) {
 		}
 		if img != 1 {
 			t.Errorf("get-tiny-image content = %s, want one PNG image with its data", out.Upstream)
+		}
+	}
+
+	// A call run with a Progress is told the server's progress, in order.
+	if op, ok := reg.Lookup("mcp__everything__trigger-long-running-operation"); ok {
+		var mu sync.Mutex
+		var got []float64
+		ctx := tools.WithProgress(context.Background(), func(progress, total float64, _ string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if total == 3 {
+				got = append(got, progress)
+			}
+		})
+		res, err := op.Run(ctx, tools.Call{Args: json.RawMessage(`{"duration":0.3,"steps":3}`)})
+		if err != nil || !res.OK {
+			t.Fatalf("trigger-long-running-operation = %+v, %v", res, err)
+		}
+		// The notifications are handled in order, the last possibly just
+		// after the result (the SDK hands them to the handler apart): the
+		// call's token is still routed then.
+		var seen []float64
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			seen = slices.Clone(got)
+			mu.Unlock()
+			if len(seen) >= 3 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if !slices.Equal(seen, []float64{1, 2, 3}) {
+			t.Errorf("progress = %v, want [1 2 3]", seen)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -133,7 +134,14 @@ func (t *tool) call(ctx context.Context, args json.RawMessage) (tools.Result, er
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage("{}")
 	}
-	res, err := sess.cs.CallTool(ctx, &sdk.CallToolParams{Name: t.remote, Arguments: args})
+	params := &sdk.CallToolParams{Name: t.remote, Arguments: args}
+	if p := tools.ProgressFrom(ctx); p != nil {
+		tok := "noeta-" + strconv.FormatInt(s.tokens.Add(1), 10)
+		params.SetProgressToken(tok)
+		s.progress.Store(tok, p)
+		defer s.callEnded(tok)
+	}
+	res, err := sess.cs.CallTool(ctx, params)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
