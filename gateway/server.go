@@ -278,7 +278,7 @@ func (s *session) await(ctx context.Context, req *sdk.CallToolRequest, c *call) 
 			return // the client is told increasing values only
 		}
 		n, sent = v, true
-		params := &sdk.ProgressNotificationParams{ProgressToken: token, Progress: n, Message: p.message}
+		params := &sdk.ProgressNotificationParams{ProgressToken: token, Progress: n}
 		if p.total > 0 {
 			params.Total = base + p.total
 		}

@@ -63,10 +63,10 @@ type call struct {
 	progress chan progressNote
 }
 
-// progressNote is one progress notification of the upstream server.
+// progressNote is one progress notification of the upstream server, its
+// numbers only: its message, text the log does not hold, is not passed on.
 type progressNote struct {
 	progress, total float64
-	message         string
 }
 
 // progressQueue bounds the progress notifications of one call waiting to
@@ -287,9 +287,9 @@ func (s *session) ToolProgress(callID string) tools.Progress {
 	if c == nil {
 		return nil
 	}
-	return func(progress, total float64, message string) {
+	return func(progress, total float64, _ string) {
 		select {
-		case c.progress <- progressNote{progress, total, message}:
+		case c.progress <- progressNote{progress, total}:
 		default:
 		}
 	}
