@@ -44,6 +44,27 @@ type ClientPolicy interface {
 	Client() string
 }
 
+// ResultReader is a ClientPolicy whose client reads each call's result as
+// recorded, not as a model reads it in the transcript (clipped, a spilled
+// output shown by its ref only): the engine hands it every ToolCallFinished
+// it records for a call it ran in the process, before the policy's next
+// Decide. A result recorded by another process (a call cut by a crash) is
+// only in the transcript.
+type ResultReader interface {
+	ClientPolicy
+	// ToolFinished is called with the record, not yet durable (it is with
+	// the next decision's), on the task's worker: it must return promptly.
+	ToolFinished(rec *noeta.ToolCallFinished)
+}
+
+// ProgressReader is a ClientPolicy whose client is told a running call's
+// progress (an MCP server's progress notifications): ToolProgress returns
+// where the progress of callID goes, or nil. What is told is not recorded.
+type ProgressReader interface {
+	ClientPolicy
+	ToolProgress(callID string) tools.Progress
+}
+
 // PolicyResolver finds the policy of a task from its folded state (its agent
 // and script). It is called once per segment; caching is its business.
 type PolicyResolver func(ctx context.Context, st *State) (Policy, error)

@@ -871,8 +871,18 @@ func (g *segment) runTool(call noeta.ToolCall) error {
 	if err := g.engineEmit(noeta.ToolCallStarted{CallID: call.CallID, Tool: call.Tool, Args: args, ArgsRef: ref, Turn: g.st.Turn.N}); err != nil {
 		return err
 	}
+	// An approved call runs before the segment has asked its policy
+	// anything: resolve it (the next turn asks it anyway). One that cannot
+	// be resolved is the next turn's error, not this call's.
+	pol, _ := g.policy()
+	ctx := g.ctx
+	if pr, ok := pol.(ProgressReader); ok {
+		if p := pr.ToolProgress(call.CallID); p != nil {
+			ctx = tools.WithProgress(ctx, p)
+		}
+	}
 	start := time.Now()
-	res, err := g.e.cfg.Tools.RunAs(g.ctx, call, g.e.cfg.Workspace, g.st.Agent)
+	res, err := g.e.cfg.Tools.RunAs(ctx, call, g.e.cfg.Workspace, g.st.Agent)
 	took := time.Since(start)
 	if err != nil {
 		if cause := context.Cause(g.ctx); cause != nil {
@@ -886,10 +896,17 @@ func (g *segment) runTool(call noeta.ToolCall) error {
 	if err != nil {
 		return err
 	}
-	return g.emitLater(noeta.ToolCallFinished{
+	rec := noeta.ToolCallFinished{
 		CallID: call.CallID, Tool: call.Tool, OK: res.OK, Output: out, OutputRef: oref,
 		Error: truncate(res.Error, maxErrorLen), DurationMS: took.Milliseconds(), Egress: res.Egress,
-	}, eventlog.OriginTool, ActorTool)
+	}
+	if err := g.emitLater(rec, eventlog.OriginTool, ActorTool); err != nil {
+		return err
+	}
+	if r, ok := pol.(ResultReader); ok {
+		r.ToolFinished(&rec)
+	}
+	return nil
 }
 
 // spawnArgs is what a spawn approval records: the child it would start.

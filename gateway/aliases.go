@@ -26,7 +26,7 @@ func (g *Gateway) exposed(tool string) string {
 func (g *Gateway) exposedAll(tools []string) []string {
 	out := make([]string, len(tools))
 	for i, t := range tools {
-		out[i] = g.exposed(t)
+		out[i] = g.Exposed(t)
 	}
 	return out
 }

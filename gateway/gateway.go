@@ -85,6 +85,29 @@ type Options struct {
 	Aliases map[string]string
 	// Logger reports what the log cannot hold (discarded if nil).
 	Logger *slog.Logger
+	// ToolNames is how the tools are named to the clients: NamesPrefixed
+	// (the default) as in the registry, mcp__<server>__<tool>;
+	// NamesUpstream an MCP server's tool by its name on the server (see
+	// [Gateway.Exposed]). The log names the registry's tool either way.
+	ToolNames string
+}
+
+// The values of Options.ToolNames.
+const (
+	NamesPrefixed = "prefixed"
+	NamesUpstream = "upstream"
+)
+
+// ErrToolNames: Options.ToolNames is neither of its values.
+var ErrToolNames = errors.New("gateway: tool names are prefixed or upstream")
+
+// CheckToolNames refuses a ToolNames that is neither of its values.
+func CheckToolNames(v string) error {
+	switch v {
+	case "", NamesPrefixed, NamesUpstream:
+		return nil
+	}
+	return fmt.Errorf("%w, not %q", ErrToolNames, v)
 }
 
 // Gateway serves MCP sessions over a host that runs their tasks. Its

@@ -48,13 +48,18 @@ type Run struct {
 	Log io.Writer
 	// Logger reports what the log cannot hold.
 	Logger *slog.Logger
+	// ToolNames is Options.ToolNames.
+	ToolNames string
 }
 
 // Serve opens a host that runs the gateway's tasks and serves one session
 // over In and Out, or, with Listen, sessions over HTTP until ctx ends;
 // the sessions' tasks are settled before it returns.
 func Serve(ctx context.Context, s Run) error {
-	o := Options{Agent: s.Who.Agent, Logger: s.Logger}
+	if err := CheckToolNames(s.ToolNames); err != nil {
+		return err
+	}
+	o := Options{Agent: s.Who.Agent, Logger: s.Logger, ToolNames: s.ToolNames}
 	if s.Config != nil {
 		o.Aliases, o.AgentOf, o.Approvals = s.Config.Gateway.Aliases, s.Config.HTTP.AgentOf(), s.Config.Approvals
 	}

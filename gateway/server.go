@@ -12,6 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/tools/mcp"
 )
 
 // Version is what the gateway tells clients it is.
@@ -41,7 +42,7 @@ func (g *Gateway) server(ctx context.Context, who Principal, o *sdk.ServerOption
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "noeta-gateway", Version: Version}, o)
 	s.offered = map[string]string{}
 	for _, spec := range specs {
-		s.srv.AddTool(&sdk.Tool{Name: g.exposed(spec.Name), Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
+		s.srv.AddTool(&sdk.Tool{Name: g.Exposed(spec.Name), Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
 		s.offered[spec.Name] = specSum(spec)
 	}
 	g.mu.Lock()
@@ -74,7 +75,40 @@ func (g *Gateway) offer(ctx context.Context, agent string) ([]noeta.ToolSpec, er
 		}
 		out = append(out, spec)
 	}
-	return out, nil
+	// Two tools a client would know by one name: neither is offered, so a
+	// call never reaches a tool its caller did not mean.
+	seen := map[string]int{}
+	for _, spec := range out {
+		seen[g.Exposed(spec.Name)]++
+	}
+	kept := out[:0]
+	for _, spec := range out {
+		if n := g.Exposed(spec.Name); seen[n] > 1 {
+			g.log.Warn("tools named alike to the client are not offered", "name", n, "tool", spec.Name)
+			continue
+		}
+		kept = append(kept, spec)
+	}
+	return kept, nil
+}
+
+// Exposed is the name a client knows the registry's tool by: its alias
+// (noeta.yaml's gateway.aliases) if it has one; with
+// Options.ToolNames upstream, an MCP server's tool by its name on the
+// server (mcp__files__read_file is read_file); otherwise, and for a
+// built-in, its registry name. Two tools exposed under one name are
+// offered to no one.
+func (g *Gateway) Exposed(tool string) string {
+	if a := g.exposed(tool); a != tool {
+		return a // an alias of noeta.yaml's gateway.aliases
+	}
+	if g.opts.ToolNames != NamesUpstream {
+		return tool
+	}
+	if _, remote, ok := splitTool(tool); ok && remote != "" {
+		return remote
+	}
+	return tool
 }
 
 func specSum(spec noeta.ToolSpec) string {
@@ -120,13 +154,13 @@ func (s *session) reoffer(specs []noeta.ToolSpec) {
 		sum := specSum(spec)
 		now[spec.Name] = sum
 		if s.offered[spec.Name] != sum {
-			s.srv.AddTool(&sdk.Tool{Name: s.g.exposed(spec.Name), Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
+			s.srv.AddTool(&sdk.Tool{Name: s.g.Exposed(spec.Name), Description: spec.Description, InputSchema: spec.InputSchema}, s.handle(spec.Name))
 		}
 	}
 	var gone []string
 	for name := range s.offered {
 		if _, ok := now[name]; !ok {
-			gone = append(gone, name)
+			gone = append(gone, s.g.Exposed(name))
 		}
 	}
 	if len(gone) > 0 {
@@ -222,7 +256,7 @@ func (s *session) handle(tool string) sdk.ToolHandler {
 			// The client's answer to the question an approval put to it.
 			return s.resumeAsked(ctx, req, tool)
 		}
-		c := &call{tool: tool, args: args, out: make(chan outcome, 1), requested: make(chan *noeta.ApprovalRequested, 1)}
+		c := &call{tool: tool, args: args, out: make(chan outcome, 1), requested: make(chan *noeta.ApprovalRequested, 1), progress: make(chan progressNote, progressQueue)}
 		if err := s.submit(ctx, c, clientName(req.Session)); err != nil {
 			return errorResult("gateway: %v; the call was not made", err), nil
 		}
@@ -231,12 +265,33 @@ func (s *session) handle(tool string) sdk.ToolHandler {
 }
 
 // await waits for c's outcome, telling the client it waits when it gave a
-// progress token.
+// progress token, and passing on the upstream server's progress once the
+// call runs: its values offset by the waits told before, so that what the
+// client is told keeps increasing, and the waits told no more.
 func (s *session) await(ctx context.Context, req *sdk.CallToolRequest, c *call) (*sdk.CallToolResult, error) {
 	token := req.Params.GetProgressToken()
 	tick := time.NewTicker(s.g.opts.ProgressEvery)
 	defer tick.Stop()
 	n := 0.0
+	relaying, base, sent := false, 0.0, false
+	relay := func(p progressNote) {
+		if token == nil || req.Session == nil {
+			return
+		}
+		if !relaying {
+			relaying, base = true, n
+		}
+		v := base + p.progress
+		if sent && v <= n {
+			return // the client is told increasing values only
+		}
+		n, sent = v, true
+		params := &sdk.ProgressNotificationParams{ProgressToken: token, Progress: n}
+		if p.total > 0 {
+			params.Total = base + p.total
+		}
+		_ = req.Session.NotifyProgress(ctx, params)
+	}
 	for {
 		select {
 		case ar := <-c.requested:
@@ -246,7 +301,13 @@ func (s *session) await(ctx context.Context, req *sdk.CallToolRequest, c *call) 
 				}
 			}
 		case o := <-c.out:
-			return result(c.tool, o), nil
+			// The progress the upstream sent before its result, first.
+			for len(c.progress) > 0 {
+				relay(<-c.progress)
+			}
+			return s.result(ctx, c.tool, o), nil
+		case p := <-c.progress:
+			relay(p)
 		case <-ctx.Done():
 			if s.withdraw(c) {
 				return nil, fmt.Errorf("gateway: the call was cancelled before it was made: %w", context.Cause(ctx))
@@ -255,10 +316,10 @@ func (s *session) await(ctx context.Context, req *sdk.CallToolRequest, c *call) 
 			// recorded, and nobody reads the result.
 			return nil, fmt.Errorf("gateway: the call was cancelled; it stays in the task's log: %w", context.Cause(ctx))
 		case <-tick.C:
-			if token == nil || req.Session == nil {
+			if token == nil || req.Session == nil || relaying {
 				continue
 			}
-			n++
+			n, sent = n+1, true
 			msg := "the call is being judged and run"
 			c.mu.Lock()
 			if c.approval != "" {
@@ -276,11 +337,82 @@ func (s *session) taskID() string {
 	return s.task
 }
 
-// result maps an outcome to a tool result: an MCP tool's output (text and
-// structured content, as tools/mcp recorded it) or the text the log gives
-// a failure, a denial or a refused approval (which names the guard or the
-// approver and the reason).
-func result(tool string, o outcome) *sdk.CallToolResult {
+// result maps an outcome to a tool result: a call that ran is given back
+// as recorded (an MCP tool's content blocks and structured content as the
+// upstream server sent them, ADR 0095; a spilled output read from the
+// content store by its ref), anything else as the text the log gives it (a
+// denial or a refused approval names the guard or the approver and the
+// reason).
+func (s *session) result(ctx context.Context, tool string, o outcome) *sdk.CallToolResult {
+	if o.rec == nil {
+		return textResult(tool, o)
+	}
+	rec := o.rec
+	out := rec.Output
+	if rec.OutputRef != nil {
+		h, err := s.g.host()
+		if err == nil {
+			out, err = h.Content(ctx, *rec.OutputRef)
+		}
+		if err != nil {
+			return errorResult("gateway: the call ran; its output (content ref sha256:%s, %d bytes) could not be read: %v", rec.OutputRef.Hash, rec.OutputRef.Size, err)
+		}
+	}
+	failed := func() *sdk.CallToolResult {
+		msg := rec.Error
+		if msg == "" {
+			msg = "the call failed without an error message"
+		}
+		return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: msg}}}
+	}
+	if _, _, ok := splitTool(tool); !ok {
+		// A built-in's output, as recorded.
+		if !rec.OK {
+			return failed()
+		}
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: jsonText(out)}}}
+	}
+	var rout mcp.Output
+	if err := json.Unmarshal(out, &rout); err != nil || !bytes.HasPrefix(bytes.TrimSpace(out), []byte("{")) {
+		// Not a result the server sent (it could not be reached, the
+		// call timed out): the error says why.
+		if !rec.OK {
+			return failed()
+		}
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: jsonText(out)}}}
+	}
+	if !rec.OK && rout.Text == "" && len(rout.Upstream) == 0 {
+		return failed()
+	}
+	r := &sdk.CallToolResult{IsError: !rec.OK, Content: []sdk.Content{&sdk.TextContent{Text: rout.Text}}}
+	if len(rout.Upstream) > 0 {
+		var blocks sdk.CallToolResult
+		if err := json.Unmarshal([]byte(`{"content":`+string(rout.Upstream)+`}`), &blocks); err != nil {
+			return errorResult("gateway: the call ran; its recorded content could not be read back: %v", err)
+		}
+		r.Content = blocks.Content
+		if r.Content == nil {
+			r.Content = []sdk.Content{}
+		}
+	}
+	if len(rout.Structured) > 0 && !bytes.Equal(rout.Structured, []byte("null")) {
+		r.StructuredContent = rout.Structured
+	}
+	return r
+}
+
+// jsonText is a recorded JSON value as text: a string unquoted, anything
+// else as written.
+func jsonText(v json.RawMessage) string {
+	var s string
+	if len(v) > 0 && v[0] == '"' && json.Unmarshal(v, &s) == nil {
+		return s
+	}
+	return string(v)
+}
+
+// textResult is the result of an outcome the log gives as text only.
+func textResult(tool string, o outcome) *sdk.CallToolResult {
 	if o.isErr {
 		return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: o.text}}}
 	}
@@ -315,6 +447,7 @@ func (s *session) terminal(records []noeta.Payload, why string) {
 	s.mu.Lock()
 	asked := s.asked
 	s.asked = map[string]*call{}
+	clear(s.finished)
 	s.done = true
 	s.ended = why
 	s.mu.Unlock()
@@ -328,11 +461,7 @@ func (s *session) terminal(records []noeta.Payload, why string) {
 		case *noeta.ToolCallFinished:
 			if c, ok := asked[p.CallID]; ok {
 				delete(asked, p.CallID)
-				if p.OK {
-					c.out <- outcome{text: string(p.Output)}
-				} else {
-					c.out <- outcome{text: p.Error, isErr: true}
-				}
+				c.out <- outcome{text: p.Error, isErr: !p.OK, rec: p}
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/tools"
 )
 
 // Principal is who a session acts for: the agent whose task it is, and
@@ -32,15 +33,18 @@ type session struct {
 	// goal, if set, is the task's goal; else it names the MCP client.
 	goal string
 
-	mu     sync.Mutex
-	task   string
-	queue  []*call
-	asked  map[string]*call // handed to the engine, by call id
-	parked bool             // the task waits on EventKind
-	done   bool             // the client is gone
-	ended  string           // why the task ended under the session, if it did
-	notify chan struct{}    // cap 1: a call was queued, or the session ended
-	asks   map[string]asked // calls whose approval was put to the client, by request state
+	mu    sync.Mutex
+	task  string
+	queue []*call
+	asked map[string]*call // handed to the engine, by call id
+	// finished are the records of the asked calls the engine ran, by call
+	// id, until deliver hands them over.
+	finished map[string]*noeta.ToolCallFinished
+	parked   bool             // the task waits on EventKind
+	done     bool             // the client is gone
+	ended    string           // why the task ended under the session, if it did
+	notify   chan struct{}    // cap 1: a call was queued, or the session ended
+	asks     map[string]asked // calls whose approval was put to the client, by request state
 
 	srv     *sdk.Server
 	tmu     sync.Mutex        // guards offered
@@ -60,16 +64,33 @@ type call struct {
 
 	mu       sync.Mutex
 	approval string // the handle it waits on, once requested
+
+	// progress is the upstream's progress while it runs, handed from the
+	// upstream client's reader to the handler (cap progressQueue; more is
+	// dropped, the handler sends what it has).
+	progress chan progressNote
 }
 
-// outcome is a call's result as the log has it.
+// progressNote is one progress notification of the upstream server, its
+// numbers only: its message, text the log does not hold, is not passed on.
+type progressNote struct {
+	progress, total float64
+}
+
+// progressQueue bounds the progress notifications of one call waiting to
+// be sent to the client.
+const progressQueue = 16
+
+// outcome is a call's result as the log has it: the transcript's text, and
+// the ToolCallFinished when the call ran (its output whole, or by ref).
 type outcome struct {
 	text  string
 	isErr bool
+	rec   *noeta.ToolCallFinished
 }
 
 func newSession(g *Gateway, who Principal) *session {
-	return &session{g: g, who: who, asked: map[string]*call{}, notify: make(chan struct{}, 1)}
+	return &session{g: g, who: who, asked: map[string]*call{}, finished: map[string]*noeta.ToolCallFinished{}, notify: make(chan struct{}, 1)}
 }
 
 // Client names the session's principal in its decisions' records.
@@ -276,6 +297,36 @@ func (s *session) Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decis
 	}
 }
 
+// ToolFinished keeps the record of a call the session asked for: its
+// client gets the output as recorded, not the transcript's text of it
+// (engine.ResultReader).
+func (s *session) ToolFinished(rec *noeta.ToolCallFinished) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.asked[rec.CallID]; ok {
+		r := *rec
+		s.finished[rec.CallID] = &r
+	}
+}
+
+// ToolProgress is where the upstream's progress of a call the session
+// asked for goes: to the call's handler, which tells the client
+// (engine.ProgressReader). It never blocks the upstream client's reader.
+func (s *session) ToolProgress(callID string) tools.Progress {
+	s.mu.Lock()
+	c := s.asked[callID]
+	s.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	return func(progress, total float64, _ string) {
+		select {
+		case c.progress <- progressNote{progress, total}:
+		default:
+		}
+	}
+}
+
 // deliver hands each call the engine has answered its outcome.
 func (s *session) deliver(t *noeta.Transcript) {
 	if t == nil {
@@ -295,6 +346,8 @@ func (s *session) deliver(t *noeta.Transcript) {
 			continue
 		}
 		delete(s.asked, m.ToolCallID)
-		c.out <- outcome{text: m.Text, isErr: m.IsError}
+		rec := s.finished[m.ToolCallID]
+		delete(s.finished, m.ToolCallID)
+		c.out <- outcome{text: m.Text, isErr: m.IsError, rec: rec}
 	}
 }

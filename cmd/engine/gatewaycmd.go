@@ -11,7 +11,7 @@ import (
 )
 
 func newGatewayCmd(g *globals) *cobra.Command {
-	var config, agent, workspace, listen string
+	var config, agent, workspace, listen, names string
 	var asJSON bool
 	var web webui.ListenerFlags
 	cmd := &cobra.Command{
@@ -39,9 +39,12 @@ recorded; a changed tool definition is refused until pin accept (docs/gateway.md
 			if err := web.Check("--listen", listen); listen != "" && err != nil {
 				return usageErr("%v", err)
 			}
+			if err := gateway.CheckToolNames(names); err != nil {
+				return usageErr("--tool-names: %v", err)
+			}
 			return failIf(gateway.Serve(cmd.Context(), gateway.Run{Open: g.open,
 				Config: cfg, Workers: g.workers, Workspace: ws, Prefix: g.conn.prefix, Replicas: g.conn.replicas,
-				Who: gateway.Principal{Agent: agent, SubmittedBy: approvals.LocalApprover()}, Listen: listen, Gate: webui.NewGate(cfg.HTTP, web.Limits()), Cert: web.Cert, In: cmd.InOrStdin(), Out: g.rawOut, Log: g.stderr, Logger: g.logger()}))
+				Who: gateway.Principal{Agent: agent, SubmittedBy: approvals.LocalApprover()}, Listen: listen, Gate: webui.NewGate(cfg.HTTP, web.Limits()), Cert: web.Cert, In: cmd.InOrStdin(), Out: g.rawOut, Log: g.stderr, Logger: g.logger(), ToolNames: names}))
 		},
 	}
 	cmd.Flags().StringVar(&config, "config", "", "governance config (default "+defaultConfig+" in the working directory)")
@@ -49,6 +52,7 @@ recorded; a changed tool definition is refused until pin accept (docs/gateway.md
 	_ = cmd.MarkFlagRequired("agent")
 	cmd.Flags().StringVar(&workspace, "workspace", ".", "directory the file and shell tools work in")
 	cmd.Flags().StringVar(&listen, "listen", "", "serve streamable HTTP on this address instead of stdio (bearer tokens of the config's http:)")
+	cmd.Flags().StringVar(&names, "tool-names", gateway.NamesPrefixed, "how clients know an MCP server's tool: prefixed (mcp__<server>__<tool>) or upstream (its name on the server; two tools of one name are offered to no one)")
 	web.Bind(cmd.Flags(), "--listen")
 	pin := &cobra.Command{Use: "pin", Short: "List the pinned tool definitions, or accept a changed one", Args: cobra.NoArgs}
 	list := &cobra.Command{Use: "list", Short: "List the pinned definitions and the changes refused until accepted", Args: cobra.NoArgs,

@@ -12,10 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -105,18 +107,61 @@ func checkEverything(t *testing.T, s *Source) {
 		t.Errorf("echo after cancel = %+v", res)
 	}
 
-	// An image is summarised, never inlined.
+	// An image is recorded as the server sent it: its MIME type and data.
 	if _, ok := reg.Lookup("mcp__everything__get-tiny-image"); ok {
 		res = mustRun(t, reg, "mcp__everything__get-tiny-image", `{}`)
-		var out output
+		var out Output
 		if err := json.Unmarshal(res.Output, &out); err != nil || !res.OK {
 			t.Fatalf("get-tiny-image = %+v, %v", res, err)
 		}
-		if len(out.Content) == 0 || out.Content[0].Type != "image" || out.Content[0].MIMEType != "image/png" || out.Content[0].Bytes == 0 {
-			t.Errorf("get-tiny-image content = %+v", out.Content)
+		var blocks []struct {
+			Type     string `json:"type"`
+			MIMEType string `json:"mimeType"`
+			Data     []byte `json:"data"`
 		}
-		if len(res.Output) > 1024 {
-			t.Errorf("get-tiny-image output is %d bytes: the image is inlined? %s", len(res.Output), res.Output)
+		if err := json.Unmarshal(out.Upstream, &blocks); err != nil {
+			t.Fatalf("get-tiny-image upstream content %s: %v", out.Upstream, err)
+		}
+		var img int
+		for _, b := range blocks {
+			if b.Type == "image" && b.MIMEType == "image/png" && len(b.Data) > 8 && string(b.Data[1:4]) == "PNG" {
+				img++
+			}
+		}
+		if img != 1 {
+			t.Errorf("get-tiny-image content = %s, want one PNG image with its data", out.Upstream)
+		}
+	}
+
+	// A call run with a Progress is told the server's progress, in order.
+	if op, ok := reg.Lookup("mcp__everything__trigger-long-running-operation"); ok {
+		var mu sync.Mutex
+		var got []float64
+		ctx := tools.WithProgress(context.Background(), func(progress, total float64, _ string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if total == 3 {
+				got = append(got, progress)
+			}
+		})
+		res, err := op.Run(ctx, tools.Call{Args: json.RawMessage(`{"duration":0.3,"steps":3}`)})
+		if err != nil || !res.OK {
+			t.Fatalf("trigger-long-running-operation = %+v, %v", res, err)
+		}
+		// The notifications are handled in order, the last possibly just
+		// after the result (the SDK hands them to the handler apart): the
+		// call's token is still routed then.
+		var seen []float64
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			seen = slices.Clone(got)
+			mu.Unlock()
+			if len(seen) >= 3 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if !slices.Equal(seen, []float64{1, 2, 3}) {
+			t.Errorf("progress = %v, want [1 2 3]", seen)
 		}
 	}
 }

@@ -77,7 +77,7 @@ func mustRun(t *testing.T, reg *tools.Registry, tool, args string) tools.Result 
 
 func text(t *testing.T, res tools.Result) string {
 	t.Helper()
-	var out output
+	var out Output
 	if err := json.Unmarshal(res.Output, &out); err != nil {
 		t.Fatalf("output %s: %v", res.Output, err)
 	}
@@ -125,8 +125,8 @@ func TestFaultServerTools(t *testing.T) {
 	}
 }
 
-// TestFaultServerResults: text is joined, structured content kept, other
-// content summarised without its bytes, isError a failed result with the
+// TestFaultServerResults: text is joined, structured content kept, the
+// content blocks kept as the server sent them, isError a failed result with the
 // text as its error, and a result over the cap a clear failure.
 func TestFaultServerResults(t *testing.T) {
 	t.Parallel()
@@ -134,9 +134,11 @@ func TestFaultServerResults(t *testing.T) {
 	reg := registry(t, newSource(t, srv, Options{MaxResultBytes: 4000}))
 
 	res := mustRun(t, reg, "mcp__fault__mixed", `{}`)
-	want := `{"text":"one\ntwo","structured":{"n":1},"content":[{"type":"image","mime_type":"image/png","bytes":15},` +
-		`{"type":"resource_link","mime_type":"text/plain","uri":"file:///r.txt","name":"r.txt","size":2048},` +
-		`{"type":"resource","mime_type":"application/octet-stream","bytes":3,"uri":"mem://b"}]}`
+	want := `{"text":"one\ntwo","structured":{"n":1},"upstream_content":[{"type":"text","text":"one"},` +
+		`{"type":"image","mimeType":"image/png","data":"iVBORy1ub3QtcmVhbGx5"},` +
+		`{"type":"resource_link","mimeType":"text/plain","uri":"file:///r.txt","name":"r.txt","size":2048},` +
+		`{"type":"resource","resource":{"uri":"mem://b","mimeType":"application/octet-stream","blob":"AAEC"}},` +
+		`{"type":"text","text":"two"}]}`
 	if !res.OK || string(res.Output) != want {
 		t.Errorf("mixed = %s, %v\nwant %s", res.Output, res.OK, want)
 	}
@@ -150,8 +152,9 @@ func TestFaultServerResults(t *testing.T) {
 	if res.OK || res.Error != `mcp server "fault": big returned a result of 5000 bytes, over the cap of 4000` {
 		t.Errorf("big = %+v", res)
 	}
-	// The server is still there.
-	if res := mustRun(t, reg, "mcp__fault__echo", `{"message":"after"}`); !res.OK {
+	// The server is still there; one plain text block is recorded as text
+	// alone.
+	if res := mustRun(t, reg, "mcp__fault__echo", `{"message":"after"}`); !res.OK || strings.Contains(string(res.Output), "upstream_content") {
 		t.Errorf("echo after big = %+v", res)
 	}
 

@@ -94,6 +94,16 @@ type Source struct {
 	// changed counts list_changed notifications; listed is the count the
 	// current tool list was fetched after.
 	changed atomic.Int64
+	// progress is where each call in flight that asked for it is told its
+	// progress, by the progress token sent with it (tokens counts them).
+	progress sync.Map // string → tools.Progress
+	tokens   atomic.Int64
+	// ended are the tokens of the calls that returned, the oldest first:
+	// the SDK hands a call its result apart from the notifications that
+	// came before it, which may still be on their way to the handler, so
+	// a token is forgotten only keptTokens calls later.
+	endedMu sync.Mutex
+	ended   []string
 
 	mu       sync.Mutex
 	sess     *session      // the live session; nil when there is none
@@ -122,6 +132,21 @@ type session struct {
 	// should not.
 	drop     chan struct{}
 	dropOnce sync.Once
+}
+
+// keptTokens is how many returned calls' progress tokens are still
+// routed (see Source.ended).
+const keptTokens = 64
+
+// callEnded keeps tok routed for a while after its call returned.
+func (s *Source) callEnded(tok string) {
+	s.endedMu.Lock()
+	defer s.endedMu.Unlock()
+	s.ended = append(s.ended, tok)
+	if len(s.ended) > keptTokens {
+		s.progress.Delete(s.ended[0])
+		s.ended = append(s.ended[:0], s.ended[1:]...)
+	}
 }
 
 // ErrInvalidServer is wrapped by a [Source]'s methods when its [Server]
@@ -160,6 +185,17 @@ func New(srv Server, opts Options) *Source {
 			s.changed.Add(1)
 			if opts.OnToolsChanged != nil {
 				opts.OnToolsChanged(srv.Name)
+			}
+		},
+		// A server's progress reaches the call that asked for it; a token
+		// no call in flight sent is dropped.
+		ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
+			tok, ok := req.Params.ProgressToken.(string)
+			if !ok {
+				return
+			}
+			if p, ok := s.progress.Load(tok); ok {
+				p.(tools.Progress)(req.Params.Progress, req.Params.Total, req.Params.Message)
 			}
 		},
 	})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -133,7 +134,14 @@ func (t *tool) call(ctx context.Context, args json.RawMessage) (tools.Result, er
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage("{}")
 	}
-	res, err := sess.cs.CallTool(ctx, &sdk.CallToolParams{Name: t.remote, Arguments: args})
+	params := &sdk.CallToolParams{Name: t.remote, Arguments: args}
+	if p := tools.ProgressFrom(ctx); p != nil {
+		tok := "noeta-" + strconv.FormatInt(s.tokens.Add(1), 10)
+		params.SetProgressToken(tok)
+		s.progress.Store(tok, p)
+		defer s.callEnded(tok)
+	}
+	res, err := sess.cs.CallTool(ctx, params)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
@@ -147,41 +155,53 @@ func (t *tool) call(ctx context.Context, args json.RawMessage) (tools.Result, er
 	return t.result(res)
 }
 
-// result maps a call's result: text joined, structured content as JSON,
-// everything else summarised (type, MIME type, size; never the bytes), over
-// the cap refused, isError a failed Result with the text as its error.
+// result maps a call's result: text joined (what a model and a rule
+// read), structured content as sent, and, unless the content is one plain
+// text block, every content block as the server sent it (images and audio
+// with their data, resources with their text or blob: what the gateway's
+// client gets back, ADR 0095); over the cap refused, isError a failed
+// Result with the text as its error.
 func (t *tool) result(res *sdk.CallToolResult) (tools.Result, error) {
-	var out output
+	var out Output
 	var text []string
 	size := 0
+	plain := len(res.Content) == 1
 	for _, c := range res.Content {
 		switch c := c.(type) {
 		case *sdk.TextContent:
 			text = append(text, c.Text)
 			size += len(c.Text)
+			if c.Meta != nil || c.Annotations != nil {
+				plain = false
+			}
 		case *sdk.ImageContent:
-			out.Content = append(out.Content, item{Type: "image", MIMEType: c.MIMEType, Bytes: len(c.Data)})
 			size += len(c.Data)
+			plain = false
 		case *sdk.AudioContent:
-			out.Content = append(out.Content, item{Type: "audio", MIMEType: c.MIMEType, Bytes: len(c.Data)})
 			size += len(c.Data)
+			plain = false
 		case *sdk.ResourceLink:
-			it := item{Type: "resource_link", URI: c.URI, Name: c.Name, MIMEType: c.MIMEType}
-			if c.Size != nil {
-				it.Size = c.Size
-			}
-			out.Content = append(out.Content, it)
-			size += len(c.URI) + len(c.Name)
+			size += len(c.URI) + len(c.Name) + len(c.Description)
+			plain = false
 		case *sdk.EmbeddedResource:
-			it := item{Type: "resource"}
 			if r := c.Resource; r != nil {
-				it.URI, it.MIMEType, it.Bytes = r.URI, r.MIMEType, len(r.Text)+len(r.Blob)
-				size += len(r.Text) + len(r.Blob)
+				size += len(r.URI) + len(r.Text) + len(r.Blob)
 			}
-			out.Content = append(out.Content, it)
+			plain = false
 		default:
-			out.Content = append(out.Content, item{Type: fmt.Sprintf("%T", c)})
+			plain = false
 		}
+	}
+	if !plain {
+		blocks := res.Content
+		if blocks == nil {
+			blocks = []sdk.Content{}
+		}
+		raw, err := json.Marshal(blocks)
+		if err != nil {
+			return tools.Result{}, fmt.Errorf("mcp server %q: %s: content: %v", t.src.srv.Name, t.remote, err)
+		}
+		out.Upstream = raw
 	}
 	if res.StructuredContent != nil {
 		raw, err := json.Marshal(res.StructuredContent)
@@ -209,21 +229,16 @@ func (t *tool) result(res *sdk.CallToolResult) (tools.Result, error) {
 	return r, nil
 }
 
-// output is a call's Output as recorded in ToolCallFinished.
-type output struct {
+// Output is a call's Output as recorded in ToolCallFinished.
+type Output struct {
 	// Text is the text content, joined with newlines.
 	Text string `json:"text"`
 	// Structured is structuredContent, as the server sent it.
 	Structured json.RawMessage `json:"structured,omitempty"`
-	// Content summarises what is not text.
-	Content []item `json:"content,omitempty"`
-}
-
-type item struct {
-	Type     string `json:"type"`
-	MIMEType string `json:"mime_type,omitempty"`
-	Bytes    int    `json:"bytes,omitempty"`
-	URI      string `json:"uri,omitempty"`
-	Name     string `json:"name,omitempty"`
-	Size     *int64 `json:"size,omitempty"`
+	// Upstream is the content as the server sent it, in MCP's JSON (an
+	// array of content blocks), when it is anything but one text block
+	// without annotations: Text and Upstream then say the same of the
+	// text. It sorts after text in the canonical record, so a model that
+	// reads a clipped output reads the text first.
+	Upstream json.RawMessage `json:"upstream_content,omitempty"`
 }
