@@ -19,8 +19,8 @@ import (
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
-	"github.com/noeta-go/noeta/internal/settings"
 	"github.com/noeta-go/noeta/gateway"
+	"github.com/noeta-go/noeta/internal/settings"
 	"github.com/noeta-go/noeta/webui"
 )
 

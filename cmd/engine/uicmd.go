@@ -15,9 +15,9 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
+	"github.com/noeta-go/noeta/gateway"
 	"github.com/noeta-go/noeta/internal/govfile"
 	"github.com/noeta-go/noeta/internal/settings"
-	"github.com/noeta-go/noeta/gateway"
 	"github.com/noeta-go/noeta/webui"
 )
 
