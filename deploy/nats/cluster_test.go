@@ -230,6 +230,12 @@ func TestCluster(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	// The rate limits' bucket, made as an engine whose agents have
+	// rate_limits makes it (the engine here has none): its definition is
+	// checked with the others.
+	if _, err := jetstream.OpenRates(ctx, e.nc, "noeta", clusterReplicas); err != nil {
+		t.Fatalf("engine opens the rate limits' bucket: %v", err)
+	}
 	onc, oerrs := connect(t, all, "observer")
 	reader, err := jetstream.OpenReader(ctx, onc, jetstream.Config{RequestTimeout: 10 * time.Second})
 	if err != nil {

@@ -243,6 +243,13 @@ func approverBlock(prefix, name string) (string, error) {
 		"$JS.API.DIRECT.GET."+waiting, "$JS.API.DIRECT.GET."+waiting+".>",
 		"$JS.API.CONSUMER.CREATE."+waiting+".*.$KV."+prefix+"_waiting.>", "$JS.API.CONSUMER.DELETE."+waiting+".*",
 		"$JS.FC."+waiting+".>")
+	pins := "KV_" + prefix + "_tool_pins"
+	k.line(3, "# engine approvals: the MCP tool definitions waiting for an operator,")
+	k.line(3, "# the gateway's pins, read only (gets, keys).")
+	k.quoted(3, "$JS.API.STREAM.INFO."+pins, "$JS.API.STREAM.MSG.GET."+pins,
+		"$JS.API.DIRECT.GET."+pins, "$JS.API.DIRECT.GET."+pins+".>",
+		"$JS.API.CONSUMER.CREATE."+pins+".*.$KV."+prefix+"_tool_pins.>", "$JS.API.CONSUMER.DELETE."+pins+".*",
+		"$JS.FC."+pins+".>")
 	k.line(2, "]")
 	k.line(2, "# Belt and braces: never a task subject, a wake, a timer, a bucket")
 	k.line(2, "# write or the content store.")
