@@ -34,8 +34,8 @@ const (
 	// DefaultSweepInterval is how often every Dispatcher reconciles on its
 	// own (see DispatcherConfig.SweepInterval and reconcile.go): short, so a
 	// task never waits long for a signal or a requeue lost to a crash or a
-	// failover; a pass reads the rows, the lease keys and the signals in
-	// bulk, so it stays cheap.
+	// failover; a pass reads the rows written since the pass before, the
+	// lease keys and the signals in bulk, so it stays cheap.
 	DefaultSweepInterval = 15 * time.Second
 )
 
@@ -105,6 +105,14 @@ type DispatcherConfig struct {
 	// lease TTLs, like a reclaimed lease. Negative turns it off (for a
 	// second Dispatcher in a process that already runs one).
 	SweepInterval time.Duration
+	// FullSweepInterval is how often this Dispatcher's pass reads every
+	// row. Between full passes a pass reads only the rows written since
+	// the pass before, and keeps the rows it may act on in memory; a full
+	// pass also runs first, after a reconnect and whenever the rows
+	// stream cannot vouch for what changed (reconcile_view.go, ADR 0092).
+	// It is at least ten times the last full pass's length. Default
+	// DefaultFullSweepInterval.
+	FullSweepInterval time.Duration
 	// AwaitingSubtasks, if set, is told after a reconcile pass of every task
 	// that has waited since the pass before, in the same suspend, on
 	// subtasks whose rows all say they ended, with those subtasks. A child's result reaches its
@@ -200,6 +208,12 @@ func (c DispatcherConfig) withDefaults() (DispatcherConfig, error) {
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = defaultSweepInterval(c.LeaseTTL)
+	}
+	if c.FullSweepInterval < 0 {
+		return bad("FullSweepInterval is negative (%v)", c.FullSweepInterval)
+	}
+	if c.FullSweepInterval == 0 {
+		c.FullSweepInterval = DefaultFullSweepInterval
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -532,6 +546,14 @@ type Dispatcher struct {
 	closed atomic.Bool
 	done   chan struct{}
 
+	// passSem lets one reconcile pass run at a time; view is what the
+	// passes keep between them (reconcile_view.go), only read or changed
+	// by the pass that holds passSem. fullWanted asks the next pass to
+	// read every row once its duty allows (a reconnect).
+	passSem    chan struct{}
+	view       rowView
+	fullWanted atomic.Bool
+
 	// awaiting is what the last reconcile pass saw waiting on subtasks:
 	// task → the generation of its suspend (nudgeParents).
 	awaitingMu sync.Mutex
@@ -617,12 +639,19 @@ type DispatcherStats struct {
 	// published again: a signal the queue's consumer would never deliver
 	// (stranded.go).
 	Republished uint64
+	// RowsRead counts the messages of the rows bucket the reconcile passes
+	// read: every row at a full pass, the rows written since the pass
+	// before at any other (reconcile_view.go).
+	RowsRead uint64
+	// FullReconciles counts the passes that read every row.
+	FullReconciles uint64
 }
 
 type dispatcherCounters struct {
 	wakesApplied, timersFired, staleTimers, duplicateWakes, unknownTaskWakes, invalidWakes, refusedWakes, requeued atomic.Uint64
 	reconciles, resignalled, timersBackstopped, heldWakes                                                          atomic.Uint64
 	staleSignals, withdrawnSignals, watchedEnds, republished                                                       atomic.Uint64
+	rowsRead, fullReconciles                                                                                       atomic.Uint64
 }
 
 // Stats returns this instance's counters.
@@ -645,6 +674,8 @@ func (d *Dispatcher) Stats() DispatcherStats {
 		WithdrawnSignals:  s.withdrawnSignals.Load(),
 		WatchedEnds:       s.watchedEnds.Load(),
 		Republished:       s.republished.Load(),
+		RowsRead:          s.rowsRead.Load(),
+		FullReconciles:    s.fullReconciles.Load(),
 	}
 }
 
@@ -668,13 +699,14 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 		nc:  nc,
 		// A marker comes one TTL after the delete; two generations of
 		// 2 TTL each cover a late one.
-		ended:  newEndedLeases(2*c.LeaseTTL, 1<<16),
-		js:     js,
-		subj:   dispatchSubjects{c.Prefix},
-		log:    c.Logger.With("component", "jetstream.Dispatcher", "prefix", c.Prefix),
-		done:   make(chan struct{}),
-		kick:   make(chan struct{}, 1),
-		queues: map[string]jetstream.Consumer{},
+		ended:   newEndedLeases(2*c.LeaseTTL, 1<<16),
+		js:      js,
+		subj:    dispatchSubjects{c.Prefix},
+		log:     c.Logger.With("component", "jetstream.Dispatcher", "prefix", c.Prefix),
+		done:    make(chan struct{}),
+		kick:    make(chan struct{}, 1),
+		passSem: make(chan struct{}, 1),
+		queues:  map[string]jetstream.Consumer{},
 
 		frontCreating: map[string]bool{},
 		inputs:        map[string]jetstream.MessagesContext{},

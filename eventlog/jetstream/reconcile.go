@@ -34,16 +34,22 @@ import (
 //   - a leased row whose lease key is gone, or whose expiry has passed, is
 //     requeued, through the same fenced compare-and-set as the watcher's
 //     (ReclaimMax counts it);
-//   - a row suspended on a timer gets its schedule again if it has none, or
-//     is woken if its deadline has passed.
+//   - a row suspended on a timer gets its schedule again if it has none (a
+//     full pass checks), or is woken if its deadline has passed;
+//   - a parent waiting on subtasks whose rows all say they ended is named
+//     to AwaitingSubtasks.
 //
 // A pass runs when the Dispatcher opens, after each reconnect of its
 // connection, after its ingress consumer had to be created again, and every
-// SweepInterval (jittered). It reads in bulk (one pass over the rows, one
-// over the lease keys, one stream info per stream), which may lag the
+// SweepInterval (jittered). It reads in bulk (the rows written since the
+// pass before, onto the rows it keeps between passes, reconcile_view.go;
+// every row at a full pass; the lease keys when a row is leased, one stream
+// info for the signals when one is ready and, at a full pass, one for the
+// schedules), which may lag the
 // leaders; each candidate it finds is then checked and acted on with leader
 // reads and compare-and-set writes, so a stale view costs a read, never a
-// wrong transition. See docs/adr/0020-reconciler.md.
+// wrong transition. See docs/adr/0020-reconciler.md and
+// docs/adr/0092-a-pass-reads-the-rows-written-since-the-last.md.
 
 // reconcileRetry bounds the pause after a failed pass (the servers are
 // electing leaders, or unreachable): it grows from reconcileRetryMin.
@@ -84,13 +90,16 @@ func (d *Dispatcher) reconcileLoop(ctx context.Context, status <-chan nats.Statu
 				status = nil
 				continue
 			}
+			// Reconnected: a node may have restarted under the rows, so
+			// the next full read is wanted as soon as its duty allows.
+			d.fullWanted.Store(true)
 		}
 		if err := sleepCtx(ctx, reconcileSettle); err != nil {
 			return
 		}
 		pctx, cancel := context.WithTimeout(ctx, reconcilePassMax)
 		began := time.Now()
-		ids, err := d.sweep(pctx)
+		ids, full, err := d.pass(pctx)
 		took := time.Since(began)
 		cancel()
 		switch {
@@ -106,10 +115,16 @@ func (d *Dispatcher) reconcileLoop(ctx context.Context, status <-chan nats.Statu
 			d.log.Info("reconcile requeued expired leases", "tasks", ids)
 		}
 		retry = reconcileRetryMin
-		// A pass reads every row (~15 µs a row here, docs/benchmarks.md):
-		// on a large bucket the period stretches so that passes take at
-		// most a tenth of the time, instead of one pass following another.
-		period := max(d.cfg.SweepInterval, reconcileDutyFactor*took)
+		// A pass reads the rows written since the one before, and a full
+		// pass every row (11-15 µs a row here, docs/benchmarks.md): the
+		// period stretches so that passes take at most a tenth of the
+		// time, instead of one pass following another. A full pass's
+		// length does not: the next pass is not full (fullInterval keeps
+		// full passes a tenth of the time).
+		period := d.cfg.SweepInterval
+		if !full {
+			period = max(period, reconcileDutyFactor*took)
+		}
 		wait = time.Duration(float64(period) * (0.75 + 0.5*rand.Float64()))
 	}
 }
@@ -232,55 +247,63 @@ func (d *Dispatcher) RequeueStale(ctx context.Context) ([]string, error) {
 // snapshot is a bulk, possibly lagging view of the dispatcher's state.
 type snapshot struct {
 	// rows holds only the rows a pass may act on or look at (pertinent):
-	// a row suspended on an untimed condition, or terminal, is read and
-	// dropped, so a pass over a million suspended tasks holds what is
-	// live, not a million rows.
+	// the view's, which it keeps between passes (reconcile_view.go). Read
+	// only: the next pass changes the view.
 	rows    map[string]*taskRow
 	keys    map[string]bool // lease keys that exist
 	signals map[string]bool // ready subjects holding a signal
-	timers  map[string]bool // timer schedule subjects in the timers stream
+	// timers are the timer schedule subjects in the timers stream, listed
+	// by a full pass only (nil otherwise: no schedule is taken for lost).
+	timers map[string]bool
+	full   bool // every row was read
 }
 
-// readSnapshot reads the rows first and the lease keys after: a grant
-// writes the key before the row names the lease, so a row read here names a
-// lease whose key was written before the key listing began, and a key
-// missing from the listing ended in between (or the listing lagged; the
-// candidate is checked again with the leader).
+// readSnapshot brings the view up to date (reconcile_view.go) first and
+// reads the lease keys after: a grant writes the key before the row names
+// the lease, so a row read here names a lease whose key was written before
+// the key listing began, and a key missing from the listing ended in
+// between (or the listing lagged; the candidate is checked again with the
+// leader). The caller holds passSem.
 func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
-	s := &snapshot{rows: map[string]*taskRow{}, keys: map[string]bool{}}
-	err := d.readRows(ctx, func(task string, val []byte) {
-		r, err := decodeRow(task, val)
-		if err != nil {
-			d.log.Error("reconcile skips a corrupt row", "task", task, "err", err)
-			return
-		}
-		if pertinent(r) {
-			s.rows[task] = r
-		}
-	})
-	if errors.Is(err, errSnapshotStalled) {
-		err = d.readRowsOneByOne(ctx, s.rows)
-	}
+	full, err := d.refreshView(ctx)
 	if err != nil {
 		return nil, err
 	}
-	kl, err := d.leases.ListKeys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, fmt.Errorf("jetstream: list %s: %w", d.cfg.leasesBucket(), err)
-	}
-	if err == nil {
-		for k := range kl.Keys() {
-			s.keys[k] = true
+	s := &snapshot{rows: d.view.rows, keys: map[string]bool{}, signals: map[string]bool{}, full: full}
+	// The lease keys and the signals are listed only for rows that can
+	// use them: the listing of the keys reads, besides the live leases, a
+	// lease TTL's worth of the markers released and expired keys leave.
+	leased, ready := false, false
+	for _, r := range s.rows {
+		leased = leased || r.Status == eventlog.DispatchLeased
+		ready = ready || r.Status == eventlog.DispatchReady && !r.Reserved
+		if leased && ready {
+			break
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err // the listing may have been cut short
+	if leased {
+		kl, err := d.leases.ListKeys(ctx)
+		if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, fmt.Errorf("jetstream: list %s: %w", d.cfg.leasesBucket(), err)
+		}
+		if err == nil {
+			for k := range kl.Keys() {
+				s.keys[k] = true
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err // the listing may have been cut short
+		}
 	}
-	if s.signals, err = streamSubjects(ctx, d.ready, d.subj.readyAll()); err != nil {
-		return nil, err
+	if ready {
+		if s.signals, err = streamSubjects(ctx, d.ready, d.subj.readyAll()); err != nil {
+			return nil, err
+		}
 	}
-	if s.timers, err = streamSubjects(ctx, d.timers, d.subj.timerSchedules()); err != nil {
-		return nil, err
+	if full {
+		if s.timers, err = streamSubjects(ctx, d.timers, d.subj.timerSchedules()); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -295,54 +318,65 @@ func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 // the watcher, 130-180 MiB and 0.6-0.8 ms.
 const rowReadBatch = 2048
 
-// readRows hands fn the latest value of every row, deletes left out, through
-// an ordered pull consumer that holds at most rowReadBatch rows in flight.
-// It ends when the consumer has delivered the last row that existed when it
-// began, or with errSnapshotStalled when no row came for snapshotIdle.
-func (d *Dispatcher) readRows(ctx context.Context, fn func(task string, val []byte)) error {
+// readRows hands fn the latest value of every row (from 0), deletes left
+// out, or every message of the rows stream from sequence from on, deletes
+// included (deleted: a delete or purge marker), through an ordered pull
+// consumer that holds at most rowReadBatch rows in flight. It ends when the
+// consumer has delivered the last message that existed when it began, or
+// with errSnapshotStalled when none came for snapshotIdle, and returns the
+// highest stream sequence it handed over.
+func (d *Dispatcher) readRows(ctx context.Context, from uint64, fn func(task string, val []byte, deleted bool)) (uint64, error) {
 	bucket := d.cfg.tasksBucket()
 	prefix := "$KV." + bucket + "."
-	c, err := d.js.OrderedConsumer(ctx, "KV_"+bucket, jetstream.OrderedConsumerConfig{
+	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{prefix + ">"},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 		// The server drops the consumer soon after the pass lets it go.
 		InactiveThreshold: 30 * time.Second,
-	})
+	}
+	if from > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+		cfg.FilterSubjects = nil // the bucket's stream holds its keys alone
+	}
+	c, err := d.js.OrderedConsumer(ctx, "KV_"+bucket, cfg)
 	if err != nil {
-		return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+		return 0, fmt.Errorf("jetstream: read %s: %w", bucket, err)
 	}
 	it, err := c.Messages(jetstream.PullMaxMessages(rowReadBatch))
 	if err != nil {
-		return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+		return 0, fmt.Errorf("jetstream: read %s: %w", bucket, err)
 	}
 	defer it.Stop()
 	if info := c.CachedInfo(); info != nil && info.NumPending == 0 {
-		return nil // an empty bucket
+		return 0, nil // nothing to read
 	}
+	var last uint64
 	for {
 		if err := ctx.Err(); err != nil {
-			return err
+			return last, err
 		}
 		m, err := it.Next(jetstream.NextMaxWait(snapshotIdle))
 		switch {
 		case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			return errSnapshotStalled
+			return last, errSnapshotStalled
 		case err != nil && ctx.Err() != nil:
-			return ctx.Err()
+			return last, ctx.Err()
 		case err != nil:
-			return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+			return last, fmt.Errorf("jetstream: read %s: %w", bucket, err)
 		}
-		if op := m.Headers().Get("KV-Operation"); op != "DEL" && op != "PURGE" && m.Headers().Get(jetstream.MarkerReasonHeader) == "" {
-			if task, ok := strings.CutPrefix(m.Subject(), prefix); ok {
-				fn(task, m.Data())
-			}
+		d.stats.rowsRead.Add(1)
+		deleted := m.Headers().Get("KV-Operation") == "DEL" || m.Headers().Get("KV-Operation") == "PURGE" ||
+			m.Headers().Get(jetstream.MarkerReasonHeader) != ""
+		if task, ok := strings.CutPrefix(m.Subject(), prefix); ok && (!deleted || from > 0) {
+			fn(task, m.Data(), deleted)
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return fmt.Errorf("jetstream: read %s: %w", bucket, err)
+			return last, fmt.Errorf("jetstream: read %s: %w", bucket, err)
 		}
+		last = max(last, md.Sequence.Stream)
 		if md.NumPending == 0 {
-			return nil
+			return last, nil
 		}
 	}
 }
@@ -356,28 +390,13 @@ const snapshotIdle = 10 * time.Second
 
 var errSnapshotStalled = errors.New("jetstream: the bulk read of the rows stalled")
 
-// pertinent says whether a pass needs row r in its snapshot: a row that may
-// be a candidate (leased, ready, suspended on a deadline) or that awaits
-// subtasks. A subtask's row that was dropped (it ended, or waits untimed)
-// is read from the leader when a parent is found waiting on it.
-func pertinent(r *taskRow) bool {
-	switch r.Status {
-	case eventlog.DispatchLeased, eventlog.DispatchReady:
-		return true
-	case eventlog.DispatchSuspended:
-		_, timed := deadlineOf(r.WakeOn)
-		return timed || len(awaitedSubtasks(r)) > 0
-	}
-	return false
-}
-
 // readRowsOneByOne completes a stalled bulk read: the keys come from the
 // bucket stream's subjects, and each row not held yet is fetched on its own
 // (the rows the bulk read dropped as not pertinent are read again: a stall
 // is rare, and remembering every key read would cost what dropping them
 // saves); a row that cannot be loaded is reported and left out of the pass
 // (engine doctor names it).
-func (d *Dispatcher) readRowsOneByOne(ctx context.Context, rows map[string]*taskRow) error {
+func (d *Dispatcher) readRowsOneByOne(ctx context.Context, rows map[string]*taskRow, horizon time.Time) error {
 	bucket := d.cfg.tasksBucket()
 	keys, err := rowKeys(ctx, d.js, bucket)
 	if err != nil {
@@ -395,8 +414,12 @@ func (d *Dispatcher) readRowsOneByOne(ctx context.Context, rows map[string]*task
 		case err != nil:
 			missing++
 			d.log.Error("reconcile skips a row the server cannot load; engine doctor reports it", "task", task, "err", err)
-		case r != nil && pertinent(r):
-			rows[task] = r
+		case r != nil:
+			d.stats.rowsRead.Add(1)
+			d.noteEnded(task, r)
+			if pertinent(r, horizon) {
+				rows[task] = viewRow(r)
+			}
 		}
 	}
 	d.log.Warn("the bulk read of the dispatcher's rows stalled; read them one by one", "rows", len(rows), "unreadable", missing)
@@ -433,7 +456,9 @@ func (d *Dispatcher) candidate(s *snapshot, task string, r *taskRow, now time.Ti
 			return false
 		}
 		if now.Before(deadline) {
-			return !s.timers[d.subj.timer(task, r.Generation)] // re-armed
+			// Re-armed if a full pass found its schedule gone; between
+			// full passes the backstops stand behind the schedules.
+			return s.timers != nil && !s.timers[d.subj.timer(task, r.Generation)]
 		}
 		// Due: the broker fires the schedule up to a second late (whole
 		// seconds), its wake applied through the ingress, and the backstop
@@ -449,9 +474,23 @@ func (d *Dispatcher) candidate(s *snapshot, task string, r *taskRow, now time.Ti
 // sweep is one reconcile pass. It returns the tasks whose ended lease it
 // requeued to ready, in creation order.
 func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
+	ids, _, err := d.pass(ctx)
+	return ids, err
+}
+
+// pass is sweep, and reports whether it read every row. Passes run one at
+// a time (RequeueStale beside the loop): each brings the view up to date
+// from where the one before left it.
+func (d *Dispatcher) pass(ctx context.Context) (ids []string, full bool, err error) {
+	select {
+	case d.passSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+	defer func() { <-d.passSem }()
 	s, err := d.readSnapshot(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	now := d.cfg.Now()
 	var tasks []string
@@ -503,7 +542,7 @@ func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
 	close(work)
 	wg.Wait()
 	if firstErr != nil {
-		return nil, firstErr
+		return nil, s.full, firstErr
 	}
 	// A repair of its own: a queue's consumer that cannot be asked (its
 	// leader between elections) must not cost the rest of the pass, the
@@ -516,11 +555,11 @@ func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
 	slices.SortFunc(hits, func(a, b hit) int {
 		return cmp.Or(a.created.Compare(b.created), cmp.Compare(a.task, b.task))
 	})
-	ids := make([]string, 0, len(hits))
+	ids = make([]string, 0, len(hits))
 	for _, h := range hits {
 		ids = append(ids, h.task)
 	}
-	return ids, nil
+	return ids, s.full, nil
 }
 
 // sweepRow repairs one candidate row, read again from the leader, and
@@ -663,24 +702,29 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 	if d.cfg.AwaitingSubtasks == nil {
 		return
 	}
-	// Passes may run at once (RequeueStale beside the loop); one at a time
-	// compares with the one before.
+	// Passes run one at a time (passSem); awaitingMu is RecoverAwaiting's.
 	d.awaitingMu.Lock()
 	defer d.awaitingMu.Unlock()
 	all := d.nudgeAll
 	d.nudgeAll = false
 	seen := make(map[string]uint64)
-	// ended looks up subtasks whose rows the snapshot dropped, once a pass.
-	dropped := map[string]bool{}
+	// ended looks up subtasks whose rows the view left out in its record
+	// (rowView.ended), which the rows read after keep up to date; a
+	// subtask new to it is read from the leader once.
+	known := d.view.ended
+	awaited := map[string]bool{}
 	ended := func(task string) bool {
 		if r := s.rows[task]; r != nil {
 			return r.Status == eventlog.DispatchTerminal
 		}
-		e, ok := dropped[task]
+		awaited[task] = true
+		e, ok := known[task]
 		if !ok {
 			r, _, err := d.getRow(ctx, task)
 			e = err == nil && r != nil && r.Status == eventlog.DispatchTerminal
-			dropped[task] = e
+			if err == nil {
+				known[task] = e
+			}
 		}
 		return e
 	}
@@ -697,6 +741,12 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 			break
 		}
 		d.cfg.AwaitingSubtasks(ctx, task, subtasks)
+	}
+	// The record keeps the subtasks still awaited.
+	for task := range known {
+		if !awaited[task] {
+			delete(known, task)
+		}
 	}
 	d.awaiting = seen
 }
@@ -715,8 +765,8 @@ func (d *Dispatcher) RecoverAwaiting() {
 	d.nudgeAll = true
 	d.awaitingMu.Unlock()
 	// Before the first pass has counted itself, its nudge is still to come
-	// and takes the flag: a kick would only add a second pass over every
-	// row straight after it (15 s at a million rows).
+	// and takes the flag: a kick would only add a second pass straight
+	// after it.
 	if d.stats.reconciles.Load() > 0 {
 		d.kickReconcile()
 	}

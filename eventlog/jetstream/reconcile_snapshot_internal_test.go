@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
@@ -84,7 +85,7 @@ func TestReconcileReadRowsEveryRowOnce(t *testing.T) {
 	d := passlessDispatcher(t, embeddedConn(t))
 	count := func() map[string]string {
 		got := map[string]string{}
-		if err := d.readRows(ctx, func(task string, val []byte) {
+		if _, err := d.readRows(ctx, 0, func(task string, val []byte, _ bool) {
 			if _, dup := got[task]; dup {
 				t.Errorf("row %s handed over twice", task)
 			}
@@ -151,4 +152,43 @@ func passlessDispatcher(t *testing.T, nc *nats.Conn) *Dispatcher {
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	return d
+}
+
+// TestReconcileViewLostReadsEveryRow: when the rows stream cannot vouch for
+// what changed since the view's sequence (it was created again, or its last
+// sequence went back, as after a restore), or a reconnect asks for it, the
+// next pass reads every row again, and a ready row that lost its signal
+// meanwhile is still repaired.
+func TestReconcileViewLostReadsEveryRow(t *testing.T) {
+	ctx := t.Context()
+	nc := embeddedConn(t)
+	d := passlessDispatcher(t, nc)
+	if _, err := d.RequeueStale(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, lose := range []struct {
+		what string
+		do   func()
+	}{
+		{"the stream created again", func() { d.view.created = d.view.created.Add(-time.Hour) }},
+		{"the last sequence gone back", func() { d.view.seq += 1000 }},
+		// At most one full pass in ten times the last one's length.
+		{"a reconnect", func() { d.fullWanted.Store(true); time.Sleep(reconcileDutyFactor * d.view.fullTook) }},
+	} {
+		task := noeta.NewTaskID()
+		if err := d.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: "lost"}); err != nil {
+			t.Fatal(err)
+		}
+		subj := d.subj.ready("lost", task)
+		if err := d.ready.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+			t.Fatal(err)
+		}
+		lose.do()
+		if _, err := d.RequeueStale(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s := d.Stats(); s.FullReconciles != uint64(i+2) || s.Resignalled != uint64(i+1) {
+			t.Errorf("%s: %d full passes, %d re-signalled; want %d and %d", lose.what, s.FullReconciles, s.Resignalled, i+2, i+1)
+		}
+	}
 }
