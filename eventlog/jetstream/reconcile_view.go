@@ -69,6 +69,17 @@ type rowView struct {
 	ended map[string]bool
 }
 
+// passRequest bounds one request of a reconcile pass by RequestTimeout,
+// whatever the pass's own deadline (reconcilePassMax, which withTimeout
+// would leave alone): a request the server never answers (its meta leader
+// lost in a fault, a publish the user may not make) fails the pass at once
+// and the next one tries again, instead of holding every pass of the
+// process, and the repairs only they make, for the pass's two minutes
+// (TestReconcilePassRequestsBounded).
+func (d *Dispatcher) passRequest(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.cfg.RequestTimeout)
+}
+
 // errViewLost: the changes cannot be read onto the view; a full read
 // replaces it.
 var errViewLost = errors.New("jetstream: the reconcile view cannot be brought up to date")
@@ -113,7 +124,7 @@ func (d *Dispatcher) refreshView(ctx context.Context) (full bool, err error) {
 
 // rowsStream looks the rows bucket's stream up (its leader answers).
 func (d *Dispatcher) rowsStream(ctx context.Context) (*jetstream.StreamInfo, error) {
-	ctx, cancel := d.withTimeout(ctx)
+	ctx, cancel := d.passRequest(ctx)
 	defer cancel()
 	s, err := d.js.Stream(ctx, "KV_"+d.cfg.tasksBucket())
 	if err != nil {
