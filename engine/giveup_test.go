@@ -17,6 +17,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
 	"github.com/noeta-go/noeta/eventlog/memlog"
+	"github.com/noeta-go/noeta/tools"
 )
 
 // cappedBackends are the backends with the attempt cap a deployment has by
@@ -204,6 +205,79 @@ func TestEndRecordedAfterTheStoreCameBack(t *testing.T) {
 			}
 			if ds.Reason != st.Reason {
 				t.Errorf("dispatcher reason %q, want the log's %q", ds.Reason, st.Reason)
+			}
+		})
+	}
+}
+
+// TestEndClosesStartedCalls: a task given up on (Lease.Ending) while a
+// call of its turn is started and not finished — its worker killed during
+// the call, as a stale reclaim follows — records that call as interrupted
+// before its TaskFailed, as a resumed turn does. Before, the ending lease
+// wrote TaskFailed over the open call: the log said a call started and
+// never said what became of it, and deploy/nats TestChaos read its one
+// side effect as belonging to no recorded call.
+func TestEndClosesStartedCalls(t *testing.T) {
+	for _, mk := range backends(t) {
+		b := mk(t)
+		t.Run(b.name, func(t *testing.T) {
+			var kill context.CancelFunc
+			var runs atomic.Int64
+			crash := tools.Define(tools.Def{Name: "crash", Risk: tools.RiskLow, Run: func(ctx context.Context, _ tools.Call) (tools.Result, error) {
+				runs.Add(1)
+				kill()
+				<-ctx.Done()
+				return tools.Result{}, ctx.Err()
+			}})
+			h := newHarness(t, b, "agents:\n  boss: {tools: [crash]}\n", func(c *engine.Config) {
+				reg, err := tools.NewRegistry(crash)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Tools = reg
+			})
+			id := h.submit(`
+agent: boss
+goal: be given up on during a call
+script:
+  - tool_calls: [{tool: crash}]
+  - finish: {answer: survived}
+`)
+			ctx := context.Background()
+			lease, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "w1", Task: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			kill = cancel
+			if _, err := h.eng.RunLease(wctx, lease); !errors.Is(err, context.Canceled) {
+				t.Fatalf("the killed segment: %v", err)
+			}
+			cancel()
+			// The worker is gone; the dispatcher gives up on the task, and
+			// the next lease carries the end to record.
+			if err := b.disp.Enqueue(ctx, id, eventlog.EnqueueOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			lease, err = b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "w2", Task: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease.Ending = eventlog.ReasonStaleReclaimExceeded
+			out, err := h.eng.RunLease(ctx, lease)
+			if err != nil || out.Status != noeta.StatusTerminal {
+				t.Fatalf("the ending segment: %+v, %v\n%s", out, err, h.dump(id))
+			}
+			envs := wantLog(t, h, id,
+				e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"), e("ToolCallStarted"),
+				e("LeaseGranted"), tl("ToolCallFinished"), e("TaskSnapshot"), e("TaskFailed"))
+			started := payload[noeta.ToolCallStarted](t, envs, noeta.TypeToolCallStarted)
+			fin := payload[noeta.ToolCallFinished](t, envs, noeta.TypeToolCallFinished)
+			if fin.CallID != started.CallID || fin.Tool != "crash" || fin.OK || !strings.HasPrefix(fin.Error, "interrupted") {
+				t.Errorf("ToolCallFinished %+v, want call %s of crash recorded as interrupted", fin, started.CallID)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Errorf("the call ran %d times, want 1", n)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -163,7 +164,56 @@ func (g *segment) end(reason string) error {
 		return nil
 	}
 	g.e.log.Error("the task ends; recording why", "task", g.st.Task, "reason", reason)
+	if err := g.closeStartedCalls(); err != nil {
+		return err
+	}
 	return g.terminate(noeta.TaskFailed{Error: truncate(reason, maxErrorLen)})
+}
+
+// closeStartedCalls records every call of the current turn that the log
+// shows started and not finished as interrupted, in the order they
+// started, as a resumed turn does (toolCalls): a task that ends while a
+// call's worker was lost (a stale reclaim, the cap of attempts) leaves no
+// call whose fate its log does not state. The call is not run. The tool
+// names come from the ToolCallStarted records, read from the turn's
+// TurnStarted on: a rare path, and the fold keeps only the calls' status.
+func (g *segment) closeStartedCalls() error {
+	open := 0
+	for _, s := range g.st.Turn.Calls {
+		if s == CallStarted {
+			open++
+		}
+	}
+	if open == 0 {
+		return nil
+	}
+	envs, err := g.e.cfg.Log.Read(g.ctx, g.st.Task, g.st.Turn.Seq)
+	if err != nil {
+		return fmt.Errorf("engine: task %s: read turn %d's calls: %w", g.st.Task, g.st.Turn.N, err)
+	}
+	var started []noeta.ToolCallStarted
+	for _, env := range envs {
+		if env.Type != noeta.TypeToolCallStarted {
+			continue
+		}
+		p, _, err := env.Decode()
+		if err != nil {
+			return fmt.Errorf("engine: task %s seq %d: %w", g.st.Task, env.Seq, err)
+		}
+		if s, ok := p.(*noeta.ToolCallStarted); ok && g.st.Turn.Calls[s.CallID] == CallStarted {
+			started = append(started, *s)
+		}
+	}
+	if len(started) != open {
+		return fmt.Errorf("%w: task %s: turn %d has %d calls started and not finished, its records from seq %d name %d",
+			ErrBadLog, g.st.Task, g.st.Turn.N, open, g.st.Turn.Seq, len(started))
+	}
+	for _, s := range started {
+		if err := g.emit(noeta.ToolCallFinished{CallID: s.CallID, Tool: s.Tool, OK: false, Output: json.RawMessage("null"), Error: msgInterrupted}, eventlog.OriginTool, ActorTool); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ReasonDamagedLog starts the failure reason of a task the engine refused to

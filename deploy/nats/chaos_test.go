@@ -310,6 +310,7 @@ func TestChaos(t *testing.T) {
 		timers, calmTimers, groups                             int
 		recorded                                               = map[string]bool{}
 		calmLate                                               []time.Duration
+		failed                                                 []string
 	)
 	queue := slices.Clone(ids)
 	for len(queue) > 0 {
@@ -332,6 +333,7 @@ func TestChaos(t *testing.T) {
 			completed++
 		}
 		started := map[string]string{} // call id -> tag
+		finished := map[string]bool{}  // call id
 		var fireAt time.Time
 		var children []string
 		var groupWait bool
@@ -349,17 +351,21 @@ func TestChaos(t *testing.T) {
 				_ = json.Unmarshal(r.Args, &a)
 				tag, _, _ := strings.Cut(strings.TrimPrefix(a.Command, "echo "), " ")
 				started[r.CallID] = tag
+				recorded[tag] = true
+				if lines[tag] > 1 {
+					duplicated++
+					t.Errorf("task %s: call %s (%s) ran %d times", id, r.CallID, tag, lines[tag])
+				}
 			case *noeta.ToolCallFinished:
 				tag, ok := started[r.CallID]
 				if !ok {
 					continue
 				}
 				calls++
-				recorded[tag] = true
+				finished[r.CallID] = true
 				switch {
 				case lines[tag] > 1:
-					duplicated++
-					t.Errorf("task %s: call %s (%s) ran %d times", id, r.CallID, tag, lines[tag])
+					// Counted at its start.
 				case r.OK && lines[tag] == 0:
 					lost++
 					t.Errorf("task %s: call %s (%s) is recorded as done but never ran", id, r.CallID, tag)
@@ -368,6 +374,12 @@ func TestChaos(t *testing.T) {
 				case !r.OK:
 					t.Errorf("task %s: call %s (%s) failed: %s", id, r.CallID, tag, r.Error)
 				}
+			case *noeta.TaskFailed:
+				// A task the dispatcher gave up on (stale reclaims in a
+				// row under the kills): allowed, and named.
+				var created struct{ Goal string }
+				_ = json.Unmarshal(envs[0].Payload, &created)
+				failed = append(failed, fmt.Sprintf("%s (%q): %s", id, created.Goal, r.Error))
 			case *noeta.SubtaskSpawned:
 				children = append(children, r.SubtaskID)
 			case *noeta.TaskSuspended:
@@ -402,20 +414,33 @@ func TestChaos(t *testing.T) {
 				}
 			}
 		}
+		// A terminal log states what became of every call it started (a
+		// call its worker was lost during is recorded as interrupted, by
+		// the next holder or by the lease that records the task's end).
+		for callID, tag := range started {
+			if !finished[callID] {
+				t.Errorf("task %s: call %s (%s, %d lines) started and its end was never recorded", id, callID, tag, lines[tag])
+			}
+		}
 		queue = append(queue, children...)
 	}
-	// A line no log records as a started call would be a call run twice
-	// under two records, or one the log lost.
+	// A line no log records as a started call would be a call run without
+	// its ToolCallStarted (a worker that ran a call its lease no longer
+	// allowed), or one the log lost.
 	for tag, n := range lines {
 		if !recorded[tag] {
 			t.Errorf("side effect %s (%d lines) belongs to no recorded call", tag, n)
 			duplicated++
 		}
 	}
-	t.Logf("chaos: %d tasks (%d roots, %d calm, the rest children), %d completed; %d serve kills, 1 leader kill; every task ended %v into the calm window; "+
+	slices.Sort(failed)
+	for _, f := range failed {
+		t.Logf("task given up on: %s", f)
+	}
+	t.Logf("chaos: %d tasks (%d roots, %d calm, the rest children), %d completed, %d failed; %d serve kills, 1 leader kill; every task ended %v into the calm window; "+
 		"%d shell calls recorded (%d interrupted by a kill and not run again), %d lost, %d duplicated; "+
 		"%d timers, the latest %v late (%d due after the calm returned, the latest %v late); %d group wakes, the latest %v after the last child ended; run took %v",
-		tasks, chaosRoots, 30, completed, serveKills, endedIn.Round(time.Millisecond),
+		tasks, chaosRoots, 30, completed, len(failed), serveKills, endedIn.Round(time.Millisecond),
 		calls, interrupted, lost, duplicated,
 		timers, timerLate.Round(time.Millisecond), calmTimers, calmTimerLate.Round(time.Millisecond), groups, groupLate.Round(time.Millisecond),
 		time.Since(began).Round(time.Second))

@@ -111,6 +111,7 @@ func (r *partitionRun) check(faultsOver, recovered time.Time, endedIn time.Durat
 		requests := map[string]*noeta.ApprovalRequested{} // by call id
 		resolved := map[string]*noeta.ApprovalResolved{}  // by handle
 		started := map[string]string{}                    // call id -> tag
+		finished := map[string]bool{}                     // call id
 		var fireAt time.Time
 		var children []string
 		var groupWait bool
@@ -144,6 +145,7 @@ func (r *partitionRun) check(faultsOver, recovered time.Time, endedIn time.Durat
 					continue
 				}
 				calls++
+				finished[rec.CallID] = true
 				switch {
 				case lines[tag] > 1:
 					anomaly("task %s: call %s (%s) ran %d times", id, rec.CallID, tag, lines[tag])
@@ -199,6 +201,12 @@ func (r *partitionRun) check(faultsOver, recovered time.Time, endedIn time.Durat
 			}
 			if res := resolved[q.Handle]; res != nil && res.Decision == noeta.ApprovalDeny {
 				denied++
+			}
+		}
+		// A terminal log states what became of every call it started.
+		for callID, tag := range started {
+			if st.Status == noeta.StatusTerminal && !finished[callID] {
+				anomaly("task %s: call %s (%s, %d runs) started and its end was never recorded", id, callID, tag, lines[tag])
 			}
 		}
 		queue = append(queue, children...)

@@ -346,6 +346,23 @@ func (r *partitionRun) run() {
 		if js, err := natsjs.New(r.e.nc); err == nil {
 			chaosReadyState(context.Background(), t, js, tr.id)
 		}
+		// A parent waits on its children: where each stands, row and log.
+		if ds.WakeOn != nil {
+			for _, c := range append([]string{ds.WakeOn.SubtaskID}, ds.WakeOn.SubtaskIDs...) {
+				if c == "" {
+					continue
+				}
+				cds, cerr := r.e.disp.Inspect(context.Background(), c)
+				cenvs, lerr := r.e.log.Read(context.Background(), c, 0)
+				var last []string
+				for _, env := range cenvs[max(0, len(cenvs)-5):] {
+					last = append(last, fmt.Sprintf("%d:%s g%d @%s", env.Seq, env.Type, env.LeaseGen, env.Time.Format("15:04:05.000")))
+				}
+				t.Logf("  child %s: row %s %q gen %d worker %s ending %q (%v); log tail %v (%v)", c, cds.Status, cds.Reason, cds.Generation, cds.Worker, cds.Ending, cerr, last, lerr)
+				r.linesOf(c)
+			}
+		}
+		r.linesOf(tr.id)
 	}
 	r.check(faultsOver, recovered, endedIn, began)
 	if t.Failed() {
@@ -767,6 +784,26 @@ func (r *partitionRun) reader(ctx context.Context) {
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// linesOf logs the serves' lines that name task (the dumps keep only
+// each serve's tail).
+func (r *partitionRun) linesOf(task string) {
+	r.mu.Lock()
+	procs := slices.Clone(r.old)
+	for _, s := range labServes {
+		procs = append(procs, r.serves[s])
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, p := range procs {
+		for _, l := range strings.Split(p.out.String(), "\n") {
+			if strings.Contains(l, task) && n < 40 {
+				r.t.Logf("  serve pid %d: %s", p.cmd.Process.Pid, l)
+				n++
+			}
+		}
 	}
 }
 

@@ -341,7 +341,11 @@ func (d *Dispatcher) readRows(ctx context.Context, from uint64, fn func(task str
 		// pass at a million rows): deploy/nats's engine role may create a
 		// consumer on the rows bucket only filtered to its keys.
 	}
-	c, err := d.js.OrderedConsumer(ctx, "KV_"+bucket, cfg)
+	// The creation is one request; the messages are bounded apart
+	// (snapshotIdle).
+	cctx, cancel := d.passRequest(ctx)
+	c, err := d.js.OrderedConsumer(cctx, "KV_"+bucket, cfg)
+	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("jetstream: read %s: %w", bucket, err)
 	}

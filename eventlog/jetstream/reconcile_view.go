@@ -69,6 +69,17 @@ type rowView struct {
 	ended map[string]bool
 }
 
+// passRequest bounds one request of a reconcile pass by RequestTimeout,
+// whatever the pass's own deadline (reconcilePassMax, which withTimeout
+// would leave alone): a request the server never answers (its meta leader
+// lost in a fault, a publish the user may not make) fails the pass at once
+// and the next one tries again, instead of holding every pass of the
+// process, and the repairs only they make, for the pass's two minutes
+// (TestReconcilePassRequestsBounded).
+func (d *Dispatcher) passRequest(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.cfg.RequestTimeout)
+}
+
 // errViewLost: the changes cannot be read onto the view; a full read
 // replaces it.
 var errViewLost = errors.New("jetstream: the reconcile view cannot be brought up to date")
@@ -113,7 +124,7 @@ func (d *Dispatcher) refreshView(ctx context.Context) (full bool, err error) {
 
 // rowsStream looks the rows bucket's stream up (its leader answers).
 func (d *Dispatcher) rowsStream(ctx context.Context) (*jetstream.StreamInfo, error) {
-	ctx, cancel := d.withTimeout(ctx)
+	ctx, cancel := d.passRequest(ctx)
 	defer cancel()
 	s, err := d.js.Stream(ctx, "KV_"+d.cfg.tasksBucket())
 	if err != nil {
@@ -123,8 +134,16 @@ func (d *Dispatcher) rowsStream(ctx context.Context) (*jetstream.StreamInfo, err
 }
 
 // readAll replaces the view with one read of every row. The view's
-// sequence is the stream's last before the read began: whatever was
-// written during the read is read again by the next pass's changes.
+// sequence is the last the read delivered, not the stream's last as its
+// leader tells it: the read's consumer may sit on a replica that has not
+// applied the latest writes (the server places a consumer of one replica
+// on any peer of the stream), and a sequence taken from the leader would
+// have the next pass's changes begin past rows the view never saw, left
+// out until the next full read. The messages come in sequence order, so
+// every row written up to the last delivered is in the view, and what was
+// written after is read by the next pass's changes. A read that stalled
+// and was completed one row at a time from the leader goes on from the
+// stream's last before the read began (the stalled message is passed).
 func (d *Dispatcher) readAll(ctx context.Context, now time.Time) error {
 	began := time.Now()
 	info, err := d.rowsStream(ctx)
@@ -133,7 +152,7 @@ func (d *Dispatcher) readAll(ctx context.Context, now time.Time) error {
 	}
 	horizon := now.Add(2*d.fullInterval() + backstopHorizon)
 	rows := map[string]*taskRow{}
-	_, err = d.readRows(ctx, 0, func(task string, val []byte, deleted bool) {
+	seq, err := d.readRows(ctx, 0, func(task string, val []byte, deleted bool) {
 		if deleted {
 			return
 		}
@@ -148,6 +167,7 @@ func (d *Dispatcher) readAll(ctx context.Context, now time.Time) error {
 		}
 	})
 	if errors.Is(err, errSnapshotStalled) {
+		seq = info.State.LastSeq
 		err = d.readRowsOneByOne(ctx, rows, horizon)
 	}
 	if err != nil {
@@ -160,7 +180,7 @@ func (d *Dispatcher) readAll(ctx context.Context, now time.Time) error {
 	d.view = rowView{
 		valid:    true,
 		rows:     rows,
-		seq:      info.State.LastSeq,
+		seq:      seq,
 		created:  info.Created,
 		horizon:  horizon,
 		fullAt:   now,
@@ -213,11 +233,12 @@ func (d *Dispatcher) readChanges(ctx context.Context) error {
 	}
 	// The messages come in sequence order, so a read cut short has
 	// applied every row written up to last: the next pass goes on from
-	// there. A read that found nothing past seq (what was written since
-	// is gone, not replaced) goes on from the last sequence seen.
-	if err == nil && last == 0 {
-		last = info.State.LastSeq
-	}
+	// there. A read that found nothing past seq although the leader has
+	// written past it read a replica that has not applied those writes
+	// yet (a row is only ever replaced by a later write, never removed,
+	// so the leader's last message is there to be read): the view stays
+	// where it is and the next pass reads them, rather than going on from
+	// the leader's last and leaving them out until the next full read.
 	v.seq = max(v.seq, last)
 	return err
 }
