@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,29 +20,11 @@ import (
 // (counting them), as the local user cli:tester.
 func (r *rig) connectAsking(t *testing.T, answer func(*sdk.ElicitRequest) *sdk.ElicitResult, asked *atomic.Int32) (*sdk.ClientSession, func()) {
 	t.Helper()
-	ct, st := sdk.NewInMemoryTransports()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := r.gw.Serve(ctx, st, gateway.Principal{Agent: "dev", SubmittedBy: "cli:tester"}); err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	cl := sdk.NewClient(&sdk.Implementation{Name: "asking-client", Version: "1"}, &sdk.ClientOptions{
+	return r.connectWith(t, &sdk.ClientOptions{
 		ElicitationHandler: func(_ context.Context, req *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
 			asked.Add(1)
 			return answer(req), nil
 		}})
-	cs, err := cl.Connect(ctx, ct, nil)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	return cs, func() {
-		_ = cs.Close()
-		cancel()
-		wg.Wait()
-	}
 }
 
 // elicitRig is a gateway whose agent dev asks its client's user

@@ -130,6 +130,12 @@ func openPinned(t testing.TB, yaml string, o gateway.Options, pinned bool) *rig 
 // connect starts a session as the local user and returns its client.
 func (r *rig) connect(t testing.TB) (*sdk.ClientSession, func()) {
 	t.Helper()
+	return r.connectWith(t, nil)
+}
+
+// connectWith is connect with the client's options.
+func (r *rig) connectWith(t testing.TB, o *sdk.ClientOptions) (*sdk.ClientSession, func()) {
+	t.Helper()
 	ct, st := sdk.NewInMemoryTransports()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -141,7 +147,7 @@ func (r *rig) connect(t testing.TB) (*sdk.ClientSession, func()) {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	cl := sdk.NewClient(&sdk.Implementation{Name: "test-client", Version: "1"}, nil)
+	cl := sdk.NewClient(&sdk.Implementation{Name: "test-client", Version: "1"}, o)
 	cs, err := cl.Connect(ctx, ct, nil)
 	if err != nil {
 		cancel()
