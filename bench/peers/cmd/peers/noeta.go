@@ -11,6 +11,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/host"
+	"github.com/noeta-go/noeta/hostconfig"
 	"github.com/noeta-go/noeta/loadgen"
 )
 
@@ -24,7 +25,7 @@ import (
 // checks whether the task tree is at rest on a 50 ms tick once the end is
 // in the log, which the peers' result calls do not pay.
 type noetaSystem struct {
-	h     *host.Host
+	h     *hostconfig.Host
 	steps int
 	wait  bool
 
@@ -38,7 +39,7 @@ func openNoeta(ctx context.Context, dir string, workers, steps int, wait bool) (
 	if err != nil {
 		return nil, fmt.Errorf("noeta config: %w", err)
 	}
-	h, err := host.Open(ctx, host.Options{
+	h, err := hostconfig.Open(ctx, hostconfig.Options{
 		DataDir: dir,
 		Config:  cfg,
 		Workers: workers,
