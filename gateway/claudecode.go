@@ -119,6 +119,7 @@ type hookCall struct {
 	running   bool // started is closed
 	abandoned bool // the PreToolUse stopped waiting before the run
 	reported  bool // a result was sent
+	detached  bool // a subagent's call: its run ended when it started
 }
 
 func (hc *hookCall) report(r tools.Result) bool {
@@ -158,6 +159,13 @@ var claudeCodeRisk = map[string]tools.RiskLevel{
 	"SlashCommand": tools.RiskMedium, "KillShell": tools.RiskMedium,
 	"Bash": tools.RiskHigh,
 }
+
+// claudeCodeNests are the tools whose run makes calls of its own in the
+// same Claude Code session (a subagent): their run cannot wait for their
+// result, since the calls it makes are the session task's next decisions.
+// Their run ends when it starts, recorded as handed to Claude Code; the
+// subagent's calls are judged and recorded one by one as they come.
+var claudeCodeNests = map[string]bool{"Task": true, "Agent": true}
 
 // claudeCodeEdits are the tools whose only effect is editing files, which
 // permission mode acceptEdits runs without asking (as Claude Code's own
@@ -251,6 +259,12 @@ func (g *Gateway) runHooked(ctx context.Context, c tools.Call) (tools.Result, er
 	}
 	hc.running = true
 	close(hc.started)
+	if claudeCodeNests[strings.TrimPrefix(hc.c.tool, config.ClaudeCodeToolPrefix)] {
+		// Kept until its PostToolUse, which then records nothing more.
+		hc.detached = true
+		hc.mu.Unlock()
+		return tools.Result{OK: true, Output: json.RawMessage(`{"handed_to":"claude_code","note":"a subagent: Claude Code runs it, and each call it makes is judged and recorded in this task; its final answer is not recorded here"}`)}, nil
+	}
 	hc.mu.Unlock()
 	defer g.dropCall(c.ID)
 	t := time.NewTimer(g.opts.HookResultWait)
@@ -501,6 +515,13 @@ func (g *Gateway) reported(who Principal, in hookInput) any {
 		}
 		return struct{}{}
 	}
+	hc.mu.Lock()
+	detached := hc.detached
+	hc.mu.Unlock()
+	if detached {
+		g.dropCall(in.ToolUseID)
+		return struct{}{}
+	}
 	var r tools.Result
 	switch in.Event {
 	case hookPostToolUse:
@@ -552,7 +573,7 @@ func (g *Gateway) quiet(who Principal, in hookInput) {
 			// One not running (an approval outwaited) is never answered
 			// now: its run, if it comes, finds no hook waiting.
 			hc.mu.Lock()
-			if !hc.running {
+			if !hc.running || hc.detached {
 				delete(g.hooks.calls, id)
 			}
 			hc.mu.Unlock()
@@ -587,7 +608,7 @@ func (g *Gateway) sweepHooks(now time.Time) {
 	for id, hc := range g.hooks.calls {
 		if hc.c != nil && slices.ContainsFunc(idle, func(hs *hookSession) bool { return hs.s == hc.s }) {
 			hc.mu.Lock()
-			if !hc.running {
+			if !hc.running || hc.detached {
 				delete(g.hooks.calls, id)
 			}
 			hc.mu.Unlock()

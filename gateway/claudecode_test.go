@@ -415,3 +415,34 @@ func TestHookAgentOfPrincipal(t *testing.T) {
 		t.Fatalf("tasks: %+v, want one of cc (alice) and one of reader (bob)", ts)
 	}
 }
+
+// TestClaudeCodeHookSubagent: a Task call (a subagent) ends its run when it
+// starts, so the subagent's own calls, the session task's next decisions,
+// are judged at once; before, they queued behind the Task's result, which
+// could not come until they ran, and were denied after the wait.
+func TestClaudeCodeHookSubagent(t *testing.T) {
+	r := openCC(t, gateway.Options{Idle: 200 * time.Millisecond})
+	_, out, _ := r.post(t, event("PreToolUse", "s1", "Task", "toolu_t1", map[string]any{"description": "look", "prompt": "find x"}), 10*time.Second)
+	if d, why := decision(t, out); d != "allow" {
+		t.Fatalf("Task: %s (%s)", d, why)
+	}
+	_, out, _ = r.post(t, event("PreToolUse", "s1", "Read", "toolu_t2", map[string]any{"file_path": "/x"}), 5*time.Second)
+	if d, why := decision(t, out); d != "allow" {
+		t.Fatalf("the subagent's Read: %s (%s)", d, why)
+	}
+	post, _ := json.Marshal(map[string]any{"session_id": "s1", "hook_event_name": "PostToolUse", "tool_name": "Read", "tool_use_id": "toolu_t2", "tool_input": map[string]any{}, "tool_response": "contents"})
+	r.post(t, post, time.Second)
+	post, _ = json.Marshal(map[string]any{"session_id": "s1", "hook_event_name": "PostToolUse", "tool_name": "Task", "tool_use_id": "toolu_t1", "tool_input": map[string]any{}, "tool_response": "found x"})
+	if _, out, _ := r.post(t, post, time.Second); strings.TrimSpace(out) != "{}" {
+		t.Fatalf("the Task's PostToolUse: %q, want no message", out)
+	}
+	task := r.onlyTask(t)
+	eventually(t, "both calls recorded", func() bool { return len(r.records(t, task, noeta.TypeToolCallFinished)) == 2 })
+	fins := r.records(t, task, noeta.TypeToolCallFinished)
+	if f := fins[0].(*noeta.ToolCallFinished); f.CallID != "toolu_t1" || !f.OK || !strings.Contains(string(f.Output), "handed_to") {
+		t.Fatalf("the Task's record: %+v", f)
+	}
+	if f := fins[1].(*noeta.ToolCallFinished); f.CallID != "toolu_t2" || !strings.Contains(string(f.Output), "contents") {
+		t.Fatalf("the Read's record: %+v", f)
+	}
+}
