@@ -363,13 +363,14 @@ func TestClaudeCodeHookFailsClosed(t *testing.T) {
 }
 
 // TestClaudeCodeHookApprovalOutwaited: a PreToolUse that gives up waiting
-// for an approval is denied; approved later, the call is recorded as not
+// for an approval (its wait is long enough for the engine to take the call
+// and ask on a loaded machine) is denied; approved later, the call is recorded as not
 // run — never run behind Claude Code's back, and never allowed by the
 // answer to a later call.
 func TestClaudeCodeHookApprovalOutwaited(t *testing.T) {
 	r := openCC(t, gateway.Options{Idle: 200 * time.Millisecond})
 	ctx := context.Background()
-	_, out, _ := r.post(t, event("PreToolUse", "s1", "Edit", "toolu_e1", map[string]any{"file_path": "/x", "old_string": "a", "new_string": "b"}), 300*time.Millisecond)
+	_, out, _ := r.post(t, event("PreToolUse", "s1", "Edit", "toolu_e1", map[string]any{"file_path": "/x", "old_string": "a", "new_string": "b"}), 10*time.Second)
 	if d, why := decision(t, out); d != "deny" || !strings.Contains(why, "approval") {
 		t.Fatalf("outwaited: %s (%s)", d, why)
 	}
@@ -426,7 +427,7 @@ func TestClaudeCodeHookSubagent(t *testing.T) {
 	if d, why := decision(t, out); d != "allow" {
 		t.Fatalf("Task: %s (%s)", d, why)
 	}
-	_, out, _ = r.post(t, event("PreToolUse", "s1", "Read", "toolu_t2", map[string]any{"file_path": "/x"}), 5*time.Second)
+	_, out, _ = r.post(t, event("PreToolUse", "s1", "Read", "toolu_t2", map[string]any{"file_path": "/x"}), 30*time.Second)
 	if d, why := decision(t, out); d != "allow" {
 		t.Fatalf("the subagent's Read: %s (%s)", d, why)
 	}
