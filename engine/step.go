@@ -882,7 +882,7 @@ func (g *segment) runTool(call noeta.ToolCall) error {
 		}
 	}
 	start := time.Now()
-	res, err := g.e.cfg.Tools.RunAs(ctx, call, g.e.cfg.Workspace, g.st.Agent)
+	res, err := g.e.cfg.Tools.RunAs(ctx, call, g.e.cfg.Workspace, tools.Caller{Task: g.st.Task, Agent: g.st.Agent})
 	took := time.Since(start)
 	if err != nil {
 		if cause := context.Cause(g.ctx); cause != nil {

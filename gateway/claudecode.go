@@ -248,7 +248,10 @@ func (g *Gateway) runHooked(ctx context.Context, c tools.Call) (tools.Result, er
 	g.hooks.mu.Lock()
 	hc := g.hooks.calls[c.ID]
 	g.hooks.mu.Unlock()
-	if hc == nil {
+	if hc == nil || c.Task == "" || c.Task != hc.s.taskID() {
+		// A call id is the client's (Claude Code's tool_use_id): another
+		// task's call of the same id, in a host whose registry this tool
+		// shares (serve --gateway), must not answer the hook's allow.
 		return tools.Result{Output: json.RawMessage("null"), Error: "not run: no Claude Code hook waits for this call (the gateway restarted, or the call was made outside a hook)"}, nil
 	}
 	hc.mu.Lock()

@@ -27,13 +27,30 @@ func (h *Host) Submit(ctx context.Context, sub Submission) (string, error) {
 	if _, ok := h.gov.Agent(sub.Agent); !ok {
 		return "", badOption("agent %q is not an agent of the config (its agents: %v)", sub.Agent, h.gov.Agents())
 	}
-	if len(sub.Script) == 0 && h.opts.Policies == nil && !h.HasModel(sub.Agent) {
+	if len(sub.Script) == 0 && h.opts.Policies == nil && !h.decidesQueue(sub.Queue) && !h.HasModel(sub.Agent) {
 		return "", badOption("the task has no script and agent %q has no model to decide it (give the task a script, or the agent a model: of models:)", sub.Agent)
 	}
 	if sub.Queue == "" {
 		sub.Queue = h.opts.Queue
 	}
 	return h.client.Submit(ctx, sub)
+}
+
+// decidesQueue says whether a pool of the host works queue with
+// policies of its own (PoolOptions.Policies: a mounted gateway's), which
+// decide a task without a script.
+func (h *Host) decidesQueue(queue string) bool {
+	if queue == "" {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for p := range h.pools {
+		if p.queue == queue && p.ownPolicies {
+			return true
+		}
+	}
+	return false
 }
 
 // Approve answers the approval request (or question) handle of task with

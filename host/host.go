@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -187,6 +188,19 @@ func (h *Host) Start(ctx context.Context) error {
 // newEngine is an engine of the host's governance, tools and policies that
 // works queue and runs its tools in workspace.
 func (h *Host) newEngine(queue, workspace string) (*engine.Engine, error) {
+	return h.newEngineWith(queue, workspace, nil, nil)
+}
+
+// newEngineWith is newEngine deciding with policies (nil: the host's) and
+// judging with extra guards beside the host's.
+func (h *Host) newEngineWith(queue, workspace string, policies engine.PolicyResolver, extra []guards.Guard) (*engine.Engine, error) {
+	if policies == nil {
+		policies = h.policies
+	}
+	userGuards := h.opts.Guards
+	if len(extra) > 0 {
+		userGuards = append(slices.Clip(h.opts.Guards), extra...)
+	}
 	eng, err := engine.New(engine.Config{
 		Approvals:  h.opts.Approvals,
 		Actor:      h.opts.Actor,
@@ -196,8 +210,8 @@ func (h *Host) newEngine(queue, workspace string) (*engine.Engine, error) {
 		Governance: h.gov,
 		Rates:      h.rates,
 		Tools:      h.tools,
-		Policies:   h.policies,
-		UserGuards: h.opts.Guards,
+		Policies:   policies,
+		UserGuards: userGuards,
 		Workspace:  workspace,
 		Queue:      queue,
 		Logger:     h.logger,

@@ -12,6 +12,7 @@ import (
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/guards"
 	"github.com/noeta-go/noeta/internal/backoff"
 )
 
@@ -28,6 +29,11 @@ type PoolOptions struct {
 	Queue string
 	// Workspace is where its file and shell tools work (the host's).
 	Workspace string
+	// Policies decide its tasks' turns (the host's): a pool of a queue
+	// that another part feeds, as a gateway's sessions.
+	Policies engine.PolicyResolver
+	// Guards are added to the host's guards for its tasks only.
+	Guards []guards.Guard
 }
 
 // Pool is a running worker pool: workers that lease with the host's
@@ -40,6 +46,8 @@ type Pool struct {
 	eng   *engine.Engine
 	queue string
 	n     int
+	// ownPolicies: PoolOptions.Policies decide its tasks.
+	ownPolicies bool
 
 	leaseCtx    context.Context
 	stopLeasing context.CancelFunc
@@ -75,14 +83,14 @@ func (h *Host) StartPool(ctx context.Context, po PoolOptions) (*Pool, error) {
 	if po.Workspace == "" {
 		po.Workspace = h.opts.Workspace
 	}
-	eng, err := h.newEngine(po.Queue, po.Workspace)
+	eng, err := h.newEngineWith(po.Queue, po.Workspace, po.Policies, po.Guards)
 	if err != nil {
 		return nil, err
 	}
 	segCtx, cancel := context.WithCancel(context.Background())
 	leaseCtx, stopLeasing := context.WithCancel(segCtx)
 	p := &Pool{
-		h: h, eng: eng, queue: po.Queue, n: po.Workers,
+		h: h, eng: eng, queue: po.Queue, n: po.Workers, ownPolicies: po.Policies != nil,
 		leaseCtx: leaseCtx, stopLeasing: stopLeasing,
 		segCtx: segCtx, stopSegs: cancel, workerDone: make(chan struct{}),
 		inFlight: map[string]string{},
@@ -279,23 +287,35 @@ func (h *Host) runsNow(task string) bool {
 	return false
 }
 
-// Drain drains the host's own pool (see [Pool.Drain]) and stops every
-// other; the host keeps its connection, log and observers until Close.
+// Drain drains the host's pools (see [Pool.Drain]), its own and those
+// beside it, within ctx; the host keeps its connection, log and observers
+// until Close.
 func (h *Host) Drain(ctx context.Context) DrainReport {
 	m := h.main.Load()
 	if m == nil {
 		return DrainReport{}
 	}
 	h.ctrs.draining.Store(true)
-	rep := m.Drain(ctx)
 	h.mu.Lock()
 	var others []*Pool
 	for p := range h.pools {
-		others = append(others, p)
+		if p != m {
+			others = append(others, p)
+		}
 	}
 	h.mu.Unlock()
-	for _, p := range others {
-		p.Stop()
+	// The pools beside the host's own (a mounted gateway's) drain within
+	// the same grace period, not after it.
+	reps := make([]DrainReport, len(others))
+	var wg sync.WaitGroup
+	for i, p := range others {
+		wg.Go(func() { reps[i] = p.Drain(ctx) })
+	}
+	rep := m.Drain(ctx)
+	wg.Wait()
+	for _, r := range reps {
+		rep.Finished += r.Finished
+		rep.Abandoned = append(rep.Abandoned, r.Abandoned...)
 	}
 	return rep
 }

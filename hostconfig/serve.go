@@ -42,6 +42,10 @@ type ServeOptions struct {
 	// (Shutdown waits for every request, and a stream does not end).
 	Server  *http.Server
 	Streams interface{ Close() }
+	// Sessions, if set, is closed first, before the pools drain: a
+	// mounted gateway's sessions end while the pools still run their
+	// tasks' last turns.
+	Sessions interface{ Close() }
 }
 
 // shutdownWait bounds the HTTP server's shutdown once its live streams
@@ -82,6 +86,9 @@ func (h *Host) ServeUntil(ctx context.Context, o ServeOptions) host.DrainReport 
 			}
 		}
 	}()
+	if o.Sessions != nil {
+		o.Sessions.Close()
+	}
 	logger.Info("stopping: no new tasks; the segments in hand finish", "in_flight", h.InFlight(), "grace", o.Grace)
 	rep := h.Drain(grace)
 	close(drained)

@@ -185,12 +185,18 @@ func (r *Registry) Names() []string {
 //   - nil output becomes null, output that is not valid JSON is an error
 //     wrapping [ErrBadOutput], and a failed Result with no Error gets one.
 func (r *Registry) Run(ctx context.Context, call noeta.ToolCall, workspace string) (res Result, err error) {
-	return r.RunAs(ctx, call, workspace, "")
+	return r.RunAs(ctx, call, workspace, Caller{})
 }
 
-// RunAs is Run for a call made by a task of agent, whose sandbox policy
+// Caller is who makes a call: the task and its agent.
+type Caller struct {
+	Task  string
+	Agent string
+}
+
+// RunAs is Run for a call made by a task: its agent's sandbox policy
 // confines the processes the call starts.
-func (r *Registry) RunAs(ctx context.Context, call noeta.ToolCall, workspace, agent string) (res Result, err error) {
+func (r *Registry) RunAs(ctx context.Context, call noeta.ToolCall, workspace string, by Caller) (res Result, err error) {
 	t, ok := r.state().byName[call.Tool]
 	if !ok {
 		return Failf("unknown tool %q", call.Tool), nil
@@ -200,7 +206,7 @@ func (r *Registry) RunAs(ctx context.Context, call noeta.ToolCall, workspace, ag
 			res, err = Result{}, fmt.Errorf("%w: %s: %v", ErrPanicked, call.Tool, p)
 		}
 	}()
-	res, err = t.Run(ctx, Call{ID: call.CallID, Args: call.Args, Workspace: workspace, Agent: agent})
+	res, err = t.Run(ctx, Call{ID: call.CallID, Args: call.Args, Workspace: workspace, Agent: by.Agent, Task: by.Task})
 	if err != nil {
 		return Result{}, err
 	}

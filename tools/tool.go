@@ -45,6 +45,9 @@ type Call struct {
 	// Agent is the agent of the task that makes the call: its sandbox
 	// policy confines the processes the call starts.
 	Agent string
+	// Task is the task that makes the call: a tool run elsewhere (a
+	// Claude Code hook's) checks the call is the one its task decided.
+	Task string
 }
 
 // Result is what a call produced, as the model will see it and as

@@ -251,3 +251,113 @@ http:
 		t.Fatalf("events: exit %d\n%s", code, out)
 	}
 }
+
+// TestServeGateway: engine serve --gateway mounts the MCP gateway and the
+// Claude Code hook on its --http listener beside the API, while its pool
+// goes on running the shared queue; on SIGTERM the gateway's session
+// tasks end before the host stops, and serve exits 0.
+func TestServeGateway(t *testing.T) {
+	t.Parallel()
+	tok, sum := webui.NewToken()
+	cfg := writeFile(t, "noeta.yaml", `
+agents:
+  cc:
+    tools: ["claude_code__*", echo]
+    permission_mode: bypassPermissions
+  researcher: {tools: [read_file, echo]}
+rules:
+  - match_tool: "claude_code__Bash"
+    match_arg: {path: command, regex: "rm -rf"}
+    action: deny
+    reason: "no recursive deletes"
+http:
+  tokens:
+    - {name: alice, sha256: "`+sum+`"}
+`)
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no such agent", []string{"--gateway", "nosuch", "--http", "127.0.0.1:0"}, `no agent "nosuch"`},
+		{"no listener", []string{"--gateway", "cc", "--http", ""}, "--http, which is empty"},
+		{"tool names", []string{"--gateway", "cc", "--http", "127.0.0.1:0", "--gateway-tool-names", "short"}, "--gateway-tool-names"},
+	} {
+		code, _, errOut := runCmd(t, append([]string{"serve", "--config", cfg, "--data", t.TempDir()}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%s: exit %d, %s", c.name, code, errOut)
+		}
+	}
+
+	data := t.TempDir()
+	p := startEngine(t, "serve", "--config", cfg, "--data", data, "--workspace", t.TempDir(), "--http", "127.0.0.1:0",
+		"--gateway", "cc", "--workers", "2", "--log-format", "json")
+	p.waitLog(t, "serving", time.Minute)
+	m := regexp.MustCompile(`"msg":"http listening","addr":"([^"]+)"`).FindStringSubmatch(p.stderr.String())
+	if m == nil {
+		t.Fatalf("no http address in:\n%s", p.stderr)
+	}
+	base := "http://" + m[1]
+	ctx := t.Context()
+
+	// MCP on /mcp, with alice's token.
+	cl := sdk.NewClient(&sdk.Implementation{Name: "test-client", Version: "1"}, nil)
+	if _, err := cl.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: base + "/mcp", MaxRetries: -1}, nil); err == nil {
+		t.Fatal("a client without a token connected")
+	}
+	cs, err := cl.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: &http.Client{Transport: bearerRT{tok}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "through serve"}})
+	if err != nil || res.IsError {
+		t.Fatalf("echo: %+v %v", res, err)
+	}
+
+	// Claude Code's hook on /hooks/claude-code, through engine hook.
+	pre := `{"session_id":"s-9","transcript_path":"/tmp/t.jsonl","cwd":"/src","permission_mode":"default","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"rm -rf ~"},"tool_use_id":"toolu_1"}`
+	hook := exec.Command(engineBin, "hook", "claude-code", "--url", base)
+	hook.Env = append(hook.Environ(), "NOETA_TOKEN="+tok)
+	hook.Stdin = strings.NewReader(pre)
+	out, err := hook.Output()
+	if err != nil || !strings.Contains(string(out), `"permissionDecision":"deny"`) || !strings.Contains(string(out), "no recursive deletes") {
+		t.Fatalf("hook: %v %s", err, out)
+	}
+
+	// The shared queue's tasks run beside the gateway's.
+	code, sub, errOut := runCmd(t, "submit", example("01-allowed-call.yaml"), "--config", cfg, "--data", data)
+	if code != 0 {
+		t.Fatalf("submit: exit %d %s %s", code, sub, errOut)
+	}
+	id := strings.TrimSpace(sub)
+	waitFor(t, time.Minute, "the shared queue's task to end", func() bool {
+		_, out, _ := runCmd(t, "inspect", id, "--data", data)
+		return strings.Contains(out, "status    terminal")
+	})
+
+	// SIGTERM with the MCP session still open: its task and the hook's
+	// session's task end before serve stops.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("serve exited %d\n%s", code, p.stderr)
+	}
+	_ = cs.Close()
+	code, list, _ := runCmd(t, "tasks", "--data", data, "--json")
+	if code != 0 || strings.Count(list, "\n") != 3 {
+		t.Fatalf("tasks: exit %d\n%s", code, list)
+	}
+	for line := range strings.Lines(list) {
+		var row struct {
+			Task   string `json:"task"`
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatal(err)
+		}
+		if row.Status != "completed" {
+			t.Errorf("task %s is %s after serve stopped, want completed\n%s", row.Task, row.Status, list)
+		}
+	}
+}

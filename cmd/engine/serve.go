@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +40,8 @@ type serveOpts struct {
 	logLevel    string
 	printConfig bool
 	web         webui.ListenerFlags
+	gateway     string
+	gwNames     string
 }
 
 // Defaults of serve.
@@ -89,8 +93,16 @@ other path (the fanout's /tasks/{id}/events too) it serves the HTTP API and
 the inbox page (docs/inbox.md) to the people of the config's http: section
 only. It listens on loopback unless --http-tls-cert and --http-tls-key make
 it HTTPS or --behind-tls-proxy says a TLS-terminating proxy is in front;
---max-streams and --max-streams-per-client bound the live streams. Logs are structured (log/slog) on stderr, --log-format text
-or json.
+--max-streams and --max-streams-per-client bound the live streams.
+
+--gateway AGENT mounts the MCP gateway (engine gateway, docs/gateway.md) on
+the --http listener: MCP (streamable HTTP) on /mcp and Claude Code's hook
+events on /hooks/claude-code, to the bearer tokens of the config's http:
+section (or the trusted proxy); a session is a task of AGENT, or of the
+token's own agent: (http.tokens). A pool of --workers more workers runs the
+gateway's sessions beside the shared queue's. It needs --http.
+
+Logs are structured (log/slog) on stderr, --log-format text or json.
 
 Settings come from flags, then the environment, then the --serve-config file
 (YAML or JSON), the first that has one winning; --print-config prints the
@@ -121,6 +133,8 @@ The environment variables are NOETA_ and the key in capitals:
 	f.BoolVar(&o.child, "child", true, "run the ChildLifecycle observer in this process")
 	f.BoolVar(&o.hooks, "hooks", true, "run the config's hooks: in this process")
 	f.BoolVar(&o.audit, "audit", true, "run the config's observers.audit in this process")
+	f.StringVar(&o.gateway, "gateway", "", "mount the MCP gateway on --http (/mcp, /hooks/claude-code), its sessions tasks of this agent")
+	f.StringVar(&o.gwNames, "gateway-tool-names", gateway.NamesPrefixed, "how the gateway's clients know an MCP server's tool: prefixed or upstream (as engine gateway --tool-names)")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&o.printConfig, "print-config", false, "print the effective settings and where each came from, and exit")
@@ -154,6 +168,19 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	}
 	if err := o.web.Check("--http", o.http); err != nil {
 		return usageErr("%v", err)
+	}
+	if o.gateway != "" {
+		// Said now, not found out by a client: a gateway nothing serves
+		// would be a configured part silently ignored.
+		if o.http == "" {
+			return usageErr("--gateway mounts the MCP gateway on --http, which is empty")
+		}
+		if err := gateway.CheckToolNames(o.gwNames); err != nil {
+			return usageErr("--gateway-tool-names: %v", err)
+		}
+		if !slices.Contains(cfg.Governance.Agents(), o.gateway) {
+			return usageErr("--gateway: no agent %q in %s (agents: %s)", o.gateway, cfg.Path, strings.Join(cfg.Governance.Agents(), ", "))
+		}
 	}
 	var ln net.Listener
 	if o.http != "" {
@@ -194,7 +221,22 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 			return failErr(err)
 		}
 		defer ui.Close()
-		srv := webui.NewHTTPServer(h.Mux(ui), o.web.Limits())
+		var handler http.Handler = h.Mux(ui)
+		if o.gateway != "" {
+			gw, err := gateway.MountOn(ctx, h, gateway.Mount{Agent: o.gateway, Workers: g.workers, Prefix: g.conn.prefix, Replicas: g.conn.replicas, ToolNames: o.gwNames, Logger: logger})
+			if err != nil {
+				return failErr(err)
+			}
+			defer gw.Close()
+			stop.Sessions = gw
+			mux := http.NewServeMux()
+			gwh := gw.Handler(gateway.GateAuth(gate))
+			mux.Handle(gateway.MountPath, gwh)
+			mux.Handle(gateway.HookPath, gwh)
+			mux.Handle("/", handler)
+			handler = mux
+		}
+		srv := webui.NewHTTPServer(handler, o.web.Limits())
 		stop.Server, stop.Streams = srv, ui
 		// Served until ServeUntil shuts srv down.
 		go func() { _ = webui.ServeOn(srv, ln, o.web.Cert) }()
@@ -207,7 +249,7 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 	}
 	logger.Info("serving", "actor", actor, "nats", h.Describe(), "prefix", g.conn.prefix, "replicas", g.conn.replicas,
 		"queue", queueName(o.queue), "workers", g.workers, "lease_ttl", ttl, "grace", o.grace, "child", o.child,
-		"hooks", o.hooks, "audit", o.audit,
+		"hooks", o.hooks, "audit", o.audit, "gateway", o.gateway,
 		"config", cfg.Path, "workspace", workspace, "http", httpAddr)
 
 	h.ServeUntil(ctx, stop)

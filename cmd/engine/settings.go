@@ -41,6 +41,8 @@ var engineSettings = settings.Table{
 	{Key: "child", Kind: settings.Bool},
 	{Key: "hooks", Kind: settings.Bool},
 	{Key: "audit", Kind: settings.Bool},
+	{Key: "gateway"},
+	{Key: "gateway_tool_names"},
 	{Key: "log_format"},
 	{Key: "log_level"},
 }
