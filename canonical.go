@@ -615,6 +615,38 @@ func canonAppendRune(dst []byte, r rune) []byte {
 	return canonAppendU(dst, r)
 }
 
+// canonRuneLen is how many bytes canonAppendRune writes for r.
+func canonRuneLen(r rune) int {
+	switch r {
+	case '"', '\\', '\b', '\f', '\n', '\r', '\t':
+		return 2
+	}
+	switch {
+	case 0x20 <= r && r < 0x7f:
+		return 1
+	case r > 0xffff:
+		return 12
+	}
+	return 6
+}
+
+// CanonicalPrefix returns the longest prefix of s, cut between runes,
+// whose canonical JSON string (quotes included) is at most limit bytes: a
+// text cut to fit a record. A byte that is not UTF-8 counts as the
+// \ufffd it is written as.
+func CanonicalPrefix(s string, limit int) string {
+	n := 2
+	if limit < n {
+		return ""
+	}
+	for i, r := range s {
+		if n += canonRuneLen(r); n > limit {
+			return s[:i]
+		}
+	}
+	return s
+}
+
 func canonAppendU(dst []byte, r rune) []byte {
 	return append(dst, '\\', 'u',
 		canonHexDigits[r>>12&0xf], canonHexDigits[r>>8&0xf],

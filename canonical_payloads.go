@@ -173,6 +173,7 @@ func (p ToolCallFinished) appendCanonical(dst []byte) ([]byte, bool) {
 	o.bool("ok", p.OK)
 	o.rawOmitEmpty("output", p.Output)
 	o.refOmitEmpty("output_ref", p.OutputRef)
+	o.strOmitEmpty("preview", p.Preview)
 	o.str("tool", p.Tool)
 	return o.end()
 }

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 var (
@@ -122,4 +123,40 @@ func FuzzAppendCanonicalString(f *testing.F) {
 			t.Fatalf("%q: direct %s, general %s", s, got, want)
 		}
 	})
+}
+
+// TestCanonicalPrefix: the prefix's canonical JSON string fits the limit,
+// is cut between runes, and is the longest that does: one rune more would
+// not fit.
+func TestCanonicalPrefix(t *testing.T) {
+	strs := append([]string{strings.Repeat("é😀\n\"a", 50), "\xff\xff\xff"}, trickyStrings...)
+	for _, s := range strs {
+		for limit := -1; limit <= 400; limit++ {
+			p := CanonicalPrefix(s, limit)
+			if !strings.HasPrefix(s, p) {
+				t.Fatalf("CanonicalPrefix(%q, %d) = %q: not a prefix", s, limit, p)
+			}
+			enc, err := Canonical(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if limit < 2 {
+				if p != "" {
+					t.Errorf("CanonicalPrefix(%q, %d) = %q, want empty", s, limit, p)
+				}
+				continue
+			}
+			if len(enc) > limit {
+				t.Fatalf("CanonicalPrefix(%q, %d) = %q: %d bytes encoded", s, limit, p, len(enc))
+			}
+			if p == s {
+				continue
+			}
+			rest := s[len(p):]
+			_, size := utf8.DecodeRuneInString(rest)
+			if longer, _ := Canonical(s[:len(p)+size]); len(longer) <= limit {
+				t.Errorf("CanonicalPrefix(%q, %d) = %q: %q fits too (%d bytes)", s, limit, p, s[:len(p)+size], len(longer))
+			}
+		}
+	}
 }

@@ -93,6 +93,11 @@ const (
 	// Longer text is stored whole in the content store (text_ref), never
 	// cut (docs/adr/0084).
 	TextInlineLimit = PayloadMaxBytes / 2
+	// PreviewLimit bounds ToolCallFinished's preview (its canonical JSON
+	// string, quotes included): what a model reads of an output recorded
+	// by ref, half the payload, leaving the rest for the record's other
+	// members (docs/adr/0102).
+	PreviewLimit = PayloadMaxBytes / 2
 )
 
 // TaskCreated is the genesis record of every task (seq 1).
@@ -283,14 +288,20 @@ type ToolCallStarted struct {
 
 // ToolCallFinished is the tool's result. Output over the cap is in OutputRef.
 type ToolCallFinished struct {
-	CallID     string          `json:"call_id"`
-	Tool       string          `json:"tool"`
-	OK         bool            `json:"ok"`
-	Output     json.RawMessage `json:"output,omitempty"`
-	OutputRef  *ContentRef     `json:"output_ref,omitempty"`
-	Error      string          `json:"error,omitempty"`
-	DurationMS int64           `json:"duration_ms"`
-	CostUSD    float64         `json:"cost_usd,omitempty"`
+	CallID    string          `json:"call_id"`
+	Tool      string          `json:"tool"`
+	OK        bool            `json:"ok"`
+	Output    json.RawMessage `json:"output,omitempty"`
+	OutputRef *ContentRef     `json:"output_ref,omitempty"`
+	// Preview is what a model reads of an output recorded by OutputRef:
+	// the tool's own rendering for a model (an MCP result's text, a line
+	// for each other block) or the output's JSON, cut to PreviewLimit.
+	// Only beside OutputRef; absent from records written before it
+	// existed, which a model reads as the ref alone (docs/adr/0102).
+	Preview    string  `json:"preview,omitempty"`
+	Error      string  `json:"error,omitempty"`
+	DurationMS int64   `json:"duration_ms"`
+	CostUSD    float64 `json:"cost_usd,omitempty"`
 	// Egress is where the call's sandboxed processes asked to connect
 	// through the egress proxy, one entry per destination and verdict:
 	// the audit of where data went. Absent when nothing asked.

@@ -16,7 +16,7 @@ var catalogue = map[string]string{
 	TypeTurnStarted:           "turn",
 	TypePolicyDecided:         "turn decision cost_usd input_tokens output_tokens version tool_calls spawn question wait_seconds event_kind patch patch_ref answer answer_ref error text text_ref decision_ref model provider latency_ms response_ref notes",
 	TypeToolCallStarted:       "call_id tool args args_ref turn",
-	TypeToolCallFinished:      "call_id tool ok output output_ref error duration_ms cost_usd egress",
+	TypeToolCallFinished:      "call_id tool ok output output_ref preview error duration_ms cost_usd egress",
 	TypeToolCallDenied:        "call_id tool guard reason",
 	TypeSubtaskSpawned:        "subtask_id agent goal goal_ref group_id call_id budget",
 	TypeSubtaskDenied:         "agent guard reason group_id",

@@ -131,6 +131,9 @@ func (c *Composer) Apply(env eventlog.Envelope, p noeta.Payload) {
 		m := noeta.Message{Role: noeta.RoleTool, ToolCallID: p.CallID, ToolName: p.Tool}
 		if p.OK {
 			m.Text = c.capped(p.Output, p.OutputRef, "output")
+			if p.OutputRef != nil && p.Preview != "" {
+				m.Text = c.previewed(p.Preview, p.OutputRef)
+			}
 		} else {
 			m.IsError = true
 			m.Text = p.Error
@@ -513,6 +516,15 @@ func (c *Composer) capped(v json.RawMessage, ref *noeta.ContentRef, what string)
 		return "[" + what + " stored by content ref " + refName(ref) + " (" + strconv.FormatInt(ref.Size, 10) + " bytes); not shown]"
 	}
 	return c.clip(jsonText(v), ref)
+}
+
+// previewed is an output recorded by ref as a model reads it when its
+// record carries a preview (docs/adr/0102): said to be a preview, with the
+// ref of the whole, before the preview's text (cut to the cap like any
+// output). A record without one reads as the ref alone, as it always did.
+func (c *Composer) previewed(preview string, ref *noeta.ContentRef) string {
+	return "[output stored by content ref " + refName(ref) + " (" + strconv.FormatInt(ref.Size, 10) +
+		" bytes); not shown whole: a preview of it follows]\n" + c.clip(preview, ref)
 }
 
 // clip cuts s to the cap, saying how much was cut and where the whole is.

@@ -391,6 +391,26 @@ func TestComposeShapes(t *testing.T) {
 			&noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionFinish},
 			&noeta.TaskCompleted{AnswerRef: &ref},
 		}},
+		// An output recorded by ref with a preview (docs/adr/0102) reads
+		// as the preview, said to be one, with the ref of the whole; one
+		// without (a record written before previews) reads as the ref
+		// alone, as it always did; a preview longer than the cap is cut
+		// like any output.
+		{"output-preview", engine.ComposerConfig{MaxToolOutput: 100}, []noeta.Payload{
+			&noeta.TaskCreated{TaskID: "t1", Agent: "a", Goal: "look at the logo", RootTaskID: "t1"},
+			&noeta.TurnStarted{Turn: 1},
+			&noeta.PolicyDecided{Turn: 1, Decision: noeta.DecisionToolCalls},
+			&noeta.ToolCallStarted{CallID: "call-1-0", Tool: "mcp__everything__get-tiny-image", Args: json.RawMessage(`{}`), Turn: 1},
+			&noeta.ToolCallFinished{CallID: "call-1-0", Tool: "mcp__everything__get-tiny-image", OK: true, OutputRef: &ref,
+				Preview: "Here is the image:\nThe image above is the MCP logo.\n[image image/png, 6128 bytes]"},
+			&noeta.ToolCallStarted{CallID: "call-1-1", Tool: "read_file", Args: json.RawMessage(`{}`), Turn: 1},
+			&noeta.ToolCallFinished{CallID: "call-1-1", Tool: "read_file", OK: true, OutputRef: &ref},
+			&noeta.ToolCallStarted{CallID: "call-1-2", Tool: "shell", Args: json.RawMessage(`{}`), Turn: 1},
+			&noeta.ToolCallFinished{CallID: "call-1-2", Tool: "shell", OK: true, OutputRef: &ref, Preview: `{"exit_code":0,"stdout":"` + strings.Repeat("line\\n", 20)},
+			&noeta.TurnStarted{Turn: 2},
+			&noeta.PolicyDecided{Turn: 2, Decision: noeta.DecisionFinish},
+			&noeta.TaskCompleted{Answer: json.RawMessage(`"seen"`)},
+		}},
 		{"waits", engine.ComposerConfig{}, []noeta.Payload{
 			&noeta.TaskCreated{TaskID: "t1", Agent: "a", Goal: "wait for things", RootTaskID: "t1"},
 			&noeta.TurnStarted{Turn: 1},

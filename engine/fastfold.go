@@ -410,6 +410,12 @@ func fastPayload(typ string, b []byte, sc *foldScratch) (p noeta.Payload, ok boo
 				f.Output, ok = json.RawMessage(v), len(v) > 0
 			case "output_ref":
 				f.OutputRef, ok = ref(v)
+			case "preview":
+				// Text a model reads: most has a newline or a quote, read
+				// the decoder's way here, as PolicyDecided's text is.
+				if f.Preview, ok = plainString(v); !ok {
+					ok = json.Unmarshal(v, &f.Preview) == nil
+				}
 			case "error":
 				f.Error, ok = plainString(v)
 			case "duration_ms":

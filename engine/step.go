@@ -900,6 +900,11 @@ func (g *segment) runTool(call noeta.ToolCall) error {
 		CallID: call.CallID, Tool: call.Tool, OK: res.OK, Output: out, OutputRef: oref,
 		Error: truncate(res.Error, maxErrorLen), DurationMS: took.Milliseconds(), Egress: res.Egress,
 	}
+	if oref != nil && res.OK {
+		if rec.Preview, err = preview(rec, res); err != nil {
+			return err
+		}
+	}
 	if err := g.emitLater(rec, eventlog.OriginTool, ActorTool); err != nil {
 		return err
 	}
@@ -908,6 +913,37 @@ func (g *segment) runTool(call noeta.ToolCall) error {
 	}
 	return nil
 }
+
+// preview is what a model reads of a result whose output is recorded by
+// ref (docs/adr/0102): the tool's own rendering for a model, or the
+// output's canonical JSON as the composer shows an inline one, cut to
+// noeta.PreviewLimit and to the room rec leaves under the payload cap (a
+// long error or a sandbox's egress take some).
+func preview(rec noeta.ToolCallFinished, res tools.Result) (string, error) {
+	b, err := noeta.Canonical(rec)
+	if err != nil {
+		return "", err
+	}
+	limit := min(noeta.PreviewLimit, noeta.PayloadMaxBytes-len(b)-len(`,"preview":`))
+	if limit < minPreview {
+		return "", nil
+	}
+	text := res.Preview
+	if text == "" {
+		canon, err := noeta.CanonicalizeJSON(res.Output)
+		if err != nil {
+			return "", err
+		}
+		text = jsonText(canon)
+	}
+	// Cut first: the output may be a mebibyte. A byte that is not UTF-8
+	// is counted as the \ufffd it is written as, and made one, so the
+	// record handed to a ResultReader reads as the log will.
+	return strings.ToValidUTF8(noeta.CanonicalPrefix(text, limit), "\uFFFD"), nil
+}
+
+// minPreview is the least room worth a preview: less says nothing.
+const minPreview = 64
 
 // spawnArgs is what a spawn approval records: the child it would start.
 type spawnArgs struct {

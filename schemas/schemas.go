@@ -49,7 +49,7 @@ var versions = map[string]int{
 	"SubtaskResultRecorded": 2, // spend
 	"TaskSuspended":         2, // wake_on.expire_at
 	"TaskWoken":             3, // wake_event.auth (2), wake_event.received_at (3)
-	"ToolCallFinished":      2, // egress (docs/adr/0055)
+	"ToolCallFinished":      3, // egress (2, docs/adr/0055); preview (3, docs/adr/0102)
 }
 
 // TypeVersion is the schema version of eventType's records as this package
@@ -279,6 +279,11 @@ func collect(e *jsonschema.ValidationError, out *[]violation) {
 	case *kind.Required:
 		for _, p := range k.Missing {
 			add("missing property", p)
+		}
+	case *kind.DependentRequired:
+		// "preview needs output_ref": name the one missing.
+		for _, p := range k.Missing {
+			add("missing property when "+k.Prop+" is present", p)
 		}
 	case *kind.AdditionalProperties:
 		for _, p := range k.Properties {

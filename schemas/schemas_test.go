@@ -92,6 +92,8 @@ func validPayloads() map[string][]noeta.Payload {
 			noeta.ToolCallFinished{CallID: callID, Tool: "web_search", OK: true, Output: json.RawMessage(`{"hits":["a","b"]}`), DurationMS: 412},
 			noeta.ToolCallFinished{CallID: callID, Tool: "web_search", OK: true, Output: json.RawMessage(`null`), DurationMS: 0, CostUSD: 0.001},
 			noeta.ToolCallFinished{CallID: callID, Tool: "read_file", OK: true, OutputRef: &jsonRef, DurationMS: 9},
+			noeta.ToolCallFinished{CallID: callID, Tool: "mcp__docs__fetch", OK: true, OutputRef: &jsonRef, Preview: "The page says:\n\"hello\"\n[image image/png, 6400 bytes of data]", DurationMS: 9},
+			noeta.ToolCallFinished{CallID: callID, Tool: "shell", OK: true, OutputRef: &jsonRef, Preview: strings.Repeat("é", 2046), DurationMS: 9},
 			noeta.ToolCallFinished{CallID: callID, Tool: "web_search", OK: false, Error: "timeout after 30s", DurationMS: 30000},
 			noeta.ToolCallFinished{CallID: callID, Tool: "shell", OK: false, Output: json.RawMessage(`"exit status 2"`), Error: "exit status 2", DurationMS: 88},
 		},
@@ -678,6 +680,46 @@ func TestPolicyDecidedVersions(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := schemas.Validate(noeta.TypePolicyDecided, []byte(tt.payload))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v; want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestToolCallFinishedVersions: ToolCallFinished's schema is at version 3
+// (the preview of an output recorded by ref, docs/adr/0102); records of
+// versions 1 and 2 are still known and validate against it; a preview
+// without output_ref, or over its bound, is refused.
+func TestToolCallFinishedVersions(t *testing.T) {
+	if got, want := schemas.ID(noeta.TypeToolCallFinished), "urn:noeta:schema:ToolCallFinished:3"; got != want {
+		t.Fatalf("ID = %q, want %q", got, want)
+	}
+	for _, id := range []string{"urn:noeta:schema:ToolCallFinished:1", "urn:noeta:schema:ToolCallFinished:2"} {
+		if typ, ok := schemas.Known(id); !ok || typ != noeta.TypeToolCallFinished {
+			t.Fatalf("the older id %s is not known: %q %v", id, typ, ok)
+		}
+	}
+	if _, ok := schemas.Known("urn:noeta:schema:ToolCallFinished:4"); ok {
+		t.Fatal("version 4 is known")
+	}
+	ref := string(mustMarshal(t, jsonRef))
+	for _, old := range []string{
+		`{"call_id":"c","duration_ms":3,"ok":true,"output_ref":` + ref + `,"tool":"t"}`,
+		`{"call_id":"c","duration_ms":3,"egress":[{"allowed":true,"bytes_in":1,"bytes_out":1,"connections":1,"host":"h","port":443}],"ok":true,"output":1,"tool":"t"}`,
+	} {
+		if err := schemas.Validate(noeta.TypeToolCallFinished, []byte(old)); err != nil {
+			t.Errorf("a record written before previews: %v\n%s", err, old)
+		}
+	}
+	for _, tt := range []struct{ name, payload, want string }{
+		{"preview without output_ref", `{"call_id":"c","duration_ms":3,"ok":true,"output":1,"preview":"p","tool":"t"}`, "/output_ref: missing property when preview is present"},
+		{"preview alone on a failed call", `{"call_id":"c","duration_ms":3,"error":"e","ok":false,"preview":"p","tool":"t"}`, "/output_ref: missing property when preview is present"},
+		{"preview over its bound", `{"call_id":"c","duration_ms":3,"ok":true,"output_ref":` + ref + `,"preview":"` + strings.Repeat("x", 2047) + `","tool":"t"}`, "/preview"},
+		{"preview not a string", `{"call_id":"c","duration_ms":3,"ok":true,"output_ref":` + ref + `,"preview":{"text":"p"},"tool":"t"}`, "/preview"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := schemas.Validate(noeta.TypeToolCallFinished, []byte(tt.payload))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v; want an error containing %q", err, tt.want)
 			}

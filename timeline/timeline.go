@@ -99,7 +99,12 @@ func Describe(env eventlog.Envelope, p noeta.Payload) string {
 		}
 		s += fmt.Sprintf("ok %dms → ", p.DurationMS)
 		if p.OutputRef != nil {
-			return s + Ref(*p.OutputRef)
+			s += Ref(*p.OutputRef)
+			if p.Preview != "" {
+				// What a model read of it (docs/adr/0102).
+				s += ` "` + Cut(p.Preview, 80) + `"`
+			}
+			return s
 		}
 		return s + Cut(string(p.Output), 80)
 	case *noeta.ToolCallDenied:

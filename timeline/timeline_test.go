@@ -72,7 +72,9 @@ func logs() map[string][]rec {
 			{rootID, 7, &noeta.ToolCallStarted{CallID: "call-2", Tool: "shell", Args: args, Turn: 1}},
 			{rootID, 8, &noeta.ToolCallFinished{CallID: "call-2", Tool: "shell", OK: false, Error: "exit status 2: ls: cannot access 'x': No such file or directory", DurationMS: 41}},
 			{rootID, 9, &noeta.ToolCallFinished{CallID: "call-3", Tool: "read_file", OK: true, OutputRef: &noeta.ContentRef{Hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Size: 1 << 20}, DurationMS: 9}},
-			{rootID, 10, &noeta.TaskCompleted{Answer: json.RawMessage(`"done"`)}},
+			{rootID, 10, &noeta.ToolCallFinished{CallID: "call-4", Tool: "mcp__docs__fetch", OK: true, OutputRef: &noeta.ContentRef{Hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Size: 9000},
+				Preview: "Here is the page:\n[image image/png, 6000 bytes]\nThe image above is the logo, and the page goes on for a long while after it.", DurationMS: 9}},
+			{rootID, 11, &noeta.TaskCompleted{Answer: json.RawMessage(`"done"`)}},
 		},
 		// A model's turns: its words beside its calls, cut for the line
 		// and escaped, words stored by ref, and a turn without words (a

@@ -62,6 +62,13 @@ type Result struct {
 	// Egress is where the call's sandboxed processes asked to connect
 	// (recorded in ToolCallFinished, not shown to the model).
 	Egress []noeta.Egress `json:"-"`
+	// Preview is what a model should read of Output when Output is over
+	// the inline limit and recorded by ref (ToolCallFinished's preview):
+	// for a tool whose output a model reads better in another shape than
+	// its JSON (tools/mcp: the text, a line for each other block). The
+	// engine cuts it to noeta.PreviewLimit, so a tool need not keep more
+	// than that; empty, the engine shows the output's JSON.
+	Preview string `json:"-"`
 }
 
 // Succeed returns an OK result whose output is the JSON encoding of v.

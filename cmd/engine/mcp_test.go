@@ -102,6 +102,52 @@ script:
 	}
 }
 
+// TestModelReadsMCPImageResult: a model calling an MCP tool whose result
+// is text around an image reads the text, and a line for the image, in
+// its next turn: the image's data puts the output over the inline limit,
+// so it is recorded by ref, and its preview is what the model reads
+// (docs/adr/0102). Before, the model read the ref alone.
+func TestModelReadsMCPImageResult(t *testing.T) {
+	t.Parallel()
+	node, entry := everythingEntry(t)
+	f := newFakeOpenAI(t, func(req chatRequest) chatReply {
+		if req.turn() == 0 {
+			return chatReply{ToolCalls: [][2]string{{"mcp__everything__get-tiny-image", `{}`}}, In: 10, Out: 10}
+		}
+		return chatReply{Text: "I saw it.", In: 10, Out: 10}
+	})
+	cfg := writeFile(t, "noeta.yaml", `
+models:
+  fake: {provider: openai, model: fake-1, base_url: `+f.baseURL()+`, max_retries: 1, price: free}
+mcp_servers:
+  everything: {command: [`+node+`, `+entry+`, stdio], trust_annotations: true, `+everythingSandbox(node, entry)+`}
+agents:
+  a:
+    model: fake
+    tools: ["mcp__everything__get-tiny-image"]
+    budget: {max_iterations: 4}
+`)
+	task := writeFile(t, "task.yaml", "agent: a\ngoal: \"Show me the logo\"\n")
+	code, out, errOut := runCmd(t, "run", task, "--config", cfg, "--data", t.TempDir(), "--workspace", workspace(t), "--approvals", "approve")
+	if code != exitDone {
+		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	reqs := f.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model requests, want 2\n%s", len(reqs), out)
+	}
+	read := reqs[1].lastTool()
+	want := regexp.MustCompile(`^\[output stored by content ref sha256:[0-9a-f]{64} \(\d+ bytes\); not shown whole: a preview of it follows\]\n` +
+		`Here's the image you requested:\n\[image image/png, \d+ bytes\]\nThe image above is the MCP logo\.$`)
+	if !want.MatchString(read) || strings.Contains(read, "iVBOR") {
+		t.Errorf("the model read of get-tiny-image:\n%s", read)
+	}
+	// The timeline shows the preview beside the ref.
+	if !regexp.MustCompile(`ToolCallFinished\s+mcp__everything__get-tiny-image call-1-0 ok \d+ms → \(\d+ bytes in the content store, sha256 \S+\) "Here's the image you requested:`).MatchString(out) {
+		t.Errorf("the timeline:\n%s", out)
+	}
+}
+
 // TestMCPCallInterruptedByAKill: serve is SIGKILLed while an MCP call runs
 // (a long operation of server-everything); the serve that takes the task
 // over records the call as failed — it may have had effects — and does

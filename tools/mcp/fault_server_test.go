@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -120,6 +121,17 @@ func runFaultServer(mode string) int {
 				},
 				StructuredContent: map[string]any{"n": 1},
 			}, nil
+		})
+	s.AddTool(&sdk.Tool{Name: "picture", Description: "returns a caption, an image of NOETA_MCP_BIG bytes and a line about it", InputSchema: obj},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			var n int
+			fmt.Sscan(os.Getenv("NOETA_MCP_BIG"), &n)
+			data := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{0xab}, max(n-8, 0))...)
+			return &sdk.CallToolResult{Content: []sdk.Content{
+				&sdk.TextContent{Text: "Here is the logo you asked for."},
+				&sdk.ImageContent{MIMEType: "image/png", Data: data},
+				&sdk.TextContent{Text: "It is 16 by 16 pixels."},
+			}}, nil
 		})
 	s.AddTool(&sdk.Tool{Name: "getenv", Description: "the server's environment variable {name}", InputSchema: obj},
 		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {

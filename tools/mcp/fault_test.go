@@ -9,6 +9,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/tools"
@@ -143,6 +146,13 @@ func TestFaultServerResults(t *testing.T) {
 		t.Errorf("mixed = %s, %v\nwant %s", res.Output, res.OK, want)
 	}
 
+	// What a model reads if the output is recorded by ref: the content in
+	// its order, a line for each block that is not text (docs/adr/0102).
+	if want := "one\n[image image/png, 15 bytes]\n[resource link file:///r.txt text/plain, 2048 bytes]\n" +
+		"[resource mem://b application/octet-stream, 3 bytes]\ntwo"; res.Preview != want {
+		t.Errorf("mixed's preview = %q\nwant %q", res.Preview, want)
+	}
+
 	res = mustRun(t, reg, "mcp__fault__fail", `{}`)
 	if res.OK || res.Error != "the disk is full" {
 		t.Errorf("fail = %+v", res)
@@ -154,7 +164,8 @@ func TestFaultServerResults(t *testing.T) {
 	}
 	// The server is still there; one plain text block is recorded as text
 	// alone.
-	if res := mustRun(t, reg, "mcp__fault__echo", `{"message":"after"}`); !res.OK || strings.Contains(string(res.Output), "upstream_content") {
+	if res := mustRun(t, reg, "mcp__fault__echo", `{"message":"after"}`); !res.OK || strings.Contains(string(res.Output), "upstream_content") ||
+		res.Preview != text(t, res) {
 		t.Errorf("echo after big = %+v", res)
 	}
 
@@ -169,6 +180,47 @@ func TestFaultServerResults(t *testing.T) {
 	t.Log(res.Error)
 	if res := mustRun(t, reg, "mcp__fault__echo", `{"message":"after"}`); !res.OK {
 		t.Errorf("echo after huge = %+v", res)
+	}
+}
+
+// TestFaultServerPreview: a result whose image puts it over the inline
+// limit keeps the image's data in its output, for the gateway's client,
+// and gives a model its text and a line for the image, never the data;
+// a text longer than the preview's bound is cut to it, between runes.
+func TestFaultServerPreview(t *testing.T) {
+	t.Parallel()
+	srv := faultServer(t, "fault", "ok", map[string]string{"NOETA_MCP_BIG": "6000"})
+	reg := registry(t, newSource(t, srv, Options{}))
+	res := mustRun(t, reg, "mcp__fault__picture", `{}`)
+	if !res.OK || len(res.Output) <= noeta.ArgsInlineLimit || !strings.Contains(string(res.Output), `"data":"iVBORw0KGgqrq6ur`) {
+		t.Fatalf("picture = %.200s (%d bytes), %v: want the image's data, over the inline limit", res.Output, len(res.Output), res.OK)
+	}
+	if want := "Here is the logo you asked for.\n[image image/png, 6000 bytes]\nIt is 16 by 16 pixels."; res.Preview != want {
+		t.Errorf("picture's preview = %q\nwant %q", res.Preview, want)
+	}
+
+	long := strings.Repeat("é", noeta.PreviewLimit)
+	for _, tt := range []struct {
+		name    string
+		content []sdk.Content
+		out     Output
+		want    string
+	}{
+		{"long text", []sdk.Content{&sdk.TextContent{Text: long}, &sdk.ImageContent{MIMEType: "image/png", Data: []byte{1}}}, Output{}, long[:noeta.PreviewLimit]},
+		{"text cut between runes", []sdk.Content{&sdk.TextContent{Text: "xy"}, &sdk.TextContent{Text: long}}, Output{}, "xy\n" + long[:noeta.PreviewLimit-4]},
+		{"full before the next block", []sdk.Content{&sdk.TextContent{Text: strings.Repeat("a", noeta.PreviewLimit)}, &sdk.TextContent{Text: "b"}}, Output{}, strings.Repeat("a", noeta.PreviewLimit)},
+		{"structured alone", nil, Output{Structured: json.RawMessage(`{"n":1}`)}, `{"n":1}`},
+		{"nothing", nil, Output{}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := preview(tt.content, tt.out)
+			if got != tt.want {
+				t.Errorf("preview = %.40q… (%d bytes), want %.40q… (%d bytes)", got, len(got), tt.want, len(tt.want))
+			}
+			if len(got) > noeta.PreviewLimit || !utf8.ValidString(got) {
+				t.Errorf("preview of %d bytes, valid UTF-8 %v", len(got), utf8.ValidString(got))
+			}
+		})
 	}
 }
 

@@ -8,9 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/tools"
 )
 
@@ -219,7 +221,7 @@ func (t *tool) result(res *sdk.CallToolResult) (tools.Result, error) {
 	if err != nil {
 		return tools.Result{}, fmt.Errorf("mcp server %q: %s: %v", t.src.srv.Name, t.remote, err)
 	}
-	r := tools.Result{Output: raw, OK: !res.IsError}
+	r := tools.Result{Output: raw, OK: !res.IsError, Preview: preview(res.Content, out)}
 	if res.IsError {
 		r.Error = out.Text
 		if r.Error == "" {
@@ -227,6 +229,68 @@ func (t *tool) result(res *sdk.CallToolResult) (tools.Result, error) {
 		}
 	}
 	return r, nil
+}
+
+// preview is what a model reads of a result whose output is recorded by
+// ref (docs/adr/0102): the content in its order, a text block's text and a
+// line for any other block (its kind, MIME type, size or URI: the data is
+// the client's, not the model's), or the structured content when there is
+// no content. At most noeta.PreviewLimit bytes are kept, which the engine
+// cuts further (the canonical form escapes every non-ASCII character):
+// the whole text is not copied to be thrown away.
+func preview(content []sdk.Content, out Output) string {
+	var b strings.Builder
+	add := func(s string) bool {
+		if b.Len() > 0 {
+			if b.Len() >= noeta.PreviewLimit {
+				return false
+			}
+			b.WriteByte('\n')
+		}
+		if room := noeta.PreviewLimit - b.Len(); len(s) > room {
+			for room > 0 && !utf8.RuneStart(s[room]) {
+				room--
+			}
+			b.WriteString(s[:room])
+			return false
+		}
+		b.WriteString(s)
+		return true
+	}
+	for _, c := range content {
+		var line string
+		switch c := c.(type) {
+		case *sdk.TextContent:
+			line = c.Text
+		case *sdk.ImageContent:
+			line = fmt.Sprintf("[image %s, %d bytes]", c.MIMEType, len(c.Data))
+		case *sdk.AudioContent:
+			line = fmt.Sprintf("[audio %s, %d bytes]", c.MIMEType, len(c.Data))
+		case *sdk.ResourceLink:
+			line = "[resource link " + c.URI
+			if c.MIMEType != "" {
+				line += " " + c.MIMEType
+			}
+			if c.Size != nil {
+				line += fmt.Sprintf(", %d bytes", *c.Size)
+			}
+			line += "]"
+		case *sdk.EmbeddedResource:
+			line = "[resource]"
+			if r := c.Resource; r != nil {
+				line = fmt.Sprintf("[resource %s %s, %d bytes]", r.URI, r.MIMEType, len(r.Text)+len(r.Blob))
+			}
+		default:
+			line = fmt.Sprintf("[%T content]", c)
+		}
+		if !add(line) {
+			return b.String()
+		}
+	}
+	if len(content) == 0 && len(out.Structured) > 0 {
+		add(string(out.Structured))
+	}
+	return b.String()
 }
 
 // Output is a call's Output as recorded in ToolCallFinished.
