@@ -497,6 +497,23 @@ func BenchmarkRead10k(b *testing.B) {
 	b.ReportMetric(float64(b.N*benchReadSize)/b.Elapsed().Seconds(), "records/s")
 }
 
+// BenchmarkEmitPack writes packs of four records (a tool call's pack:
+// ADR 0040) to one task on the single node, in process, with EmitBatch
+// under the task's lease (memlog's registry, so the registry check costs
+// no request). Run with -benchmem: the fsync dominates the time, the
+// allocations show the log's own work per pack.
+func BenchmarkEmitPack(b *testing.B) {
+	r := newBenchRig(b, benchTarget{"sync=always", singleURL, 1, singleServer})
+	t := r.newTask(b)
+	ctx := context.Background()
+	batch := []eventlog.Envelope{t.env, t.env, t.env, t.env}
+	for b.Loop() {
+		if _, err := r.log.EmitBatch(ctx, t.lease, batch, eventlog.EmitOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkReadShort reads a task's whole short log (TaskCreated,
 // LeaseGranted and a ToolCallStarted: what a segment's fold reads of a task
 // just created) on the single node, in process, as the engine does: by an
