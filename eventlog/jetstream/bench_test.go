@@ -497,6 +497,52 @@ func BenchmarkRead10k(b *testing.B) {
 	b.ReportMetric(float64(b.N*benchReadSize)/b.Elapsed().Seconds(), "records/s")
 }
 
+// BenchmarkEmitPack writes packs of four records (a tool call's pack:
+// ADR 0040) to one task on the single node, in process, with EmitBatch
+// under the task's lease (memlog's registry, so the registry check costs
+// no request). Run with -benchmem: the fsync dominates the time, the
+// allocations show the log's own work per pack.
+func BenchmarkEmitPack(b *testing.B) {
+	r := newBenchRig(b, benchTarget{"sync=always", singleURL, 1, singleServer})
+	t := r.newTask(b)
+	ctx := context.Background()
+	batch := []eventlog.Envelope{t.env, t.env, t.env, t.env}
+	for b.Loop() {
+		if _, err := r.log.EmitBatch(ctx, t.lease, batch, eventlog.EmitOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReadShort reads a task's whole short log (TaskCreated,
+// LeaseGranted and a ToolCallStarted: what a segment's fold reads of a task
+// just created) on the single node, in process, as the engine does: by an
+// ordered consumer (create, pull, delete) and by a batched direct get (ADR
+// 0103), on one Log.
+func BenchmarkReadShort(b *testing.B) {
+	r := newBenchRig(b, benchTarget{"sync=always", singleURL, 1, singleServer})
+	t := r.newTask(b)
+	ctx := context.Background()
+	for _, mode := range []struct {
+		name   string
+		direct bool
+	}{{"consumer", false}, {"direct", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			was := jetstream.ReadsDirectForTest(r.log, mode.direct)
+			defer jetstream.ReadsDirectForTest(r.log, was)
+			for b.Loop() {
+				out, err := r.log.Read(ctx, t.id, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(out) != 3 {
+					b.Fatalf("read %d records, want 3", len(out))
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkSubscriberDelivery: fenced appends to one task with one in-process
 // subscriber counting what it is handed; records/s is deliveries per second.
 func BenchmarkSubscriberDelivery(b *testing.B) {

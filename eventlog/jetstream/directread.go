@@ -3,7 +3,6 @@ package jetstream
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -74,7 +73,12 @@ func (l *Log) directBatch(ctx context.Context, subject string, start, end uint64
 		return start, err
 	}
 	inbox := l.nc.NewRespInbox()
-	sub, err := l.nc.SubscribeSync(inbox)
+	// A channel of its own, sized to the batch and its end: SubscribeSync
+	// allocates one of the connection's default length (65,536 messages,
+	// half a megabyte zeroed) for every read. The server sends at most
+	// directBatch records and one status, so the channel never fills.
+	msgs := make(chan *nats.Msg, directBatch+1)
+	sub, err := l.nc.ChanSubscribe(inbox, msgs)
 	if err != nil {
 		return start, fmt.Errorf("jetstream: read %s: %w", subject, err)
 	}
@@ -82,18 +86,19 @@ func (l *Log) directBatch(ctx context.Context, subject string, start, end uint64
 	if err := l.nc.PublishRequest("$JS.API.DIRECT.GET."+l.streamName, inbox, req); err != nil {
 		return start, fmt.Errorf("jetstream: read %s: %w", subject, err)
 	}
+	// Each answer is waited for at most RequestTimeout.
+	wait := time.NewTimer(l.cfg.RequestTimeout)
+	defer wait.Stop()
 	for {
-		mctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
-		m, err := sub.NextMsgWithContext(mctx)
-		cancel()
-		switch {
-		case err != nil && ctx.Err() != nil:
+		var m *nats.Msg
+		select {
+		case m = <-msgs:
+		case <-ctx.Done():
 			return start, ctx.Err()
-		case errors.Is(err, context.DeadlineExceeded):
+		case <-wait.C:
 			return start, fmt.Errorf("jetstream: read %s: %w: no direct get answer within %v", subject, nats.ErrTimeout, l.cfg.RequestTimeout)
-		case err != nil:
-			return start, fmt.Errorf("jetstream: read %s: %w", subject, err)
 		}
+		wait.Reset(l.cfg.RequestTimeout)
 		if len(m.Data) == 0 && m.Header.Get("Status") != "" {
 			switch status := m.Header.Get("Status"); status {
 			case "204", "404": // the end of the batch; nothing (more) there

@@ -38,3 +38,11 @@ func BufferWakeForTest(t *testing.T, d *Dispatcher, task string, ev noeta.Wake) 
 func WithdrawHooksForTest(d *Dispatcher, before, after func(eventlog.Lease)) {
 	d.hooks.beforeWithdraw, d.hooks.afterWithdraw = before, after
 }
+
+// ReadsDirectForTest reports whether l reads by direct gets, and sets it
+// to direct for the rest of l's life: a benchmark compares both reads on
+// one Log.
+func ReadsDirectForTest(l *Log, direct bool) (was bool) {
+	was, l.direct = l.direct, direct
+	return was
+}

@@ -34,7 +34,8 @@ type Log struct {
 	content    jetstream.ObjectStore
 	subs       eventlog.Subscribers
 	closed     atomic.Bool
-	// direct reads by direct gets, never a consumer (a Reader).
+	// direct reads by batched direct gets, never a consumer: a Reader
+	// always, a Log when its stream has one copy (ADR 0103).
 	direct bool
 	// batch is how EmitBatch writes (ADR 0038, 0040): never BatchAuto.
 	batch BatchMode
@@ -94,6 +95,12 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	if l.stream, err = ensureStream(ctx, js, want); err != nil {
 		return nil, err
 	}
+	// A stream of one copy is read by direct gets: its one server is its
+	// leader, so a read sees every acknowledged append, without the
+	// ordered consumer's create, pull and delete (ADR 0103). A replicated
+	// stream keeps ordered consumers.
+	have := l.stream.CachedInfo().Config
+	l.direct = have.Replicas <= 1 && have.AllowDirect
 	l.batch = c.Batch
 	switch c.Batch {
 	case BatchAtomic:

@@ -182,6 +182,18 @@ func headersName(hdr nats.Header, rs []record) error {
 type packOp struct {
 	appendOp
 	envs []eventlog.Envelope
+	// built is the pack fits built, which the first write sends when the
+	// tail is still the one it was built after.
+	built *builtPack
+}
+
+// builtPack is a pack built after a tail (its seq and lease).
+type builtPack struct {
+	after   uint64
+	leaseID string
+	recs    []eventlog.Envelope
+	grant   bool
+	msg     *nats.Msg
 }
 
 func (b *packOp) run(ctx context.Context) ([]eventlog.Envelope, error) {
@@ -233,17 +245,44 @@ func (b *packOp) build(now time.Time) (recs []eventlog.Envelope, bodies [][]byte
 // 0040).
 func (b *packOp) fits() error {
 	a := &b.appendOp
-	recs, bodies, _, err := b.build(a.l.cfg.Now())
+	p, err := b.pack(a.l.cfg.Now())
 	if err != nil {
 		return err
 	}
-	msg := encodePack(a.l.subj.log(a.env.Task), recs, bodies, meta{leaseID: a.lease.ID, baseline: a.ts.tail.baseline, idemKey: a.opts.IdempotencyKey})
-	size := len(msg.Data) + headerSize(msg.Header) + 64*len(recs)
+	size := len(p.msg.Data) + headerSize(p.msg.Header) + 64*len(p.recs)
 	if max := a.l.nc.MaxPayload(); int64(size) > max {
 		return fmt.Errorf("%w: a batch of %d records of task %s is %d bytes in one message, more than the server's max payload (%d); raise max_payload or write this log with BatchSequential",
 			eventlog.ErrInvalidArgument, len(b.envs), a.env.Task, size, max)
 	}
+	// The first write sends this pack if the tail has not moved: building
+	// it again costs as much as the rest of the append's own work.
+	b.built = p
 	return nil
+}
+
+// pack builds the pack after the known tail at now.
+func (b *packOp) pack(now time.Time) (*builtPack, error) {
+	a := &b.appendOp
+	recs, bodies, grant, err := b.build(now)
+	if err != nil {
+		return nil, err
+	}
+	return &builtPack{
+		after: a.ts.tail.seq, leaseID: a.ts.tail.leaseID, recs: recs, grant: grant,
+		msg: encodePack(a.l.subj.log(a.env.Task), recs, bodies, meta{leaseID: a.lease.ID, baseline: a.ts.tail.baseline, idemKey: a.opts.IdempotencyKey}),
+	}, nil
+}
+
+// next is the pack the next write sends: the one fits built when the tail
+// is still the one it was built after, else one built now. A pack is sent
+// once: a write after a conflict builds its own, with fresh ids.
+func (b *packOp) next() (*builtPack, error) {
+	p := b.built
+	b.built = nil
+	if p != nil && p.after == b.ts.tail.seq && p.leaseID == b.ts.tail.leaseID {
+		return p, nil
+	}
+	return b.pack(b.l.cfg.Now())
 }
 
 // write publishes the pack after the known tail; on success it moves the
@@ -251,15 +290,15 @@ func (b *packOp) fits() error {
 func (b *packOp) write(ctx context.Context) ([]eventlog.Envelope, attempt, error) {
 	a := &b.appendOp
 	l, ts, task, idem := a.l, a.ts, a.env.Task, a.idem
-	all, bodies, grant, err := b.build(l.cfg.Now())
+	p, err := b.next()
 	if err != nil {
 		return nil, 0, err
 	}
+	all, grant, msg := p.recs, p.grant, p.msg
 	recs := all
 	if grant {
 		recs = all[1:]
 	}
-	msg := encodePack(l.subj.log(task), all, bodies, meta{leaseID: a.lease.ID, baseline: ts.tail.baseline, idemKey: a.opts.IdempotencyKey})
 	expect := ts.tail.streamSeq
 	if idem != nil {
 		if err := l.idemReserve(ctx, idem, recs[0].ID, expect); err != nil {

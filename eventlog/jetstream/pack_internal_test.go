@@ -112,3 +112,50 @@ func TestDecodePackRefusesBadPacks(t *testing.T) {
 		})
 	}
 }
+
+// TestPackBuiltOnceForItsTail: the pack fits built is the one the first
+// write sends while the tail is the one it was built after; a tail that
+// moved (another record, another lease) gets a pack built after it, and a
+// pack is never sent twice.
+func TestPackBuiltOnceForItsTail(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 4, 5, 0, 0, 0, time.UTC)
+	l := &Log{cfg: Config{Now: func() time.Time { return at }}, subj: subjects{"noeta"}}
+	env := eventlog.Envelope{Task: "task-1", Type: noeta.TypeTurnStarted, Actor: "w", Origin: eventlog.OriginEngine,
+		CorrelationID: "task-1", Payload: json.RawMessage(`{"turn":1}`)}
+	lease := eventlog.Lease{Task: "task-1", ID: "l1", Generation: 2}
+	op := func(seq uint64, leaseID string) *packOp {
+		ts := &taskState{known: true, tail: tail{streamSeq: 10 + seq, seq: seq, leaseID: leaseID, gen: 2}}
+		b := &packOp{appendOp: appendOp{l: l, ts: ts, lease: lease, env: env}, envs: []eventlog.Envelope{env, env}}
+		p, err := b.pack(at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.built = p
+		return b
+	}
+
+	b := op(4, "l1")
+	built := b.built
+	p, err := b.next()
+	if err != nil || p != built || p.recs[0].Seq != 5 || p.grant {
+		t.Fatalf("unmoved tail: the built pack %v, first seq %d, grant %v, %v; want it, 5, false", p == built, p.recs[0].Seq, p.grant, err)
+	}
+	if again, err := b.next(); err != nil || again == built || again.recs[0].ID == built.recs[0].ID {
+		t.Fatalf("a second write sent the same pack again (%v)", err)
+	}
+
+	b = op(4, "l1")
+	built = b.built
+	b.ts.tail.seq, b.ts.tail.streamSeq = 6, 16
+	if p, err := b.next(); err != nil || p == built || p.recs[0].Seq != 7 {
+		t.Fatalf("tail moved to 6: built pack reused %v, first seq %d, %v; want a new pack from 7", p == built, p.recs[0].Seq, err)
+	}
+
+	b = op(4, "l1")
+	built = b.built
+	b.ts.tail.leaseID = "l0"
+	if p, err := b.next(); err != nil || p == built || !p.grant || p.recs[0].Type != noeta.TypeLeaseGranted {
+		t.Fatalf("tail another lease's: built pack reused %v, grant %v, %v; want a new pack opening with the LeaseGranted", p == built, p.grant, err)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"time"
 
@@ -34,6 +36,8 @@ func runPhases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 50, "runs")
 	steps := fs.Int("steps", 20, "tool calls per run")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured runs to this file")
+	traceFile := fs.String("trace", "", "write an execution trace of the measured runs to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,6 +72,14 @@ func runPhases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("events of %s: %w", id, err)
 		}
 		if i < 3 {
+			if i == 2 {
+				// The warm-up is over: profile the measured runs only.
+				stopProfiles, err := startProfiles(*cpuProfile, *traceFile)
+				if err != nil {
+					return err
+				}
+				defer stopProfiles()
+			}
 			continue // warm-up
 		}
 		var created, lease, firstCall, lastDone, done time.Time
@@ -107,4 +119,40 @@ func runPhases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "  %-58s %8.2f ms\n", name, quantile(spans[k], 0.5))
 	}
 	return nil
+}
+
+// startProfiles starts a CPU profile and an execution trace to the files
+// named ("": none) and returns what stops them.
+func startProfiles(cpu, tr string) (func(), error) {
+	var stops []func()
+	stop := func() {
+		for _, f := range stops {
+			f()
+		}
+	}
+	if cpu != "" {
+		f, err := os.Create(cpu)
+		if err != nil {
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+	}
+	if tr != "" {
+		f, err := os.Create(tr)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("trace: %w", err)
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			stop()
+			return nil, fmt.Errorf("trace: %w", err)
+		}
+		stops = append(stops, func() { trace.Stop(); f.Close() })
+	}
+	return stop, nil
 }
