@@ -394,7 +394,9 @@ func (l *liveness) beatRevision(ctx context.Context, queue string) (uint64, bool
 // list reads the registry: each gateway's heartbeat revision, and the
 // tasks listed under each queue.
 func (l *liveness) list(ctx context.Context) (beats map[string]uint64, tasks map[string][]string, err error) {
-	w, err := l.reg.kv.WatchFiltered(ctx, []string{"g.>", "t.>"}, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+	// Every key: one filter, $KV.<bucket>.>, which deploy/nats's engine
+	// role names (two filters make a consumer the role cannot name).
+	w, err := l.reg.kv.WatchAll(ctx, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
 	if err != nil {
 		return nil, nil, fmt.Errorf("gateway: reading the registry: %w", err)
 	}
