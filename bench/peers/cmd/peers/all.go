@@ -53,7 +53,7 @@ func parseAll(args []string, stderr io.Writer) (allOpts, error) {
 	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
 	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as concurrent runs)")
 	fs.StringVar(&conc, "conc", "1,64", "concurrent runs, comma-separated")
-	fs.StringVar(&systems, "systems", "noeta,noeta-wait,dbos,temporal", "systems, comma-separated (noeta-wait: noeta's run ends when Host.Wait returns)")
+	fs.StringVar(&systems, "systems", "noeta,noeta-wait,noeta-r3,dbos,temporal", "systems, comma-separated (noeta-wait: noeta's run ends when Host.Wait returns; noeta-r3: noeta on a 3-node cluster in the process, R3)")
 	fs.StringVar(&o.dir, "dir", "", "working directory for the servers' data (default: a new one under $TMPDIR)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the working directory")
 	fs.StringVar(&o.temporalConfig, "temporal-config", "development-sqlite-file.yaml", "the Temporal server's own config file to start it on (development-sqlite.yaml: SQLite in memory)")
@@ -76,8 +76,8 @@ func parseAll(args []string, stderr io.Writer) (allOpts, error) {
 	}
 	for _, s := range strings.Split(systems, ",") {
 		s = strings.TrimSpace(s)
-		if !slices.Contains([]string{"noeta", "noeta-wait", "dbos", "temporal"}, s) {
-			return o, fmt.Errorf("-systems: unknown %q (noeta, noeta-wait, dbos, temporal)", s)
+		if !slices.Contains(systemNames, s) {
+			return o, fmt.Errorf("-systems: unknown %q (%s)", s, strings.Join(systemNames, ", "))
 		}
 		o.systems = append(o.systems, s)
 	}
@@ -119,7 +119,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	fmt.Fprintf(stderr, "working directory %s; load average %.2f\n", o.dir, rep.Load1)
 
 	servers := map[string]*server{}
-	addr := map[string]string{"noeta": filepath.Join(o.dir, "noeta"), "noeta-wait": filepath.Join(o.dir, "noeta")}
+	addr := map[string]string{"noeta": filepath.Join(o.dir, "noeta"), "noeta-wait": filepath.Join(o.dir, "noeta"), "noeta-r3": filepath.Join(o.dir, "noeta-r3")}
 	defer func() {
 		for _, s := range servers {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -184,8 +184,8 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(stderr, "round %d  %-8s conc %-3d  %7.1f runs/s  p50 %8.1f ms  p99 %8.1f ms  cpu/run %.4f + %.4f s  rss %.0f + %.0f MiB  load %.2f  other work %.2f cores\n",
-					round+1, sys, c, r.RunsPerSec, r.P50ms, r.P99ms, r.ClientCPU, r.ServerCPU, r.ClientRSS, r.ServerRSS, r.Load1, r.OtherCores)
+				fmt.Fprintf(stderr, "round %d  %-10s conc %-3d  %7.1f runs/s  p50 %8.1f ms  p99 %8.1f ms  cpu/run %.4f + %.4f s  rss %.0f + %.0f MiB  writes/run %.2f  load %.2f  other work %.2f cores\n",
+					round+1, sys, c, r.RunsPerSec, r.P50ms, r.P99ms, r.ClientCPU, r.ServerCPU, r.ClientRSS, r.ServerRSS, r.WritesPerRun, r.Load1, r.OtherCores)
 				rep.Results = append(rep.Results, r)
 				if err := writeReport(o.out, rep); err != nil {
 					return err
@@ -286,8 +286,8 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 		fmt.Fprintf(&b, "noeta with %d engine workers\n", o.workers)
 	}
 	b.WriteString("\n")
-	b.WriteString("| system | conc | runs/s | p50 ms | p99 ms | CPU s/run client + server | RSS MiB client + server | other work, cores | runs/s of the rounds |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| system | conc | runs/s | p50 ms | p99 ms | CPU s/run client + server | RSS MiB client + server | durable writes/run | other work, cores | runs/s of the rounds |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, c := range o.conc {
 		for _, s := range o.systems {
 			rs := by[key{s, c}]
@@ -295,7 +295,11 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 			for _, r := range rs {
 				each = append(each, fmt.Sprintf("%.1f", r.RunsPerSec))
 			}
-			fmt.Fprintf(&b, "| %s | %d | %.1f | %.1f | %.1f | %.4f + %.4f | %.0f + %.0f | %.2f | %s |\n", s, c,
+			writes := "–" // the peers do not count theirs
+			if w := med(rs, func(r Result) float64 { return r.WritesPerRun }); w > 0 {
+				writes = fmt.Sprintf("%.2f", w)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %.1f | %.1f | %.1f | %.4f + %.4f | %.0f + %.0f | %s | %.2f | %s |\n", s, c,
 				med(rs, func(r Result) float64 { return r.RunsPerSec }),
 				med(rs, func(r Result) float64 { return r.P50ms }),
 				med(rs, func(r Result) float64 { return r.P99ms }),
@@ -303,6 +307,7 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 				med(rs, func(r Result) float64 { return r.ServerCPU }),
 				med(rs, func(r Result) float64 { return r.ClientRSS }),
 				med(rs, func(r Result) float64 { return r.ServerRSS }),
+				writes,
 				med(rs, func(r Result) float64 { return r.OtherCores }),
 				strings.Join(each, ", "))
 		}
@@ -324,6 +329,17 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 					med(n, func(r Result) float64 { return r.P50ms })/med(p, func(r Result) float64 { return r.P50ms }))
 			}
 		}
+	}
+	// What replication costs: the 3-node cluster against the embedded
+	// default, same task, same sitting.
+	for _, c := range o.conc {
+		one, r3 := by[key{"noeta", c}], by[key{"noeta-r3", c}]
+		if len(one) == 0 || len(r3) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "  noeta-r3 at %d vs noeta: %.2f× runs/s, %.2f× p50\n", c,
+			med(r3, func(r Result) float64 { return r.RunsPerSec })/med(one, func(r Result) float64 { return r.RunsPerSec }),
+			med(r3, func(r Result) float64 { return r.P50ms })/med(one, func(r Result) float64 { return r.P50ms }))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

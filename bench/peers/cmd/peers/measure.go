@@ -40,7 +40,12 @@ type Result struct {
 	// Pss over a process tree, so shared memory counts once).
 	ClientRSS float64 `json:"client_rss_mib"`
 	ServerRSS float64 `json:"server_rss_mib"`
-	Load1     float64 `json:"load1"`
+	// WritesPerRun is noeta's durable writes per run: the writes to the
+	// task stream whose acknowledgement the engine waited for
+	// (jetstream.Log.DurableWaits) over the window, by runs; 0 for the
+	// peers, which do not count theirs.
+	WritesPerRun float64 `json:"durable_writes_per_run,omitempty"`
+	Load1        float64 `json:"load1"`
 	// OtherCores is the CPU the rest of the machine used over the window
 	// (all busy time in /proc/stat less the client's and the server's), in
 	// cores: the load from other work the measurement ran beside.

@@ -55,8 +55,7 @@ func runMerge(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	slices.Sort(o.conc)
-	order := []string{"noeta", "noeta-wait", "dbos", "temporal"}
-	slices.SortFunc(o.systems, func(a, b string) int { return slices.Index(order, a) - slices.Index(order, b) })
+	slices.SortFunc(o.systems, func(a, b string) int { return slices.Index(systemNames, a) - slices.Index(systemNames, b) })
 	fmt.Fprintf(stdout, "%d measurements from %d reports (the first report's start, load and floor below)\n", len(all.Results), fs.NArg())
 	return writeTable(stdout, all, o)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/hostconfig"
 	"github.com/noeta-go/noeta/loadgen"
@@ -28,6 +29,9 @@ type noetaSystem struct {
 	h     *hostconfig.Host
 	steps int
 	wait  bool
+	// cluster is the 3-node cluster the host runs on (noeta-r3), shut
+	// down after the host; nil on the embedded default.
+	cluster *embedded.Cluster
 
 	mu    sync.Mutex
 	ended map[string]chan string // task id → its terminal record's type
@@ -35,24 +39,60 @@ type noetaSystem struct {
 }
 
 func openNoeta(ctx context.Context, dir string, workers, steps int, wait bool) (*noetaSystem, error) {
+	return openNoetaOn(ctx, hostconfig.Options{DataDir: dir}, nil, workers, steps, wait)
+}
+
+// openNoetaR3 starts a 3-node JetStream cluster in this process, the nodes
+// on loopback, each storing under dir/n1, dir/n2, dir/n3 with sync always
+// (embedded.StartCluster, as the repository's cluster tests run one), and
+// opens the host on it over TCP with every stream and bucket at 3
+// replicas: a write is acknowledged once two of the three nodes have it
+// stored. The three nodes share this machine's disk and cores, so the row
+// shows what replication's protocol costs, not what a cluster of three
+// machines would do. Starting it again on the same dir brings the nodes
+// back with their data, as the embedded default keeps its data directory
+// between measurements.
+func openNoetaR3(ctx context.Context, dir string, workers, steps int) (*noetaSystem, error) {
+	cl, err := embedded.StartCluster(ctx, embedded.ClusterConfig{Dir: dir, Size: 3, ReadyTimeout: 2 * time.Minute})
+	if err != nil {
+		return nil, fmt.Errorf("start a 3-node cluster on %s: %w", dir, err)
+	}
+	s, err := openNoetaOn(ctx, hostconfig.Options{NATS: hostconfig.Connection{URL: cl.ClientURL()}, Replicas: 3}, cl, workers, steps, false)
+	if err != nil {
+		cl.Shutdown()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openNoetaOn opens the host of the scripted task on the server base
+// names (its NATS, DataDir and Replicas); cl, if set, is the cluster it
+// runs on, shut down by close.
+func openNoetaOn(ctx context.Context, base hostconfig.Options, cl *embedded.Cluster, workers, steps int, wait bool) (*noetaSystem, error) {
 	cfg, err := loadgen.Config(steps)
 	if err != nil {
 		return nil, fmt.Errorf("noeta config: %w", err)
 	}
-	h, err := hostconfig.Open(ctx, hostconfig.Options{
-		DataDir: dir,
-		Config:  cfg,
-		Workers: workers,
-		Name:    "peers",
-		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4})),
-	})
+	o := base
+	o.Config, o.Workers, o.Name = cfg, workers, "peers"
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
+	h, err := hostconfig.Open(ctx, o)
 	if err != nil {
-		return nil, fmt.Errorf("open noeta host on %s: %w", dir, err)
+		where := o.DataDir
+		if o.NATS.URL != "" {
+			where = o.NATS.URL
+		}
+		return nil, fmt.Errorf("open noeta host on %s: %w", where, err)
 	}
-	s := &noetaSystem{h: h, steps: steps, wait: wait, ended: map[string]chan string{}}
+	s := &noetaSystem{h: h, steps: steps, wait: wait, cluster: cl, ended: map[string]chan string{}}
 	s.untap = h.Tap(s.tap)
 	return s, nil
 }
+
+// durableWrites counts the writes to the task stream whose acknowledgement
+// the engine waited for (jetstream.Log.DurableWaits): the figure
+// BenchmarkDurableWaits and `engine bench` report per tool call.
+func (s *noetaSystem) durableWrites() uint64 { return s.h.Log().DurableWaits() }
 
 // tap hands a task's terminal record to the run waiting for it.
 func (s *noetaSystem) tap(_ context.Context, env eventlog.Envelope) error {
@@ -112,4 +152,7 @@ func (s *noetaSystem) run(ctx context.Context, i int) error {
 func (s *noetaSystem) close() {
 	s.untap()
 	s.h.Close()
+	if s.cluster != nil {
+		s.cluster.Shutdown()
+	}
 }

@@ -8,14 +8,23 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 )
+
+// systemNames are the systems the harness measures.
+var systemNames = []string{"noeta", "noeta-wait", "noeta-r3", "dbos", "temporal"}
 
 // system is one of the three, open and ready to run.
 type system interface {
 	// run does one durable run of the steps and waits for its end.
 	run(ctx context.Context, i int) error
 	close()
+}
+
+// writeCounter is a system that counts its durable writes (noeta's).
+type writeCounter interface {
+	durableWrites() uint64
 }
 
 // oneOpts are the flags of one measurement.
@@ -28,21 +37,21 @@ type oneOpts struct {
 	serverPID int
 	// workers is noeta's engine workers; 0: as many as concurrent runs.
 	workers int
-	addr    string // Temporal's frontend, DBOS's database URL, noeta's data directory
+	addr    string // Temporal's frontend, DBOS's database URL, noeta's data directory, noeta-r3's cluster directory
 }
 
 func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
 	var o oneOpts
 	fs := flag.NewFlagSet("peers one", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.system, "system", "", "noeta, noeta-wait, dbos or temporal")
+	fs.StringVar(&o.system, "system", "", "noeta, noeta-wait, noeta-r3, dbos or temporal")
 	fs.IntVar(&o.conc, "conc", 1, "concurrent runs (closed loop)")
 	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
 	fs.Float64Var(&o.seconds, "seconds", 10, "measured seconds")
 	fs.Float64Var(&o.warmup, "warmup", 2, "unmeasured seconds first")
 	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as -conc)")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "the server's pid, whose process tree's CPU and memory are read (0: none)")
-	fs.StringVar(&o.addr, "addr", "", "Temporal's frontend, DBOS's PostgreSQL URL or noeta's data directory")
+	fs.StringVar(&o.addr, "addr", "", "Temporal's frontend, DBOS's PostgreSQL URL, noeta's data directory or noeta-r3's cluster directory")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -63,12 +72,18 @@ func openSystem(ctx context.Context, o oneOpts) (system, error) {
 			w = o.conc
 		}
 		return openNoeta(ctx, o.addr, w, o.steps, o.system == "noeta-wait")
+	case "noeta-r3":
+		w := o.workers
+		if w == 0 {
+			w = o.conc
+		}
+		return openNoetaR3(ctx, o.addr, w, o.steps)
 	case "dbos":
 		return openDBOS(ctx, o.addr, o.steps)
 	case "temporal":
 		return openTemporal(ctx, o.addr, o.steps)
 	}
-	return nil, fmt.Errorf("peers one: unknown system %q (noeta, noeta-wait, dbos, temporal)", o.system)
+	return nil, fmt.Errorf("peers one: unknown system %q (%s)", o.system, strings.Join(systemNames, ", "))
 }
 
 // runOne opens one system, warms it up, measures o.seconds of closed-loop
@@ -110,6 +125,11 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	wc, counts := s.(writeCounter)
+	var w0 uint64
+	if counts {
+		w0 = wc.durableWrites()
+	}
 	var s0 float64
 	if o.serverPID > 0 {
 		if s0, err = treeCPU(o.serverPID); err != nil {
@@ -129,6 +149,9 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	summarise(&r, lat, wall)
+	if counts && r.Runs > 0 {
+		r.WritesPerRun = float64(wc.durableWrites()-w0) / float64(r.Runs)
+	}
 	ours := c1 - c0
 	if r.Runs > 0 {
 		r.ClientCPU = (c1 - c0) / float64(r.Runs)

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestParseAllSystems(t *testing.T) {
+	for _, tc := range []struct {
+		arg, err string
+		want     []string
+	}{
+		{"", "", systemNames},
+		{"-systems=noeta-r3", "", []string{"noeta-r3"}},
+		{"-systems=noeta,noeta-r3", "", []string{"noeta", "noeta-r3"}},
+		{"-systems=noeta-r5", `unknown "noeta-r5"`, nil},
+	} {
+		var args []string
+		if tc.arg != "" {
+			args = []string{tc.arg}
+		}
+		o, err := parseAll(args, io.Discard)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want one saying %s", tc.arg, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.arg, err)
+		}
+		if strings.Join(o.systems, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%q: systems %v, want %v", tc.arg, o.systems, tc.want)
+		}
+	}
+}
+
+// The table shows noeta's durable writes per run, a dash for the peers,
+// and the replicated row against the embedded default.
+func TestWriteTableWritesAndReplication(t *testing.T) {
+	rep := Report{Results: []Result{
+		{System: "noeta", Concurrency: 1, RunsPerSec: 100, P50ms: 10, WritesPerRun: 22},
+		{System: "noeta-r3", Concurrency: 1, RunsPerSec: 40, P50ms: 25, WritesPerRun: 22},
+		{System: "dbos", Concurrency: 1, RunsPerSec: 80, P50ms: 12},
+	}}
+	var b strings.Builder
+	if err := writeTable(&b, rep, allOpts{rounds: 1, seconds: 1, steps: 20, conc: []int{1}, systems: []string{"noeta", "noeta-r3", "dbos"}}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| noeta-r3 | 1 | 40.0 | 25.0 |",
+		"| noeta-r3 | 1 | 40.0 | 25.0 | 0.0 | 0.0000 + 0.0000 | 0 + 0 | 22.00 |",
+		"| dbos | 1 | 80.0 | 12.0 | 0.0 | 0.0000 + 0.0000 | 0 + 0 | – |",
+		"noeta-r3 at 1 vs noeta: 0.40× runs/s, 2.50× p50",
+		"noeta-r3 at 1 vs dbos: 0.50× runs/s",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
