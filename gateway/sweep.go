@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/host"
 )
 
 // A gateway's sessions' tasks live on its own queue (Gateway.Queue), which
@@ -428,3 +429,81 @@ func (l *liveness) list(ctx context.Context) (beats map[string]uint64, tasks map
 
 // queuePrefix starts every gateway's queue.
 const queuePrefix = "gateway-"
+
+// Sweeper sweeps the tasks of the gateways gone from a process that runs
+// no gateway (engine serve without --gateway): where no gateway is left
+// running, a dead one's tasks would otherwise wait for the next gateway to
+// start. It never says it is alive and lists no task of its own.
+type Sweeper struct {
+	g *Gateway
+}
+
+// StartSweeper sweeps with h every o.HeartbeatEvery, taking a gateway
+// for gone after o.GoneAfter, until Close (o's other fields are unused).
+// The registry is bound when it exists: a deployment where no gateway ever
+// ran has no bucket, and none is made for it.
+func StartSweeper(h *host.Host, nc *nats.Conn, prefix string, o Options) *Sweeper {
+	g := New(Options{Logger: o.Logger, HeartbeatEvery: o.HeartbeatEvery, GoneAfter: o.GoneAfter})
+	g.h = h
+	g.wg.Go(func() { g.sweepOnlyLoop(nc, prefix) })
+	return &Sweeper{g: g}
+}
+
+// Close stops the sweeps, a sweep under way too.
+func (s *Sweeper) Close() {
+	s.g.mu.Lock()
+	if !s.g.closed {
+		s.g.closed = true
+		close(s.g.stop)
+	}
+	s.g.mu.Unlock()
+	s.g.wg.Wait()
+}
+
+func (g *Gateway) sweepOnlyLoop(nc *nats.Conn, prefix string) {
+	base, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
+	g.wg.Go(func() {
+		select {
+		case <-g.stop:
+			cancelBase()
+		case <-base.Done():
+		}
+	})
+	t := time.NewTicker(g.opts.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-base.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(base, g.opts.GoneAfter)
+		if g.liveness() == nil {
+			if reg, ok := bindRegistry(ctx, nc, prefix); ok {
+				g.mu.Lock()
+				g.beats = &liveness{reg: reg, mine: map[string]bool{}, seen: map[string]beatSeen{}}
+				g.mu.Unlock()
+			}
+		}
+		if g.liveness() != nil {
+			if _, err := g.Sweep(ctx); err != nil && base.Err() == nil {
+				g.log.Warn("gateway: sweeping the tasks of the gateways gone", "err", err)
+			}
+		}
+		cancel()
+	}
+}
+
+// bindRegistry binds the gateways' bucket if it exists.
+func bindRegistry(ctx context.Context, nc *nats.Conn, prefix string) (*Registry, bool) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, false
+	}
+	kv, err := js.KeyValue(ctx, RegistryBucket(prefix))
+	if err != nil {
+		return nil, false
+	}
+	return &Registry{kv: kv}, true
+}

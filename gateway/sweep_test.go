@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"slices"
@@ -253,5 +254,62 @@ func TestSweepAfterClose(t *testing.T) {
 	}
 	if n := b.count(t, task); n[noeta.TypeToolCallStarted] != 0 {
 		t.Errorf("the call ran: %v", n)
+	}
+}
+
+// TestSweeperWithoutGateway: a process that runs no gateway (engine serve
+// without --gateway) sweeps the tasks of a gateway gone, once the
+// gateways' bucket exists; where none does, it makes none.
+func TestSweeperWithoutGateway(t *testing.T) {
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	yaml := config(t, "1h")
+	cfg, err := govfile.Parse("noeta.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve, err := hostconfig.Open(context.Background(), hostconfig.Options{NATS: hostconfig.Connection{URL: srv.ClientURL()}, Config: cfg, Workers: 1, Workspace: t.TempDir(), Name: "serve",
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer serve.Close()
+	sw := gateway.StartSweeper(serve.Host, serve.Conn(), hostconfig.DefaultPrefix, gateway.Options{HeartbeatEvery: 20 * time.Millisecond, GoneAfter: time.Hour})
+	defer sw.Close()
+	time.Sleep(100 * time.Millisecond) // several passes with no bucket
+	js, err := jetstream.New(serve.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.KeyValue(context.Background(), gateway.RegistryBucket(hostconfig.DefaultPrefix)); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatalf("the sweeper made the gateways' bucket, or could not tell: %v", err)
+	}
+
+	a := openOn(t, srv.ClientURL(), yaml, gateway.Options{HeartbeatEvery: time.Hour, GoneAfter: time.Hour})
+	cs, stop := a.connect(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = cs.CallTool(ctx, &sdk.CallToolParams{Name: "mcp__everything__toggle-simulated-logging", Arguments: map[string]any{}})
+	}()
+	task := a.newTask(t)
+	a.waitFor(t, task, noeta.TypeApprovalRequested)
+	cancel()
+	<-done
+	stop()
+	a.gw.Close() // its heartbeat deleted: gone, its task still waiting
+	a.h.Close()
+
+	env := (&rig{h: serve}).waitFor(t, task, noeta.TypeTaskCancelled)
+	p, _, err := env.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := p.(*noeta.TaskCancelled).Reason; !strings.Contains(why, gateway.SweepReason) {
+		t.Errorf("cancelled for %q", why)
 	}
 }

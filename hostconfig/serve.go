@@ -44,7 +44,7 @@ type ServeOptions struct {
 	Streams interface{ Close() }
 	// Sessions, if set, is closed first, before the pools drain: a
 	// mounted gateway's sessions end while the pools still run their
-	// tasks' last turns.
+	// tasks' last turns, or a sweeper of dead gateways stops.
 	Sessions interface{ Close() }
 }
 

@@ -243,6 +243,13 @@ func serve(ctx context.Context, g *globals, o serveOpts) error {
 		httpAddr = ln.Addr().String()
 		logger.Info("http listening", "addr", httpAddr)
 	}
+	if stop.Sessions == nil {
+		// No gateway here sweeps: a dead gateway's tasks are swept by every
+		// serve host, not only by the next gateway to start.
+		sw := gateway.StartSweeper(h.Host, h.Conn(), g.conn.prefix, gateway.Options{Logger: logger})
+		defer sw.Close()
+		stop.Sessions = sw
+	}
 	ttl := g.conn.leaseTTL
 	if ttl == 0 {
 		ttl = jetstream.DefaultLeaseTTL
