@@ -126,7 +126,7 @@ func (g *Gateway) Enlist(ctx context.Context, reg *Registry) error {
 		g.log.Warn("gateway: sweeping the tasks of the gateways gone", "err", err)
 	}
 	g.wg.Go(func() { g.beatLoop(l) })
-	g.wg.Go(g.sweepLoop)
+	g.wg.Go(func() { g.sweepLoop(nil) })
 	return nil
 }
 
@@ -179,8 +179,9 @@ func (g *Gateway) beatLoop(l *liveness) {
 }
 
 // sweepLoop sweeps every HeartbeatEvery until Close, which cancels a
-// sweep under way.
-func (g *Gateway) sweepLoop() {
+// sweep under way. ready, if set, is asked first each time, and the sweep
+// skipped when it says no (a sweeper whose registry does not exist yet).
+func (g *Gateway) sweepLoop(ready func(context.Context) bool) {
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	g.wg.Go(func() {
@@ -198,8 +199,10 @@ func (g *Gateway) sweepLoop() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(base, g.opts.GoneAfter)
-			if _, err := g.Sweep(ctx); err != nil && base.Err() == nil {
-				g.log.Warn("gateway: sweeping the tasks of the gateways gone", "err", err)
+			if ready == nil || ready(ctx) {
+				if _, err := g.Sweep(ctx); err != nil && base.Err() == nil {
+					g.log.Warn("gateway: sweeping the tasks of the gateways gone", "err", err)
+				}
 			}
 			cancel()
 		}
@@ -445,7 +448,21 @@ type Sweeper struct {
 func StartSweeper(h *host.Host, nc *nats.Conn, prefix string, o Options) *Sweeper {
 	g := New(Options{Logger: o.Logger, HeartbeatEvery: o.HeartbeatEvery, GoneAfter: o.GoneAfter})
 	g.h = h
-	g.wg.Go(func() { g.sweepOnlyLoop(nc, prefix) })
+	g.wg.Go(func() {
+		g.sweepLoop(func(ctx context.Context) bool {
+			if g.liveness() != nil {
+				return true
+			}
+			reg, ok := bindRegistry(ctx, nc, prefix)
+			if !ok {
+				return false
+			}
+			g.mu.Lock()
+			g.beats = &liveness{reg: reg, mine: map[string]bool{}, seen: map[string]beatSeen{}}
+			g.mu.Unlock()
+			return true
+		})
+	})
 	return &Sweeper{g: g}
 }
 
@@ -458,41 +475,6 @@ func (s *Sweeper) Close() {
 	}
 	s.g.mu.Unlock()
 	s.g.wg.Wait()
-}
-
-func (g *Gateway) sweepOnlyLoop(nc *nats.Conn, prefix string) {
-	base, cancelBase := context.WithCancel(context.Background())
-	defer cancelBase()
-	g.wg.Go(func() {
-		select {
-		case <-g.stop:
-			cancelBase()
-		case <-base.Done():
-		}
-	})
-	t := time.NewTicker(g.opts.HeartbeatEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-base.Done():
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(base, g.opts.GoneAfter)
-		if g.liveness() == nil {
-			if reg, ok := bindRegistry(ctx, nc, prefix); ok {
-				g.mu.Lock()
-				g.beats = &liveness{reg: reg, mine: map[string]bool{}, seen: map[string]beatSeen{}}
-				g.mu.Unlock()
-			}
-		}
-		if g.liveness() != nil {
-			if _, err := g.Sweep(ctx); err != nil && base.Err() == nil {
-				g.log.Warn("gateway: sweeping the tasks of the gateways gone", "err", err)
-			}
-		}
-		cancel()
-	}
 }
 
 // bindRegistry binds the gateways' bucket if it exists.
