@@ -213,18 +213,11 @@ func TestSweepSparesLiveGateway(t *testing.T) {
 	}
 }
 
-// TestSweepAfterClose: a gateway that closes while a call waits for an
-// approval deletes its heartbeat; the next sweep, here another gateway's,
-// cancels the task at once, and the call never runs.
-func TestSweepAfterClose(t *testing.T) {
-	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	yaml := config(t, "1h")
-	o := gateway.Options{HeartbeatEvery: time.Hour, GoneAfter: time.Hour}
-	a := openOn(t, srv.ClientURL(), yaml, o)
+// closedMidApproval closes a, and its host, while its one session's call
+// waits for an approval: its heartbeat deleted, it is gone, and its task
+// still waits. It returns the task.
+func closedMidApproval(t *testing.T, a *rig) string {
+	t.Helper()
 	cs, stop := a.connect(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -242,6 +235,21 @@ func TestSweepAfterClose(t *testing.T) {
 		t.Fatalf("the closed gateway's task: %+v %v", ds, err)
 	}
 	a.h.Close()
+	return task
+}
+
+// TestSweepAfterClose: a gateway that closes while a call waits for an
+// approval deletes its heartbeat; the next sweep, here another gateway's,
+// cancels the task at once, and the call never runs.
+func TestSweepAfterClose(t *testing.T) {
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	yaml := config(t, "1h")
+	o := gateway.Options{HeartbeatEvery: time.Hour, GoneAfter: time.Hour}
+	task := closedMidApproval(t, openOn(t, srv.ClientURL(), yaml, o))
 
 	b := openOn(t, srv.ClientURL(), yaml, o) // its first sweep runs as it enlists
 	env := b.waitFor(t, task, noeta.TypeTaskCancelled)
@@ -288,21 +296,7 @@ func TestSweeperWithoutGateway(t *testing.T) {
 		t.Fatalf("the sweeper made the gateways' bucket, or could not tell: %v", err)
 	}
 
-	a := openOn(t, srv.ClientURL(), yaml, gateway.Options{HeartbeatEvery: time.Hour, GoneAfter: time.Hour})
-	cs, stop := a.connect(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = cs.CallTool(ctx, &sdk.CallToolParams{Name: "mcp__everything__toggle-simulated-logging", Arguments: map[string]any{}})
-	}()
-	task := a.newTask(t)
-	a.waitFor(t, task, noeta.TypeApprovalRequested)
-	cancel()
-	<-done
-	stop()
-	a.gw.Close() // its heartbeat deleted: gone, its task still waiting
-	a.h.Close()
+	task := closedMidApproval(t, openOn(t, srv.ClientURL(), yaml, gateway.Options{HeartbeatEvery: time.Hour, GoneAfter: time.Hour}))
 
 	env := (&rig{h: serve}).waitFor(t, task, noeta.TypeTaskCancelled)
 	p, _, err := env.Decode()

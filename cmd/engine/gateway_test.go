@@ -172,24 +172,30 @@ func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 // TestHookClaudeCode: engine hook claude-code, as Claude Code runs it (the
 // event on stdin, the token in $NOETA_TOKEN), against engine gateway
 // --listen: a Read is allowed, rm -rf denied naming the rule, the
-// session's task holds both; no gateway there blocks the call (exit 2).
-func TestHookClaudeCode(t *testing.T) {
-	t.Parallel()
-	tok, sum := webui.NewToken()
-	cfg := writeFile(t, "noeta.yaml", `
+// ccConfig governs Claude Code's tools (and moreTools) for agent cc, a
+// rule denying rm -rf, with moreAgents beside and alice's token of sum.
+func ccConfig(sum, moreTools, moreAgents string) string {
+	return `
 agents:
   cc:
-    tools: ["claude_code__*"]
+    tools: ["claude_code__*"` + moreTools + `]
     permission_mode: bypassPermissions
-rules:
+` + moreAgents + `rules:
   - match_tool: "claude_code__Bash"
     match_arg: {path: command, regex: "rm -rf"}
     action: deny
     reason: "no recursive deletes"
 http:
   tokens:
-    - {name: alice, sha256: "`+sum+`"}
-`)
+    - {name: alice, sha256: "` + sum + `"}
+`
+}
+
+// session's task holds both; no gateway there blocks the call (exit 2).
+func TestHookClaudeCode(t *testing.T) {
+	t.Parallel()
+	tok, sum := webui.NewToken()
+	cfg := writeFile(t, "noeta.yaml", ccConfig(sum, "", ""))
 	data := t.TempDir()
 	p := startEngine(t, "gateway", "--config", cfg, "--agent", "cc", "--data", data, "--listen", "127.0.0.1:0")
 	var base string
@@ -259,21 +265,7 @@ http:
 func TestServeGateway(t *testing.T) {
 	t.Parallel()
 	tok, sum := webui.NewToken()
-	cfg := writeFile(t, "noeta.yaml", `
-agents:
-  cc:
-    tools: ["claude_code__*", echo]
-    permission_mode: bypassPermissions
-  researcher: {tools: [read_file, echo]}
-rules:
-  - match_tool: "claude_code__Bash"
-    match_arg: {path: command, regex: "rm -rf"}
-    action: deny
-    reason: "no recursive deletes"
-http:
-  tokens:
-    - {name: alice, sha256: "`+sum+`"}
-`)
+	cfg := writeFile(t, "noeta.yaml", ccConfig(sum, ", echo", "  researcher: {tools: [read_file, echo]}\n"))
 	for _, c := range []struct {
 		name string
 		args []string
