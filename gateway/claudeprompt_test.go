@@ -180,7 +180,8 @@ func TestClaudeCodePromptAsk(t *testing.T) {
 }
 
 // TestClaudeCodePromptRefused: where the door is not open to a request —
-// the rules refuse the principal's answer or its auth, a quorum, Claude
+// the rules refuse the principal's answer or its auth or cannot be
+// evaluated, a quorum, Claude
 // Code in a mode that may run the call without showing its prompt, an
 // agent without the door — the request waits in the inbox exactly as
 // without it: no answer recorded, and the hook is denied once its wait
@@ -192,6 +193,7 @@ func TestClaudeCodePromptRefused(t *testing.T) {
 	}{
 		{"self_approval deny", door, "approvals:\n  self_approval: deny\n", "default"},
 		{"approvers exclude the auth", door, "approvals:\n  rules:\n    - {name: no-prompt, approvers: 'auth != \"client_prompt\"'}\n", "default"},
+		{"approvers fail to evaluate", door, "approvals:\n  rules:\n    - {name: broken, approvers: 'args.nosuch == \"x\"'}\n", "default"},
 		{"a quorum of two", door, "approvals:\n  rules:\n    - {name: two, quorum: 2}\n", "default"},
 		{"bypassPermissions", door, "", "bypassPermissions"},
 		{"acceptEdits, an edit", door, "", "acceptEdits"},

@@ -181,11 +181,15 @@ agents:
   cc:
     tools: ["claude_code__*"]
     permission_mode: bypassPermissions
+    approval: client_prompt
 rules:
   - match_tool: "claude_code__Bash"
     match_arg: {path: command, regex: "rm -rf"}
     action: deny
     reason: "no recursive deletes"
+  - match_tool: "claude_code__Edit"
+    action: require_approval
+    reason: "edits need a person"
 http:
   tokens:
     - {name: alice, sha256: "`+sum+`"}
@@ -231,6 +235,11 @@ http:
 	code, out, _ = hook(token, pre("Bash", "toolu_2", `{"command":"rm -rf ~"}`))
 	if code != 0 || !strings.Contains(out, `"permissionDecision":"deny"`) || !strings.Contains(out, "no recursive deletes") {
 		t.Fatalf("rm -rf: exit %d %s", code, out)
+	}
+	// An approval handed to Claude Code's prompt (approval: client_prompt).
+	code, out, _ = hook(token, pre("Edit", "toolu_4", `{"file_path":"/src/a.go","old_string":"a","new_string":"b"}`))
+	if code != 0 || !strings.Contains(out, `"permissionDecision":"ask"`) || !strings.Contains(out, "edits need a person") {
+		t.Fatalf("Edit: exit %d %s", code, out)
 	}
 	// No token: blocked, the reason on stderr.
 	if code, out, errOut := hook(nil, pre("Read", "toolu_3", `{"file_path":"/x"}`)); code != 2 || out != "" || !strings.Contains(errOut, "401") {
