@@ -27,7 +27,9 @@ import (
 // PreToolUse is the task's next decision, judged by the guard stack; the
 // tool runs in Claude Code, not here, so the call's run is the wait for
 // its PostToolUse (or PostToolUseFailure), whose result is recorded as the
-// call's (docs/adr/0099).
+// call's (docs/adr/0099). An agent whose approval: names client_prompt has
+// a call's approval handed to Claude Code's own prompt: answered ask, once
+// the log holds that answer and the call's start (docs/adr/0106).
 
 // Bounds and defaults of the Claude Code hook.
 const (
