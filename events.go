@@ -441,8 +441,8 @@ type ApprovalResolved struct {
 	Approver string           `json:"approver"`
 	Reason   string           `json:"reason,omitempty"`
 	// Auth says how Approver was authenticated (AuthNATS, AuthToken,
-	// AuthProxy, AuthLocal, AuthTimer). Absent on records from before it was
-	// kept.
+	// AuthProxy, AuthLocal, AuthTimer, AuthElicitation, AuthClientPrompt).
+	// Absent on records from before it was kept.
 	Auth string `json:"auth,omitempty"`
 	// Approvers lists every distinct approver of a quorum approval, in the
 	// order they approved (Approver is the last of them).

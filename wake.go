@@ -101,6 +101,14 @@ const (
 	// or the local user over stdio). Only for agents whose approval: is
 	// elicitation (docs/adr/0100).
 	AuthElicitation = "elicitation"
+	// AuthClientPrompt: the gateway handed the approval of a Claude Code
+	// hook session's call to Claude Code's own permission prompt, as an
+	// approval by the session's principal (authenticated as the hook's
+	// client: a bearer token, a trusted proxy, or the local user); the
+	// call runs only if Claude Code's user allows it there, and its
+	// ToolCallFinished says whether it ran. Only for agents whose
+	// approval: names client_prompt (docs/adr/0106).
+	AuthClientPrompt = "client_prompt"
 	// AuthNone: a plain wake on the wake ingress, which any publisher of
 	// wakes may send: it proves nothing about who answered. On a remote
 	// NATS it may not resolve an approval.

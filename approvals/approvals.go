@@ -91,9 +91,10 @@ type Config struct {
 	Rules []Rule
 	// AgentTimeouts is each agent's approval_timeout.
 	AgentTimeouts map[string]time.Duration
-	// AgentDoors is each agent's approval: where a gateway asks first
-	// (DoorInbox, the default, or DoorElicitation).
-	AgentDoors map[string]string
+	// AgentDoors is each agent's approval: the doors a gateway opens to
+	// its sessions' requests besides the inbox (DoorInbox, the default;
+	// DoorElicitation; DoorClientPrompt), one or several.
+	AgentDoors map[string][]string
 }
 
 // The values of an agent's approval:.
@@ -105,6 +106,12 @@ const (
 	// MCP elicitation; the answer is judged by the rules as any other,
 	// with auth elicitation (docs/adr/0100).
 	DoorElicitation = "elicitation"
+	// DoorClientPrompt: a gateway hands the approval of a Claude Code hook
+	// session's call to Claude Code's own permission prompt, as an answer
+	// of the session's principal with auth client_prompt, judged by the
+	// rules as any other; the call runs only if Claude Code's user allows
+	// it there (docs/adr/0106).
+	DoorClientPrompt = "client_prompt"
 )
 
 // ConfigError is one mistake in a Config; Path names the field as
@@ -124,7 +131,7 @@ type Policy struct {
 	rules []compiled
 	byN   map[string]int
 	agent map[string]time.Duration
-	doors map[string]string
+	doors map[string][]string
 }
 
 type compiled struct {
@@ -160,7 +167,7 @@ func Compile(c Config) (*Policy, error) {
 	add := func(path, format string, a ...any) {
 		errs = append(errs, &ConfigError{Path: path, Msg: fmt.Sprintf(format, a...)})
 	}
-	p := &Policy{self: c.SelfApproval, byN: map[string]int{}, agent: map[string]time.Duration{}, doors: map[string]string{}}
+	p := &Policy{self: c.SelfApproval, byN: map[string]int{}, agent: map[string]time.Duration{}, doors: map[string][]string{}}
 	if err := checkSelf(c.SelfApproval); err != "" {
 		add("approvals.self_approval", "%s", err)
 	}
@@ -209,13 +216,15 @@ func Compile(c Config) (*Policy, error) {
 		}
 		p.agent[a] = d
 	}
-	for a, door := range c.AgentDoors {
-		switch door {
-		case DoorInbox, DoorElicitation:
-		default:
-			add("agents."+a+".approval", "must be inbox or elicitation, not %q", door)
+	for a, doors := range c.AgentDoors {
+		for _, door := range doors {
+			switch door {
+			case DoorInbox, DoorElicitation, DoorClientPrompt:
+			default:
+				add("agents."+a+".approval", "must be inbox, elicitation or client_prompt (or a list of them), not %q", door)
+			}
 		}
-		p.doors[a] = door
+		p.doors[a] = slices.Clone(doors)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -226,7 +235,14 @@ func Compile(c Config) (*Policy, error) {
 // Elicits reports whether a gateway asks its client's user to answer the
 // requests of agent's tasks (approval: elicitation).
 func (p *Policy) Elicits(agent string) bool {
-	return p != nil && p.doors[agent] == DoorElicitation
+	return p != nil && slices.Contains(p.doors[agent], DoorElicitation)
+}
+
+// PromptsClient reports whether a gateway hands the requests of agent's
+// Claude Code hook sessions to Claude Code's own permission prompt
+// (approval: client_prompt).
+func (p *Policy) PromptsClient(agent string) bool {
+	return p != nil && slices.Contains(p.doors[agent], DoorClientPrompt)
 }
 
 func checkSelf(s SelfApproval) string {

@@ -159,3 +159,37 @@ func TestLocalApprover(t *testing.T) {
 		}
 	}
 }
+
+// TestDoors: an agent's approval: names one door or several; a gateway
+// opens only those named, and a value that is no door refuses the config
+// with its path.
+func TestDoors(t *testing.T) {
+	p, err := Compile(Config{AgentDoors: map[string][]string{
+		"both": {DoorElicitation, DoorClientPrompt}, "cc": {DoorClientPrompt}, "mcp": {DoorElicitation}, "plain": {DoorInbox},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		agent           string
+		elicits, prompt bool
+	}{
+		{"both", true, true}, {"cc", false, true}, {"mcp", true, false}, {"plain", false, false}, {"unnamed", false, false},
+	} {
+		if got := p.Elicits(tc.agent); got != tc.elicits {
+			t.Errorf("Elicits(%s) = %v", tc.agent, got)
+		}
+		if got := p.PromptsClient(tc.agent); got != tc.prompt {
+			t.Errorf("PromptsClient(%s) = %v", tc.agent, got)
+		}
+	}
+	var nilPolicy *Policy
+	if nilPolicy.PromptsClient("cc") {
+		t.Error("a nil policy opens the door")
+	}
+	_, err = Compile(Config{AgentDoors: map[string][]string{"a": {DoorClientPrompt, "claude_code"}}})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Path != "agents.a.approval" || !strings.Contains(ce.Msg, `"claude_code"`) {
+		t.Fatalf("a bad door: %v", err)
+	}
+}

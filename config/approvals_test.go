@@ -77,7 +77,9 @@ func TestParseApprovalsErrors(t *testing.T) {
 		{"duplicate name", "approvals:\n  rules:\n    - {name: a}\n    - {name: a}\n", "approvals.rules[1].name", "unique"},
 		{"unknown key", rule(`quorom: 2`), "approvals.rules[0].quorom", "unknown key"},
 		{"agent timeout", "agents:\n  a: {approval_timeout: 0s}\n", "agents.a.approval_timeout", "must be > 0"},
-		{"agent door", "agents:\n  a: {approval: slack}\n", "agents.a.approval", `must be inbox or elicitation, not "slack"`},
+		{"agent door", "agents:\n  a: {approval: slack}\n", "agents.a.approval", `must be inbox, elicitation or client_prompt (or a list of them), not "slack"`},
+		{"agent door in a list", "agents:\n  a: {approval: [client_prompt, claude]}\n", "agents.a.approval", `not "claude"`},
+		{"agent door not a string", "agents:\n  a: {approval: {door: inbox}}\n", "agents.a.approval", "must be a string"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

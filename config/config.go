@@ -35,7 +35,7 @@
 //	    repetition: {threshold: 3, action: require_approval, window: 8}
 //	    rate_limits: [{tool: "mcp__github__*", calls: 60, window: 1m, per: principal}]   # shared by the fleet
 //	    approval_timeout: 1h               # optional: its approval requests expire, denied by timeout
-//	    approval: inbox                    # inbox | elicitation: a gateway also asks its client's user
+//	    approval: inbox                    # inbox | elicitation | client_prompt, or a list: where a gateway also asks (its MCP client's user; Claude Code's own prompt)
 //	    sandbox: {network: {allow: ["proxy.golang.org:443"]}, limits: {memory_mb: 4096}}   # over sandbox:
 //	rules:                                 # process-wide, priority 100
 //	  - match_tool: "shell"

@@ -362,7 +362,7 @@ func (d *decoder) top(root *yaml.Node) sections {
 	if n, ok := f["agents"]; ok {
 		out.agentModels = map[string]AgentModel{}
 		out.approvals.AgentTimeouts = map[string]time.Duration{}
-		out.approvals.AgentDoors = map[string]string{}
+		out.approvals.AgentDoors = map[string][]string{}
 		out.agentSandboxes = map[string]Sandbox{}
 		out.agents = d.agents(n, "agents", out.agentModels, &out.approvals, out.agentSandboxes)
 	}
@@ -416,8 +416,8 @@ func (d *decoder) agents(n *yaml.Node, path string, models map[string]AgentModel
 		if t := d.duration(f["approval_timeout"], join(ap, "approval_timeout")); t > 0 {
 			appr.AgentTimeouts[p.key] = t
 		}
-		if door, ok := d.str(f["approval"], join(ap, "approval")); ok {
-			appr.AgentDoors[p.key] = door
+		if doors := d.strOrList(f["approval"], join(ap, "approval")); len(doors) > 0 {
+			appr.AgentDoors[p.key] = doors
 		}
 		if am, ok := d.agentModel(f, ap); ok {
 			models[p.key] = am

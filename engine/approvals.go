@@ -24,7 +24,7 @@ const msgUnauthenticated = "an approval on a plain wake proves nothing about who
 
 func validAuth(a string) bool {
 	switch a {
-	case "", noeta.AuthNATS, noeta.AuthToken, noeta.AuthProxy, noeta.AuthLocal, noeta.AuthNone, noeta.AuthElicitation:
+	case "", noeta.AuthNATS, noeta.AuthToken, noeta.AuthProxy, noeta.AuthLocal, noeta.AuthNone, noeta.AuthElicitation, noeta.AuthClientPrompt:
 		return true
 	}
 	return false

@@ -458,7 +458,7 @@ func (e *Engine) Approve(ctx context.Context, task, handle string, decision noet
 	case auth == noeta.AuthTimer || approvals.Reserved(approver):
 		return fmt.Errorf("%w: the approver %q and auth %q are the expiry's own; no one answers as them", eventlog.ErrInvalidArgument, noeta.ApproverTimeout, noeta.AuthTimer)
 	case !validAuth(auth):
-		return fmt.Errorf("%w: auth %q (want nats, token, proxy, local or none)", eventlog.ErrInvalidArgument, auth)
+		return fmt.Errorf("%w: auth %q (want nats, token, proxy, local, none, elicitation or client_prompt)", eventlog.ErrInvalidArgument, auth)
 	}
 	w := noeta.HumanResponseWake(handle)
 	w.Decision, w.Approver, w.Text, w.Auth = string(decision), approver, reason, auth

@@ -16,6 +16,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/config"
+	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/tools"
 )
 
@@ -26,7 +27,9 @@ import (
 // PreToolUse is the task's next decision, judged by the guard stack; the
 // tool runs in Claude Code, not here, so the call's run is the wait for
 // its PostToolUse (or PostToolUseFailure), whose result is recorded as the
-// call's (docs/adr/0099).
+// call's (docs/adr/0099). An agent whose approval: names client_prompt has
+// a call's approval handed to Claude Code's own prompt: answered ask, once
+// the log holds that answer and the call's start (docs/adr/0106).
 
 // Bounds and defaults of the Claude Code hook.
 const (
@@ -68,6 +71,7 @@ const (
 	hookPermissionDenied   = "PermissionDenied"
 	hookStop               = "Stop"
 	hookSessionEnd         = "SessionEnd"
+	hookUserPromptSubmit   = "UserPromptSubmit"
 )
 
 // hookInput is the part of a hook event the gateway reads.
@@ -120,6 +124,24 @@ type hookCall struct {
 	abandoned bool // the PreToolUse stopped waiting before the run
 	reported  bool // a result was sent
 	detached  bool // a subagent's call: its run ended when it started
+	// prompted is the approval request handed to Claude Code's prompt
+	// (approval: client_prompt), once the gateway answered it so;
+	// resolved is the resolution of that request the log holds, seen as
+	// it was committed (nil until then).
+	prompted *noeta.ApprovalRequested
+	resolved *noeta.ApprovalResolved
+}
+
+// delegated reports whether the call runs on an approval handed to Claude
+// Code's prompt (hc.mu held): its answer is ask, not allow, and a call
+// not reported was declined there or never reported. A request handed
+// over whose resolution was not seen counts as handed over: the answer
+// is then ask, which asks Claude Code's user more, never less.
+func (hc *hookCall) delegatedLocked() bool {
+	if hc.prompted == nil {
+		return false
+	}
+	return hc.resolved == nil || hc.resolved.Auth == noeta.AuthClientPrompt
 }
 
 func (hc *hookCall) report(r tools.Result) bool {
@@ -338,14 +360,14 @@ func (g *Gateway) Hook(ctx context.Context, who Principal, body []byte, wait tim
 		return g.preToolUse(ctx, who, in, wait), http.StatusOK
 	case hookPostToolUse, hookPostToolUseFailure, hookPermissionDenied:
 		return g.reported(who, in), http.StatusOK
-	case hookStop, hookSessionEnd:
+	case hookStop, hookSessionEnd, hookUserPromptSubmit:
 		g.quiet(who, in)
 		return struct{}{}, http.StatusOK
 	case "":
 		return map[string]string{"error": "hook_event_name is missing"}, http.StatusBadRequest
 	}
 	// An event the gateway has nothing to say about (SessionStart,
-	// UserPromptSubmit, Notification…): no decision.
+	// Notification…): no decision.
 	return struct{}{}, http.StatusOK
 }
 
@@ -413,6 +435,9 @@ func (g *Gateway) preToolUse(ctx context.Context, who Principal, in hookInput, w
 	}
 	tool := config.ClaudeCodeToolPrefix + in.ToolName
 	c := &call{tool: tool, args: in.ToolInput, id: in.ToolUseID, out: make(chan outcome, 1)}
+	if g.opts.Approvals.PromptsClient(who.Agent) && promptShown(in.PermissionMod, in.ToolName) {
+		c.requested = make(chan *noeta.ApprovalRequested, 1)
+	}
 	hc := &hookCall{c: c, s: hs.s, started: make(chan struct{}), result: make(chan tools.Result, 1)}
 	g.hooks.mu.Lock()
 	if g.hooks.calls[c.id] != nil || hs.seen[c.id] {
@@ -426,28 +451,129 @@ func (g *Gateway) preToolUse(ctx context.Context, who Principal, in hookInput, w
 		g.dropCall(c.id)
 		return Deny("noeta: the call could not be judged: " + err.Error())
 	}
+	deadline := time.Now().Add(wait)
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	select {
-	case <-hc.started:
-		return preToolUse("allow", fmt.Sprintf("noeta: allowed (task %s, call %s)", hs.s.taskID(), c.id))
-	case o := <-c.out:
-		g.dropCall(c.id)
-		return Deny("noeta: " + o.text)
-	case <-ctx.Done():
-		g.abandon(hc)
-		return Deny("noeta: the hook went away before the decision")
-	case <-t.C:
-		if g.abandon(hc) {
-			return preToolUse("allow", fmt.Sprintf("noeta: allowed (task %s, call %s)", hs.s.taskID(), c.id))
+	requested := c.requested
+	for {
+		select {
+		case <-hc.started:
+			return g.runAnswer(hc)
+		case ar := <-requested:
+			requested = nil
+			g.handToPrompt(ctx, hc, ar, in.PermissionMod, deadline)
+		case o := <-c.out:
+			g.dropCall(c.id)
+			return Deny("noeta: " + o.text)
+		case <-ctx.Done():
+			g.abandon(hc)
+			return Deny("noeta: the hook went away before the decision")
+		case <-t.C:
+			if g.abandon(hc) {
+				return g.runAnswer(hc)
+			}
+			c.mu.Lock()
+			handle := c.approval
+			c.mu.Unlock()
+			if handle != "" {
+				return Deny(fmt.Sprintf("noeta: this call waits for a person's approval (%s of task %s) and no answer came within %v; the call was not made. Once it is approved the same call is not run: ask again after it is answered.", handle, hs.s.taskID(), wait))
+			}
+			return Deny(fmt.Sprintf("noeta: no decision within %v (a call of this session ahead of it is still waiting); the call was not made", wait))
 		}
-		c.mu.Lock()
-		handle := c.approval
-		c.mu.Unlock()
-		if handle != "" {
-			return Deny(fmt.Sprintf("noeta: this call waits for a person's approval (%s of task %s) and no answer came within %v; the call was not made. Once it is approved the same call is not run: ask again after it is answered.", handle, hs.s.taskID(), wait))
+	}
+}
+
+// runAnswer is the answer to a PreToolUse whose call runs (its
+// ToolCallStarted is in the log): allow, or ask when its approval was
+// handed to Claude Code's prompt (the log holds that answer too).
+func (g *Gateway) runAnswer(hc *hookCall) PreToolUseOutput {
+	hc.mu.Lock()
+	delegated, ar := hc.delegatedLocked(), hc.prompted
+	hc.mu.Unlock()
+	task := hc.s.taskID()
+	if !delegated {
+		return preToolUse("allow", fmt.Sprintf("noeta: allowed (task %s, call %s)", task, hc.c.id))
+	}
+	return preToolUse("ask", fmt.Sprintf("noeta: this call needs an approval (%s: %s); noeta hands it to you here: allow it to run it, recorded as approved by %s at Claude Code's prompt (%s of task %s, call %s)",
+		ar.Guard, truncateText(ar.Reason, 300), hc.s.who.SubmittedBy, ar.Handle, task, hc.c.id))
+}
+
+// promptShown reports whether Claude Code, in permission mode mode, shows
+// its user its permission prompt for a PreToolUse answered ask on tool
+// (Claude Code's tool name). Only then may the approval be handed to it:
+// in the modes that run calls without asking (bypassPermissions, auto,
+// dontAsk, acceptEdits for an edit, plan, a mode not known, none said)
+// the prompt may never be shown, and the call would run approved by
+// nobody.
+func promptShown(mode, tool string) bool {
+	if claudeCodeNests[tool] {
+		// A subagent's run ends when it starts (recorded as handed to
+		// Claude Code): whether its user allowed it would not be recorded.
+		return false
+	}
+	switch mode {
+	case "default":
+		return true
+	case "acceptEdits":
+		return !claudeCodeEdits[tool]
+	}
+	return false
+}
+
+// handToPrompt answers the approval request ar of a call, as its session's
+// principal with auth client_prompt, so that Claude Code's own prompt asks
+// its user: only if the approvals rules admit that answer (engine approve
+// judges it before it is sent, the task again when it records it) and
+// resolve the request with it alone. Anything else leaves the request to
+// the inbox, as without the door. The call's answer is ask only once the
+// resolution is in the log (hookCall.resolved, from the tap) and the call
+// started.
+func (g *Gateway) handToPrompt(ctx context.Context, hc *hookCall, ar *noeta.ApprovalRequested, mode string, deadline time.Time) {
+	if ar.Quorum > 1 {
+		// One answer would only count: the prompt's yes is one person's,
+		// and a count given before it is no approval anybody gave.
+		g.log.Info("an approval needing a quorum is left to the inbox, not handed to Claude Code's prompt", "handle", ar.Handle, "quorum", ar.Quorum)
+		return
+	}
+	h, err := g.host()
+	if err != nil {
+		return
+	}
+	hc.mu.Lock()
+	hc.prompted = ar
+	hc.mu.Unlock()
+	actx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	reason := "delegated to Claude Code's own permission prompt (permission_mode " + mode + "): the call runs only if Claude Code's user allows it there; its ToolCallFinished says whether it ran"
+	err = h.Approve(actx, hc.s.taskID(), ar.Handle, host.Answer{Decision: noeta.ApprovalApprove, Approver: hc.s.who.SubmittedBy, Reason: reason, Auth: noeta.AuthClientPrompt})
+	if err != nil {
+		// Refused by the rules (self_approval: deny, an approvers
+		// expression), answered already, or not sent: the request waits
+		// in the inbox. A resolution that was recorded all the same is
+		// seen by the tap.
+		g.log.Info("an approval not handed to Claude Code's prompt; it waits in the inbox", "handle", ar.Handle, "err", err)
+	}
+}
+
+// resolvedPrompt notes the resolution of a request handed to Claude Code's
+// prompt, as committed (from the tap, before the call's run can start).
+func (g *Gateway) resolvedPrompt(task string, p *noeta.ApprovalResolved) {
+	g.hooks.mu.Lock()
+	calls := make([]*hookCall, 0, len(g.hooks.calls))
+	for _, hc := range g.hooks.calls {
+		calls = append(calls, hc)
+	}
+	g.hooks.mu.Unlock()
+	for _, hc := range calls {
+		if hc.s.taskID() != task {
+			continue
 		}
-		return Deny(fmt.Sprintf("noeta: no decision within %v (a call of this session ahead of it is still waiting); the call was not made", wait))
+		hc.mu.Lock()
+		if hc.prompted != nil && hc.prompted.Handle == p.Handle {
+			r := *p
+			hc.resolved = &r
+		}
+		hc.mu.Unlock()
 	}
 }
 
@@ -457,12 +583,16 @@ func (g *Gateway) preToolUse(ctx context.Context, who Principal, in hookInput, w
 // recorded as running).
 func (g *Gateway) abandon(hc *hookCall) (started bool) {
 	hc.mu.Lock()
-	defer hc.mu.Unlock()
 	if hc.running {
+		hc.mu.Unlock()
 		return true
 	}
 	hc.abandoned = true
-	if hc.s.withdraw(hc.c) {
+	withdrawn := hc.s.withdraw(hc.c)
+	hc.mu.Unlock()
+	// Not under hc.mu: quiet and resolvedPrompt take hc.mu under
+	// g.hooks.mu.
+	if withdrawn {
 		g.dropCall(hc.c.id)
 	}
 	return false
@@ -519,7 +649,7 @@ func (g *Gateway) reported(who Principal, in hookInput) any {
 		return struct{}{}
 	}
 	hc.mu.Lock()
-	detached := hc.detached
+	detached, delegated := hc.detached, hc.delegatedLocked()
 	hc.mu.Unlock()
 	if detached {
 		g.dropCall(in.ToolUseID)
@@ -535,7 +665,11 @@ func (g *Gateway) reported(who Principal, in hookInput) any {
 			why = "interrupted by the user: " + why
 		}
 		r = tools.Result{Output: json.RawMessage("null"), Error: "Claude Code: " + truncateText(why, 4000)}
-	default:
+	case hookPermissionDenied:
+		if delegated {
+			r = tools.Result{Output: json.RawMessage("null"), Error: "not run: the approval was handed to Claude Code's prompt, and Claude Code refused the call (its user declined, or its own permissions denied it)"}
+			break
+		}
 		r = tools.Result{Output: json.RawMessage("null"), Error: "not run: Claude Code's own permissions refused it"}
 	}
 	if !hc.report(r) {
@@ -562,24 +696,17 @@ func boundedResponse(raw json.RawMessage) json.RawMessage {
 // quiet handles the events after which no result is coming for the calls
 // still waiting (Stop: Claude finished its turn; SessionEnd): they are
 // recorded as reported by nobody. SessionEnd also ends the session's task.
+// A UserPromptSubmit closes the calls handed to Claude Code's prompt only:
+// a user who declines there interrupts the turn, so no Stop comes, and the
+// next thing Claude Code says is the user's next prompt.
 func (g *Gateway) quiet(who Principal, in hookInput) {
 	key := who.SubmittedBy + "\x00" + in.SessionID
 	g.hooks.mu.Lock()
 	hs := g.hooks.sessions[key]
 	var waiting []*hookCall
-	for id, hc := range g.hooks.calls {
-		if hs == nil || hc.s != hs.s {
-			continue
-		}
-		waiting = append(waiting, hc)
-		if in.Event == hookSessionEnd {
-			// One not running (an approval outwaited) is never answered
-			// now: its run, if it comes, finds no hook waiting.
-			hc.mu.Lock()
-			if !hc.running || hc.detached {
-				delete(g.hooks.calls, id)
-			}
-			hc.mu.Unlock()
+	for _, hc := range g.hooks.calls {
+		if hs != nil && hc.s == hs.s {
+			waiting = append(waiting, hc)
 		}
 	}
 	if hs != nil && in.Event == hookSessionEnd {
@@ -590,7 +717,22 @@ func (g *Gateway) quiet(who Principal, in hookInput) {
 		return
 	}
 	for _, hc := range waiting {
-		hc.report(tools.Result{Output: json.RawMessage("null"), Error: "Claude Code reported no result before its " + in.Event})
+		hc.mu.Lock()
+		delegated, gone := hc.delegatedLocked(), !hc.running || hc.detached
+		hc.mu.Unlock()
+		if in.Event == hookSessionEnd && gone {
+			// One not running (an approval outwaited) is never answered
+			// now: its run, if it comes, finds no hook waiting.
+			g.dropCall(hc.c.id)
+		}
+		switch {
+		case in.Event == hookUserPromptSubmit && !delegated:
+			continue
+		case delegated:
+			hc.report(tools.Result{Output: json.RawMessage("null"), Error: "not run, or not reported: the approval was handed to Claude Code's prompt and Claude Code reported no result before its " + in.Event + " (its user declined the call there, or it ran unreported)"})
+		default:
+			hc.report(tools.Result{Output: json.RawMessage("null"), Error: "Claude Code reported no result before its " + in.Event})
+		}
 	}
 	if in.Event == hookSessionEnd {
 		g.wg.Go(hs.s.settle)

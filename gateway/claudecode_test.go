@@ -62,13 +62,21 @@ func openCC(t *testing.T, o gateway.Options) *ccRig {
 // token.
 func openCCWith(t *testing.T, o gateway.Options, agents, bobAgent string) (*ccRig, string) {
 	t.Helper()
+	return openCCFull(t, o, agents, bobAgent, "", "", nil)
+}
+
+// openCCFull is openCCWith with more: lines for agent cc (after its
+// approval_timeout), config appended (extra), and a wrapper of the hook
+// handler (nil: none). The gateway gets the config's approvals rules.
+func openCCFull(t *testing.T, o gateway.Options, agents, bobAgent, ccLines, extra string, wrap func(*hostconfig.Host, http.Handler) http.Handler) (*ccRig, string) {
+	t.Helper()
 	tok, sum := webui.NewToken()
 	bobTok, bobSum := webui.NewToken()
 	bob := `    - {name: bob, sha256: "` + bobSum + `"}` + "\n"
 	if bobAgent != "" {
 		bob = `    - {name: bob, sha256: "` + bobSum + `", agent: ` + bobAgent + `}` + "\n"
 	}
-	yaml := strings.Replace(ccConfig, "agents:\n", "agents:\n"+agents, 1) + `
+	yaml := strings.Replace(strings.Replace(ccConfig, "agents:\n", "agents:\n"+agents, 1), "    approval_timeout: 1h\n", "    approval_timeout: 1h\n"+ccLines, 1) + extra + `
 http:
   tokens:
     - {name: alice, sha256: "` + sum + `"}
@@ -79,6 +87,7 @@ http:
 	}
 	o.Agent = "cc"
 	o.AgentOf = cfg.HTTP.AgentOf()
+	o.Approvals = cfg.Approvals
 	gw := gateway.New(o)
 	h, err := hostconfig.Open(context.Background(), hostconfig.Options{Config: cfg, DataDir: t.TempDir(), Workers: 2, Workspace: t.TempDir(),
 		Policies: gw.Policies, Queue: gw.Queue(), Guards: []guards.Guard{gw.Guard()}, Tools: gw.ClaudeCodeTools(), Name: "gateway",
@@ -88,7 +97,11 @@ http:
 	}
 	gw.Attach(h.Host, nil)
 	gate := webui.NewGate(cfg.HTTP, webui.Limits{})
-	ts := httptest.NewServer(gw.HookHandler("cc", gateway.GateAuth(gate)))
+	var hh http.Handler = gw.HookHandler("cc", gateway.GateAuth(gate))
+	if wrap != nil {
+		hh = wrap(h, hh)
+	}
+	ts := httptest.NewServer(hh)
 	t.Cleanup(func() {
 		ts.Close()
 		gw.Close()

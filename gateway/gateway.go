@@ -271,13 +271,14 @@ func (g *Gateway) Policies(_ context.Context, st *engine.State) (engine.Policy, 
 }
 
 // tap watches the records committed in this process for the approvals the
-// sessions' calls wait on.
-// and for the end of their tasks.
+// sessions' calls wait on, their resolutions (a Claude Code call's answer
+// is ask only once the log holds the answer handed to its prompt), and
+// the end of their tasks.
 func (g *Gateway) tap(ctx context.Context, env eventlog.Envelope) error {
 	switch env.Type {
 	case noeta.TypeTaskCompleted, noeta.TypeTaskFailed, noeta.TypeTaskCancelled:
 		g.unlist(env.Task)
-	case noeta.TypeApprovalRequested:
+	case noeta.TypeApprovalRequested, noeta.TypeApprovalResolved:
 	default:
 		return nil
 	}
@@ -297,6 +298,9 @@ func (g *Gateway) tap(ctx context.Context, env eventlog.Envelope) error {
 		if p.Action == noeta.ApprovalToolCall {
 			s.awaiting(p)
 		}
+		return nil
+	case *noeta.ApprovalResolved:
+		g.resolvedPrompt(env.Task, p)
 		return nil
 	case *noeta.TaskFailed:
 		g.ended(ctx, h, s, env.Task, "it failed: "+p.Error)

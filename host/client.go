@@ -69,7 +69,8 @@ func (h *Host) decidesQueue(queue string) bool {
 // refused first, as the dispatcher would drop it, unless the task's row
 // waits on handle now. An answer with Auth noeta.AuthToken or
 // noeta.AuthProxy (an HTTP layer that authenticated its approver), or
-// noeta.AuthElicitation (a gateway's authenticated client), is handed
+// noeta.AuthElicitation or noeta.AuthClientPrompt (a gateway's
+// authenticated client), is handed
 // to the dispatcher in process; any other Auth is refused there.
 func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error {
 	if err := taskCheck(task); err != nil {
@@ -86,7 +87,7 @@ func (h *Host) Approve(ctx context.Context, task, handle string, a Answer) error
 		switch a.Auth {
 		case "":
 			return h.approveOnSubject(ctx, task, handle, a)
-		case noeta.AuthToken, noeta.AuthProxy, noeta.AuthElicitation:
+		case noeta.AuthToken, noeta.AuthProxy, noeta.AuthElicitation, noeta.AuthClientPrompt:
 		default:
 			// Only the broker says nats, only the embedded default local:
 			// a caller claiming either here would vouch for what nothing

@@ -169,9 +169,6 @@ func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// TestHookClaudeCode: engine hook claude-code, as Claude Code runs it (the
-// event on stdin, the token in $NOETA_TOKEN), against engine gateway
-// --listen: a Read is allowed, rm -rf denied naming the rule, the
 // ccConfig governs Claude Code's tools (and moreTools) for agent cc, a
 // rule denying rm -rf, with moreAgents beside and alice's token of sum.
 func ccConfig(sum, moreTools, moreAgents string) string {
@@ -180,17 +177,24 @@ agents:
   cc:
     tools: ["claude_code__*"` + moreTools + `]
     permission_mode: bypassPermissions
+    approval: client_prompt
 ` + moreAgents + `rules:
   - match_tool: "claude_code__Bash"
     match_arg: {path: command, regex: "rm -rf"}
     action: deny
     reason: "no recursive deletes"
+  - match_tool: "claude_code__Edit"
+    action: require_approval
+    reason: "edits need a person"
 http:
   tokens:
     - {name: alice, sha256: "` + sum + `"}
 `
 }
 
+// TestHookClaudeCode: engine hook claude-code, as Claude Code runs it (the
+// event on stdin, the token in $NOETA_TOKEN), against engine gateway
+// --listen: a Read is allowed, rm -rf denied naming the rule, the
 // session's task holds both; no gateway there blocks the call (exit 2).
 func TestHookClaudeCode(t *testing.T) {
 	t.Parallel()
@@ -237,6 +241,11 @@ func TestHookClaudeCode(t *testing.T) {
 	code, out, _ = hook(token, pre("Bash", "toolu_2", `{"command":"rm -rf ~"}`))
 	if code != 0 || !strings.Contains(out, `"permissionDecision":"deny"`) || !strings.Contains(out, "no recursive deletes") {
 		t.Fatalf("rm -rf: exit %d %s", code, out)
+	}
+	// An approval handed to Claude Code's prompt (approval: client_prompt).
+	code, out, _ = hook(token, pre("Edit", "toolu_4", `{"file_path":"/src/a.go","old_string":"a","new_string":"b"}`))
+	if code != 0 || !strings.Contains(out, `"permissionDecision":"ask"`) || !strings.Contains(out, "edits need a person") {
+		t.Fatalf("Edit: exit %d %s", code, out)
 	}
 	// No token: blocked, the reason on stderr.
 	if code, out, errOut := hook(nil, pre("Read", "toolu_3", `{"file_path":"/x"}`)); code != 2 || out != "" || !strings.Contains(errOut, "401") {
