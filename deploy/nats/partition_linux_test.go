@@ -365,8 +365,29 @@ func (r *partitionRun) run() {
 		r.linesOf(tr.id)
 	}
 	r.check(faultsOver, recovered, endedIn, began)
+	r.checkViolations()
 	if t.Failed() {
 		r.dump()
+	}
+}
+
+// checkViolations fails on a permissions violation any serve met: a
+// recovery path the engine role does not allow (a reconcile pass asking a
+// ready consumer's state, say) is a stall under partitions, seen only
+// when its fault comes.
+func (r *partitionRun) checkViolations() {
+	r.mu.Lock()
+	procs := slices.Clone(r.old)
+	for _, s := range labServes {
+		procs = append(procs, r.serves[s])
+	}
+	r.mu.Unlock()
+	for _, p := range procs {
+		for l := range strings.Lines(p.out.String()) {
+			if strings.Contains(l, "Permissions Violation") {
+				r.t.Errorf("ANOMALY a serve (pid %d) met a permissions violation: %s", p.cmd.Process.Pid, strings.TrimSpace(l))
+			}
+		}
 	}
 }
 
