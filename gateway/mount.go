@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -106,17 +107,22 @@ func MountOn(ctx context.Context, h *hostconfig.Host, m Mount) (_ *Mounted, err 
 
 // Handler serves MCP at [MountPath] and Claude Code's hook events at
 // [HookPath] to the principals auth admits; mount it on those two paths.
-// The server's read and write timeouts are lifted from an admitted
-// request's connection: a call waiting for an approval holds its response
-// open for as long as the approval takes, and the body it read is bounded
-// by MaxFrameBytes.
+// The server's write timeout is lifted from an admitted request's
+// connection, and its read timeout once the request's body has been read
+// whole: a call waiting for an approval holds its response open for as
+// long as the approval takes, while a body sent slowly is still cut off
+// (its size is bounded by MaxFrameBytes).
 func (m *Mounted) Handler(auth Authenticate) http.Handler {
 	lift := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, err := auth(r); err == nil {
 				rc := http.NewResponseController(w)
-				_ = rc.SetReadDeadline(time.Time{})
 				_ = rc.SetWriteDeadline(time.Time{})
+				if r.Body == nil || r.Body == http.NoBody {
+					_ = rc.SetReadDeadline(time.Time{})
+				} else {
+					r.Body = &liftAtEOF{ReadCloser: r.Body, rc: rc}
+				}
 			}
 			next.ServeHTTP(w, r)
 		})
@@ -125,6 +131,24 @@ func (m *Mounted) Handler(auth Authenticate) http.Handler {
 	mux.Handle(MountPath, lift(m.g.Handler(m.agent, auth)))
 	mux.Handle(HookPath, lift(m.g.HookHandler(m.agent, auth)))
 	return mux
+}
+
+// liftAtEOF lifts the connection's read deadline once the body has been
+// read to its end: the read deadline also ends the request's context once
+// it passes, which would cut a response still waiting on an approval.
+type liftAtEOF struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *liftAtEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 // Close ends the gateway's sessions (their tasks finish on the pool's

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -61,7 +65,11 @@ http:
 	gh := m.Handler(gateway.GateAuth(gate))
 	mux.Handle(gateway.MountPath, gh)
 	mux.Handle(gateway.HookPath, gh)
-	ts := httptest.NewServer(mux)
+	// serve's own timeouts, short: a call waiting for an approval must
+	// outlast them, a body sent slowly must not.
+	ts := httptest.NewUnstartedServer(mux)
+	ts.Config.ReadTimeout, ts.Config.WriteTimeout = mountTimeout, mountTimeout
+	ts.Start()
 	t.Cleanup(func() {
 		m.Close() // first: its sessions' streams end, which ts.Close waits for
 		ts.Close()
@@ -69,6 +77,10 @@ http:
 	})
 	return &mounted{h: h, m: m, url: ts.URL, tok: tok}
 }
+
+// mountTimeout is the read and write timeout of the mounted gateway's
+// test server.
+const mountTimeout = 500 * time.Millisecond
 
 func (r *mounted) records(t *testing.T, task, typ string) []noeta.Payload {
 	return (&ccRig{h: r.h}).records(t, task, typ)
@@ -165,5 +177,26 @@ func TestMountedHookCallIDOfAnotherTask(t *testing.T) {
 	}
 	if n := len(r.records(t, session, noeta.TypeToolCallStarted)); n != 0 {
 		t.Fatalf("the session's call started %d times without its approval", n)
+	}
+}
+
+// TestMountedSlowBody: the server's read timeout still cuts off a request
+// whose body comes too slowly (an admitted principal's), though a call's
+// wait for an approval outlasts it (TestMountedHookCallIDOfAnotherTask
+// waits ten times as long on the same server).
+func TestMountedSlowBody(t *testing.T) {
+	r := mount(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(r.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"session_id\":", gateway.HookPath, r.tok)
+	// Nothing more comes: the server must close the connection, not wait.
+	_ = conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	_, err = io.ReadAll(conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("the server still held a connection whose body stopped coming, long past its read timeout")
 	}
 }
