@@ -113,24 +113,28 @@ func MountOn(ctx context.Context, h *hostconfig.Host, m Mount) (_ *Mounted, err 
 // long as the approval takes, while a body sent slowly is still cut off
 // (its size is bounded by MaxFrameBytes).
 func (m *Mounted) Handler(auth Authenticate) http.Handler {
-	lift := func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, err := auth(r); err == nil {
-				rc := http.NewResponseController(w)
-				_ = rc.SetWriteDeadline(time.Time{})
-				if r.Body == nil || r.Body == http.NoBody {
-					_ = rc.SetReadDeadline(time.Time{})
-				} else {
-					r.Body = &liftAtEOF{ReadCloser: r.Body, rc: rc}
-				}
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
 	mux := http.NewServeMux()
-	mux.Handle(MountPath, lift(m.g.Handler(m.agent, auth)))
-	mux.Handle(HookPath, lift(m.g.HookHandler(m.agent, auth)))
+	mux.Handle(MountPath, liftTimeouts(auth, m.g.Handler(m.agent, auth)))
+	mux.Handle(HookPath, liftTimeouts(auth, m.g.HookHandler(m.agent, auth)))
 	return mux
+}
+
+// liftTimeouts lifts the server's write timeout from the connection of a
+// request auth admits, and its read timeout once the request's body has
+// been read whole.
+func liftTimeouts(auth Authenticate, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := auth(r); err == nil {
+			rc := http.NewResponseController(w)
+			_ = rc.SetWriteDeadline(time.Time{})
+			if r.Body == nil || r.Body == http.NoBody {
+				_ = rc.SetReadDeadline(time.Time{})
+			} else {
+				r.Body = &liftAtEOF{ReadCloser: r.Body, rc: rc}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // liftAtEOF lifts the connection's read deadline once the body has been

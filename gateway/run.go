@@ -108,12 +108,14 @@ func (g *Gateway) serveHTTP(ctx context.Context, s Run) error {
 	if err != nil {
 		return fmt.Errorf("gateway: listen: %w", err)
 	}
-	// No read or write timeout: a call waiting for an approval holds its
-	// response open; the body is bounded by MaxFrameBytes instead.
+	// A request must arrive within ReadTimeout; an admitted one's response
+	// is not timed (a call waiting for an approval holds it open), and
+	// its body is bounded by MaxFrameBytes (liftTimeouts).
+	auth := GateAuth(s.Gate)
 	mux := http.NewServeMux()
-	mux.Handle(HookPath, g.HookHandler(s.Who.Agent, GateAuth(s.Gate)))
-	mux.Handle("/", g.Handler(s.Who.Agent, GateAuth(s.Gate)))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	mux.Handle(HookPath, liftTimeouts(auth, g.HookHandler(s.Who.Agent, auth)))
+	mux.Handle("/", liftTimeouts(auth, g.Handler(s.Who.Agent, auth)))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: requestReadTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	if s.Cert != nil {
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*s.Cert}, MinVersion: tls.VersionTLS12}
 		ln = tls.NewListener(ln, srv.TLSConfig)
@@ -142,6 +144,10 @@ func (g *Gateway) serveHTTP(ctx context.Context, s Run) error {
 	<-done
 	return nil
 }
+
+// requestReadTimeout bounds the arrival of a request, headers and body, on
+// engine gateway --listen, as webui's DefaultReadTimeout does for serve.
+const requestReadTimeout = 30 * time.Second
 
 // GateAuth authenticates with webui's gate: a bearer token of http.tokens
 // or the trusted proxy's header.
