@@ -19,11 +19,11 @@ import (
 // within TestSuiteSingleNode and TestSuiteCluster, and in the other two
 // modes here.
 func TestBatchSuiteSingleNodeAtomic(t *testing.T) {
-	eventlogtest.RunBatchSuite(t, factoryBatch(singleURL, 1, jetstream.BatchAtomic))
+	eventlogtest.RunBatchSuite(t, factoryConfig(singleURL, jetstream.Config{Batch: jetstream.BatchAtomic}))
 }
 
 func TestBatchSuiteSingleNodeSequential(t *testing.T) {
-	eventlogtest.RunBatchSuite(t, factoryBatch(singleURL, 1, jetstream.BatchSequential))
+	eventlogtest.RunBatchSuite(t, factoryConfig(singleURL, jetstream.Config{Batch: jetstream.BatchSequential}))
 }
 
 // liveRegistry holds every lease live: only the log's own fence stands

@@ -42,6 +42,14 @@ type Config struct {
 	// (the least recently written fall out and are read again from the
 	// stream when next written). Default DefaultTailCache.
 	TailCache int
+	// GroupCommit, when above 0, writes the records of different tasks
+	// that wait at the same moment as one atomic batch once this many of
+	// the Log's writes are in flight alone (ADR 0107). It pays on a stream
+	// of one copy whose server syncs every write (the embedded default
+	// sets DefaultGroupCommit); elsewhere it costs more than it saves.
+	// Open turns the stream's allow_atomic on, and refuses it on a
+	// replicated stream. Default 0: every write alone.
+	GroupCommit int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -77,6 +85,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.TailCache < 0 {
 		return c, fmt.Errorf("jetstream: Config.TailCache is %d, want 0 (the default, %d) or more", c.TailCache, DefaultTailCache)
+	}
+	if c.GroupCommit < 0 {
+		return c, fmt.Errorf("jetstream: Config.GroupCommit is %d, want 0 (off) or more", c.GroupCommit)
 	}
 	if c.TailCache == 0 {
 		c.TailCache = DefaultTailCache

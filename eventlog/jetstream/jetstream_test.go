@@ -93,11 +93,12 @@ func connect(t testing.TB, url string) *nats.Conn {
 // factory builds backends whose log is JetStream and whose dispatcher (the
 // lease registry) is memlog's, on a manual clock shared by both.
 func factory(url string, replicas int) eventlogtest.Factory {
-	return factoryBatch(url, replicas, jetstream.BatchAuto)
+	return factoryConfig(url, jetstream.Config{Replicas: replicas})
 }
 
-// factoryBatch is factory with the Log's batch mode set.
-func factoryBatch(url string, replicas int, mode jetstream.BatchMode) eventlogtest.Factory {
+// factoryConfig is factory with the Log's settings (its registry and clock
+// are the pairing's).
+func factoryConfig(url string, lc jetstream.Config) eventlogtest.Factory {
 	return func(t *testing.T) eventlogtest.Backend {
 		t.Helper()
 		clock := memlog.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
@@ -105,7 +106,7 @@ func factoryBatch(url string, replicas int, mode jetstream.BatchMode) eventlogte
 		if err != nil {
 			t.Fatal(err)
 		}
-		return memlogPairing(t, url, replicas, mode, clock, disp)
+		return memlogPairing(t, url, lc, clock, disp)
 	}
 }
 
@@ -113,10 +114,11 @@ func factoryBatch(url string, replicas int, mode jetstream.BatchMode) eventlogte
 // lease registry is disp. A restart closes both and opens them again on
 // the same state: the Log on the same streams, the dispatcher reopened on
 // its memory.
-func memlogPairing(t *testing.T, url string, replicas int, mode jetstream.BatchMode, clock *memlog.ManualClock, disp *memlog.Store) eventlogtest.Backend {
+func memlogPairing(t *testing.T, url string, lc jetstream.Config, clock *memlog.ManualClock, disp *memlog.Store) eventlogtest.Backend {
 	t.Helper()
 	nc := connect(t, url)
-	log, err := jetstream.Open(t.Context(), nc, jetstream.Config{Replicas: replicas, Registry: disp, Now: clock.Now, Batch: mode})
+	lc.Registry, lc.Now = disp, clock.Now
+	log, err := jetstream.Open(t.Context(), nc, lc)
 	if err != nil {
 		_ = disp.Close()
 		t.Fatal(err)
@@ -143,7 +145,7 @@ func memlogPairing(t *testing.T, url string, replicas int, mode jetstream.BatchM
 			if err != nil {
 				t.Fatal(err)
 			}
-			return memlogPairing(t, url, replicas, mode, clock, nd)
+			return memlogPairing(t, url, lc, clock, nd)
 		},
 	}
 }

@@ -39,6 +39,9 @@ type Log struct {
 	direct bool
 	// batch is how EmitBatch writes (ADR 0038, 0040): never BatchAuto.
 	batch BatchMode
+	// group combines different tasks' writes into atomic batches (ADR
+	// 0107); nil when Config.GroupCommit is 0.
+	group *grouper
 
 	// tasks caches the tails of the tasks appended to lately, bounded by
 	// Config.TailCache.
@@ -91,7 +94,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	want := StreamConfig(c)
 	// A replicated stream this Log creates allows atomic batches (ADR 0038),
 	// so a later Log of the same stream may choose them.
-	want.AllowAtomicPublish = c.Replicas > 1 && c.Batch != BatchSequential
+	// So does a stream a Log with group commit creates (ADR 0107).
+	want.AllowAtomicPublish = c.Replicas > 1 && c.Batch != BatchSequential || c.GroupCommit > 0
 	if l.stream, err = ensureStream(ctx, js, want); err != nil {
 		return nil, err
 	}
@@ -109,6 +113,15 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		}
 	case BatchAuto:
 		l.batch = BatchPacked
+	}
+	if c.GroupCommit > 0 {
+		if have.Replicas > 1 {
+			return nil, fmt.Errorf("jetstream: Config.GroupCommit is for a stream of one copy; %s has %d (a replicated stream's writes already share their rounds)", l.streamName, have.Replicas)
+		}
+		if err := l.enableAtomic(ctx); err != nil {
+			return nil, fmt.Errorf("group commit: %w", err)
+		}
+		l.group = newGrouper(l, c.GroupCommit)
 	}
 	if l.idem, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      c.idemBucket(),
@@ -134,6 +147,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 // the caller's.
 func (l *Log) Close() error {
 	l.closed.Store(true)
+	if l.group != nil {
+		l.group.close()
+	}
 	return nil
 }
 
@@ -227,6 +243,16 @@ func conflict(err error) (wrongLast, inFlight bool) {
 // 10164 with a short pause. It returns the ack, or wrongLast for a failed
 // compare-and-set, or the error.
 func (l *Log) publish(ctx context.Context, msg *nats.Msg, expect uint64) (*jetstream.PubAck, bool, error) {
+	if l.group != nil {
+		seq, alone, err := l.group.publish(ctx, msg, expect)
+		if alone == nil {
+			if err != nil {
+				return nil, false, err
+			}
+			return l.groupAck(seq), false, nil
+		}
+		defer alone()
+	}
 	pause := 200 * time.Microsecond
 	for {
 		pctx, cancel := l.withTimeout(ctx)

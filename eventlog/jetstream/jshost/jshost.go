@@ -235,7 +235,12 @@ func open(ctx context.Context, o Options) (_ *Backend, err error) {
 	if b.disp, err = jetstream.OpenDispatcher(ctx, b.nc, dc); err != nil {
 		return nil, fmt.Errorf("open the dispatcher: %w", settingsHint(err))
 	}
-	b.log, err = jetstream.Open(ctx, b.nc, jetstream.Config{Prefix: o.Prefix, Replicas: o.Replicas, Registry: b.disp, Batch: o.Batch})
+	lc := jetstream.Config{Prefix: o.Prefix, Replicas: o.Replicas, Registry: b.disp, Batch: o.Batch}
+	if o.Embedded() && o.Replicas <= 1 {
+		// The embedded server syncs every write (ADR 0107).
+		lc.GroupCommit = jetstream.DefaultGroupCommit
+	}
+	b.log, err = jetstream.Open(ctx, b.nc, lc)
 	if err != nil {
 		return nil, fmt.Errorf("open the event log: %w", settingsHint(err))
 	}

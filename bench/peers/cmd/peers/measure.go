@@ -45,7 +45,11 @@ type Result struct {
 	// (jetstream.Log.DurableWaits) over the window, by runs; 0 for the
 	// peers, which do not count theirs.
 	WritesPerRun float64 `json:"durable_writes_per_run,omitempty"`
-	Load1        float64 `json:"load1"`
+	// GroupedPerRun is how many of those writes went in a group commit
+	// (jetstream.Log.GroupCommits, ADR 0107): written with other tasks'
+	// in one atomic batch and one fsync.
+	GroupedPerRun float64 `json:"grouped_writes_per_run,omitempty"`
+	Load1         float64 `json:"load1"`
 	// OtherCores is the CPU the rest of the machine used over the window
 	// (all busy time in /proc/stat less the client's and the server's), in
 	// cores: the load from other work the measurement ran beside.

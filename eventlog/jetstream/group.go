@@ -1,0 +1,271 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/noeta-go/noeta"
+)
+
+// Group commit (ADR 0107): on a task stream of one copy whose server syncs
+// every write, each publish pays an fsync of its own, and the server writes
+// one connection's publishes one after another, so many tasks writing at
+// once queue behind each other's fsyncs. An atomic batch is written with
+// one fsync whatever it holds (nats-server's coalesced sync), but costs a
+// staging store of its own, about as much as seven or eight single writes
+// on this machine. So a write goes alone when none of the Log's is in
+// flight; otherwise it waits for the committer, which sends what waits as
+// one atomic batch when enough do, each write keeping its own
+// compare-and-set, and lets them go alone when few do.
+
+// DefaultGroupCommit is Config.GroupCommit's value for a stream of one copy
+// on a server that syncs every write (the embedded default): the writes
+// waiting at once that the committer sends as one atomic batch.
+const DefaultGroupCommit = 8
+
+// Bounds of one group: nats-server refuses an atomic batch of more than
+// 1,000 messages by default, and a group is staged whole on the server.
+const (
+	groupMaxMsgs  = 256
+	groupMaxBytes = 8 << 20
+)
+
+// grouper combines the writes of different tasks into atomic batches. Its
+// committer goroutine runs while writes wait and ends when none do; close
+// waits for it.
+type grouper struct {
+	l  *Log
+	at int
+	// inflight counts this Log's writes to the task stream in flight.
+	inflight atomic.Int64
+
+	mu      sync.Mutex
+	queue   []*groupWrite
+	running bool
+	closed  bool
+	wg      sync.WaitGroup
+
+	// groups and grouped count the batches committed and the writes they
+	// held; refused the batches the server refused.
+	groups, grouped, refused atomic.Uint64
+}
+
+// groupWrite is one write waiting in, or sent with, a group.
+type groupWrite struct {
+	msg    *nats.Msg
+	expect uint64
+	done   chan struct{}
+	// Set before done is closed: the write's stream sequence, or alone
+	// (write it by itself, and call released when that is over), or err
+	// (the group's fate is unknown, as a publish's whose reply did not
+	// come).
+	seq      uint64
+	alone    bool
+	released func()
+	err      error
+}
+
+func newGrouper(l *Log, at int) *grouper {
+	return &grouper{l: l, at: at}
+}
+
+// publish writes msg after expect in a group and returns its stream
+// sequence, or says to write it alone: alone is then not nil, and the
+// caller calls it once that write is over.
+func (g *grouper) publish(ctx context.Context, msg *nats.Msg, expect uint64) (seq uint64, alone func(), err error) {
+	if g.inflight.Add(1) == 1 {
+		return 0, g.leave, nil
+	}
+	w := g.join(ctx, msg, expect)
+	if w.alone {
+		return 0, func() {
+			w.released()
+			g.leave()
+		}, nil
+	}
+	g.leave()
+	g.l.waits.Add(1)
+	return w.seq, nil, w.err
+}
+
+func (g *grouper) leave() { g.inflight.Add(-1) }
+
+// join queues the write and waits for its group's outcome.
+func (g *grouper) join(ctx context.Context, msg *nats.Msg, expect uint64) *groupWrite {
+	w := &groupWrite{msg: msg, expect: expect, done: make(chan struct{})}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		w.alone, w.released = true, func() {}
+		return w
+	}
+	g.queue = append(g.queue, w)
+	if !g.running {
+		g.running = true
+		g.wg.Add(1)
+		go g.commit()
+	}
+	g.mu.Unlock()
+	select {
+	case <-w.done:
+		return w
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	if i := slices.Index(g.queue, w); i >= 0 {
+		// Never sent: the write did not happen.
+		g.queue = slices.Delete(g.queue, i, i+1)
+		g.mu.Unlock()
+		return &groupWrite{err: ctx.Err()}
+	}
+	g.mu.Unlock()
+	// Taken by the committer: wait for its outcome, which is bounded by
+	// the request timeout, so that a write told to go alone is released.
+	<-w.done
+	if w.alone {
+		w.released()
+		return &groupWrite{err: ctx.Err()}
+	}
+	return w
+}
+
+// commit sends the waiting writes, a group at a time, until none wait.
+func (g *grouper) commit() {
+	defer g.wg.Done()
+	for {
+		g.mu.Lock()
+		n, size := 0, 0
+		for n < len(g.queue) && n < groupMaxMsgs {
+			size += len(g.queue[n].msg.Data) + headerSize(g.queue[n].msg.Header)
+			if n > 0 && size > groupMaxBytes {
+				break
+			}
+			n++
+		}
+		if n == 0 {
+			g.running = false
+			g.mu.Unlock()
+			return
+		}
+		batch := slices.Clone(g.queue[:n])
+		g.queue = slices.Delete(g.queue, 0, n)
+		g.mu.Unlock()
+		g.send(batch)
+	}
+}
+
+// send writes batch as one atomic batch, or lets its writes go alone, and
+// returns once they are over: what arrives meanwhile is the next group.
+func (g *grouper) send(batch []*groupWrite) {
+	finish := func(f func(w *groupWrite)) {
+		for _, w := range batch {
+			f(w)
+			close(w.done)
+		}
+	}
+	alone := func() {
+		var over sync.WaitGroup
+		over.Add(len(batch))
+		finish(func(w *groupWrite) { w.alone, w.released = true, over.Done })
+		over.Wait()
+	}
+	if len(batch) < g.at {
+		alone()
+		return
+	}
+	last, err := g.sendBatch(batch)
+	switch {
+	case errors.Is(err, errGroupRefused):
+		g.refused.Add(1)
+		alone()
+	case err != nil:
+		finish(func(w *groupWrite) { w.err = err })
+	default:
+		g.groups.Add(1)
+		g.grouped.Add(uint64(len(batch)))
+		seq := last - uint64(len(batch))
+		finish(func(w *groupWrite) { seq++; w.seq = seq })
+	}
+}
+
+// errGroupRefused: the server refused the atomic batch (a compare-and-set
+// that failed, a duplicate, a limit): nothing of it was written.
+var errGroupRefused = errors.New("jetstream: group refused")
+
+// sendBatch publishes the writes as one atomic batch, each message with its
+// own compare-and-set, and returns the stream sequence of the last. An
+// atomic batch is stored in one piece, so its messages have consecutive
+// sequences.
+func (g *grouper) sendBatch(batch []*groupWrite) (uint64, error) {
+	l := g.l
+	id := noeta.NewID()
+	msgs := make([]*nats.Msg, len(batch))
+	for i, w := range batch {
+		// A copy: the caller keeps its message to write it alone if the
+		// group is refused.
+		m := &nats.Msg{Subject: w.msg.Subject, Data: w.msg.Data, Header: maps.Clone(w.msg.Header)}
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header.Set(hdrBatchID, id)
+		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		m.Header.Set(hdrExpectLast, strconv.FormatUint(w.expect, 10))
+		msgs[i] = m
+	}
+	msgs[len(msgs)-1].Header.Set(hdrBatchCommit, "1")
+	for _, m := range msgs[:len(msgs)-1] {
+		if err := l.nc.PublishMsg(m); err != nil {
+			return 0, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.RequestTimeout)
+	defer cancel()
+	reply, err := l.nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
+	if err != nil {
+		return 0, err
+	}
+	var ack batchAck
+	if err := json.Unmarshal(reply.Data, &ack); err != nil {
+		return 0, fmt.Errorf("jetstream: group commit reply %q: %w", reply.Data, err)
+	}
+	if ack.Error != nil {
+		return 0, errGroupRefused
+	}
+	if ack.Count != len(msgs) || ack.Seq < uint64(len(msgs)) {
+		return 0, fmt.Errorf("jetstream: group commit stored %d messages up to %d, sent %d", ack.Count, ack.Seq, len(msgs))
+	}
+	return ack.Seq, nil
+}
+
+// close makes later writes go alone and waits for the groups in flight.
+func (g *grouper) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.wg.Wait()
+}
+
+// GroupCommits reports the group commits of this Log (ADR 0107): the atomic
+// batches committed, the writes they held, and the batches the server
+// refused (their writes then went alone).
+func (l *Log) GroupCommits() (groups, writes, refused uint64) {
+	if l.group == nil {
+		return 0, 0, 0
+	}
+	return l.group.groups.Load(), l.group.grouped.Load(), l.group.refused.Load()
+}
+
+// groupAck is the acknowledgement a grouped write stands on.
+func (l *Log) groupAck(seq uint64) *jetstream.PubAck {
+	return &jetstream.PubAck{Stream: l.streamName, Sequence: seq}
+}
