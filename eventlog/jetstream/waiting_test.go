@@ -286,3 +286,53 @@ func TestWaitingWatchSurvivesRestart(t *testing.T) {
 		t.Fatalf("after the restart: %+v, want the put of wrs-2 (and not wrs-1 again)", c)
 	}
 }
+
+// TestWaitingListReadsItsWrites: on a bucket of three copies, a listing
+// started after an acknowledged put or delete sees it, whoever's replica
+// holds the watch's consumer. The consumer lands on a replica the write may
+// not have reached yet (the put is acknowledged by two of three), so before
+// listings were bounded by the leader this failed now and then (a put
+// missing, a deleted entry still listed); writers run side by side to keep
+// the replicas busy.
+func TestWaitingListReadsItsWrites(t *testing.T) {
+	x := openWaiting(t, clusterURL, jetstream.WaitingConfig{Replicas: 3})
+	const writers, rounds = 4, 60
+	errs := make(chan error, writers)
+	for g := range writers {
+		go func() {
+			errs <- func() error {
+				for i := range rounds {
+					task := fmt.Sprintf("wrw-%d-%d", g, i)
+					for _, h := range []string{"approval-1", "approval-2"} {
+						if err := x.PutWaiting(t.Context(), testWaiting(task, h)); err != nil {
+							return err
+						}
+					}
+					ws, err := x.ListTaskWaiting(t.Context(), task)
+					if err != nil {
+						return err
+					}
+					if len(ws) != 2 {
+						return fmt.Errorf("round %d: ListTaskWaiting(%s) right after two puts: %d entries, want 2", i, task, len(ws))
+					}
+					if err := x.DeleteWaiting(t.Context(), task, "approval-1"); err != nil {
+						return err
+					}
+					ws, err = x.ListTaskWaiting(t.Context(), task)
+					if err != nil {
+						return err
+					}
+					if len(ws) != 1 || ws[0].Handle != "approval-2" {
+						return fmt.Errorf("round %d: ListTaskWaiting(%s) right after a delete: %d entries, want approval-2 alone", i, task, len(ws))
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
