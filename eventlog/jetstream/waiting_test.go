@@ -181,37 +181,55 @@ func TestWaitingConfigMismatch(t *testing.T) {
 
 // TestWaitingDeleteMarkersExpire: a delete leaves a marker that watchers
 // see and that the server removes after MarkerTTL, so the bucket does not
-// keep one message for every request ever answered.
+// keep one message for every request ever answered. A listing of the
+// emptied bucket then returns at once: the stream's last sequence is a
+// message gone, which a listing bounded by it would wait for until its
+// timeout.
 func TestWaitingDeleteMarkersExpire(t *testing.T) {
-	prefix := waitingPrefix()
-	x := openWaiting(t, singleURL, jetstream.WaitingConfig{Prefix: prefix, MarkerTTL: time.Second})
-	for i := range 3 {
-		task := fmt.Sprintf("wx-%d", i)
-		if err := x.PutWaiting(t.Context(), testWaiting(task, "approval-1")); err != nil {
-			t.Fatal(err)
-		}
-		if err := x.DeleteWaiting(t.Context(), task, "approval-1"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	js, _ := natsjs.New(connect(t, singleURL))
-	s, err := js.Stream(t.Context(), "KV_"+jetstream.WaitingBucket(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		info, err := s.Info(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.State.Msgs == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the bucket still holds %d messages long after the markers' TTL", info.State.Msgs)
-		}
-		time.Sleep(200 * time.Millisecond)
+	for _, c := range []struct {
+		name     string
+		url      string
+		replicas int
+	}{{"SingleNode", singleURL, 1}, {"Cluster", clusterURL, 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := waitingPrefix()
+			x := openWaiting(t, c.url, jetstream.WaitingConfig{Prefix: prefix, Replicas: c.replicas, MarkerTTL: time.Second})
+			for i := range 3 {
+				task := fmt.Sprintf("wx-%d", i)
+				if err := x.PutWaiting(t.Context(), testWaiting(task, "approval-1")); err != nil {
+					t.Fatal(err)
+				}
+				if err := x.DeleteWaiting(t.Context(), task, "approval-1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			js, _ := natsjs.New(connect(t, c.url))
+			s, err := js.Stream(t.Context(), "KV_"+jetstream.WaitingBucket(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				info, err := s.Info(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info.State.Msgs == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the bucket still holds %d messages long after the markers' TTL", info.State.Msgs)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if ws, err := x.ListWaiting(t.Context()); err != nil || len(ws) != 0 {
+				t.Fatalf("ListWaiting of a bucket whose markers expired: %v, %v; want none and no error", ws, err)
+			}
+			if ws, err := x.ListTaskWaiting(t.Context(), "wx-2"); err != nil || len(ws) != 0 {
+				t.Fatalf("ListTaskWaiting of a task whose marker expired: %v, %v; want none and no error", ws, err)
+			}
+		})
 	}
 }
 
