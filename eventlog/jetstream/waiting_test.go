@@ -354,3 +354,61 @@ func TestWaitingListReadsItsWrites(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkListTaskWaiting is what the engine's reconcile reads every
+// segment: one task's two entries in a bucket of 1,000 tasks' entries, on
+// the single node (R1: no bound) and on the cluster (R3: the leader get
+// first). leader-get is that get alone, the bound's cost. msgs/op counts
+// what the connection sent (requests and pulls); cpu-µs/op is the process's
+// CPU, the embedded servers included.
+func BenchmarkListTaskWaiting(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		url      string
+		replicas int
+	}{{"R1", singleURL, 1}, {"R3", clusterURL, 3}} {
+		b.Run(c.name, func(b *testing.B) {
+			prefix := waitingPrefix()
+			nc := connect(b, c.url)
+			x, err := jetstream.OpenWaitingIndex(b.Context(), nc, jetstream.WaitingConfig{
+				Prefix: prefix, Replicas: c.replicas, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range 1000 {
+				if err := x.PutWaiting(b.Context(), testWaiting(fmt.Sprintf("wb-%d", i), "approval-1")); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := x.PutWaiting(b.Context(), testWaiting("wb-500", "question-2")); err != nil {
+				b.Fatal(err)
+			}
+			measure := func(b *testing.B, op func() error) {
+				sent0, cpu0 := nc.Stats().OutMsgs, cpuTime()
+				for b.Loop() {
+					if err := op(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(nc.Stats().OutMsgs-sent0)/float64(b.N), "msgs/op")
+				b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			}
+			b.Run("list", func(b *testing.B) {
+				measure(b, func() error {
+					ws, err := x.ListTaskWaiting(b.Context(), "wb-500")
+					if err == nil && len(ws) != 2 {
+						err = fmt.Errorf("%d entries, want 2", len(ws))
+					}
+					return err
+				})
+			})
+			b.Run("leader-get", func(b *testing.B) {
+				req := []byte(`{"last_by_subj":"$KV.` + jetstream.WaitingBucket(prefix) + `.wb-500.*","no_hdr":true}`)
+				measure(b, func() error {
+					_, err := nc.RequestWithContext(b.Context(), "$JS.API.STREAM.MSG.GET.KV_"+jetstream.WaitingBucket(prefix), req)
+					return err
+				})
+			})
+		})
+	}
+}
