@@ -2,11 +2,14 @@ package jetstream_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	neturl "net/url"
+	"reflect"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -410,5 +413,91 @@ func BenchmarkListTaskWaiting(b *testing.B) {
 				})
 			})
 		})
+	}
+}
+
+// TestWaitingListBoundAskedWhenReplicated: a listing asks the leader for its
+// bound on a replicated bucket only, a task's for the task's keys alone; on
+// a bucket of one copy it sends nothing more than before.
+func TestWaitingListBoundAskedWhenReplicated(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		url      string
+		replicas int
+		want     []string // the last_by_subj of each look-up, after the bucket's "$KV.<bucket>."
+	}{
+		{"SingleNode", singleURL, 1, nil},
+		{"Cluster", clusterURL, 3, []string{"wl-1.*", ">"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := waitingPrefix()
+			bucket := jetstream.WaitingBucket(prefix)
+			nc := connect(t, c.url)
+			x, err := jetstream.OpenWaitingIndex(t.Context(), nc, jetstream.WaitingConfig{
+				Prefix: prefix, Replicas: c.replicas, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := x.PutWaiting(t.Context(), testWaiting("wl-1", "approval-1")); err != nil {
+				t.Fatal(err)
+			}
+			// The look-ups the connection sends come back to it (echo), in
+			// the order sent: the end marker, sent last, follows them all.
+			seen := make(chan *nats.Msg, 64)
+			end := "waiting-test-end." + prefix
+			for _, subj := range []string{"$JS.API.STREAM.MSG.GET.KV_" + bucket, end} {
+				sub, err := nc.ChanSubscribe(subj, seen)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sub.Unsubscribe()
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if ws, err := x.ListTaskWaiting(t.Context(), "wl-1"); err != nil || len(ws) != 1 {
+				t.Fatalf("ListTaskWaiting: %v, %v", ws, err)
+			}
+			if ws, err := x.ListWaiting(t.Context()); err != nil || len(ws) != 1 {
+				t.Fatalf("ListWaiting: %v, %v", ws, err)
+			}
+			if err := nc.Publish(end, nil); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for m := range seen {
+				if m.Subject == end {
+					break
+				}
+				var req struct {
+					LastFor string `json:"last_by_subj"`
+				}
+				if err := json.Unmarshal(m.Data, &req); err != nil {
+					t.Fatalf("look-up %q: %v", m.Data, err)
+				}
+				got = append(got, strings.TrimPrefix(req.LastFor, "$KV."+bucket+"."))
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("look-ups: %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+// TestWaitingListFailsWithoutItsBound: on a replicated bucket, a listing
+// whose leader look-up fails returns that error, not a listing without the
+// bound that may lack an entry.
+func TestWaitingListFailsWithoutItsBound(t *testing.T) {
+	x := openWaiting(t, clusterURL, jetstream.WaitingConfig{Replicas: 3})
+	if err := x.PutWaiting(t.Context(), testWaiting("wf-1", "approval-1")); err != nil {
+		t.Fatal(err)
+	}
+	jetstream.AskWaitingBoundOfForTest(x, jetstream.WaitingBucket(waitingPrefix())) // a bucket never made
+	if ws, err := x.ListTaskWaiting(t.Context(), "wf-1"); err == nil || !strings.Contains(err.Error(), "leader get") {
+		t.Fatalf("ListTaskWaiting with a failed look-up: %v, %v; want the look-up's error", ws, err)
+	}
+	if ws, err := x.ListWaiting(t.Context()); err == nil || !strings.Contains(err.Error(), "leader get") {
+		t.Fatalf("ListWaiting with a failed look-up: %v, %v; want the look-up's error", ws, err)
 	}
 }
