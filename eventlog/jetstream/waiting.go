@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -97,11 +98,19 @@ func WaitingBucket(prefix string) string { return prefix + "_waiting" }
 // holds the open requests and recent deletes only. Its methods are safe for
 // concurrent use.
 type WaitingIndex struct {
-	cfg       WaitingConfig
-	kv        jetstream.KeyValue
-	log       *slog.Logger
-	readOnly  bool
-	malformed atomic.Uint64
+	cfg      WaitingConfig
+	kv       jetstream.KeyValue
+	nc       *nats.Conn
+	bucket   string
+	log      *slog.Logger
+	readOnly bool
+	// replicated: the bucket has more than one copy, so a listing asks the
+	// stream's leader where it must read up to (list). Taken from the
+	// bucket when the index is opened or bound: an engine refuses a bucket
+	// whose copies differ from its Replicas (ErrConfigMismatch), so a
+	// bucket rescaled under running processes is one they are restarted on.
+	replicated bool
+	malformed  atomic.Uint64
 }
 
 var _ eventlog.WaitingIndex = (*WaitingIndex)(nil)
@@ -138,7 +147,20 @@ func OpenWaitingIndex(ctx context.Context, nc *nats.Conn, cfg WaitingConfig) (*W
 		return nil, fmt.Errorf("%w: key-value bucket %s keeps delete markers %v, want %v",
 			ErrConfigMismatch, bucket, st.LimitMarkerTTL(), c.MarkerTTL)
 	}
-	return &WaitingIndex{cfg: c, kv: kv, log: c.Logger.With("component", "jetstream.WaitingIndex", "bucket", bucket)}, nil
+	return newWaitingIndex(c, nc, kv, st, false), nil
+}
+
+func newWaitingIndex(c WaitingConfig, nc *nats.Conn, kv jetstream.KeyValue, st jetstream.KeyValueStatus, readOnly bool) *WaitingIndex {
+	bucket := WaitingBucket(c.Prefix)
+	x := &WaitingIndex{cfg: c, kv: kv, nc: nc, bucket: bucket, readOnly: readOnly,
+		log: c.Logger.With("component", "jetstream.WaitingIndex", "bucket", bucket)}
+	// A status that does not say how many copies is taken as replicated:
+	// the bound then costs a request, its absence could cost an entry.
+	x.replicated = true
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		x.replicated = bs.StreamInfo().Config.Replicas > 1
+	}
+	return x
 }
 
 // BindWaitingIndex binds to the bucket of cfg.Prefix without creating or
@@ -162,7 +184,11 @@ func BindWaitingIndex(ctx context.Context, nc *nats.Conn, cfg WaitingConfig) (*W
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: key-value bucket %s: %w", bucket, err)
 	}
-	return &WaitingIndex{cfg: c, kv: kv, readOnly: true, log: c.Logger.With("component", "jetstream.WaitingIndex", "bucket", bucket)}, nil
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: key-value bucket %s: %w", bucket, err)
+	}
+	return newWaitingIndex(c, nc, kv, st, true), nil
 }
 
 // Malformed is how many malformed entries reads have skipped.
@@ -237,16 +263,21 @@ func (x *WaitingIndex) list(ctx context.Context, keys string) ([]eventlog.Waitin
 	}
 	// The watch's consumer is an R1 consumer the cluster places on any
 	// replica of the bucket, one that may not have applied the latest
-	// writes yet: on its own, a listing right after a put could miss it.
-	// The leader's last sequence when the listing starts is what a whole
-	// listing reads up to, deletes included (a task's keys alone cannot be
-	// so bounded: its listing is as fresh as its replica).
+	// acknowledged writes yet: on its own, a listing right after a put or
+	// a delete could miss it (the engine would then think an approval
+	// request is not there). On a replicated bucket the listing first asks
+	// the stream's leader for the last message among its keys and reads
+	// until the watch has delivered it: every write acknowledged before
+	// the listing started, deletes included (a delete is a message on its
+	// key). A bucket of one copy needs no bound: its one server is its
+	// leader and holds the consumer, whose initial values include every
+	// acknowledged write. A failed look-up fails the listing, never an
+	// unbounded one that could miss an entry.
 	var upTo uint64
-	if keys == ">" {
-		if st, err := x.kv.Status(ctx); err == nil {
-			if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-				upTo = bs.StreamInfo().State.LastSeq
-			}
+	if x.replicated {
+		var err error
+		if upTo, err = x.leaderLastSeq(ctx, keys); err != nil {
+			return nil, fmt.Errorf("jetstream: list the waiting index: %w", err)
 		}
 	}
 	w, err := x.kv.Watch(ctx, keys)
@@ -306,6 +337,44 @@ func (x *WaitingIndex) list(ctx context.Context, keys string) ([]eventlog.Waitin
 			}
 		}
 	}
+}
+
+// leaderLastSeq asks the bucket stream's leader (a JetStream API get, which
+// only the leader answers, unlike a direct get) for the sequence of the last
+// message among keys: 0 when there is none. The message there now is one
+// the watch will deliver, or a later one of the same keys (history 1); one
+// that leaves the stream before the watch delivers it (a delete marker
+// whose MarkerTTL ends in between) makes the listing wait for its timeout
+// and fail, not return without it.
+func (x *WaitingIndex) leaderLastSeq(ctx context.Context, keys string) (uint64, error) {
+	stream := "KV_" + x.bucket
+	body, err := json.Marshal(waitingLastRequest{LastFor: "$KV." + x.bucket + "." + keys, NoHeaders: true})
+	if err != nil {
+		return 0, err
+	}
+	resp, err := x.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	if err != nil {
+		return 0, fmt.Errorf("leader get on %s: %w", stream, err)
+	}
+	var r msgGetResponse
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return 0, fmt.Errorf("leader get on %s: bad response: %w", stream, err)
+	}
+	if r.Error != nil {
+		if r.Error.ErrCode == 10037 { // no message; 10059 (no stream) is an error
+			return 0, nil
+		}
+		return 0, fmt.Errorf("leader get on %s: %s (code %d)", stream, r.Error.Description, r.Error.ErrCode)
+	}
+	if r.Message == nil || r.Message.Sequence == 0 {
+		return 0, fmt.Errorf("leader get on %s: an answer without a message or an error", stream)
+	}
+	return r.Message.Sequence, nil
+}
+
+type waitingLastRequest struct {
+	LastFor   string `json:"last_by_subj"`
+	NoHeaders bool   `json:"no_hdr,omitempty"`
 }
 
 // decode reads a put entry; a malformed one is counted.

@@ -2,11 +2,14 @@ package jetstream_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	neturl "net/url"
+	"reflect"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -181,37 +184,55 @@ func TestWaitingConfigMismatch(t *testing.T) {
 
 // TestWaitingDeleteMarkersExpire: a delete leaves a marker that watchers
 // see and that the server removes after MarkerTTL, so the bucket does not
-// keep one message for every request ever answered.
+// keep one message for every request ever answered. A listing of the
+// emptied bucket then returns at once: the stream's last sequence is a
+// message gone, which a listing bounded by it would wait for until its
+// timeout.
 func TestWaitingDeleteMarkersExpire(t *testing.T) {
-	prefix := waitingPrefix()
-	x := openWaiting(t, singleURL, jetstream.WaitingConfig{Prefix: prefix, MarkerTTL: time.Second})
-	for i := range 3 {
-		task := fmt.Sprintf("wx-%d", i)
-		if err := x.PutWaiting(t.Context(), testWaiting(task, "approval-1")); err != nil {
-			t.Fatal(err)
-		}
-		if err := x.DeleteWaiting(t.Context(), task, "approval-1"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	js, _ := natsjs.New(connect(t, singleURL))
-	s, err := js.Stream(t.Context(), "KV_"+jetstream.WaitingBucket(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		info, err := s.Info(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.State.Msgs == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the bucket still holds %d messages long after the markers' TTL", info.State.Msgs)
-		}
-		time.Sleep(200 * time.Millisecond)
+	for _, c := range []struct {
+		name     string
+		url      string
+		replicas int
+	}{{"SingleNode", singleURL, 1}, {"Cluster", clusterURL, 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := waitingPrefix()
+			x := openWaiting(t, c.url, jetstream.WaitingConfig{Prefix: prefix, Replicas: c.replicas, MarkerTTL: time.Second})
+			for i := range 3 {
+				task := fmt.Sprintf("wx-%d", i)
+				if err := x.PutWaiting(t.Context(), testWaiting(task, "approval-1")); err != nil {
+					t.Fatal(err)
+				}
+				if err := x.DeleteWaiting(t.Context(), task, "approval-1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			js, _ := natsjs.New(connect(t, c.url))
+			s, err := js.Stream(t.Context(), "KV_"+jetstream.WaitingBucket(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				info, err := s.Info(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info.State.Msgs == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the bucket still holds %d messages long after the markers' TTL", info.State.Msgs)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if ws, err := x.ListWaiting(t.Context()); err != nil || len(ws) != 0 {
+				t.Fatalf("ListWaiting of a bucket whose markers expired: %v, %v; want none and no error", ws, err)
+			}
+			if ws, err := x.ListTaskWaiting(t.Context(), "wx-2"); err != nil || len(ws) != 0 {
+				t.Fatalf("ListTaskWaiting of a task whose marker expired: %v, %v; want none and no error", ws, err)
+			}
+		})
 	}
 }
 
@@ -284,5 +305,199 @@ func TestWaitingWatchSurvivesRestart(t *testing.T) {
 	}
 	if c := next(); c.Entry.Task != "wrs-2" || c.Deleted {
 		t.Fatalf("after the restart: %+v, want the put of wrs-2 (and not wrs-1 again)", c)
+	}
+}
+
+// TestWaitingListReadsItsWrites: on a bucket of three copies, a listing
+// started after an acknowledged put or delete sees it, whoever's replica
+// holds the watch's consumer. The consumer lands on a replica the write may
+// not have reached yet (the put is acknowledged by two of three), so before
+// listings were bounded by the leader this failed now and then (a put
+// missing, a deleted entry still listed); writers run side by side to keep
+// the replicas busy.
+func TestWaitingListReadsItsWrites(t *testing.T) {
+	x := openWaiting(t, clusterURL, jetstream.WaitingConfig{Replicas: 3})
+	const writers, rounds = 4, 60
+	errs := make(chan error, writers)
+	for g := range writers {
+		go func() {
+			errs <- func() error {
+				for i := range rounds {
+					task := fmt.Sprintf("wrw-%d-%d", g, i)
+					for _, h := range []string{"approval-1", "approval-2"} {
+						if err := x.PutWaiting(t.Context(), testWaiting(task, h)); err != nil {
+							return err
+						}
+					}
+					ws, err := x.ListTaskWaiting(t.Context(), task)
+					if err != nil {
+						return err
+					}
+					if len(ws) != 2 {
+						return fmt.Errorf("round %d: ListTaskWaiting(%s) right after two puts: %d entries, want 2", i, task, len(ws))
+					}
+					if err := x.DeleteWaiting(t.Context(), task, "approval-1"); err != nil {
+						return err
+					}
+					ws, err = x.ListTaskWaiting(t.Context(), task)
+					if err != nil {
+						return err
+					}
+					if len(ws) != 1 || ws[0].Handle != "approval-2" {
+						return fmt.Errorf("round %d: ListTaskWaiting(%s) right after a delete: %d entries, want approval-2 alone", i, task, len(ws))
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// BenchmarkListTaskWaiting is what the engine's reconcile reads every
+// segment: one task's two entries in a bucket of 1,000 tasks' entries, on
+// the single node (R1: no bound) and on the cluster (R3: the leader get
+// first). leader-get is that get alone, the bound's cost. msgs/op counts
+// what the connection sent (requests and pulls); cpu-µs/op is the process's
+// CPU, the embedded servers included.
+func BenchmarkListTaskWaiting(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		url      string
+		replicas int
+	}{{"R1", singleURL, 1}, {"R3", clusterURL, 3}} {
+		b.Run(c.name, func(b *testing.B) {
+			prefix := waitingPrefix()
+			nc := connect(b, c.url)
+			x, err := jetstream.OpenWaitingIndex(b.Context(), nc, jetstream.WaitingConfig{
+				Prefix: prefix, Replicas: c.replicas, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range 1000 {
+				if err := x.PutWaiting(b.Context(), testWaiting(fmt.Sprintf("wb-%d", i), "approval-1")); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := x.PutWaiting(b.Context(), testWaiting("wb-500", "question-2")); err != nil {
+				b.Fatal(err)
+			}
+			measure := func(b *testing.B, op func() error) {
+				sent0, cpu0 := nc.Stats().OutMsgs, cpuTime()
+				for b.Loop() {
+					if err := op(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(nc.Stats().OutMsgs-sent0)/float64(b.N), "msgs/op")
+				b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			}
+			b.Run("list", func(b *testing.B) {
+				measure(b, func() error {
+					ws, err := x.ListTaskWaiting(b.Context(), "wb-500")
+					if err == nil && len(ws) != 2 {
+						err = fmt.Errorf("%d entries, want 2", len(ws))
+					}
+					return err
+				})
+			})
+			b.Run("leader-get", func(b *testing.B) {
+				req := []byte(`{"last_by_subj":"$KV.` + jetstream.WaitingBucket(prefix) + `.wb-500.*","no_hdr":true}`)
+				measure(b, func() error {
+					_, err := nc.RequestWithContext(b.Context(), "$JS.API.STREAM.MSG.GET.KV_"+jetstream.WaitingBucket(prefix), req)
+					return err
+				})
+			})
+		})
+	}
+}
+
+// TestWaitingListBoundAskedWhenReplicated: a listing asks the leader for its
+// bound on a replicated bucket only, a task's for the task's keys alone; on
+// a bucket of one copy it sends nothing more than before.
+func TestWaitingListBoundAskedWhenReplicated(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		url      string
+		replicas int
+		want     []string // the last_by_subj of each look-up, after the bucket's "$KV.<bucket>."
+	}{
+		{"SingleNode", singleURL, 1, nil},
+		{"Cluster", clusterURL, 3, []string{"wl-1.*", ">"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := waitingPrefix()
+			bucket := jetstream.WaitingBucket(prefix)
+			nc := connect(t, c.url)
+			x, err := jetstream.OpenWaitingIndex(t.Context(), nc, jetstream.WaitingConfig{
+				Prefix: prefix, Replicas: c.replicas, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := x.PutWaiting(t.Context(), testWaiting("wl-1", "approval-1")); err != nil {
+				t.Fatal(err)
+			}
+			// The look-ups the connection sends come back to it (echo), in
+			// the order sent: the end marker, sent last, follows them all.
+			seen := make(chan *nats.Msg, 64)
+			end := "waiting-test-end." + prefix
+			for _, subj := range []string{"$JS.API.STREAM.MSG.GET.KV_" + bucket, end} {
+				sub, err := nc.ChanSubscribe(subj, seen)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sub.Unsubscribe()
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if ws, err := x.ListTaskWaiting(t.Context(), "wl-1"); err != nil || len(ws) != 1 {
+				t.Fatalf("ListTaskWaiting: %v, %v", ws, err)
+			}
+			if ws, err := x.ListWaiting(t.Context()); err != nil || len(ws) != 1 {
+				t.Fatalf("ListWaiting: %v, %v", ws, err)
+			}
+			if err := nc.Publish(end, nil); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for m := range seen {
+				if m.Subject == end {
+					break
+				}
+				var req struct {
+					LastFor string `json:"last_by_subj"`
+				}
+				if err := json.Unmarshal(m.Data, &req); err != nil {
+					t.Fatalf("look-up %q: %v", m.Data, err)
+				}
+				got = append(got, strings.TrimPrefix(req.LastFor, "$KV."+bucket+"."))
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("look-ups: %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+// TestWaitingListFailsWithoutItsBound: on a replicated bucket, a listing
+// whose leader look-up fails returns that error, not a listing without the
+// bound that may lack an entry.
+func TestWaitingListFailsWithoutItsBound(t *testing.T) {
+	x := openWaiting(t, clusterURL, jetstream.WaitingConfig{Replicas: 3})
+	if err := x.PutWaiting(t.Context(), testWaiting("wf-1", "approval-1")); err != nil {
+		t.Fatal(err)
+	}
+	jetstream.AskWaitingBoundOfForTest(x, jetstream.WaitingBucket(waitingPrefix())) // a bucket never made
+	if ws, err := x.ListTaskWaiting(t.Context(), "wf-1"); err == nil || !strings.Contains(err.Error(), "leader get") {
+		t.Fatalf("ListTaskWaiting with a failed look-up: %v, %v; want the look-up's error", ws, err)
+	}
+	if ws, err := x.ListWaiting(t.Context()); err == nil || !strings.Contains(err.Error(), "leader get") {
+		t.Fatalf("ListWaiting with a failed look-up: %v, %v; want the look-up's error", ws, err)
 	}
 }
