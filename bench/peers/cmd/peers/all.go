@@ -184,8 +184,8 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(stderr, "round %d  %-10s conc %-3d  %7.1f runs/s  p50 %8.1f ms  p99 %8.1f ms  cpu/run %.4f + %.4f s  rss %.0f + %.0f MiB  writes/run %.2f (grouped %.2f)  load %.2f  other work %.2f cores\n",
-					round+1, sys, c, r.RunsPerSec, r.P50ms, r.P99ms, r.ClientCPU, r.ServerCPU, r.ClientRSS, r.ServerRSS, r.WritesPerRun, r.GroupedPerRun, r.Load1, r.OtherCores)
+				fmt.Fprintf(stderr, "round %d  %-10s conc %-3d  %7.1f runs/s  p50 %8.1f ms  p99 %8.1f ms  cpu/run %.4f + %.4f s  rss %.0f + %.0f MiB  writes/run %.2f (grouped %.2f, %.1f a group)  load %.2f  other work %.2f cores\n",
+					round+1, sys, c, r.RunsPerSec, r.P50ms, r.P99ms, r.ClientCPU, r.ServerCPU, r.ClientRSS, r.ServerRSS, r.WritesPerRun, r.GroupedPerRun, r.GroupSize, r.Load1, r.OtherCores)
 				rep.Results = append(rep.Results, r)
 				if err := writeReport(o.out, rep); err != nil {
 					return err
@@ -299,7 +299,7 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 			if w := med(rs, func(r Result) float64 { return r.WritesPerRun }); w > 0 {
 				writes = fmt.Sprintf("%.2f", w)
 				if g := med(rs, func(r Result) float64 { return r.GroupedPerRun }); g > 0 {
-					writes += fmt.Sprintf(" (%.2f)", g)
+					writes += fmt.Sprintf(" (%.2f in groups of %.1f)", g, med(rs, func(r Result) float64 { return r.GroupSize }))
 				}
 			}
 			fmt.Fprintf(&b, "| %s | %d | %.1f | %.1f | %.1f | %.4f + %.4f | %.0f + %.0f | %s | %.2f | %s |\n", s, c,

@@ -49,7 +49,9 @@ type Result struct {
 	// (jetstream.Log.GroupCommits, ADR 0107): written with other tasks'
 	// in one atomic batch and one fsync.
 	GroupedPerRun float64 `json:"grouped_writes_per_run,omitempty"`
-	Load1         float64 `json:"load1"`
+	// GroupSize is the mean count of writes in one group commit.
+	GroupSize float64 `json:"group_size,omitempty"`
+	Load1     float64 `json:"load1"`
 	// OtherCores is the CPU the rest of the machine used over the window
 	// (all busy time in /proc/stat less the client's and the server's), in
 	// cores: the load from other work the measurement ran beside.

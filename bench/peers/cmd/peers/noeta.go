@@ -94,10 +94,11 @@ func openNoetaOn(ctx context.Context, base hostconfig.Options, cl *embedded.Clus
 // BenchmarkDurableWaits and `engine bench` report per tool call.
 func (s *noetaSystem) durableWrites() uint64 { return s.h.Log().DurableWaits() }
 
-// groupedWrites counts the writes that went in a group commit (ADR 0107).
-func (s *noetaSystem) groupedWrites() uint64 {
-	_, writes, _ := s.h.Log().GroupCommits()
-	return writes
+// groupedWrites counts the group commits (ADR 0107) and the writes they
+// held.
+func (s *noetaSystem) groupedWrites() (groups, writes uint64) {
+	groups, writes, _ = s.h.Log().GroupCommits()
+	return groups, writes
 }
 
 // tap hands a task's terminal record to the run waiting for it.

@@ -25,7 +25,7 @@ type system interface {
 // writeCounter is a system that counts its durable writes (noeta's).
 type writeCounter interface {
 	durableWrites() uint64
-	groupedWrites() uint64
+	groupedWrites() (groups, writes uint64)
 }
 
 // oneOpts are the flags of one measurement.
@@ -127,9 +127,10 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	wc, counts := s.(writeCounter)
-	var w0, g0 uint64
+	var w0, b0, g0 uint64
 	if counts {
-		w0, g0 = wc.durableWrites(), wc.groupedWrites()
+		w0 = wc.durableWrites()
+		b0, g0 = wc.groupedWrites()
 	}
 	var s0 float64
 	if o.serverPID > 0 {
@@ -152,7 +153,11 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	summarise(&r, lat, wall)
 	if counts && r.Runs > 0 {
 		r.WritesPerRun = float64(wc.durableWrites()-w0) / float64(r.Runs)
-		r.GroupedPerRun = float64(wc.groupedWrites()-g0) / float64(r.Runs)
+		b1, g1 := wc.groupedWrites()
+		r.GroupedPerRun = float64(g1-g0) / float64(r.Runs)
+		if b1 > b0 {
+			r.GroupSize = float64(g1-g0) / float64(b1-b0)
+		}
 	}
 	ours := c1 - c0
 	if r.Runs > 0 {
