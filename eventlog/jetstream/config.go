@@ -42,11 +42,12 @@ type Config struct {
 	// (the least recently written fall out and are read again from the
 	// stream when next written). Default DefaultTailCache.
 	TailCache int
-	// GroupCommit, when above 0, writes the records of different tasks
-	// that wait at the same moment as one atomic batch once this many of
-	// the Log's writes are in flight alone (ADR 0107). It pays on a stream
-	// of one copy whose server syncs every write (the embedded default
-	// sets DefaultGroupCommit); elsewhere it costs more than it saves.
+	// GroupCommit, when above 0, writes the records of different tasks as
+	// one atomic batch when this many wait at once (ADR 0107); a write goes
+	// alone, without waiting, while at most a quarter of that many of the
+	// Log's writes are in flight. It pays on a stream of one copy whose
+	// server syncs every write (the embedded default sets
+	// DefaultGroupCommit); elsewhere it costs more than it saves.
 	// Open turns the stream's allow_atomic on, and refuses it on a
 	// replicated stream. Default 0: every write alone.
 	GroupCommit int
