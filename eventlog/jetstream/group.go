@@ -260,6 +260,15 @@ func (g *grouper) close() {
 	g.wg.Wait()
 }
 
+// GroupCommit is the Log's Config.GroupCommit: the writes waiting that make
+// an atomic batch, 0 when every write goes alone.
+func (l *Log) GroupCommit() int {
+	if l.group == nil {
+		return 0
+	}
+	return int(l.group.at)
+}
+
 // GroupCommits reports the group commits of this Log (ADR 0107): the atomic
 // batches committed, the writes they held, and the batches the server
 // refused (their writes then went alone).

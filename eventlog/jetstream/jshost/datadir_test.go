@@ -3,6 +3,9 @@ package jshost
 import (
 	"strings"
 	"testing"
+
+	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 )
 
 // TestClientSendsCredentialsOnlyToLoopback: a lock file naming a server that
@@ -55,5 +58,42 @@ func TestHolderConnectsInProcess(t *testing.T) {
 	}
 	if got := client.nc.ConnectedAddr(); !strings.HasPrefix(got, "127.0.0.1:") {
 		t.Fatalf("the attached client's connection is to %q, want the holder's TCP listener", got)
+	}
+}
+
+// TestGroupCommitOnTheEmbeddedServer: the processes on the embedded server
+// (which syncs every write), the holder and one attached to it, write with
+// group commit (ADR 0107); a process on a remote server writes every
+// record alone, since it cannot tell how that server syncs.
+func TestGroupCommitOnTheEmbeddedServer(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	runner, err := Open(t.Context(), Options{DataDir: data, Runs: true, Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runner.Close()
+	client, err := Open(t.Context(), Options{DataDir: data, Name: "client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	for name, b := range map[string]*Backend{"holder": runner, "attached": client} {
+		if got := b.log.GroupCommit(); got != jetstream.DefaultGroupCommit {
+			t.Errorf("the %s writes with GroupCommit %d, want %d", name, got, jetstream.DefaultGroupCommit)
+		}
+	}
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	remote, err := Open(t.Context(), Options{NATS: Connection{URL: srv.ClientURL()}, Runs: true, Name: "remote"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+	if got := remote.log.GroupCommit(); got != 0 {
+		t.Errorf("on a remote server GroupCommit is %d, want 0", got)
 	}
 }
