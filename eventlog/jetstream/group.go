@@ -91,7 +91,7 @@ func (g *grouper) publish(ctx context.Context, msg *nats.Msg, expect uint64) (se
 	if g.inflight.Add(1) <= g.alone {
 		return 0, g.leave, nil
 	}
-	w := g.join(ctx, msg, expect)
+	w, sent := g.join(ctx, msg, expect)
 	if w.alone {
 		return 0, func() {
 			w.released()
@@ -99,20 +99,23 @@ func (g *grouper) publish(ctx context.Context, msg *nats.Msg, expect uint64) (se
 		}, nil
 	}
 	g.leave()
-	g.l.waits.Add(1)
+	if sent {
+		g.l.waits.Add(1)
+	}
 	return w.seq, nil, w.err
 }
 
 func (g *grouper) leave() { g.inflight.Add(-1) }
 
-// join queues the write and waits for its group's outcome.
-func (g *grouper) join(ctx context.Context, msg *nats.Msg, expect uint64) *groupWrite {
+// join queues the write and waits for its group's outcome; sent false:
+// the write was never sent.
+func (g *grouper) join(ctx context.Context, msg *nats.Msg, expect uint64) (*groupWrite, bool) {
 	w := &groupWrite{msg: msg, expect: expect, done: make(chan struct{})}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
 		w.alone, w.released = true, func() {}
-		return w
+		return w, false
 	}
 	g.queue = append(g.queue, w)
 	if !g.running {
@@ -123,15 +126,14 @@ func (g *grouper) join(ctx context.Context, msg *nats.Msg, expect uint64) *group
 	g.mu.Unlock()
 	select {
 	case <-w.done:
-		return w
+		return w, !w.alone
 	case <-ctx.Done():
 	}
 	g.mu.Lock()
 	if i := slices.Index(g.queue, w); i >= 0 {
-		// Never sent: the write did not happen.
 		g.queue = slices.Delete(g.queue, i, i+1)
 		g.mu.Unlock()
-		return &groupWrite{err: ctx.Err()}
+		return &groupWrite{err: ctx.Err()}, false
 	}
 	g.mu.Unlock()
 	// Taken by the committer: wait for its outcome, which is bounded by
@@ -139,9 +141,9 @@ func (g *grouper) join(ctx context.Context, msg *nats.Msg, expect uint64) *group
 	<-w.done
 	if w.alone {
 		w.released()
-		return &groupWrite{err: ctx.Err()}
+		return &groupWrite{err: ctx.Err()}, false
 	}
-	return w
+	return w, true
 }
 
 // commit sends the waiting writes, a group at a time, until none wait.
@@ -190,6 +192,14 @@ func (g *grouper) send(batch []*groupWrite) {
 	}
 	last, err := g.sendBatch(batch)
 	switch {
+	case errors.Is(err, errAtomicDisabled):
+		// The stream no longer takes atomic batches (an operator turned
+		// allow_atomic off): every write goes alone from now on.
+		g.mu.Lock()
+		g.closed = true
+		g.mu.Unlock()
+		g.refused.Add(1)
+		alone()
 	case errors.Is(err, errGroupRefused):
 		g.refused.Add(1)
 		alone()
@@ -205,7 +215,13 @@ func (g *grouper) send(batch []*groupWrite) {
 
 // errGroupRefused: the server refused the atomic batch (a compare-and-set
 // that failed, a duplicate, a limit): nothing of it was written.
-var errGroupRefused = errors.New("jetstream: group refused")
+// errCodeAtomicDisabled is nats-server's JSAtomicPublishDisabledErr.
+const errCodeAtomicDisabled = 10174
+
+var (
+	errGroupRefused   = errors.New("jetstream: group refused")
+	errAtomicDisabled = fmt.Errorf("%w: the stream does not allow atomic batches", errGroupRefused)
+)
 
 // sendBatch publishes the writes as one atomic batch, each message with its
 // own compare-and-set, and returns the stream sequence of the last. An
@@ -244,6 +260,9 @@ func (g *grouper) sendBatch(batch []*groupWrite) (uint64, error) {
 		return 0, fmt.Errorf("jetstream: group commit reply %q: %w", reply.Data, err)
 	}
 	if ack.Error != nil {
+		if ack.Error.ErrCode == errCodeAtomicDisabled {
+			return 0, errAtomicDisabled
+		}
 		return 0, errGroupRefused
 	}
 	if ack.Count != len(msgs) || ack.Seq < uint64(len(msgs)) {

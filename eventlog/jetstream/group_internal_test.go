@@ -230,3 +230,33 @@ func TestGroupCommitClosed(t *testing.T) {
 		t.Errorf("%d groups after close", groups)
 	}
 }
+
+// TestGroupCommitAtomicTurnedOff: an operator turns the stream's
+// allow_atomic off under a running Log. The group it refuses goes alone,
+// every write lands, and the Log stops grouping.
+func TestGroupCommitAtomicTurnedOff(t *testing.T) {
+	r := newGroupRig(t, 2)
+	ctx := t.Context()
+	cfg := r.l.stream.CachedInfo().Config
+	cfg.AllowAtomicPublish = false
+	if _, err := r.l.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := r.msgs(3)
+	ch := r.publish(t, ctx, msgs, []uint64{0, 0, 0})
+	r.commit()
+	for i, p := range collect(t, ch, 3) {
+		if p.err != nil || p.wrong || p.seq == 0 {
+			t.Errorf("write %d: seq %d wrong=%v err=%v", i, p.seq, p.wrong, p.err)
+		}
+	}
+	if _, _, refused := r.l.GroupCommits(); refused != 1 {
+		t.Errorf("%d groups refused, want 1", refused)
+	}
+	r.g.mu.Lock()
+	closed := r.g.closed
+	r.g.mu.Unlock()
+	if !closed {
+		t.Error("the Log goes on grouping on a stream that refuses atomic batches")
+	}
+}
