@@ -242,14 +242,19 @@ type Result struct {
 	// DurableWaits counts the writes to the task stream whose
 	// acknowledgement the engine waited for (jetstream.Log.DurableWaits),
 	// without the probe's; per call over the ToolCallStarted records.
-	DurableWaits uint64   `json:"durable_waits"`
-	ToolCalls    int64    `json:"tool_calls"`
-	WaitsPerCall float64  `json:"durable_waits_per_call"`
-	CPUSeconds   float64  `json:"cpu_seconds"`
-	RSSMiB       float64  `json:"rss_mib"`
-	MaxRSSMiB    float64  `json:"max_rss_mib"`
-	Levels       []Level  `json:"levels,omitempty"`
-	Restart      *Restart `json:"restart,omitempty"`
+	DurableWaits uint64  `json:"durable_waits"`
+	ToolCalls    int64   `json:"tool_calls"`
+	WaitsPerCall float64 `json:"durable_waits_per_call"`
+	// GroupedWrites of those went in GroupCommits atomic batches with
+	// other tasks' writes (group commit on the embedded server, ADR 0107;
+	// the probe's included).
+	GroupedWrites uint64   `json:"grouped_writes"`
+	GroupCommits  uint64   `json:"group_commits"`
+	CPUSeconds    float64  `json:"cpu_seconds"`
+	RSSMiB        float64  `json:"rss_mib"`
+	MaxRSSMiB     float64  `json:"max_rss_mib"`
+	Levels        []Level  `json:"levels,omitempty"`
+	Restart       *Restart `json:"restart,omitempty"`
 }
 
 // Run drives h with o's load: the scripted tasks, or with o.Levels the scale
@@ -402,6 +407,7 @@ func runLoad(ctx context.Context, h *hostconfig.Host, probe *appendProbe, o Opti
 		close(done)
 	}
 	waits0 := h.Log().DurableWaits()
+	groups0, grouped0, _ := h.Log().GroupCommits()
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	var probeWG sync.WaitGroup
 	probeWG.Go(func() { probe.run(probeCtx, 5*time.Millisecond, 0) })
@@ -468,6 +474,8 @@ loop:
 	_, _, res.ObserverP99us = obsLag.quantiles()
 	// Each probe append and each of the probe's LeaseGranted is one wait.
 	res.DurableWaits = h.Log().DurableWaits() - waits0 - uint64(res.Appends) - uint64(probeGrants.Load())
+	groups1, grouped1, _ := h.Log().GroupCommits()
+	res.GroupCommits, res.GroupedWrites = groups1-groups0, grouped1-grouped0
 	res.ToolCalls = calls.Load()
 	if res.ToolCalls > 0 {
 		res.WaitsPerCall = float64(res.DurableWaits) / float64(res.ToolCalls)
@@ -597,6 +605,9 @@ func (r Result) Write(w io.Writer, asJSON bool) error {
 		row("wake→lease p50/p99", "%.0f / %.0f µs (%d wakes)", r.WakeLeaseP50us, r.WakeLeaseP99us, r.Wakes)
 		row("commit→observer p99", "%.0f µs", r.ObserverP99us)
 		row("durable waits", "%.2f per tool call (%d waits, %d calls)", r.WaitsPerCall, r.DurableWaits, r.ToolCalls)
+		if h := r.GroupCommits; h > 0 {
+			row("group commits", "%d writes in %d atomic batches (%.1f a batch)", r.GroupedWrites, h, float64(r.GroupedWrites)/float64(h))
+		}
 		row("CPU", "%.2fs (%.0f%% of one core)", r.CPUSeconds, 100*r.CPUSeconds/max(r.Seconds, 1e-9))
 	}
 	for _, l := range r.Levels {

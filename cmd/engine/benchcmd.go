@@ -41,7 +41,8 @@ or on --nats, and measures: tasks/s and records/s; fenced-append latency
 lease (an answered approval, a sent external event or a finished subtask to
 the LeaseGranted of the task it woke); commit to in-process observer lag;
 the durable waits (writes to the task stream the engine waited for) per
-tool call; the CPU time and peak RSS of this process (with the embedded server, server
+tool call, and those that went in group commits (on the embedded server,
+many tasks' writes in one atomic batch); the CPU time and peak RSS of this process (with the embedded server, server
 included).
 
 --mix gives the share of the calls that are denied by a rule, that need an
