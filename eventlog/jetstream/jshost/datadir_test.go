@@ -36,11 +36,7 @@ func TestClientSendsCredentialsOnlyToLoopback(t *testing.T) {
 func TestHolderConnectsInProcess(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
-	runner, err := Open(t.Context(), Options{DataDir: data, Runs: true, Name: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer runner.Close()
+	runner, client := openHolderAndClient(t, data)
 	if got := runner.nc.ConnectedAddr(); got != "pipe" {
 		t.Fatalf("the holder's connection is to %q, want the in-process pipe", got)
 	}
@@ -48,11 +44,6 @@ func TestHolderConnectsInProcess(t *testing.T) {
 	if !ok || !loopbackURL(h.URL) {
 		t.Fatalf("the lock file advertises %+v, want a loopback TCP URL for clients", h)
 	}
-	client, err := Open(t.Context(), Options{DataDir: data, Name: "client"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
 	if _, ok := client.Attached(); !ok {
 		t.Fatal("the second host did not attach")
 	}
@@ -68,16 +59,7 @@ func TestHolderConnectsInProcess(t *testing.T) {
 func TestGroupCommitOnTheEmbeddedServer(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
-	runner, err := Open(t.Context(), Options{DataDir: data, Runs: true, Name: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer runner.Close()
-	client, err := Open(t.Context(), Options{DataDir: data, Name: "client"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	runner, client := openHolderAndClient(t, data)
 	for name, b := range map[string]*Backend{"holder": runner, "attached": client} {
 		if got := b.log.GroupCommit(); got != jetstream.DefaultGroupCommit {
 			t.Errorf("the %s writes with GroupCommit %d, want %d", name, got, jetstream.DefaultGroupCommit)
@@ -96,4 +78,21 @@ func TestGroupCommitOnTheEmbeddedServer(t *testing.T) {
 	if got := remote.log.GroupCommit(); got != 0 {
 		t.Errorf("on a remote server GroupCommit is %d, want 0", got)
 	}
+}
+
+// openHolderAndClient opens a backend that holds data and runs tasks, and
+// a second one, which attaches to the first's server; both close with t.
+func openHolderAndClient(t *testing.T, data string) (runner, client *Backend) {
+	t.Helper()
+	runner, err := Open(t.Context(), Options{DataDir: data, Runs: true, Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = runner.Close() })
+	client, err = Open(t.Context(), Options{DataDir: data, Name: "client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	return runner, client
 }
