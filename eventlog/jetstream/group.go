@@ -49,7 +49,8 @@ type grouper struct {
 	l *Log
 	// at is the writes waiting that make a batch; alone the writes in
 	// flight up to which a write goes alone without waiting (a quarter of
-	// at: under that load the server is not queueing).
+	// at: under that load the server is not queueing; 0 below 4, so every
+	// write then waits for the committer).
 	at, alone int64
 	// inflight counts this Log's writes to the task stream in flight.
 	inflight atomic.Int64
@@ -81,28 +82,46 @@ type groupWrite struct {
 }
 
 func newGrouper(l *Log, at int) *grouper {
-	return &grouper{l: l, at: int64(at), alone: max(1, int64(at)/4)}
+	return &grouper{l: l, at: int64(at), alone: int64(at) / 4}
+}
+
+// goAlone tells a write to go by itself; done is called once it is over.
+// gated: the committer waits for it, so it is bounded by the request
+// timeout whatever its caller's deadline.
+type goAlone struct {
+	gated bool
+	done  func()
 }
 
 // publish writes msg after expect in a group and returns its stream
-// sequence, or says to write it alone: alone is then not nil, and the
-// caller calls it once that write is over.
-func (g *grouper) publish(ctx context.Context, msg *nats.Msg, expect uint64) (seq uint64, alone func(), err error) {
-	if g.inflight.Add(1) <= g.alone {
-		return 0, g.leave, nil
+// sequence, or says to write it alone.
+func (g *grouper) publish(ctx context.Context, msg *nats.Msg, expect uint64) (seq uint64, alone *goAlone, err error) {
+	if g.inflight.Add(1) <= g.alone || !g.fits(msg) {
+		return 0, &goAlone{done: g.leave}, nil
 	}
 	w, sent := g.join(ctx, msg, expect)
 	if w.alone {
-		return 0, func() {
+		return 0, &goAlone{gated: true, done: func() {
 			w.released()
 			g.leave()
-		}, nil
+		}}, nil
 	}
 	g.leave()
 	if sent {
 		g.l.waits.Add(1)
 	}
 	return w.seq, nil, w.err
+}
+
+// batchHeaderRoom is what a group adds to a message: the Nats-Batch-*
+// headers and the expected sequence.
+const batchHeaderRoom = 256
+
+// fits: msg can travel in a group. One within a few bytes of the server's
+// largest payload goes alone, so that the headers a group adds do not make
+// the whole group fail.
+func (g *grouper) fits(msg *nats.Msg) bool {
+	return int64(len(msg.Data)+headerSize(msg.Header)+batchHeaderRoom) <= g.l.nc.MaxPayload()
 }
 
 func (g *grouper) leave() { g.inflight.Add(-1) }
@@ -192,18 +211,22 @@ func (g *grouper) send(batch []*groupWrite) {
 	}
 	last, err := g.sendBatch(batch)
 	switch {
-	case errors.Is(err, errAtomicDisabled):
-		// The stream no longer takes atomic batches (an operator turned
-		// allow_atomic off): every write goes alone from now on.
-		g.mu.Lock()
-		g.closed = true
-		g.mu.Unlock()
+	case errors.Is(err, errGroupsStop):
+		// The stream takes no more of our batches (an operator turned
+		// allow_atomic off, or a server limit): every write goes alone
+		// from now on.
+		g.stop()
 		g.refused.Add(1)
 		alone()
 	case errors.Is(err, errGroupRefused):
 		g.refused.Add(1)
 		alone()
 	case err != nil:
+		// Ambiguous: each write reads its task's tail to learn whether it
+		// landed. A batch cut short on the server (a store error) is left
+		// registered there and may be finished by a restart, so this Log
+		// sends no more batches.
+		g.stop()
 		finish(func(w *groupWrite) { w.err = err })
 	default:
 		g.groups.Add(1)
@@ -213,15 +236,29 @@ func (g *grouper) send(batch []*groupWrite) {
 	}
 }
 
-// errGroupRefused: the server refused the atomic batch (a compare-and-set
-// that failed, a duplicate, a limit): nothing of it was written.
-// errCodeAtomicDisabled is nats-server's JSAtomicPublishDisabledErr.
-const errCodeAtomicDisabled = 10174
+// stop makes every later write go alone.
+func (g *grouper) stop() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+}
 
-var (
-	errGroupRefused   = errors.New("jetstream: group refused")
-	errAtomicDisabled = fmt.Errorf("%w: the stream does not allow atomic batches", errGroupRefused)
-)
+// errGroupRefused: the batch was not committed (a compare-and-set that
+// failed, a duplicate Nats-Msg-Id, a message the client could not send):
+// each write goes alone and gets its own answer. On a server that syncs
+// every write nothing of a refused batch is stored; elsewhere a store
+// error on the last message can leave the others stored, and each of
+// those, sent alone, fails its compare-and-set and finds itself at its
+// task's tail.
+var errGroupRefused = errors.New("jetstream: group refused")
+
+// errGroupsStop: refused for a reason every later batch would meet too.
+var errGroupsStop = fmt.Errorf("%w, and will refuse every batch", errGroupRefused)
+
+// nats-server's codes of refusals that are not about one batch: atomic
+// publish disabled on the stream, a batch larger than the server allows,
+// too many batches in flight, a header the server refuses in a batch.
+var groupsStopCodes = []int{10174, 10199, 10210, 10177}
 
 // sendBatch publishes the writes as one atomic batch, each message with its
 // own compare-and-set, and returns the stream sequence of the last. An
@@ -246,12 +283,17 @@ func (g *grouper) sendBatch(batch []*groupWrite) (uint64, error) {
 	msgs[len(msgs)-1].Header.Set(hdrBatchCommit, "1")
 	for _, m := range msgs[:len(msgs)-1] {
 		if err := l.nc.PublishMsg(m); err != nil {
-			return 0, err
+			// The commit was never sent: nothing of the batch can be.
+			return 0, fmt.Errorf("%w: %w", errGroupRefused, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.RequestTimeout)
 	defer cancel()
 	reply, err := l.nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
+	if errors.Is(err, nats.ErrNoResponders) {
+		// No stream took the commit, so none took the batch.
+		return 0, fmt.Errorf("%w: %w", errGroupRefused, err)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -260,10 +302,10 @@ func (g *grouper) sendBatch(batch []*groupWrite) (uint64, error) {
 		return 0, fmt.Errorf("jetstream: group commit reply %q: %w", reply.Data, err)
 	}
 	if ack.Error != nil {
-		if ack.Error.ErrCode == errCodeAtomicDisabled {
-			return 0, errAtomicDisabled
+		if slices.Contains(groupsStopCodes, ack.Error.ErrCode) {
+			return 0, fmt.Errorf("%w: %s (%d)", errGroupsStop, ack.Error.Description, ack.Error.ErrCode)
 		}
-		return 0, errGroupRefused
+		return 0, fmt.Errorf("%w: %s (%d)", errGroupRefused, ack.Error.Description, ack.Error.ErrCode)
 	}
 	if ack.Count != len(msgs) || ack.Seq < uint64(len(msgs)) {
 		return 0, fmt.Errorf("jetstream: group commit stored %d messages up to %d, sent %d", ack.Count, ack.Seq, len(msgs))

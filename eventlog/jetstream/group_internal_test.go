@@ -213,21 +213,62 @@ func TestGroupCommitCancelledWhileQueued(t *testing.T) {
 	}
 }
 
-// TestGroupCommitClosed: after Close a write goes alone, and Close waits
-// for the committer.
+// TestGroupCommitClosed: after close a write goes alone at once instead of
+// waiting for a committer (the rig's never runs by itself: a queued write
+// would wait for ever).
 func TestGroupCommitClosed(t *testing.T) {
-	l, err := Open(t.Context(), embeddedConn(t), Config{Registry: liveRegistry{}, GroupCommit: 2})
+	r := newGroupRig(t, 2)
+	r.g.close()
+	msgs, _ := r.msgs(1)
+	if ack, wrong, err := r.l.publish(t.Context(), msgs[0], 0); err != nil || wrong || ack.Sequence == 0 {
+		t.Fatalf("a write after close: %v %v %v", ack, wrong, err)
+	}
+	if groups, _, _ := r.l.GroupCommits(); groups != 0 {
+		t.Errorf("%d groups after close", groups)
+	}
+}
+
+// TestGroupCommitLargeGoesAlone: a message too close to the server's
+// largest payload for a group's headers goes alone at once.
+func TestGroupCommitLargeGoesAlone(t *testing.T) {
+	r := newGroupRig(t, 2)
+	msgs, _ := r.msgs(1)
+	msgs[0].Data = make([]byte, int(r.l.nc.MaxPayload())-batchHeaderRoom/2)
+	if ack, wrong, err := r.l.publish(t.Context(), msgs[0], 0); err != nil || wrong || ack.Sequence == 0 {
+		t.Fatalf("a large write: %v %v %v", ack, wrong, err)
+	}
+}
+
+// TestGroupCommitDuplicateInGroup: a write whose Nats-Msg-Id is already in
+// the stream (a retry of a publish that landed) refuses its group; alone,
+// it gets the answer a single publish gets, and the others land.
+func TestGroupCommitDuplicateInGroup(t *testing.T) {
+	r := newGroupRig(t, 2)
+	ctx := t.Context()
+	msgs, subjects := r.msgs(2)
+	msgs[0].Header.Set(nats.MsgIdHdr, "dup-"+noeta.NewID())
+	first, err := r.l.js.PublishMsg(ctx, msgs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.group.inflight.Store(1)
-	l.group.close()
-	msg := &nats.Msg{Subject: l.subj.log(noeta.NewTaskID()), Data: []byte(`{}`), Header: nats.Header{}}
-	if ack, wrong, err := l.publish(t.Context(), msg, 0); err != nil || wrong || ack.Sequence == 0 {
-		t.Fatalf("a write after close: %v %v %v", ack, wrong, err)
+	ch := r.publish(t, ctx, msgs, []uint64{first.Sequence, 0})
+	r.commit()
+	res := collect(t, ch, 2)
+	if p := res[0]; p.err != nil || (!p.wrong && p.seq != first.Sequence) {
+		t.Errorf("the duplicate: seq %d wrong=%v err=%v; want the original's %d or refused", p.seq, p.wrong, p.err, first.Sequence)
 	}
-	if groups, _, _ := l.GroupCommits(); groups != 0 {
-		t.Errorf("%d groups after close", groups)
+	if p := res[1]; p.err != nil || p.wrong || p.seq == 0 {
+		t.Errorf("the other write: seq %d wrong=%v err=%v", p.seq, p.wrong, p.err)
+	}
+	if _, _, refused := r.l.GroupCommits(); refused != 1 {
+		t.Errorf("%d groups refused, want 1", refused)
+	}
+	info, err := r.l.stream.Info(ctx, jetstream.WithSubjectFilter(subjects[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[subjects[0]]; n != 1 {
+		t.Errorf("the duplicate's subject holds %d messages, want 1", n)
 	}
 }
 

@@ -251,7 +251,12 @@ func (l *Log) publish(ctx context.Context, msg *nats.Msg, expect uint64) (*jetst
 			}
 			return l.groupAck(seq), false, nil
 		}
-		defer alone()
+		defer alone.done()
+		if alone.gated {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, l.cfg.RequestTimeout)
+			defer cancel()
+		}
 	}
 	pause := 200 * time.Microsecond
 	for {
