@@ -100,6 +100,10 @@ func (g *grouper) publish(ctx context.Context, msg *nats.Msg, expect uint64) (se
 		return 0, &goAlone{done: g.leave}, nil
 	}
 	w, sent := g.join(ctx, msg, expect)
+	if w.alone && w.released == nil {
+		// Grouping has stopped: nothing waits for this write.
+		return 0, &goAlone{done: g.leave}, nil
+	}
 	if w.alone {
 		return 0, &goAlone{gated: true, done: func() {
 			w.released()
@@ -133,7 +137,7 @@ func (g *grouper) join(ctx context.Context, msg *nats.Msg, expect uint64) (*grou
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		w.alone, w.released = true, func() {}
+		w.alone = true
 		return w, false
 	}
 	g.queue = append(g.queue, w)
@@ -205,7 +209,10 @@ func (g *grouper) send(batch []*groupWrite) {
 		finish(func(w *groupWrite) { w.alone, w.released = true, over.Done })
 		over.Wait()
 	}
-	if int64(len(batch)) < g.at {
+	g.mu.Lock()
+	stopped := g.closed
+	g.mu.Unlock()
+	if int64(len(batch)) < g.at || stopped {
 		alone()
 		return
 	}
