@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -330,41 +331,59 @@ type batchAck struct {
 	} `json:"error"`
 }
 
+// errBatchUnsent: the commit of an atomic batch was never taken (a message
+// the client could not send, no stream to answer): nothing of it is stored.
+var errBatchUnsent = errors.New("jetstream: atomic batch not sent")
+
+// commitAtomic sends msgs as one atomic batch, their compare-and-set headers
+// set by the caller, and returns the commit's reply: its error, or the
+// stream sequence of the last message (the batch is stored in one piece).
+func commitAtomic(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg) (batchAck, error) {
+	id := noeta.NewID()
+	for i, m := range msgs {
+		m.Header.Set(hdrBatchID, id)
+		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		m.Header.Del(hdrBatchCommit)
+	}
+	msgs[len(msgs)-1].Header.Set(hdrBatchCommit, "1")
+	for _, m := range msgs[:len(msgs)-1] {
+		if err := nc.PublishMsg(m); err != nil {
+			return batchAck{}, fmt.Errorf("%w: %w", errBatchUnsent, err)
+		}
+	}
+	reply, err := nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
+	if errors.Is(err, nats.ErrNoResponders) {
+		return batchAck{}, fmt.Errorf("%w: %w", errBatchUnsent, err)
+	}
+	if err != nil {
+		return batchAck{}, err
+	}
+	var ack batchAck
+	if err := json.Unmarshal(reply.Data, &ack); err != nil {
+		return batchAck{}, fmt.Errorf("jetstream: atomic batch reply %q: %w", reply.Data, err)
+	}
+	if ack.Error == nil && (ack.Count != len(msgs) || ack.Seq < uint64(len(msgs))) {
+		return batchAck{}, fmt.Errorf("jetstream: atomic batch stored %d messages up to %d, sent %d", ack.Count, ack.Seq, len(msgs))
+	}
+	return ack, nil
+}
+
 // publishBatch publishes msgs as one atomic batch, the first conditional on
 // the log's last stream sequence being expect, and returns the stream
 // sequence of the last. wrong: the compare-and-set failed. A sibling write in
 // flight (10164) is retried as a new batch after a short pause.
 func (l *Log) publishBatch(ctx context.Context, msgs []*nats.Msg, expect uint64) (uint64, bool, error) {
 	pause := 200 * time.Microsecond
+	msgs[0].Header.Set(hdrExpectLast, strconv.FormatUint(expect, 10))
 	for {
-		id := noeta.NewID()
-		for i, m := range msgs {
-			m.Header.Set(hdrBatchID, id)
-			m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
-			m.Header.Del(hdrBatchCommit)
-		}
-		msgs[0].Header.Set(hdrExpectLast, strconv.FormatUint(expect, 10))
-		msgs[len(msgs)-1].Header.Set(hdrBatchCommit, "1")
-		for _, m := range msgs[:len(msgs)-1] {
-			if err := l.nc.PublishMsg(m); err != nil {
-				return 0, false, err
-			}
-		}
 		pctx, cancel := l.withTimeout(ctx)
 		l.waits.Add(1)
-		reply, err := l.nc.RequestMsgWithContext(pctx, msgs[len(msgs)-1])
+		ack, err := commitAtomic(pctx, l.nc, msgs)
 		cancel()
 		if err != nil {
 			return 0, false, err
 		}
-		var ack batchAck
-		if err := json.Unmarshal(reply.Data, &ack); err != nil {
-			return 0, false, fmt.Errorf("jetstream: batch reply %q: %w", reply.Data, err)
-		}
 		if ack.Error == nil {
-			if ack.Count != len(msgs) {
-				return 0, false, fmt.Errorf("jetstream: batch committed %d messages, sent %d", ack.Count, len(msgs))
-			}
 			return ack.Seq, false, nil
 		}
 		switch jetstream.ErrorCode(ack.Error.ErrCode) {

@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,8 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/noeta-go/noeta"
 )
 
 // Group commit (ADR 0107): on a task stream of one copy whose server syncs
@@ -272,8 +269,6 @@ var groupsStopCodes = []int{10174, 10199, 10210, 10177}
 // atomic batch is stored in one piece, so its messages have consecutive
 // sequences.
 func (g *grouper) sendBatch(batch []*groupWrite) (uint64, error) {
-	l := g.l
-	id := noeta.NewID()
 	msgs := make([]*nats.Msg, len(batch))
 	for i, w := range batch {
 		// A copy: the caller keeps its message to write it alone if the
@@ -282,40 +277,21 @@ func (g *grouper) sendBatch(batch []*groupWrite) (uint64, error) {
 		if m.Header == nil {
 			m.Header = nats.Header{}
 		}
-		m.Header.Set(hdrBatchID, id)
-		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
 		m.Header.Set(hdrExpectLast, strconv.FormatUint(w.expect, 10))
 		msgs[i] = m
 	}
-	msgs[len(msgs)-1].Header.Set(hdrBatchCommit, "1")
-	for _, m := range msgs[:len(msgs)-1] {
-		if err := l.nc.PublishMsg(m); err != nil {
-			// The commit was never sent: nothing of the batch can be.
-			return 0, fmt.Errorf("%w: %w", errGroupRefused, err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), g.l.cfg.RequestTimeout)
 	defer cancel()
-	reply, err := l.nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
-	if errors.Is(err, nats.ErrNoResponders) {
-		// No stream took the commit, so none took the batch.
+	ack, err := commitAtomic(ctx, g.l.nc, msgs)
+	switch {
+	case errors.Is(err, errBatchUnsent):
 		return 0, fmt.Errorf("%w: %w", errGroupRefused, err)
-	}
-	if err != nil {
+	case err != nil:
 		return 0, err
-	}
-	var ack batchAck
-	if err := json.Unmarshal(reply.Data, &ack); err != nil {
-		return 0, fmt.Errorf("jetstream: group commit reply %q: %w", reply.Data, err)
-	}
-	if ack.Error != nil {
-		if slices.Contains(groupsStopCodes, ack.Error.ErrCode) {
-			return 0, fmt.Errorf("%w: %s (%d)", errGroupsStop, ack.Error.Description, ack.Error.ErrCode)
-		}
+	case ack.Error != nil && slices.Contains(groupsStopCodes, ack.Error.ErrCode):
+		return 0, fmt.Errorf("%w: %s (%d)", errGroupsStop, ack.Error.Description, ack.Error.ErrCode)
+	case ack.Error != nil:
 		return 0, fmt.Errorf("%w: %s (%d)", errGroupRefused, ack.Error.Description, ack.Error.ErrCode)
-	}
-	if ack.Count != len(msgs) || ack.Seq < uint64(len(msgs)) {
-		return 0, fmt.Errorf("jetstream: group commit stored %d messages up to %d, sent %d", ack.Count, ack.Seq, len(msgs))
 	}
 	return ack.Seq, nil
 }
