@@ -151,6 +151,7 @@ func runFaultServer(mode string) int {
 				func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return text("new"), nil })
 			return text("swapped"), nil
 		})
+	addProgressTool(s)
 	if err := s.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
 		fmt.Fprintln(os.Stderr, "fault server:", err)
 		return 1

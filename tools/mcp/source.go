@@ -95,15 +95,10 @@ type Source struct {
 	// current tool list was fetched after.
 	changed atomic.Int64
 	// progress is where each call in flight that asked for it is told its
-	// progress, by the progress token sent with it (tokens counts them).
+	// progress, by the progress token sent with it (tokens counts them);
+	// see progress.go for how it is routed.
 	progress sync.Map // string → tools.Progress
 	tokens   atomic.Int64
-	// ended are the tokens of the calls that returned, the oldest first:
-	// the SDK hands a call its result apart from the notifications that
-	// came before it, which may still be on their way to the handler, so
-	// a token is forgotten only keptTokens calls later.
-	endedMu sync.Mutex
-	ended   []string
 
 	mu       sync.Mutex
 	sess     *session      // the live session; nil when there is none
@@ -132,21 +127,6 @@ type session struct {
 	// should not.
 	drop     chan struct{}
 	dropOnce sync.Once
-}
-
-// keptTokens is how many returned calls' progress tokens are still
-// routed (see Source.ended).
-const keptTokens = 64
-
-// callEnded keeps tok routed for a while after its call returned.
-func (s *Source) callEnded(tok string) {
-	s.endedMu.Lock()
-	defer s.endedMu.Unlock()
-	s.ended = append(s.ended, tok)
-	if len(s.ended) > keptTokens {
-		s.progress.Delete(s.ended[0])
-		s.ended = append(s.ended[:0], s.ended[1:]...)
-	}
 }
 
 // ErrInvalidServer is wrapped by a [Source]'s methods when its [Server]
@@ -185,17 +165,6 @@ func New(srv Server, opts Options) *Source {
 			s.changed.Add(1)
 			if opts.OnToolsChanged != nil {
 				opts.OnToolsChanged(srv.Name)
-			}
-		},
-		// A server's progress reaches the call that asked for it; a token
-		// no call in flight sent is dropped.
-		ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
-			tok, ok := req.Params.ProgressToken.(string)
-			if !ok {
-				return
-			}
-			if p, ok := s.progress.Load(tok); ok {
-				p.(tools.Progress)(req.Params.Progress, req.Params.Total, req.Params.Message)
 			}
 		},
 	})
@@ -398,7 +367,10 @@ func (s *Source) start(ctx context.Context) (*session, error) {
 			return nil, unavailable("mcp server %q: start %q: %w", s.srv.Name, s.srv.Command[0], err)
 		}
 		sess.proc = p
-		transport = &sdk.IOTransport{Reader: p.stdout, Writer: p.stdin, MaxLineLength: frameFactor * s.opts.MaxResultBytes}
+		transport = progressTransport{
+			Transport: &sdk.IOTransport{Reader: p.stdout, Writer: p.stdin, MaxLineLength: frameFactor * s.opts.MaxResultBytes},
+			src:       s,
+		}
 	} else {
 		headers, err := s.srv.ExpandHeaders(s.opts.LookupEnv)
 		if err != nil {
@@ -410,7 +382,7 @@ func (s *Source) start(ctx context.Context) (*session, error) {
 		}
 		transport = &sdk.StreamableClientTransport{
 			Endpoint:   s.srv.URL,
-			HTTPClient: &http.Client{Transport: httpTransport{base: base, headers: headers, limit: frameFactor * s.opts.MaxResultBytes}},
+			HTTPClient: &http.Client{Transport: httpTransport{base: base, headers: headers, limit: frameFactor * s.opts.MaxResultBytes, src: s}},
 			// The bound of a stdio server's frames, for events.
 			MaxEventSize: frameFactor * s.opts.MaxResultBytes,
 		}
@@ -650,11 +622,13 @@ func (e unavailableError) Error() string   { return e.err.Error() }
 func (e unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
 
 // httpTransport adds a url server's configured headers to each request,
-// and bounds a JSON response body, which the SDK reads whole.
+// bounds a JSON response body, which the SDK reads whole, and routes the
+// progress in an event stream as it is read (see sseProgress).
 type httpTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
 	limit   int
+	src     *Source
 }
 
 func (h httpTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -665,8 +639,14 @@ func (h httpTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	resp, err := h.base.RoundTrip(r)
-	if err == nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+	if err != nil {
+		return resp, err
+	}
+	switch ct := resp.Header.Get("Content-Type"); {
+	case strings.HasPrefix(ct, "application/json"):
 		resp.Body = &limitedBody{rc: resp.Body, left: int64(h.limit)}
+	case strings.HasPrefix(ct, "text/event-stream") && h.src != nil:
+		resp.Body = &sseProgress{rc: resp.Body, src: h.src}
 	}
 	return resp, err
 }

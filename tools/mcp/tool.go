@@ -141,7 +141,7 @@ func (t *tool) call(ctx context.Context, args json.RawMessage) (tools.Result, er
 		tok := "noeta-" + strconv.FormatInt(s.tokens.Add(1), 10)
 		params.SetProgressToken(tok)
 		s.progress.Store(tok, p)
-		defer s.callEnded(tok)
+		defer s.progress.Delete(tok)
 	}
 	res, err := sess.cs.CallTool(ctx, params)
 	switch {
