@@ -18,6 +18,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/internal/backoff"
 )
 
 // The Feed: eventlog.Feed over the task stream.
@@ -67,6 +68,14 @@ const (
 	// feedCreateConcurrency bounds the consumers created at once: creating
 	// 64 replicated consumers together can outlast a request timeout.
 	feedCreateConcurrency = 8
+	// feedCreateWait bounds how long a consumer's creation is retried
+	// while the cluster answers that it is busy (feedCreateRetry at first,
+	// doubling to feedCreateRetryMax): long enough for a meta leader's
+	// election on a loaded cluster, short enough that a cluster without
+	// JetStream is reported rather than waited on.
+	feedCreateWait     = 30 * time.Second
+	feedCreateRetry    = 200 * time.Millisecond
+	feedCreateRetryMax = 2 * time.Second
 	// feedDuplicateWindow is the dead-letter stream's Nats-Msg-Id window.
 	feedDuplicateWindow = 2 * time.Minute
 	maxHeaderError      = 1024
@@ -321,30 +330,53 @@ func (f *Feed) consumers(ctx context.Context, fc eventlog.FeedConfig, parts []in
 }
 
 // consumer creates or updates one consumer (idempotent: every process of
-// the group does it as it starts), retrying what a loaded cluster answers
-// while it places the consumer.
+// the group does it as it starts), retrying for up to feedCreateWait what
+// a cluster answers while it places the consumer or elects a leader: no
+// responders, a timeout, "temporarily unavailable". A meta leader's
+// election under load took longer than a handful of quick retries, and
+// the group's Consume then ended at its start.
 func (f *Feed) consumer(ctx context.Context, fc eventlog.FeedConfig, p int) error {
 	cc := FeedConsumerConfig(f.opts.Prefix, fc.Group, p, fc)
-	var err error
-	for attempt := range 5 {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
-			}
-		}
+	deadline := time.Now().Add(feedCreateWait)
+	pause := backoff.New(feedCreateRetry, feedCreateRetryMax).Jittered()
+	for attempt := 1; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, feedRequestTimeout)
-		_, err = f.js.CreateOrUpdateConsumer(cctx, f.taskStream, cc)
+		_, err := f.js.CreateOrUpdateConsumer(cctx, f.taskStream, cc)
 		cancel()
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil || !transient(err) {
-			break
+		if ctx.Err() != nil || f.nc.IsClosed() || !(transient(err) || clusterBusy(err)) || time.Now().After(deadline) {
+			return fmt.Errorf("jetstream: feed consumer %s on %s (attempt %d): %w", cc.Durable, f.taskStream, attempt, err)
+		}
+		if attempt == 3 {
+			f.log.Warn("feed consumer not created yet; retrying", "group", fc.Group, "partition", p, "err", err)
+		}
+		if err := pause.Wait(ctx); err != nil {
+			return err
 		}
 	}
-	return fmt.Errorf("jetstream: feed consumer %s on %s: %w", cc.Durable, f.taskStream, err)
+}
+
+// clusterBusy reports a JetStream API error a cluster answers while it is
+// between leaders, has nodes down or is moving peers, which passes once
+// they are back. (Insufficient resources can also mean a limit that stays;
+// retried for a bounded time, it is then reported as it came.)
+func clusterBusy(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10004, // incomplete results
+		10005, // no suitable peers for placement
+		10008, // JetStream system temporarily unavailable
+		10023, // insufficient resources: the meta leader finds too few peers up to place it
+		10009, // cluster can not handle the request (no leader)
+		10202: // cluster member change in progress
+		return true
+	}
+	return false
 }
 
 // Pulling. Each partition's puller has a subscription of its own and keeps

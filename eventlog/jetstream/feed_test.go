@@ -966,6 +966,48 @@ func TestFeedSurvivesServerRestart(t *testing.T) {
 	checkExactlyOnce(t, col.snapshot(), r.want(t, []string{task}))
 }
 
+// TestFeedStartsWhileClusterElects: a group started while its cluster has
+// lost its quorum (two of three nodes down: no meta leader, every consumer
+// creation refused or unanswered) waits for the cluster rather than
+// ending, and consumes once the nodes are back.
+//
+// Before: a consumer's creation was tried five times within about two
+// seconds, and an observer group started beside a cluster electing its
+// leader under load ended with "no responders".
+func TestFeedStartsWhileClusterElects(t *testing.T) {
+	t.Parallel()
+	cl, err := embedded.StartCluster(t.Context(), embedded.ClusterConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Shutdown)
+	r := newFeedRig(t, cl.ClientURL(), 3)
+	task := noeta.NewTaskID()
+	r.create(t, task)
+	f, _ := r.open(t, jetstream.FeedOptions{})
+
+	cl.StopNode(1)
+	cl.StopNode(2)
+	var col collector
+	run := startConsume(t, f, eventlog.FeedConfig{Group: "elects", Partitions: []int{noeta.Partition(task)}}, col.handler(0, nil))
+	select {
+	case err := <-run.done:
+		run.done <- err // for the cleanup's stop
+		t.Fatalf("Consume ended while the cluster had no leader: %v", err)
+	case <-time.After(5 * time.Second):
+	}
+	for _, i := range []int{1, 2} {
+		if err := cl.RestartNode(t.Context(), i); err != nil {
+			t.Fatalf("RestartNode(%d): %v", i, err)
+		}
+	}
+	col.waitLen(t, 1, 60*time.Second)
+	if err := run.stop(t); err != nil {
+		t.Errorf("Consume: %v", err)
+	}
+	checkExactlyOnce(t, col.snapshot(), r.want(t, []string{task}))
+}
+
 // TestFeedConsumerDeleted: a consumer deleted under a running group (by an
 // operator, say) is created again, and the group goes on: from the start of
 // the stream, as a new group would.
