@@ -42,7 +42,12 @@ func testDispatcherConfig(replicas int, prefix string) jetstream.DispatcherConfi
 
 func openDispatcher(t *testing.T, url string, replicas int, prefix string) *jetstream.Dispatcher {
 	t.Helper()
-	cfg := testDispatcherConfig(replicas, prefix)
+	return openDispatcherConfig(t, url, testDispatcherConfig(replicas, prefix))
+}
+
+func openDispatcherConfig(t *testing.T, url string, cfg jetstream.DispatcherConfig) *jetstream.Dispatcher {
+	t.Helper()
+	prefix := cfg.Prefix
 	precreatePrefix(t, url, cfg)
 	d, err := jetstream.OpenDispatcher(t.Context(), connect(t, url), cfg)
 	if err != nil {

@@ -56,7 +56,12 @@ func TestDispatcherTargetedLeaseWithdrawsSignal(t *testing.T) {
 			t.Parallel()
 			url := c.url()
 			prefix := uniquePrefix(t, url)
-			d := openDispatcher(t, url, c.replicas, prefix)
+			// Each lease by name is released at once, but a loaded machine
+			// can take more than dispatcherTestTTL between the two; the
+			// expiry the test waits for below is then a few seconds.
+			cfg := testDispatcherConfig(c.replicas, prefix)
+			cfg.LeaseTTL = 5 * time.Second
+			d := openDispatcherConfig(t, url, cfg)
 			withdrawn := make(chan string, 1)
 			jetstream.WithdrawHooksForTest(d, nil, func(l eventlog.Lease) { withdrawn <- l.Task })
 			leaseByName := func(task string) {
@@ -106,7 +111,7 @@ func TestDispatcherTargetedLeaseWithdrawsSignal(t *testing.T) {
 			if l.Task != ahead {
 				t.Fatalf("untargeted lease: got %s, want %s", l.Task, ahead)
 			}
-			waitFor(t, 10*time.Second, "requeue of the expired lease", statusOf(t, d, ahead, eventlog.DispatchReady))
+			waitFor(t, 30*time.Second, "requeue of the expired lease", statusOf(t, d, ahead, eventlog.DispatchReady))
 			waitFor(t, 10*time.Second, "both signals of the requeued task", func() error {
 				if got := queueSignals(t, url, prefix, q); got != 2 {
 					return fmt.Errorf("%d signals in the queue, want 2", got)
