@@ -61,6 +61,17 @@ type DispatcherConfig struct {
 	Prefix string
 	// Replicas of the streams and buckets: 1 on a single node, 3 on a cluster.
 	Replicas int
+	// AsyncLiveness creates the lease keys' bucket and the ready stream
+	// with the server's asynchronous persist mode: their writes are
+	// flushed in the background instead of synced one by one (ADR 0109).
+	// Neither holds anything the rows and the task logs do not: a lease
+	// key lost to a crash is a lease that expired early, a ready signal
+	// lost one the next reconcile pass sends again. For a single server
+	// that syncs every write, where each such write would cost an fsync
+	// (jshost sets it on the embedded server); refused with Replicas > 1,
+	// where the server does not offer the mode. A bucket or stream that
+	// exists keeps the mode it was created with.
+	AsyncLiveness bool
 	// LeaseTTL is the length of every lease: the leases bucket's TTL, so the
 	// server's clock decides expiry. Whole seconds, at least 1s (the server's
 	// expiry granularity). Default 30s.
@@ -171,6 +182,9 @@ func (c DispatcherConfig) withDefaults() (DispatcherConfig, error) {
 	if c.Replicas < 0 || c.Replicas > 5 {
 		return bad("Replicas is %d, want 1 to 5", c.Replicas)
 	}
+	if c.AsyncLiveness && c.Replicas > 1 {
+		return bad("AsyncLiveness is set with Replicas %d: the server persists a replicated stream through its Raft log, not asynchronously", c.Replicas)
+	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = DefaultLeaseTTL
 	}
@@ -280,7 +294,16 @@ func ReadyStreamConfig(c DispatcherConfig) jetstream.StreamConfig {
 		DiscardNewPerSubject: true,
 		MaxMsgs:              -1,
 		MaxBytes:             -1,
+		PersistMode:          c.persistMode(),
 	}
+}
+
+// persistMode is the lease keys' and the ready signals' persist mode.
+func (c DispatcherConfig) persistMode() jetstream.PersistModeType {
+	if c.AsyncLiveness {
+		return jetstream.AsyncPersistMode
+	}
+	return jetstream.DefaultPersistMode
 }
 
 // WakeStreamConfig is the wake ingress's definition: what any publisher of
@@ -728,7 +751,7 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 	}); err != nil {
 		return nil, err
 	}
-	if d.leases, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
+	if d.leases, err = ensureKVMode(ctx, js, c.persistMode(), jetstream.KeyValueConfig{
 		Bucket:      c.leasesBucket(),
 		Description: "noeta lease liveness: <task>.<lease id> lives while the lease does",
 		History:     1,

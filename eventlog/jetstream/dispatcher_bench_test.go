@@ -49,12 +49,14 @@ func benchQueue() string {
 
 func openBenchDispatcher(b *testing.B) *jetstream.Dispatcher {
 	b.Helper()
-	cfg := jetstream.DispatcherConfig{
-		Prefix:   dispatcherBenchPrefix,
-		Replicas: 1,
-		LeaseTTL: 30 * time.Second,
-		Logger:   slog.New(slog.DiscardHandler),
-	}
+	return openBenchDispatcherConfig(b, jetstream.DispatcherConfig{Prefix: dispatcherBenchPrefix})
+}
+
+// openBenchDispatcherConfig opens cfg's Dispatcher on the single server
+// (which syncs every write), with one copy and a 30s lease TTL.
+func openBenchDispatcherConfig(b *testing.B, cfg jetstream.DispatcherConfig) *jetstream.Dispatcher {
+	b.Helper()
+	cfg.Replicas, cfg.LeaseTTL, cfg.Logger = 1, 30*time.Second, slog.New(slog.DiscardHandler)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
@@ -109,6 +111,10 @@ func BenchmarkLeaseRelease(b *testing.B) {
 	}{
 		{"memlog", openBenchMemlog},
 		{"jetstream", func(b *testing.B) eventlog.Dispatcher { return openBenchDispatcher(b) }},
+		// The embedded default's (ADR 0109).
+		{"jetstream-async-liveness", func(b *testing.B) eventlog.Dispatcher {
+			return openBenchDispatcherConfig(b, jetstream.DispatcherConfig{Prefix: dispatcherBenchPrefix + "async", AsyncLiveness: true})
+		}},
 	}
 	for _, be := range backends {
 		for _, workers := range []int{1, 8} {

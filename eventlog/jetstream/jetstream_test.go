@@ -254,6 +254,15 @@ func TestDispatcherSuiteCluster(t *testing.T) {
 	eventlogtest.RunDispatcherSuite(t, dispatcherFactory(clusterURL, cfg))
 }
 
+// The dispatcher's contract with the lease keys and the ready signals
+// persisted asynchronously, as on the embedded default (ADR 0109).
+func TestDispatcherSuiteSingleNodeAsyncLiveness(t *testing.T) {
+	cfg := suiteDispatcherConfig(1)
+	cfg.Prefix, cfg.AsyncLiveness = "dasync", true
+	precreateDispatcher(t, singleURL, cfg)
+	eventlogtest.RunDispatcherSuite(t, dispatcherFactory(singleURL, cfg))
+}
+
 // The rest of RunSuite on the same pairing: the log (fenced by the
 // Dispatcher's Valid), the subscriber and the content store. With
 // TestDispatcherSuite* above, this is the whole RunSuite, without running

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -124,9 +125,23 @@ func streamDiffs(have, want jetstream.StreamConfig) []string {
 }
 
 func ensureKV(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	return ensureKVMode(ctx, js, jetstream.DefaultPersistMode, want)
+}
+
+// ensureKVMode is ensureKV creating a missing bucket's stream with the
+// persist mode given (nats.go's CreateKeyValue has no field for it).
+func ensureKVMode(ctx context.Context, js jetstream.JetStream, mode jetstream.PersistModeType, want jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, want)
+		if mode == jetstream.DefaultPersistMode {
+			kv, err = js.CreateKeyValue(ctx, want)
+		} else {
+			cfg := kvStreamConfig(want)
+			cfg.PersistMode = mode
+			if _, err = js.CreateStream(ctx, cfg); err == nil {
+				kv, err = js.KeyValue(ctx, want.Bucket)
+			}
+		}
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = js.KeyValue(ctx, want.Bucket)
 		}
@@ -150,6 +165,45 @@ func ensureKV(ctx context.Context, js jetstream.JetStream, want jetstream.KeyVal
 			ErrConfigMismatch, want.Bucket, info.StreamInfo().Config.Replicas, want.Replicas)
 	}
 	return kv, nil
+}
+
+// kvStreamConfig is the stream nats.go's CreateKeyValue makes for want
+// (nats.go v1.55.0, prepareKeyValueConfig), for the settings noeta's
+// buckets use: no mirror, sources, placement, republish or compression.
+func kvStreamConfig(want jetstream.KeyValueConfig) jetstream.StreamConfig {
+	dup := 2 * time.Minute
+	if want.TTL > 0 && want.TTL < dup {
+		dup = want.TTL
+	}
+	cfg := jetstream.StreamConfig{
+		Name:              "KV_" + want.Bucket,
+		Description:       want.Description,
+		Subjects:          []string{"$KV." + want.Bucket + ".>"},
+		MaxMsgsPerSubject: int64(max(want.History, 1)),
+		MaxBytes:          -1,
+		MaxAge:            want.TTL,
+		MaxMsgSize:        -1,
+		Storage:           want.Storage,
+		Replicas:          max(want.Replicas, 1),
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        dup,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		AllowDirect:       true,
+		Discard:           jetstream.DiscardNew,
+		Metadata:          want.Metadata,
+	}
+	if want.MaxBytes != 0 {
+		cfg.MaxBytes = want.MaxBytes
+	}
+	if want.MaxValueSize != 0 {
+		cfg.MaxMsgSize = want.MaxValueSize
+	}
+	if want.LimitMarkerTTL != 0 {
+		cfg.AllowMsgTTL, cfg.SubjectDeleteMarkerTTL = true, want.LimitMarkerTTL
+	}
+	return cfg
 }
 
 func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {

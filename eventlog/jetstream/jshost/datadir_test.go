@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
 )
@@ -77,6 +79,42 @@ func TestGroupCommitOnTheEmbeddedServer(t *testing.T) {
 	defer remote.Close()
 	if got := remote.log.GroupCommit(); got != 0 {
 		t.Errorf("on a remote server GroupCommit is %d, want 0", got)
+	}
+}
+
+// TestAsyncLivenessOnTheEmbeddedServer: on the embedded default the lease
+// keys and the ready signals are persisted asynchronously (ADR 0109), the
+// rows and the task logs are not; on a remote server nothing is.
+func TestAsyncLivenessOnTheEmbeddedServer(t *testing.T) {
+	t.Parallel()
+	runner, _ := openHolderAndClient(t, t.TempDir())
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	remote, err := Open(t.Context(), Options{NATS: Connection{URL: srv.ClientURL()}, Runs: true, Name: "remote"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+	for name, b := range map[string]*Backend{"embedded": runner, "remote": remote} {
+		js, err := natsjs.New(b.nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for stream, async := range map[string]bool{
+			"KV_noeta_leases": b == runner, "NOETA_READY": b == runner,
+			"KV_noeta_tasks": false, "NOETA_TASKS": false, "NOETA_WAKE": false,
+		} {
+			s, err := js.Stream(t.Context(), stream)
+			if err != nil {
+				t.Fatalf("%s: stream %s: %v", name, stream, err)
+			}
+			if got := s.CachedInfo().Config.PersistMode == natsjs.AsyncPersistMode; got != async {
+				t.Errorf("%s: %s persisted asynchronously = %v, want %v", name, stream, got, async)
+			}
+		}
 	}
 }
 

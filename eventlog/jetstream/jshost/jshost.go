@@ -353,12 +353,17 @@ func (b *Backend) openWaiting(ctx context.Context, readOnly bool) error {
 // data directory's, who may publish on every approver's subject: there
 // such an answer proves only that its sender holds the data directory
 // (auth local), as an answer handed over in process does (docs/adr/0048).
+//
+// The embedded server syncs every write; there the lease keys and the
+// ready signals, which the rows and the logs can always rebuild, are
+// persisted asynchronously (ADR 0109).
 func (b *Backend) dispatcherConfig() jetstream.DispatcherConfig {
 	auth := noeta.AuthNATS
 	if b.opts.Embedded() {
 		auth = noeta.AuthLocal
 	}
-	return jetstream.DispatcherConfig{Prefix: b.opts.Prefix, Replicas: b.opts.Replicas, LeaseTTL: b.opts.LeaseTTL, Logger: b.opts.Logger, ApproveSubjectAuth: auth}
+	return jetstream.DispatcherConfig{Prefix: b.opts.Prefix, Replicas: b.opts.Replicas, LeaseTTL: b.opts.LeaseTTL, Logger: b.opts.Logger,
+		ApproveSubjectAuth: auth, AsyncLiveness: b.opts.Embedded() && b.opts.Replicas <= 1}
 }
 
 // recoverHandoffs is the dispatcher's AwaitingSubtasks: the host's handoff
