@@ -92,6 +92,20 @@ func TestAsyncLiveness(t *testing.T) {
 			}
 		}
 	}
+	// A deployment made before keeps its synced bucket and stream: the
+	// mode cannot change, and the dispatcher opens on them all the same.
+	c := DispatcherConfig{Prefix: "livesync", AsyncLiveness: true, SweepInterval: -1, Logger: slog.New(slog.DiscardHandler)}
+	d, err := OpenDispatcher(t.Context(), nc, c)
+	if err != nil {
+		t.Fatalf("AsyncLiveness on a deployment made without it: %v", err)
+	}
+	defer d.Close()
+	c, _ = c.withDefaults()
+	for _, stream := range []string{"KV_" + c.leasesBucket(), c.readyStream()} {
+		if streamConfig(t, js, stream).PersistMode != jetstream.DefaultPersistMode {
+			t.Errorf("%s, made synced, changed its persist mode", stream)
+		}
+	}
 	_, err = OpenDispatcher(t.Context(), nc, DispatcherConfig{Prefix: "livebad", Replicas: 3, AsyncLiveness: true})
 	if err == nil || !strings.Contains(err.Error(), "AsyncLiveness") || errors.Is(err, ErrConfigMismatch) {
 		t.Errorf("AsyncLiveness with 3 replicas: %v, want an error naming AsyncLiveness", err)
