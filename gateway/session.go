@@ -320,9 +320,19 @@ func (s *session) ToolProgress(callID string) tools.Progress {
 		return nil
 	}
 	return func(progress, total float64, _ string) {
-		select {
-		case c.progress <- progressNote{progress, total}:
-		default:
+		// A full queue drops its oldest note, not this one: the latest
+		// says the most (the last one may be the one the client waits
+		// for). One reader tells a call its progress, so this ends.
+		for range 2 {
+			select {
+			case c.progress <- progressNote{progress, total}:
+				return
+			default:
+			}
+			select {
+			case <-c.progress:
+			default:
+			}
 		}
 	}
 }

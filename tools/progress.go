@@ -4,8 +4,9 @@ import "context"
 
 // Progress is told a running call's progress as its tool reports it (an
 // MCP server's notifications/progress): progress increases, total is 0
-// when unknown. It is called on the tool's own goroutine and must return
-// promptly.
+// when unknown. It may be called on the goroutine that reads the tool's
+// connection (an MCP server's), so it must not block and must not call
+// back into the tool; it is not called once the call has returned.
 type Progress func(progress, total float64, message string)
 
 type progressKey struct{}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -40,9 +41,32 @@ func (s *Source) routeProgress(params json.RawMessage) {
 	if !ok {
 		return
 	}
-	if f, ok := s.progress.Load(tok); ok {
-		f.(tools.Progress)(p.Progress, p.Total, p.Message)
+	if r, ok := s.progress.Load(tok); ok {
+		r.(*progressRoute).tell(p.Progress, p.Total, p.Message)
 	}
+}
+
+// progressRoute is a call's Progress while the call runs: once end has
+// returned (the call is over, whether by its result or its context), it is
+// told nothing more.
+type progressRoute struct {
+	mu   sync.Mutex
+	p    tools.Progress
+	done bool
+}
+
+func (r *progressRoute) tell(progress, total float64, message string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.done {
+		r.p(progress, total, message)
+	}
+}
+
+func (r *progressRoute) end() {
+	r.mu.Lock()
+	r.done = true
+	r.mu.Unlock()
 }
 
 // routeMessage routes msg if it is a progress notification.
@@ -83,90 +107,101 @@ func (c progressConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 // sseProgress passes a url server's event stream through, routing each
 // progress notification in it as the SDK reads past it. (The streamable
 // client's connection cannot be wrapped as a stdio one is: the SDK tells
-// it of the session through a method only its own types can have.)
+// it of the session through a method only its own types can have.) It
+// reads events as the SDK's scanner does (go-sdk v1.8.0, event.go): lines
+// end at LF, with trailing CRs trimmed; data fields are trimmed and joined
+// by LF; an empty line or the end of the stream ends an event; an event
+// named other than "message" is not a message. An event over
+// maxProgressFrame is not looked at.
 type sseProgress struct {
 	rc  io.ReadCloser
 	src *Source
 
-	line []byte // the line read so far, up to the bound
-	data []byte // the event's data lines so far
-	long bool   // the event went over the bound: not looked at
-	cr   bool   // the last byte was a CR (a CRLF is one line end)
+	line    []byte // the line read so far, up to the bound
+	lineLen int    // the line's bytes so far, kept or not
+	name    string // the event's name
+	data    []byte // its data fields, joined
+	hasData bool
+	long    bool // the event went over the bound: not looked at
+	eof     bool
 }
 
 func (b *sseProgress) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.scan(p[:n])
+	if err == io.EOF && !b.eof {
+		// The SDK takes a last line and event the stream did not end.
+		b.eof = true
+		if b.lineLen > 0 {
+			b.endLine()
+		}
+		b.endEvent()
+	}
 	return n, err
 }
 
 func (b *sseProgress) Close() error { return b.rc.Close() }
 
-// scan takes the stream's next bytes, ending lines at CR, LF or CRLF as
-// server-sent events do.
 func (b *sseProgress) scan(p []byte) {
 	for len(p) > 0 {
-		if b.cr {
-			b.cr = false
-			if p[0] == '\n' {
-				p = p[1:]
-				continue
-			}
-		}
-		i := bytes.IndexAny(p, "\r\n")
+		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
 			b.add(p)
 			return
 		}
 		b.add(p[:i])
-		b.cr = p[i] == '\r'
 		p = p[i+1:]
 		b.endLine()
 	}
 }
 
 func (b *sseProgress) add(p []byte) {
-	if b.long || len(b.line)+len(p) > maxProgressFrame {
-		b.long = true
+	b.lineLen += len(p)
+	if b.lineLen > maxProgressFrame {
+		b.long = true // a line over the bound takes its event with it
 		return
 	}
 	b.line = append(b.line, p...)
 }
 
-// endLine takes a whole line: a data field is kept, an empty line ends
-// the event, and anything else (comments, event names, ids) is passed by.
+// endLine takes a whole line: an empty one ends the event; an event name
+// and data fields are kept; anything else (comments, ids) is passed by.
 func (b *sseProgress) endLine() {
-	line := b.line
-	b.line = b.line[:0]
-	if len(line) == 0 && !b.long {
-		if len(b.data) > 0 {
-			b.event(b.data[:len(b.data)-1]) // the last data line's LF is not the data's
+	over := b.lineLen > maxProgressFrame
+	line := bytes.TrimRight(b.line, "\r\n")
+	b.line, b.lineLen = b.line[:0], 0
+	if !over && len(line) == 0 {
+		b.endEvent()
+		return
+	}
+	if b.long {
+		return
+	}
+	field, value, ok := bytes.Cut(line, []byte(":"))
+	if !ok {
+		return // the SDK fails the stream on it
+	}
+	switch string(field) {
+	case "event":
+		b.name = string(bytes.TrimSpace(value))
+	case "data":
+		if b.hasData {
+			b.data = append(b.data, '\n')
 		}
-		b.data = b.data[:0]
-		return
+		b.data, b.hasData = append(b.data, bytes.TrimSpace(value)...), true
+		if len(b.data) > maxProgressFrame {
+			b.long = true
+		}
 	}
-	if len(line) == 0 { // a blank line after a line over the bound
-		b.long = false
-		b.data = b.data[:0]
-		return
-	}
-	name, value, _ := bytes.Cut(line, []byte(":"))
-	if string(name) != "data" || b.long {
-		return
-	}
-	value = bytes.TrimPrefix(value, []byte(" "))
-	if len(b.data)+len(value)+1 > maxProgressFrame {
-		b.long = true
-		return
-	}
-	b.data = append(append(b.data, value...), '\n')
 }
 
-func (b *sseProgress) event(data []byte) {
-	if !bytes.Contains(data, []byte(progressMethod)) {
-		return
+func (b *sseProgress) endEvent() {
+	if !b.long && b.hasData && (b.name == "" || b.name == "message") {
+		// Every message is decoded, not only those that spell the method
+		// plainly: JSON may escape it ("notifications\/progress").
+		if msg, err := jsonrpc.DecodeMessage(b.data); err == nil {
+			b.src.routeMessage(msg)
+		}
 	}
-	if msg, err := jsonrpc.DecodeMessage(data); err == nil {
-		b.src.routeMessage(msg)
-	}
+	b.data, b.hasData, b.name, b.long = b.data[:0], false, "", false
 }

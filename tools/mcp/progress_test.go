@@ -123,23 +123,32 @@ func TestSSEProgress(t *testing.T) {
 	}{
 		{"lf", "data: " + note("t", 1) + "\n\ndata: " + note("t", 2) + "\n\n", []float64{1, 2}},
 		{"crlf", "id: 1\r\ndata: " + note("t", 1) + "\r\n\r\n", []float64{1}},
-		{"cr", "data:" + note("t", 1) + "\r\r", []float64{1}},
+		// The SDK ends lines at LF alone: two CRs end nothing, and the one
+		// line's data decodes as its first message (jsonrpc.DecodeMessage
+		// reads one value), so 1 goes and 2 does not, as in the SDK.
+		{"cr is not a line end", "data: " + note("t", 1) + "\r\rdata: " + note("t", 2) + "\n\n", []float64{1}},
 		{"comments and event names", ": keep-alive\n\nevent: message\ndata: " + note("t", 3) + "\n\n", []float64{3}},
+		{"another event name", "event: other\ndata: " + note("t", 3) + "\n\n", nil},
 		{"data over two lines", "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\ndata: \"params\":{\"progressToken\":\"t\",\"progress\":4}}\n\n", []float64{4}},
+		{"an escaped slash", `data: {"jsonrpc":"2.0","method":"notifications\/progress","params":{"progressToken":"t","progress":5}}` + "\n\n", []float64{5}},
 		{"another token", "data: " + note("other", 1) + "\n\n", nil},
 		{"a response", `data: {"jsonrpc":"2.0","id":1,"result":{"content":[],"notifications/progress":1}}` + "\n\n", nil},
 		{"a request with an id", `data: {"jsonrpc":"2.0","id":7,"method":"notifications/progress","params":{"progressToken":"t","progress":9}}` + "\n\n", nil},
 		{"not JSON", "data: notifications/progress {\n\n", nil},
-		{"no blank line yet", "data: " + note("t", 1) + "\n", nil},
+		{"the stream ends without a blank line", "data: " + note("t", 1), []float64{1}},
 		{"an event over the bound, then one", "data: " + big + note("t", 8) + "\n\ndata: " + note("t", 9) + "\n\n", []float64{9}},
+		// The lines after the long one are the same event's, as the SDK
+		// reads them: not a new event.
+		{"an event over the bound goes on past its long line", "data: " + big + "\nid: 3\ndata: " + note("t", 8) + "\n\ndata: " + note("t", 9) + "\n\n", []float64{9}},
 		{"a line over the bound, then one", "data: " + note("t", 7) + "\nretry: " + big + "\n\ndata: " + note("t", 9) + "\n\n", []float64{9}},
+		{"data over the bound in many lines", strings.Repeat("data: "+strings.Repeat("y", 1000)+"\n", 70) + "data: " + note("t", 8) + "\n\ndata: " + note("t", 9) + "\n\n", []float64{9}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			for _, cut := range []int{1, 3, 7, 4096} {
 				src := &Source{}
 				var got []float64
-				src.progress.Store("t", tools.Progress(func(p, _ float64, _ string) { got = append(got, p) }))
+				src.progress.Store("t", &progressRoute{p: func(p, _ float64, _ string) { got = append(got, p) }})
 				b := &sseProgress{rc: io.NopCloser(&chunked{s: tc.stream, n: cut}), src: src}
 				out, err := io.ReadAll(b)
 				if err != nil || string(out) != tc.stream {
@@ -167,3 +176,37 @@ func (c *chunked) Read(p []byte) (int, error) {
 	c.s = c.s[n:]
 	return n, nil
 }
+
+// TestHTTPTransportMediaTypes: a response body is wrapped by its media type
+// read as the SDK reads it, whatever its case and parameters: an event
+// stream has its progress routed, a JSON body is bounded.
+func TestHTTPTransportMediaTypes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ct   string
+		want string
+	}{
+		{"text/event-stream", "*mcp.sseProgress"},
+		{"Text/Event-Stream; charset=utf-8", "*mcp.sseProgress"},
+		{"application/json", "*mcp.limitedBody"},
+		{"APPLICATION/JSON;charset=UTF-8", "*mcp.limitedBody"},
+		{"text/plain", ""},
+	} {
+		rt := httpTransport{base: roundTripFunc(func(*http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {tc.ct}}, Body: io.NopCloser(strings.NewReader(""))}, nil
+		}), limit: 1 << 10, src: &Source{}}
+		req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1/mcp", nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := fmt.Sprintf("%T", resp.Body)
+		if tc.want == "" && (got == "*mcp.sseProgress" || got == "*mcp.limitedBody") || tc.want != "" && got != tc.want {
+			t.Errorf("Content-Type %q: body %s, want %q", tc.ct, got, tc.want)
+		}
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
 	"os"
@@ -642,11 +643,15 @@ func (h httpTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return resp, err
 	}
-	switch ct := resp.Header.Get("Content-Type"); {
-	case strings.HasPrefix(ct, "application/json"):
+	// The media type as the SDK reads it (mime.ParseMediaType: any case).
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch mt {
+	case "application/json":
 		resp.Body = &limitedBody{rc: resp.Body, left: int64(h.limit)}
-	case strings.HasPrefix(ct, "text/event-stream") && h.src != nil:
-		resp.Body = &sseProgress{rc: resp.Body, src: h.src}
+	case "text/event-stream":
+		if h.src != nil {
+			resp.Body = &sseProgress{rc: resp.Body, src: h.src}
+		}
 	}
 	return resp, err
 }

@@ -140,8 +140,12 @@ func (t *tool) call(ctx context.Context, args json.RawMessage) (tools.Result, er
 	if p := tools.ProgressFrom(ctx); p != nil {
 		tok := "noeta-" + strconv.FormatInt(s.tokens.Add(1), 10)
 		params.SetProgressToken(tok)
-		s.progress.Store(tok, p)
-		defer s.progress.Delete(tok)
+		r := &progressRoute{p: p}
+		s.progress.Store(tok, r)
+		defer func() {
+			r.end()
+			s.progress.Delete(tok)
+		}()
 	}
 	res, err := sess.cs.CallTool(ctx, params)
 	switch {
