@@ -68,11 +68,11 @@ const (
 	// feedCreateConcurrency bounds the consumers created at once: creating
 	// 64 replicated consumers together can outlast a request timeout.
 	feedCreateConcurrency = 8
-	// feedCreateWait bounds how long a consumer's creation is retried
+	// feedCreateWait bounds how long a group's consumers are retried
 	// while the cluster answers that it is busy (feedCreateRetry at first,
 	// doubling to feedCreateRetryMax): long enough for a meta leader's
 	// election on a loaded cluster, short enough that a cluster without
-	// JetStream is reported rather than waited on.
+	// JetStream, or a limit that stays, is reported rather than waited on.
 	feedCreateWait     = 30 * time.Second
 	feedCreateRetry    = 200 * time.Millisecond
 	feedCreateRetryMax = 2 * time.Second
@@ -313,31 +313,55 @@ func (f *Feed) Consume(ctx context.Context, cfg eventlog.FeedConfig, h eventlog.
 	return nil
 }
 
-// consumers creates or updates the group's consumer of each partition.
+// consumers creates or updates the group's consumer of each partition,
+// all within one feedCreateWait: the first that fails for good stops the
+// others, and a cluster that is busy is warned of once.
 func (f *Feed) consumers(ctx context.Context, fc eventlog.FeedConfig, parts []int) error {
-	errs := make([]error, len(parts))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	deadline := time.Now().Add(feedCreateWait)
+	var warn sync.Once
+	retrying := func(err error) {
+		warn.Do(func() {
+			f.log.Warn("feed consumers not created yet; retrying", "group", fc.Group, "partitions", len(parts), "err", err)
+		})
+	}
+	var (
+		mu    sync.Mutex
+		first error
+	)
 	sem := make(chan struct{}, feedCreateConcurrency)
 	var wg sync.WaitGroup
-	for i, p := range parts {
+	for _, p := range parts {
 		wg.Go(func() {
-			sem <- struct{}{}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 			defer func() { <-sem }()
-			errs[i] = f.consumer(ctx, fc, p)
+			if err := f.consumer(ctx, fc, p, deadline, retrying); err != nil && ctx.Err() == nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				cancel()
+			}
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return first
 }
 
 // consumer creates or updates one consumer (idempotent: every process of
-// the group does it as it starts), retrying for up to feedCreateWait what
-// a cluster answers while it places the consumer or elects a leader: no
-// responders, a timeout, "temporarily unavailable". A meta leader's
-// election under load took longer than a handful of quick retries, and
-// the group's Consume then ended at its start.
-func (f *Feed) consumer(ctx context.Context, fc eventlog.FeedConfig, p int) error {
+// the group does it as it starts), retrying until deadline what a cluster
+// answers while it places the consumer or elects a leader: no responders,
+// a timeout, "temporarily unavailable" (retrying, if set, is told each
+// time). A meta leader's election under load took longer than a handful
+// of quick retries, and the group's Consume then ended at its start.
+func (f *Feed) consumer(ctx context.Context, fc eventlog.FeedConfig, p int, deadline time.Time, retrying func(error)) error {
 	cc := FeedConsumerConfig(f.opts.Prefix, fc.Group, p, fc)
-	deadline := time.Now().Add(feedCreateWait)
 	pause := backoff.New(feedCreateRetry, feedCreateRetryMax).Jittered()
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, feedRequestTimeout)
@@ -349,8 +373,8 @@ func (f *Feed) consumer(ctx context.Context, fc eventlog.FeedConfig, p int) erro
 		if ctx.Err() != nil || f.nc.IsClosed() || !(transient(err) || clusterBusy(err)) || time.Now().After(deadline) {
 			return fmt.Errorf("jetstream: feed consumer %s on %s (attempt %d): %w", cc.Durable, f.taskStream, attempt, err)
 		}
-		if attempt == 3 {
-			f.log.Warn("feed consumer not created yet; retrying", "group", fc.Group, "partition", p, "err", err)
+		if retrying != nil {
+			retrying(err)
 		}
 		if err := pause.Wait(ctx); err != nil {
 			return err
@@ -456,7 +480,7 @@ func (f *Feed) pull(ctx context.Context, fc eventlog.FeedConfig, p int, h eventl
 				return nil
 			case <-time.After(feedPullPause):
 			}
-			err := f.consumer(ctx, fc, p)
+			err := f.consumer(ctx, fc, p, time.Now().Add(feedCreateWait), nil)
 			if err == nil {
 				break
 			}
