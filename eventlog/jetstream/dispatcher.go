@@ -65,12 +65,14 @@ type DispatcherConfig struct {
 	// with the server's asynchronous persist mode: their writes are
 	// flushed in the background instead of synced one by one (ADR 0109).
 	// Neither holds anything the rows and the task logs do not: a lease
-	// key lost to a crash is a lease that expired early, a ready signal
-	// lost one the next reconcile pass sends again. For a single server
-	// that syncs every write, where each such write would cost an fsync
-	// (jshost sets it on the embedded server); refused with Replicas > 1,
-	// where the server does not offer the mode. A bucket or stream that
-	// exists keeps the mode it was created with.
+	// key lost to a crash is a lease that expired early (its holder's
+	// writes are refused), a ready signal lost one the next reconcile pass
+	// sends again. Meant for a single server that syncs every write and
+	// whose lease holders die with it (jshost sets it on the embedded
+	// server); a holder that outlives a crashed server may find its lease
+	// cut short. Refused with Replicas > 1, where the server does not
+	// offer the mode. A bucket or stream that exists keeps the mode it was
+	// created with.
 	AsyncLiveness bool
 	// LeaseTTL is the length of every lease: the leases bucket's TTL, so the
 	// server's clock decides expiry. Whole seconds, at least 1s (the server's
