@@ -67,16 +67,7 @@ func TestGroupCommitOnTheEmbeddedServer(t *testing.T) {
 			t.Errorf("the %s writes with GroupCommit %d, want %d", name, got, jetstream.DefaultGroupCommit)
 		}
 	}
-	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	remote, err := Open(t.Context(), Options{NATS: Connection{URL: srv.ClientURL()}, Runs: true, Name: "remote"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer remote.Close()
+	remote := openRemote(t)
 	if got := remote.log.GroupCommit(); got != 0 {
 		t.Errorf("on a remote server GroupCommit is %d, want 0", got)
 	}
@@ -88,16 +79,7 @@ func TestGroupCommitOnTheEmbeddedServer(t *testing.T) {
 func TestAsyncLivenessOnTheEmbeddedServer(t *testing.T) {
 	t.Parallel()
 	runner, _ := openHolderAndClient(t, t.TempDir())
-	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	remote, err := Open(t.Context(), Options{NATS: Connection{URL: srv.ClientURL()}, Runs: true, Name: "remote"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer remote.Close()
+	remote := openRemote(t)
 	for name, b := range map[string]*Backend{"embedded": runner, "remote": remote} {
 		js, err := natsjs.New(b.nc)
 		if err != nil {
@@ -116,6 +98,23 @@ func TestAsyncLivenessOnTheEmbeddedServer(t *testing.T) {
 			}
 		}
 	}
+}
+
+// openRemote opens a backend that runs tasks on a server of its own, as on
+// a remote NATS; both close with t.
+func openRemote(t *testing.T) *Backend {
+	t.Helper()
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	remote, err := Open(t.Context(), Options{NATS: Connection{URL: srv.ClientURL()}, Runs: true, Name: "remote"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = remote.Close() })
+	return remote
 }
 
 // openHolderAndClient opens a backend that holds data and runs tasks, and
