@@ -352,7 +352,12 @@ func TestCluster(t *testing.T) {
 	}
 
 	js := connect(t, c.ClientURL())
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Storage: jetstream.FileStorage, Replicas: 3})
+	// The new stream answers once its own Raft group has a leader: on a
+	// loaded two-core machine that election took longer than the client's
+	// default 5 s (a clean-clone CI run), so the request gets 30 s.
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	st, err := js.CreateStream(cctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Storage: jetstream.FileStorage, Replicas: 3})
+	cancel()
 	if err != nil {
 		t.Fatalf("CreateStream R3: %v", err)
 	}
