@@ -98,7 +98,7 @@ type Source struct {
 	// progress is where each call in flight that asked for it is told its
 	// progress, by the progress token sent with it (tokens counts them);
 	// see progress.go for how it is routed.
-	progress sync.Map // string → tools.Progress
+	progress sync.Map // string → *progressRoute
 	tokens   atomic.Int64
 
 	mu       sync.Mutex
