@@ -118,12 +118,14 @@ type DispatcherConfig struct {
 	// lease TTLs, like a reclaimed lease. Negative turns it off (for a
 	// second Dispatcher in a process that already runs one).
 	SweepInterval time.Duration
-	// FullSweepInterval is how often this Dispatcher's pass reads every
-	// row. Between full passes a pass reads only the rows written since
-	// the pass before, and keeps the rows it may act on in memory; a full
-	// pass also runs first, after a reconnect and whenever the rows
-	// stream cannot vouch for what changed (reconcile_view.go, ADR 0092).
-	// It is at least ten times the last full pass's length. Default
+	// FullSweepInterval is the period in which this Dispatcher's passes
+	// read every row: a pass reads the rows written since the pass before
+	// (ADR 0092) and a slice of a rolling round that reads every row
+	// written before it began, paced to end within this interval (ADR
+	// 0110). A round reads at catch-up pace at the first pass, after a
+	// reconnect and whenever the rows stream cannot vouch for what
+	// changed (reconcile_view.go). Without a loop of passes (a negative
+	// SweepInterval) a pass reads the round's rest at once. Default
 	// DefaultFullSweepInterval.
 	FullSweepInterval time.Duration
 	// AwaitingSubtasks, if set, is told after a reconcile pass of every task
@@ -573,11 +575,12 @@ type Dispatcher struct {
 
 	// passSem lets one reconcile pass run at a time; view is what the
 	// passes keep between them (reconcile_view.go), only read or changed
-	// by the pass that holds passSem. fullWanted asks the next pass to
-	// read every row once its duty allows (a reconnect).
+	// by the pass that holds passSem. fullWanted asks for a round at
+	// catch-up pace once its duty allows (a reconnect).
 	passSem    chan struct{}
 	view       rowView
 	fullWanted atomic.Bool
+	passGap    time.Duration // the time between passes the round is paced for
 
 	// awaiting is what the last reconcile pass saw waiting on subtasks:
 	// task → the generation of its suspend (nudgeParents).
@@ -665,10 +668,10 @@ type DispatcherStats struct {
 	// (stranded.go).
 	Republished uint64
 	// RowsRead counts the messages of the rows bucket the reconcile passes
-	// read: every row at a full pass, the rows written since the pass
-	// before at any other (reconcile_view.go).
+	// read: the rows written since the pass before and a slice of the
+	// rolling round (reconcile_view.go).
 	RowsRead uint64
-	// FullReconciles counts the passes that read every row.
+	// FullReconciles counts the rounds of passes that read every row.
 	FullReconciles uint64
 }
 
@@ -731,6 +734,9 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 		done:    make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 		passSem: make(chan struct{}, 1),
+		// The round's slices are sized for passes SweepInterval apart;
+		// without a loop (negative) a pass reads the round's rest.
+		passGap: c.SweepInterval,
 		queues:  map[string]jetstream.Consumer{},
 
 		frontCreating: map[string]bool{},

@@ -394,10 +394,15 @@ func (d *Dispatcher) queueHasSignal(ctx context.Context, queue string) (bool, er
 // readyLeaderGet asks the ready stream's leader (not a replica, which may lag
 // behind what was acknowledged) for one message: nil if there is none.
 func (d *Dispatcher) readyLeaderGet(ctx context.Context, req msgGetRequest) (*storedMsg, error) {
+	return d.leaderGet(ctx, d.cfg.readyStream(), req)
+}
+
+// leaderGet reads one message of stream from its leader: nil if there is
+// none.
+func (d *Dispatcher) leaderGet(ctx context.Context, stream string, req msgGetRequest) (*storedMsg, error) {
 	body, _ := json.Marshal(req)
 	ctx, cancel := d.withTimeout(ctx)
 	defer cancel()
-	stream := d.cfg.readyStream()
 	resp, err := d.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: leader get on %s: %w", stream, err)

@@ -37,6 +37,11 @@ type taskRow struct {
 	// Op identifies the write that produced this value: after an ambiguous
 	// write (a timeout), reading it back tells whether the write landed.
 	Op string `json:"op"`
+
+	// viewSeq and viewRound, in the reconcile view only: the sequence of
+	// the message the row was read from, and the round that last visited
+	// it (reconcile_view.go).
+	viewSeq, viewRound uint64
 }
 
 // row is the state machine's row of r, nil when there is none (the

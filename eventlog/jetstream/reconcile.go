@@ -34,22 +34,23 @@ import (
 //   - a leased row whose lease key is gone, or whose expiry has passed, is
 //     requeued, through the same fenced compare-and-set as the watcher's
 //     (ReclaimMax counts it);
-//   - a row suspended on a timer gets its schedule again if it has none (a
-//     full pass checks), or is woken if its deadline has passed;
+//   - a row suspended on a timer gets its schedule again if it has none
+//     (checked when the rolling round visits the row), or is woken if its
+//     deadline has passed;
 //   - a parent waiting on subtasks whose rows all say they ended is named
 //     to AwaitingSubtasks.
 //
 // A pass runs when the Dispatcher opens, after each reconnect of its
 // connection, after its ingress consumer had to be created again, and every
 // SweepInterval (jittered). It reads in bulk (the rows written since the
-// pass before, onto the rows it keeps between passes, reconcile_view.go;
-// every row at a full pass; the lease keys when a row is leased, one stream
-// info for the signals when one is ready and, at a full pass, one for the
-// schedules), which may lag the
-// leaders; each candidate it finds is then checked and acted on with leader
+// pass before and a slice of the round that reads every row, onto the rows
+// it keeps between passes, reconcile_view.go; the lease keys when a row is
+// leased, one stream info for the signals when one is ready), which may
+// lag the leaders; each candidate it finds is then checked and acted on with leader
 // reads and compare-and-set writes, so a stale view costs a read, never a
 // wrong transition. See docs/adr/0020-reconciler.md and
-// docs/adr/0092-a-pass-reads-the-rows-written-since-the-last.md.
+// docs/adr/0092-a-pass-reads-the-rows-written-since-the-last.md and
+// docs/adr/0110-every-row-is-read-in-a-rolling-round.md.
 
 // reconcileRetry bounds the pause after a failed pass (the servers are
 // electing leaders, or unreachable): it grows from reconcileRetryMin.
@@ -91,7 +92,8 @@ func (d *Dispatcher) reconcileLoop(ctx context.Context, status <-chan nats.Statu
 				continue
 			}
 			// Reconnected: a node may have restarted under the rows, so
-			// the next full read is wanted as soon as its duty allows.
+			// a round at catch-up pace is wanted as soon as its duty
+			// allows.
 			d.fullWanted.Store(true)
 		}
 		if err := sleepCtx(ctx, reconcileSettle); err != nil {
@@ -99,7 +101,7 @@ func (d *Dispatcher) reconcileLoop(ctx context.Context, status <-chan nats.Statu
 		}
 		pctx, cancel := context.WithTimeout(ctx, reconcilePassMax)
 		began := time.Now()
-		ids, full, err := d.pass(pctx)
+		ids, catchingUp, err := d.pass(pctx)
 		took := time.Since(began)
 		cancel()
 		switch {
@@ -115,15 +117,14 @@ func (d *Dispatcher) reconcileLoop(ctx context.Context, status <-chan nats.Statu
 			d.log.Info("reconcile requeued expired leases", "tasks", ids)
 		}
 		retry = reconcileRetryMin
-		// A pass reads the rows written since the one before, and a full
-		// pass every row (11-15 µs a row here, docs/benchmarks.md): the
-		// period stretches so that passes take at most a tenth of the
-		// time, instead of one pass following another. A full pass's
-		// length does not: the next pass is not full (fullInterval keeps
-		// full passes a tenth of the time).
-		period := d.cfg.SweepInterval
-		if !full {
-			period = max(period, reconcileDutyFactor*took)
+		// A pass reads the rows written since the one before and a
+		// slice of the round (11-15 µs a row here, docs/benchmarks.md):
+		// the period stretches so that passes take at most a tenth of the
+		// time, instead of one pass following another. While the round
+		// catches up (a view begun afresh), passes take a third.
+		period := max(d.cfg.SweepInterval, reconcileDutyFactor*took)
+		if catchingUp {
+			period = reconcileCatchUpFactor * took
 		}
 		wait = time.Duration(float64(period) * (0.75 + 0.5*rand.Float64()))
 	}
@@ -252,10 +253,11 @@ type snapshot struct {
 	rows    map[string]*taskRow
 	keys    map[string]bool // lease keys that exist
 	signals map[string]bool // ready subjects holding a signal
-	// timers are the timer schedule subjects in the timers stream, listed
-	// by a full pass only (nil otherwise: no schedule is taken for lost).
-	timers map[string]bool
-	full   bool // every row was read
+	// scheduled are the rows the round visited in this pass whose timer is
+	// ahead: their schedules are checked.
+	scheduled map[string]bool
+	// catchingUp: the round does not yet hold every row written before it.
+	catchingUp bool
 }
 
 // readSnapshot brings the view up to date (reconcile_view.go) first and
@@ -265,11 +267,11 @@ type snapshot struct {
 // between (or the listing lagged; the candidate is checked again with the
 // leader). The caller holds passSem.
 func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
-	full, err := d.refreshView(ctx)
+	catchingUp, err := d.refreshView(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s := &snapshot{rows: d.view.rows, keys: map[string]bool{}, signals: map[string]bool{}, full: full}
+	s := &snapshot{rows: d.view.rows, keys: map[string]bool{}, signals: map[string]bool{}, scheduled: d.view.scheduled, catchingUp: catchingUp}
 	// The lease keys and the signals are listed only for rows that can
 	// use them: the listing of the keys reads, besides the live leases, a
 	// lease TTL's worth of the markers released and expired keys leave.
@@ -300,11 +302,6 @@ func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 			return nil, err
 		}
 	}
-	if full {
-		if s.timers, err = streamSubjects(ctx, d.timers, d.subj.timerSchedules()); err != nil {
-			return nil, err
-		}
-	}
 	return s, nil
 }
 
@@ -318,28 +315,27 @@ func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
 // the watcher, 130-180 MiB and 0.6-0.8 ms.
 const rowReadBatch = 2048
 
-// readRows hands fn the latest value of every row (from 0), deletes left
-// out, or every message of the rows stream from sequence from on, deletes
-// included (deleted: a delete or purge marker), through an ordered pull
-// consumer that holds at most rowReadBatch rows in flight. It ends when the
-// consumer has delivered the last message that existed when it began, or
+// readRowsUntil hands fn every message of the rows stream from sequence
+// from on, deletes included (deleted: a delete or purge marker), with its
+// sequence, through an ordered pull consumer that holds at most
+// rowReadBatch rows in flight. It stops after limit messages (0: no bound),
+// at the first message at or past end (0: none), or when the consumer has
+// delivered the last message that existed when it began (drained), or
 // with errSnapshotStalled when none came for snapshotIdle, and returns the
 // highest stream sequence it handed over.
-func (d *Dispatcher) readRows(ctx context.Context, from uint64, fn func(task string, val []byte, deleted bool)) (uint64, error) {
+func (d *Dispatcher) readRowsUntil(ctx context.Context, from, end, limit uint64, fn func(task string, val []byte, deleted bool, seq uint64)) (last uint64, drained bool, err error) {
 	bucket := d.cfg.tasksBucket()
 	prefix := "$KV." + bucket + "."
 	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{prefix + ">"},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		// The server drops the consumer soon after the pass lets it go.
-		InactiveThreshold: 30 * time.Second,
-	}
-	if from > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 		// The filter stays, though the bucket's stream holds its keys alone
 		// and an unfiltered start is cheaper for the server (about 60 ms a
 		// pass at a million rows): deploy/nats's engine role may create a
 		// consumer on the rows bucket only filtered to its keys.
+		FilterSubjects: []string{prefix + ">"},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    from,
+		// The server drops the consumer soon after the pass lets it go.
+		InactiveThreshold: 30 * time.Second,
 	}
 	// The creation is one request; the messages are bounded apart
 	// (snapshotIdle).
@@ -347,43 +343,52 @@ func (d *Dispatcher) readRows(ctx context.Context, from uint64, fn func(task str
 	c, err := d.js.OrderedConsumer(cctx, "KV_"+bucket, cfg)
 	cancel()
 	if err != nil {
-		return 0, fmt.Errorf("jetstream: read %s: %w", bucket, err)
+		return 0, false, fmt.Errorf("jetstream: read %s: %w", bucket, err)
 	}
-	it, err := c.Messages(jetstream.PullMaxMessages(rowReadBatch))
+	batch := rowReadBatch
+	if limit > 0 && limit < uint64(batch) {
+		batch = int(limit)
+	}
+	it, err := c.Messages(jetstream.PullMaxMessages(batch))
 	if err != nil {
-		return 0, fmt.Errorf("jetstream: read %s: %w", bucket, err)
+		return 0, false, fmt.Errorf("jetstream: read %s: %w", bucket, err)
 	}
 	defer it.Stop()
 	if info := c.CachedInfo(); info != nil && info.NumPending == 0 {
-		return 0, nil // nothing to read
+		return 0, true, nil // nothing to read
 	}
-	var last uint64
+	var n uint64
 	for {
 		if err := ctx.Err(); err != nil {
-			return last, err
+			return last, false, err
 		}
 		m, err := it.Next(jetstream.NextMaxWait(snapshotIdle))
 		switch {
 		case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			return last, errSnapshotStalled
+			return last, false, errSnapshotStalled
 		case err != nil && ctx.Err() != nil:
-			return last, ctx.Err()
+			return last, false, ctx.Err()
 		case err != nil:
-			return last, fmt.Errorf("jetstream: read %s: %w", bucket, err)
+			return last, false, fmt.Errorf("jetstream: read %s: %w", bucket, err)
 		}
 		d.stats.rowsRead.Add(1)
-		deleted := m.Headers().Get("KV-Operation") == "DEL" || m.Headers().Get("KV-Operation") == "PURGE" ||
-			m.Headers().Get(jetstream.MarkerReasonHeader) != ""
-		if task, ok := strings.CutPrefix(m.Subject(), prefix); ok && (!deleted || from > 0) {
-			fn(task, m.Data(), deleted)
-		}
+		n++
 		md, err := m.Metadata()
 		if err != nil {
-			return last, fmt.Errorf("jetstream: read %s: %w", bucket, err)
+			return last, false, fmt.Errorf("jetstream: read %s: %w", bucket, err)
 		}
-		last = max(last, md.Sequence.Stream)
-		if md.NumPending == 0 {
-			return last, nil
+		seq := md.Sequence.Stream
+		deleted := m.Headers().Get("KV-Operation") == "DEL" || m.Headers().Get("KV-Operation") == "PURGE" ||
+			m.Headers().Get(jetstream.MarkerReasonHeader) != ""
+		if task, ok := strings.CutPrefix(m.Subject(), prefix); ok {
+			fn(task, m.Data(), deleted, seq)
+		}
+		last = max(last, seq)
+		switch {
+		case md.NumPending == 0:
+			return last, true, nil
+		case end > 0 && seq >= end, limit > 0 && n >= limit:
+			return last, false, nil
 		}
 	}
 }
@@ -397,13 +402,13 @@ const snapshotIdle = 10 * time.Second
 
 var errSnapshotStalled = errors.New("jetstream: the bulk read of the rows stalled")
 
-// readRowsOneByOne completes a stalled bulk read: the keys come from the
-// bucket stream's subjects, and each row not held yet is fetched on its own
-// (the rows the bulk read dropped as not pertinent are read again: a stall
-// is rare, and remembering every key read would cost what dropping them
-// saves); a row that cannot be loaded is reported and left out of the pass
-// (engine doctor names it).
-func (d *Dispatcher) readRowsOneByOne(ctx context.Context, rows map[string]*taskRow, horizon time.Time) error {
+// readRowsOneByOne completes a stalled slice of the round: the keys come
+// from the bucket stream's subjects, and each row not in the view is
+// fetched on its own (the rows the round dropped as not pertinent are read
+// again: a stall is rare, and remembering every key read would cost what
+// dropping them saves); a row that cannot be loaded is reported and left
+// out of the pass (engine doctor names it).
+func (d *Dispatcher) readRowsOneByOne(ctx context.Context, horizon time.Time) error {
 	bucket := d.cfg.tasksBucket()
 	keys, err := rowKeys(ctx, d.js, bucket)
 	if err != nil {
@@ -411,10 +416,10 @@ func (d *Dispatcher) readRowsOneByOne(ctx context.Context, rows map[string]*task
 	}
 	missing := 0
 	for _, task := range keys {
-		if rows[task] != nil {
+		if d.view.rows[task] != nil {
 			continue
 		}
-		r, _, err := d.getRow(ctx, task)
+		r, rev, err := d.getRow(ctx, task)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return ctx.Err()
@@ -423,13 +428,10 @@ func (d *Dispatcher) readRowsOneByOne(ctx context.Context, rows map[string]*task
 			d.log.Error("reconcile skips a row the server cannot load; engine doctor reports it", "task", task, "err", err)
 		case r != nil:
 			d.stats.rowsRead.Add(1)
-			d.noteEnded(task, r)
-			if pertinent(r, horizon) {
-				rows[task] = viewRow(r)
-			}
+			d.applyRow(task, r, rev, horizon, true)
 		}
 	}
-	d.log.Warn("the bulk read of the dispatcher's rows stalled; read them one by one", "rows", len(rows), "unreadable", missing)
+	d.log.Warn("the bulk read of the dispatcher's rows stalled; read them one by one", "rows", len(d.view.rows), "unreadable", missing)
 	return nil
 }
 
@@ -463,9 +465,9 @@ func (d *Dispatcher) candidate(s *snapshot, task string, r *taskRow, now time.Ti
 			return false
 		}
 		if now.Before(deadline) {
-			// Re-armed if a full pass found its schedule gone; between
-			// full passes the backstops stand behind the schedules.
-			return s.timers != nil && !s.timers[d.subj.timer(task, r.Generation)]
+			// Its schedule is checked when the round visits the row;
+			// between visits the backstops stand behind the schedules.
+			return s.scheduled[task]
 		}
 		// Due: the broker fires the schedule up to a second late (whole
 		// seconds), its wake applied through the ingress, and the backstop
@@ -485,10 +487,10 @@ func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
 	return ids, err
 }
 
-// pass is sweep, and reports whether it read every row. Passes run one at
-// a time (RequeueStale beside the loop): each brings the view up to date
-// from where the one before left it.
-func (d *Dispatcher) pass(ctx context.Context) (ids []string, full bool, err error) {
+// pass is sweep, and reports whether the round is catching up. Passes run
+// one at a time (RequeueStale beside the loop): each brings the view up to
+// date from where the one before left it.
+func (d *Dispatcher) pass(ctx context.Context) (ids []string, catchingUp bool, err error) {
 	select {
 	case d.passSem <- struct{}{}:
 	case <-ctx.Done():
@@ -527,19 +529,26 @@ func (d *Dispatcher) pass(ctx context.Context) (ids []string, full bool, err err
 			firstErr = err
 		}
 	}
+	type leaderRow struct {
+		task string
+		row  *taskRow
+		rev  uint64
+	}
+	var reread []leaderRow
 	for range min(8, len(tasks)) {
 		wg.Go(func() {
 			for task := range work {
-				requeued, r, err := d.sweepRow(ctx, task)
+				requeued, r, rev, err := d.sweepRow(ctx, task)
 				if err != nil {
 					fail(err)
 					continue
 				}
+				mu.Lock()
+				reread = append(reread, leaderRow{task, r, rev})
 				if requeued {
-					mu.Lock()
 					hits = append(hits, hit{task, r.Created})
-					mu.Unlock()
 				}
+				mu.Unlock()
 			}
 		})
 	}
@@ -548,8 +557,18 @@ func (d *Dispatcher) pass(ctx context.Context) (ids []string, full bool, err err
 	}
 	close(work)
 	wg.Wait()
+	// The view takes what the leader said of the candidates: a row a slice
+	// read from a lagging replica is not a candidate again and again.
+	horizon := d.horizon(now)
+	for _, l := range reread {
+		if l.row == nil {
+			delete(d.view.rows, l.task)
+			continue
+		}
+		d.applyRow(l.task, l.row, l.rev, horizon, false)
+	}
 	if firstErr != nil {
-		return nil, s.full, firstErr
+		return nil, s.catchingUp, firstErr
 	}
 	// A repair of its own: a queue's consumer that cannot be asked (its
 	// leader between elections) must not cost the rest of the pass, the
@@ -566,16 +585,23 @@ func (d *Dispatcher) pass(ctx context.Context) (ids []string, full bool, err err
 	for _, h := range hits {
 		ids = append(ids, h.task)
 	}
-	return ids, s.full, nil
+	return ids, s.catchingUp, nil
 }
 
 // sweepRow repairs one candidate row, read again from the leader, and
-// reports whether it requeued it to ready.
-func (d *Dispatcher) sweepRow(ctx context.Context, task string) (bool, *taskRow, error) {
-	r, _, err := d.getRow(ctx, task)
+// reports whether it requeued it to ready, and the row it read (nil: there
+// is none) with its revision.
+func (d *Dispatcher) sweepRow(ctx context.Context, task string) (requeued bool, r *taskRow, rev uint64, err error) {
+	r, rev, err = d.getRow(ctx, task)
 	if err != nil || r == nil {
-		return false, nil, err
+		return false, nil, 0, err
 	}
+	requeued, err = d.repairRow(ctx, task, r)
+	return requeued, r, rev, err
+}
+
+// repairRow is sweepRow's repair of row r, read from the leader.
+func (d *Dispatcher) repairRow(ctx context.Context, task string, r *taskRow) (bool, error) {
 	switch r.Status {
 	case eventlog.DispatchLeased:
 		keyGone := false
@@ -587,16 +613,16 @@ func (d *Dispatcher) sweepRow(ctx context.Context, task string) (bool, *taskRow,
 			case errors.Is(err, jetstream.ErrKeyNotFound):
 				keyGone = true
 			case err != nil:
-				return false, nil, fmt.Errorf("jetstream: lease key of %s: %w", task, err)
+				return false, fmt.Errorf("jetstream: lease key of %s: %w", task, err)
 			default:
-				return false, nil, nil // live
+				return false, nil // live
 			}
 		}
 		ready, err := d.reclaim(ctx, task, r.LeaseID, keyGone)
 		if errors.Is(err, errSkip) {
-			return false, nil, nil
+			return false, nil
 		}
-		return ready, r, err
+		return ready, err
 	case eventlog.DispatchReady:
 		if r.Reserved {
 			break
@@ -605,13 +631,13 @@ func (d *Dispatcher) sweepRow(ctx context.Context, task string) (bool, *taskRow,
 		// the stream refuses a second signal on the subject.
 		there, err := d.readyLeaderGet(ctx, msgGetRequest{LastFor: d.subj.ready(r.Queue, task)})
 		if err != nil {
-			return false, nil, err
+			return false, err
 		}
 		if there != nil {
 			break
 		}
 		if err := d.signal(ctx, task, r.Queue, r.ReadyEpoch, false); err != nil {
-			return false, nil, fmt.Errorf("jetstream: ready signal of %s: %w", task, err)
+			return false, fmt.Errorf("jetstream: ready signal of %s: %w", task, err)
 		}
 		d.stats.resignalled.Add(1)
 		d.log.Info("reconcile published a lost ready signal", "task", task, "queue", r.Queue, "epoch", r.ReadyEpoch)
@@ -619,22 +645,39 @@ func (d *Dispatcher) sweepRow(ctx context.Context, task string) (bool, *taskRow,
 		if deadline, timed := deadlineOf(r.WakeOn); timed && r.Matched == nil {
 			cond := r.WakeOn.Clone()
 			if d.cfg.Now().Before(deadline) {
+				armed, err := d.scheduled(ctx, task, r.Generation)
+				if err != nil || armed {
+					return false, err
+				}
 				if err := d.armTimer(ctx, task, r.Generation, cond); err != nil {
-					return false, nil, err
+					return false, err
 				}
 				d.log.Info("reconcile re-armed a timer without its schedule", "task", task, "deadline", deadline)
 				break
 			}
 			_, err := d.fireTimer(ctx, task, r.Generation, cond, 0, false)
 			if err != nil && !errors.Is(err, errSkip) {
-				return false, nil, err
+				return false, err
 			}
 			if err == nil {
 				d.log.Info("reconcile fired an overdue timer", "task", task, "deadline", deadline, "late", d.cfg.Now().Sub(deadline))
 			}
 		}
 	}
-	return false, nil, nil
+	return false, nil
+}
+
+// scheduled reports whether the schedule of task's timer at generation gen
+// is in the timers stream (its leader answers).
+func (d *Dispatcher) scheduled(ctx context.Context, task string, gen uint64) (bool, error) {
+	subj := d.subj.timer(task, gen)
+	ctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	info, err := d.timers.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return false, fmt.Errorf("jetstream: schedule of %s: %w", task, err)
+	}
+	return info.State.Subjects[subj] > 0, nil
 }
 
 // Timer backstops. The broker fires a timer's schedule on its own clock, but

@@ -23,9 +23,13 @@ import (
 
 // BenchmarkReconcileIdle: one reconcile pass over a rows bucket of idle
 // rows (a third ended, a third suspended on an external event, a third on
-// a timer two days ahead, with its schedule), as a full pass (every row read, as every pass
-// was before ADR 0092) and as a pass between full passes, with no row
-// written since the pass before (changes) and with 1,000 (changes-1000). cpu-ms/op is the process's CPU time, the
+// a timer two days ahead, with its schedule). pass=whole reads every row
+// at one pass (a Dispatcher without a loop of passes; every pass before
+// ADR 0092, the hourly one before ADR 0110); pass=catch-up is a pass of a
+// round catching up (a Dispatcher's first); pass=slice a pass of a round
+// at the default pace (passes 15 s apart, a round an hour); pass=changes a
+// pass with no round due and no row written since the pass before, and
+// changes-1000 one with 1,000. cpu-ms/op is the process's CPU time, the
 // Dispatcher's and the in-process server's, over the passes alone;
 // rows-read/op the rows a pass read. The server is the test's own, with a
 // sync interval of a minute: the rows are written straight into the
@@ -67,15 +71,26 @@ func BenchmarkReconcileIdle(b *testing.B) {
 			if _, err := d.RequeueStale(ctx); err != nil {
 				b.Fatal(err)
 			}
-			for _, mode := range []string{"full", "changes", "changes-1000"} {
+			// No pass runs beside (SweepInterval < 0): the benchmark sets
+			// the view and the pace between passes.
+			for _, mode := range []string{"whole", "catch-up", "slice", "changes", "changes-1000"} {
 				b.Run("pass="+mode, func(b *testing.B) {
+					d.passGap = -1
+					if mode != "whole" {
+						d.passGap = DefaultSweepInterval
+					}
 					var cpu time.Duration
 					read := d.Stats().RowsRead
 					for b.Loop() {
 						switch mode {
-						case "full":
-							d.view.valid = false // no pass runs beside: SweepInterval < 0
-						case "changes-1000":
+						case "whole", "catch-up":
+							d.view.valid = false
+						case "slice":
+							d.view.round.done, d.view.round.began = true, time.Time{} // a round is due
+						case "changes", "changes-1000":
+							d.view.round.done, d.view.round.began = true, time.Now()
+						}
+						if mode == "changes-1000" {
 							// 1,000 rows written since the pass before.
 							b.StopTimer()
 							loadIdleRows(b, nc, d, 1000)
@@ -105,7 +120,7 @@ func cpuTime(b *testing.B) time.Duration {
 }
 
 // loadIdleRows writes n idle rows straight into d's rows bucket.
-func loadIdleRows(b *testing.B, nc *nats.Conn, d *Dispatcher, n int) {
+func loadIdleRows(b testing.TB, nc *nats.Conn, d *Dispatcher, n int) {
 	b.Helper()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {

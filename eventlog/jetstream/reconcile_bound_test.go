@@ -8,6 +8,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 )
 
@@ -52,6 +54,10 @@ func TestReconcilePassRequestsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ad.Close() })
+	// A row for the pass to read (an empty bucket needs no consumer).
+	if err := ad.Enqueue(t.Context(), noeta.NewTaskID(), eventlog.EnqueueOptions{Queue: "bound"}); err != nil {
+		t.Fatal(err)
+	}
 
 	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, pass))
 	if err != nil {

@@ -79,24 +79,42 @@ func TestReconcileSnapshotHoldsOnlyPertinentRows(t *testing.T) {
 
 // TestReconcileReadRowsEveryRowOnce: the bulk read, pulled a bounded batch
 // at a time, hands over the latest value of every row once, across many
-// batches, and leaves deleted rows out; an empty bucket ends at once.
+// batches, with deleted rows marked; it stops at its bound or at the
+// sequence it is given, and an empty bucket ends at once.
 func TestReconcileReadRowsEveryRowOnce(t *testing.T) {
 	ctx := t.Context()
 	d := passlessDispatcher(t, embeddedConn(t))
-	count := func() map[string]string {
-		got := map[string]string{}
-		if _, err := d.readRows(ctx, 0, func(task string, val []byte, _ bool) {
-			if _, dup := got[task]; dup {
+	type read struct {
+		rows    map[string]string
+		deleted int
+		last    uint64
+		drained bool
+	}
+	count := func(from, end, limit uint64) read {
+		got := read{rows: map[string]string{}}
+		var prev uint64
+		last, drained, err := d.readRowsUntil(ctx, from, end, limit, func(task string, val []byte, deleted bool, seq uint64) {
+			if seq <= prev {
+				t.Errorf("sequence %d handed over after %d", seq, prev)
+			}
+			prev = seq
+			if _, dup := got.rows[task]; dup {
 				t.Errorf("row %s handed over twice", task)
 			}
-			got[task] = string(val)
-		}); err != nil {
+			if deleted {
+				got.deleted++
+				return
+			}
+			got.rows[task] = string(val)
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
+		got.last, got.drained = last, drained
 		return got
 	}
-	if got := count(); len(got) != 0 {
-		t.Fatalf("an empty bucket gave %d rows", len(got))
+	if got := count(1, 0, 0); len(got.rows) != 0 || !got.drained {
+		t.Fatalf("an empty bucket gave %d rows (drained %v)", len(got.rows), got.drained)
 	}
 	const rows, deleted = 3*rowReadBatch + 17, 40
 	ids := make([]string, rows)
@@ -115,14 +133,21 @@ func TestReconcileReadRowsEveryRowOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := count()
-	if len(got) != rows-deleted {
-		t.Errorf("%d rows handed over, want %d (%d deleted)", len(got), rows-deleted, deleted)
+	got := count(1, 0, 0)
+	if len(got.rows) != rows-deleted || got.deleted != deleted || !got.drained || got.last != 2*rows {
+		t.Errorf("%d rows and %d deletes handed over up to %d (drained %v), want %d, %d and %d", len(got.rows), got.deleted, got.last, got.drained, rows-deleted, deleted, 2*rows)
 	}
-	for task, v := range got {
+	for task, v := range got.rows {
 		if v != "new" {
 			t.Errorf("row %s handed over as %q, want its latest value", task, v)
 		}
+	}
+	// Bounded by a count, then by a sequence.
+	if got := count(1, 0, 100); len(got.rows)+got.deleted != 100 || got.drained {
+		t.Errorf("a read of 100 handed over %d (drained %v)", len(got.rows)+got.deleted, got.drained)
+	}
+	if got := count(rows+1, rows+500, 0); len(got.rows)+got.deleted != 500 || got.last != rows+500 || got.drained {
+		t.Errorf("a read up to sequence %d handed over %d up to %d (drained %v), want 500", rows+500, len(got.rows)+got.deleted, got.last, got.drained)
 	}
 }
 
@@ -156,9 +181,9 @@ func passlessDispatcher(t *testing.T, nc *nats.Conn) *Dispatcher {
 
 // TestReconcileViewLostReadsEveryRow: when the rows stream cannot vouch for
 // what changed since the view's sequence (it was created again, or its last
-// sequence went back, as after a restore), or a reconnect asks for it, the
-// next pass reads every row again, and a ready row that lost its signal
-// meanwhile is still repaired.
+// sequence went back, as after a restore: two passes in a row are told so),
+// or a reconnect asks for it, a round reads every row again, and a ready
+// row that lost its signal meanwhile is still repaired.
 func TestReconcileViewLostReadsEveryRow(t *testing.T) {
 	ctx := t.Context()
 	nc := embeddedConn(t)
@@ -167,13 +192,14 @@ func TestReconcileViewLostReadsEveryRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, lose := range []struct {
-		what string
-		do   func()
+		what  string
+		do    func()
+		twice bool
 	}{
-		{"the stream created again", func() { d.view.created = d.view.created.Add(-time.Hour) }},
-		{"the last sequence gone back", func() { d.view.seq += 1000 }},
-		// At most one full pass in ten times the last one's length.
-		{"a reconnect", func() { d.fullWanted.Store(true); time.Sleep(reconcileDutyFactor * d.view.fullTook) }},
+		{"the stream created again", func() { d.view.created = d.view.created.Add(-time.Hour) }, true},
+		{"the last sequence gone back", func() { d.view.seq += 1000 }, true},
+		// At most one catch-up round in ten times the last round's busy time.
+		{"a reconnect", func() { d.fullWanted.Store(true); time.Sleep(reconcileDutyFactor * d.view.round.busy) }, false},
 	} {
 		task := noeta.NewTaskID()
 		if err := d.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: "lost"}); err != nil {
@@ -186,6 +212,16 @@ func TestReconcileViewLostReadsEveryRow(t *testing.T) {
 		lose.do()
 		if _, err := d.RequeueStale(ctx); err != nil {
 			t.Fatal(err)
+		}
+		if lose.twice {
+			// Taken for lost when a second pass is told the same.
+			if s := d.Stats(); s.FullReconciles != uint64(i+1) {
+				t.Errorf("%s: a round after one pass was told", lose.what)
+			}
+			lose.do()
+			if _, err := d.RequeueStale(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if s := d.Stats(); s.FullReconciles != uint64(i+2) || s.Resignalled != uint64(i+1) {
 			t.Errorf("%s: %d full passes, %d re-signalled; want %d and %d", lose.what, s.FullReconciles, s.Resignalled, i+2, i+1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,46 +28,96 @@ import (
 // is no window between a row's write and its index entry for a crash to
 // fall into.
 //
-// A full read (every row, as every pass did before) still runs:
-//   - at the first pass of a Dispatcher (the view is in memory only);
-//   - when the view cannot be trusted: the rows stream was created again or
-//     its last sequence went back (a restore), or the read of the changes
-//     stalled on a message the server cannot load;
-//   - after a reconnect of the connection, at most once every ten times
-//     the length of the last full read;
-//   - every FullSweepInterval (default an hour): a timer due beyond the
-//     horizon is not in the view and joins it at a full read before it is
-//     due; a timer's schedule is only checked by a full read (a lost one
-//     not yet due is re-armed there; one due is fired by any pass, and the
-//     backstop of every process fires it timerGrace late); and whatever a
-//     fault did to the view that this reasoning did not foresee is undone.
+// Besides the changes, the passes read every row in a rolling round (ADR
+// 0110): each pass reads a slice of the rows stream in sequence order,
+// sized so that the round has read every row written before it began
+// within FullSweepInterval, and a round follows the one before when that
+// interval has gone by. A read of every row at once (11-13 s of CPU at a
+// million rows) was the hourly cost before; a slice is what the round's
+// pace asks (about 4,200 rows a pass at a million rows and the default
+// intervals). The round is what the changes cannot give:
+//   - the rows written before the view began: a Dispatcher's first round,
+//     and a round after the view was lost (the rows stream was created
+//     again or its last sequence went back, as after a restore; the read
+//     of the changes stalled on a message the server cannot load) or a
+//     reconnect asked for one (at most once every ten times the last
+//     round's busy time), reads them at catch-up pace: slices of
+//     sliceCatchUp rows, passes following at a third of a core;
+//   - a timer due beyond the horizon is not in the view: the round takes it
+//     in before it is due (the horizon is two intervals ahead, and a row is
+//     visited at least once in any two intervals);
+//   - a timer's schedule is checked when the round visits its row (a lost
+//     one not yet due is re-armed; one due is fired by any pass, and the
+//     backstop of every process fires it timerGrace late);
+//   - whatever a fault did to the view that this reasoning did not foresee
+//     is undone: a row the round visits replaces an older one in the view,
+//     and a row the view holds from before the round's last sequence that
+//     the round did not visit (its message is gone) leaves it.
+//
+// A row carries the sequence of the message it was read from: a slice may
+// be read from a replica that has not yet applied the latest writes, and an
+// older message never replaces a newer one in the view.
 
-// DefaultFullSweepInterval is how often a Dispatcher reads every row,
-// besides at its first pass (DispatcherConfig.FullSweepInterval).
+// DefaultFullSweepInterval is the period in which the passes' rolling round
+// reads every row (DispatcherConfig.FullSweepInterval).
 const DefaultFullSweepInterval = time.Hour
+
+const (
+	// sliceMin is the fewest rows a pass's slice of the round reads: below
+	// it a round is read whole at one pass, as a few thousand rows cost a
+	// few milliseconds.
+	sliceMin = 4096
+	// sliceCatchUp is a slice while the round catches up: about 0.3-0.4 s
+	// of CPU here (11 µs a row, docs/benchmarks.md).
+	sliceCatchUp = 32768
+	// reconcileCatchUpFactor: while a round catches up, the next pass
+	// follows after this many times the last one's length.
+	reconcileCatchUpFactor = 2
+)
 
 // rowView is what the passes keep between them; only a pass (holding
 // passSem) reads or changes it.
 type rowView struct {
 	valid bool
-	// rows are the pertinent rows as of seq, trimmed of what a pass does
-	// not read (viewRow). A row in it is never changed, only replaced.
+	// rows are the pertinent rows, trimmed of what a pass does not read
+	// (viewRow), each with the sequence of its message. A row in it is
+	// never changed, only replaced.
 	rows map[string]*taskRow
-	// seq is the last sequence of the rows stream the view includes;
-	// created is the stream's creation time when the view was read.
+	// seq is the last sequence of the rows stream the changes read;
+	// created is the stream's creation time when the view began.
 	seq     uint64
 	created time.Time
-	// horizon: rows suspended on a deadline after it are left out, for a
-	// later full read.
-	horizon time.Time
-	// fullAt is when the last full read began, fullTook how long it took.
-	fullAt   time.Time
-	fullTook time.Duration
+	// suspect: the last pass was told the stream was created again or
+	// its last sequence went back.
+	suspect bool
+	// round is the rolling read of every row under way, or the last one.
+	round sweepRound
+	// scheduled are the rows the slice of this pass visited suspended on
+	// a deadline ahead: their schedules are checked.
+	scheduled map[string]bool
 	// ended says, for the subtasks parents in the view wait on and whose
 	// own rows are not in it, whether their rows are terminal; every row
 	// read updates the entry it has, so one read of a subtask's row lasts
 	// as long as a parent waits on it.
 	ended map[string]bool
+}
+
+// sweepRound is one rolling read of every row written up to end.
+type sweepRound struct {
+	n     uint64 // numbers the rounds of the view: a row's viewRound says which visited it
+	began time.Time
+	end   uint64 // the view's seq when the round began: the changes read what follows
+	next  uint64 // the sequence the next slice starts from
+	msgs  uint64 // the messages the rows stream held when the round began
+	read  uint64 // the messages the round's slices read so far
+	// busy is the time spent in its slices: a reconnect starts a round
+	// only ten times that after the last began.
+	busy       time.Duration
+	sliceBegan time.Time // when the slice under way began
+	// catchUp: read at sliceCatchUp a pass (the view does not yet hold the
+	// rows written before it began).
+	catchUp bool
+	done    bool
 }
 
 // passRequest bounds one request of a reconcile pass by RequestTimeout,
@@ -80,46 +131,218 @@ func (d *Dispatcher) passRequest(ctx context.Context) (context.Context, context.
 	return context.WithTimeout(ctx, d.cfg.RequestTimeout)
 }
 
-// errViewLost: the changes cannot be read onto the view; a full read
-// replaces it.
+// errViewLost: the changes cannot be read onto the view; a new view is
+// read.
 var errViewLost = errors.New("jetstream: the reconcile view cannot be brought up to date")
 
-// fullInterval is the period of the full reads: FullSweepInterval, and at
-// least ten times the length of the last one.
-func (d *Dispatcher) fullInterval() time.Duration {
-	return max(d.cfg.FullSweepInterval, reconcileDutyFactor*d.view.fullTook)
+// horizon is how far ahead a row suspended on a deadline is kept in the
+// view: every row is visited at least once in any two round intervals, so
+// a row left out is visited again before its deadline comes within
+// backstopHorizon.
+func (d *Dispatcher) horizon(now time.Time) time.Time {
+	return now.Add(2*d.cfg.FullSweepInterval + backstopHorizon)
 }
 
-// fullDue reports whether this pass must read every row.
-func (d *Dispatcher) fullDue(now time.Time) bool {
-	v := &d.view
-	switch {
-	case !v.valid:
-		return true
-	case !now.Before(v.fullAt.Add(d.fullInterval())):
-		return true
-	case d.fullWanted.Load() && !now.Before(v.fullAt.Add(reconcileDutyFactor*v.fullTook)):
-		return true
-	}
-	return false
-}
-
-// refreshView brings the view up to date, by the changes since it was read
-// or by a full read, and reports which. The caller holds passSem.
-func (d *Dispatcher) refreshView(ctx context.Context) (full bool, err error) {
+// refreshView brings the view up to date: the changes since the pass
+// before, and a slice of the round. It reports whether the round is
+// catching up. The caller holds passSem.
+func (d *Dispatcher) refreshView(ctx context.Context) (catchingUp bool, err error) {
 	now := d.cfg.Now()
-	if !d.fullDue(now) {
-		err := d.readChanges(ctx)
-		if err == nil {
-			return false, nil
-		}
-		if !errors.Is(err, errViewLost) {
+	v := &d.view
+	v.scheduled = map[string]bool{}
+	info, err := d.rowsStream(ctx)
+	if err != nil {
+		return false, err
+	}
+	if v.valid {
+		err := d.readChanges(ctx, info, now)
+		if errors.Is(err, errViewLost) {
+			d.log.Warn("reconcile reads every row again", "why", err)
+			v.valid = false
+		} else if err != nil {
 			return false, err
 		}
-		d.log.Warn("reconcile reads every row again", "why", err)
-		d.view.valid = false
 	}
-	return true, d.readAll(ctx, now)
+	switch {
+	case !v.valid:
+		// Every row is read again by a round at catch-up pace; the
+		// changes go on from the leader's last sequence. What the old
+		// view held is dropped: its sequences may belong to another
+		// stream.
+		ended := v.ended
+		if ended == nil {
+			ended = map[string]bool{}
+		}
+		*v = rowView{valid: true, rows: map[string]*taskRow{}, seq: info.State.LastSeq, created: info.Created,
+			round: sweepRound{n: v.round.n}, scheduled: map[string]bool{}, ended: ended}
+		d.beginRound(info, now, true)
+	case d.fullWanted.Load() && v.round.catchUp && !v.round.done:
+		d.fullWanted.Store(false) // the round under way reads every row at that pace
+	case d.fullWanted.Load() && !now.Before(v.round.began.Add(reconcileDutyFactor*v.round.busy)):
+		d.beginRound(info, now, true)
+	case v.round.done && !now.Before(v.round.began.Add(d.cfg.FullSweepInterval)):
+		d.beginRound(info, now, false)
+	}
+	read, err := d.readSlice(ctx, now)
+	if err != nil {
+		return false, err
+	}
+	// A slice that read nothing (its consumer on a replica that lags) is
+	// not hurried: the next pass comes at the usual period.
+	return v.round.catchUp && !v.round.done && read > 0, nil
+}
+
+// beginRound starts a round over every row up to the view's sequence.
+func (d *Dispatcher) beginRound(info *jetstream.StreamInfo, now time.Time, catchUp bool) {
+	v := &d.view
+	if catchUp {
+		d.fullWanted.Store(false)
+	}
+	v.round = sweepRound{n: v.round.n + 1, began: now, end: v.seq, next: max(info.State.FirstSeq, 1),
+		msgs: info.State.Msgs, catchUp: catchUp}
+	if v.round.end < v.round.next || info.State.Msgs == 0 {
+		d.endRound(false)
+	}
+}
+
+// sliceSize is how many rows this pass's slice reads: what the round must
+// have read by the next pass to end within FullSweepInterval (all that is
+// left without a loop of passes), at least sliceMin, and sliceCatchUp
+// while it catches up.
+func (d *Dispatcher) sliceSize(now time.Time) uint64 {
+	r := &d.view.round
+	want := r.msgs
+	if gap := d.passGap; gap > 0 {
+		if f := float64(now.Sub(r.began)+gap) / float64(d.cfg.FullSweepInterval); f < 1 {
+			want = uint64(math.Ceil(max(f, 0) * float64(r.msgs)))
+		}
+	}
+	n := uint64(sliceMin)
+	if want > r.read {
+		n = max(n, want-r.read)
+	}
+	if r.catchUp {
+		n = max(n, sliceCatchUp)
+	}
+	return n
+}
+
+// readSlice reads the round's next slice onto the view, ends the round
+// when it has read up to the round's last sequence, and returns the
+// messages it read.
+func (d *Dispatcher) readSlice(ctx context.Context, now time.Time) (read uint64, err error) {
+	v := &d.view
+	r := &v.round
+	if r.done {
+		return 0, nil
+	}
+	r.sliceBegan = time.Now()
+	defer func() { r.busy += time.Since(r.sliceBegan) }()
+	horizon := d.horizon(now)
+	last, drained, err := d.readRowsUntil(ctx, r.next, r.end, d.sliceSize(now), func(task string, val []byte, deleted bool, seq uint64) {
+		read++
+		if seq > r.end {
+			return // written after the round began: the changes read it
+		}
+		if deleted {
+			d.applyRow(task, nil, seq, horizon, true)
+			return
+		}
+		row, err := decodeRow(task, val)
+		if err != nil {
+			d.log.Error("reconcile skips a corrupt row", "task", task, "err", err)
+		}
+		d.applyRow(task, row, seq, horizon, true)
+	})
+	r.read += read
+	if last > 0 {
+		r.next = max(r.next, last+1)
+	}
+	switch {
+	case errors.Is(err, errSnapshotStalled):
+		// A message the server cannot load stops every consumer at it:
+		// the rest of the round is read one row at a time.
+		if err := d.readRowsOneByOne(ctx, horizon); err != nil {
+			return read, err
+		}
+		d.endRound(false)
+		return read, nil
+	case err != nil:
+		return read, err
+	case last >= r.end:
+		d.endRound(true)
+	case drained:
+		// The read found nothing more before the round's last sequence:
+		// either that is so (the messages up to it were removed), or the
+		// read's consumer sits on a replica that has not applied them
+		// yet, and the next pass reads on. The leader tells which.
+		m, err := d.leaderGet(ctx, "KV_"+d.cfg.tasksBucket(), msgGetRequest{Seq: r.next, NextFor: "$KV." + d.cfg.tasksBucket() + ".>"})
+		if err != nil {
+			return read, err
+		}
+		if m == nil || m.Sequence > r.end {
+			d.endRound(true)
+		}
+	}
+	return read, nil
+}
+
+// endRound ends the round; visited says whether it read every message up
+// to its last sequence in order, so that a row the view holds from before
+// that sequence and the round did not visit is gone from the stream.
+func (d *Dispatcher) endRound(visited bool) {
+	v := &d.view
+	if visited {
+		for task, row := range v.rows {
+			if row.viewSeq <= v.round.end && row.viewRound != v.round.n {
+				delete(v.rows, task)
+			}
+		}
+	}
+	v.round.done = true
+	d.stats.fullReconciles.Add(1)
+	if v.round.catchUp {
+		d.log.Info("reconcile has read every row", "messages", v.round.read, "busy", v.round.busy+time.Since(v.round.sliceBegan), "took", d.cfg.Now().Sub(v.round.began))
+	}
+}
+
+// applyRow puts onto the view what the message at seq says of task: its
+// row, or nil (deleted, or unreadable). A message older than the one the
+// view holds is passed over; byRound marks the row the round's.
+func (d *Dispatcher) applyRow(task string, r *taskRow, seq uint64, horizon time.Time, byRound bool) {
+	v := &d.view
+	if r != nil {
+		d.noteEnded(task, r)
+	} else if _, ok := v.ended[task]; ok {
+		v.ended[task] = false
+	}
+	if old := v.rows[task]; old != nil && old.viewSeq >= seq {
+		if byRound && old.viewSeq == seq && old.viewRound != v.round.n {
+			c := *old
+			c.viewRound = v.round.n
+			v.rows[task] = &c
+			d.noteScheduled(task, &c)
+		}
+		return
+	}
+	if r == nil || !pertinent(r, horizon) {
+		delete(v.rows, task)
+		return
+	}
+	row := viewRow(r)
+	row.viewSeq, row.viewRound = seq, v.round.n
+	v.rows[task] = row
+	if byRound {
+		d.noteScheduled(task, row)
+	}
+}
+
+// noteScheduled marks a row the round visited whose timer is ahead, for
+// its schedule to be checked.
+func (d *Dispatcher) noteScheduled(task string, r *taskRow) {
+	if deadline, timed := deadlineOf(r.WakeOn); r.Status == eventlog.DispatchSuspended && timed && r.Matched == nil && d.cfg.Now().Before(deadline) {
+		d.view.scheduled[task] = true
+	}
 }
 
 // rowsStream looks the rows bucket's stream up (its leader answers).
@@ -133,100 +356,43 @@ func (d *Dispatcher) rowsStream(ctx context.Context) (*jetstream.StreamInfo, err
 	return s.CachedInfo(), nil
 }
 
-// readAll replaces the view with one read of every row. The view's
-// sequence is the last the read delivered, not the stream's last as its
-// leader tells it: the read's consumer may sit on a replica that has not
-// applied the latest writes (the server places a consumer of one replica
-// on any peer of the stream), and a sequence taken from the leader would
-// have the next pass's changes begin past rows the view never saw, left
-// out until the next full read. The messages come in sequence order, so
-// every row written up to the last delivered is in the view, and what was
-// written after is read by the next pass's changes. A read that stalled
-// and was completed one row at a time from the leader goes on from the
-// stream's last before the read began (the stalled message is passed).
-func (d *Dispatcher) readAll(ctx context.Context, now time.Time) error {
-	began := time.Now()
-	info, err := d.rowsStream(ctx)
-	if err != nil {
-		return err
-	}
-	horizon := now.Add(2*d.fullInterval() + backstopHorizon)
-	rows := map[string]*taskRow{}
-	seq, err := d.readRows(ctx, 0, func(task string, val []byte, deleted bool) {
-		if deleted {
-			return
-		}
-		r, err := decodeRow(task, val)
-		if err != nil {
-			d.log.Error("reconcile skips a corrupt row", "task", task, "err", err)
-			return
-		}
-		d.noteEnded(task, r)
-		if pertinent(r, horizon) {
-			rows[task] = viewRow(r)
-		}
-	})
-	if errors.Is(err, errSnapshotStalled) {
-		seq = info.State.LastSeq
-		err = d.readRowsOneByOne(ctx, rows, horizon)
-	}
-	if err != nil {
-		return err
-	}
-	ended := d.view.ended
-	if ended == nil {
-		ended = map[string]bool{}
-	}
-	d.view = rowView{
-		valid:    true,
-		rows:     rows,
-		seq:      seq,
-		created:  info.Created,
-		horizon:  horizon,
-		fullAt:   now,
-		fullTook: time.Since(began),
-		ended:    ended,
-	}
-	d.fullWanted.Store(false)
-	d.stats.fullReconciles.Add(1)
-	return nil
-}
-
 // readChanges applies to the view the rows written since its sequence.
-func (d *Dispatcher) readChanges(ctx context.Context) error {
+func (d *Dispatcher) readChanges(ctx context.Context, info *jetstream.StreamInfo, now time.Time) error {
 	v := &d.view
-	info, err := d.rowsStream(ctx)
-	if err != nil {
-		return err
-	}
+	var lost error
 	switch {
 	case !info.Created.Equal(v.created):
-		return fmt.Errorf("%w: %s was created again", errViewLost, d.cfg.tasksBucket())
+		lost = fmt.Errorf("%w: %s was created again", errViewLost, d.cfg.tasksBucket())
 	case info.State.LastSeq < v.seq:
-		return fmt.Errorf("%w: the last sequence of %s went back from %d to %d", errViewLost, d.cfg.tasksBucket(), v.seq, info.State.LastSeq)
-	case info.State.LastSeq == v.seq:
+		lost = fmt.Errorf("%w: the last sequence of %s went back from %d to %d", errViewLost, d.cfg.tasksBucket(), v.seq, info.State.LastSeq)
+	}
+	if lost != nil {
+		// A replica answers for a stream whose group has no leader (an
+		// election on a loaded cluster), from its own state, which may
+		// lag: the view is taken for lost only if the next pass is told
+		// the same, as it is after a restore.
+		if !v.suspect {
+			v.suspect = true
+			d.log.Warn("the rows stream looks restored; the next pass asks again", "why", lost)
+			return nil
+		}
+		return lost
+	}
+	v.suspect = false
+	if info.State.LastSeq == v.seq {
 		return nil // nothing written since
 	}
-	last, err := d.readRows(ctx, v.seq+1, func(task string, val []byte, deleted bool) {
+	horizon := d.horizon(now)
+	last, _, err := d.readRowsUntil(ctx, v.seq+1, 0, 0, func(task string, val []byte, deleted bool, seq uint64) {
 		if deleted {
-			delete(v.rows, task)
-			if _, ok := v.ended[task]; ok {
-				v.ended[task] = false
-			}
+			d.applyRow(task, nil, seq, horizon, false)
 			return
 		}
 		r, err := decodeRow(task, val)
 		if err != nil {
 			d.log.Error("reconcile skips a corrupt row", "task", task, "err", err)
-			delete(v.rows, task)
-			return
 		}
-		d.noteEnded(task, r)
-		if pertinent(r, v.horizon) {
-			v.rows[task] = viewRow(r)
-		} else {
-			delete(v.rows, task)
-		}
+		d.applyRow(task, r, seq, horizon, false)
 	})
 	if errors.Is(err, errSnapshotStalled) {
 		return fmt.Errorf("%w: %w", errViewLost, err)
@@ -238,7 +404,7 @@ func (d *Dispatcher) readChanges(ctx context.Context) error {
 	// yet (a row is only ever replaced by a later write, never removed,
 	// so the leader's last message is there to be read): the view stays
 	// where it is and the next pass reads them, rather than going on from
-	// the leader's last and leaving them out until the next full read.
+	// the leader's last and leaving them out until the next round.
 	v.seq = max(v.seq, last)
 	return err
 }

@@ -1,0 +1,206 @@
+package jetstream
+
+import (
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/eventlog/internal/dispatchrow"
+)
+
+// The tests of the rolling round (ADR 0110): every row is read within
+// FullSweepInterval, a slice a pass, and what the changes alone cannot find
+// is found by it.
+
+// testClock is a clock a test sets.
+type testClock struct{ ns atomic.Int64 }
+
+func newTestClock(t time.Time) *testClock {
+	c := &testClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+
+func (c *testClock) add(d time.Duration) { c.ns.Add(int64(d)) }
+func (c *testClock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
+
+// roundDispatcher opens a Dispatcher on nc whose passes run only when the
+// test asks, on clock, with an hour's round paced for passes gap apart.
+func roundDispatcher(t *testing.T, nc *nats.Conn, clock *testClock, gap time.Duration) *Dispatcher {
+	t.Helper()
+	d, err := OpenDispatcher(t.Context(), nc, DispatcherConfig{SweepInterval: -1, FullSweepInterval: time.Hour,
+		LeaseTTL: time.Minute, Now: clock.now, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	d.passGap = gap // before any pass: no loop runs beside
+	return d
+}
+
+// passReads runs a pass and returns the rows it read and the rounds it
+// ended.
+func passReads(t *testing.T, d *Dispatcher) (rows, rounds uint64) {
+	t.Helper()
+	before := d.Stats()
+	if _, err := d.RequeueStale(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	after := d.Stats()
+	return after.RowsRead - before.RowsRead, after.FullReconciles - before.FullReconciles
+}
+
+// TestReconcileRoundReadsInSlices: a Dispatcher's first round reads at
+// catch-up pace; the rounds after it read a slice a pass, what the round
+// must have read by the next pass to end within FullSweepInterval, and the
+// rest at once when that interval is about to run out. Reproduction (issue
+// 31, docs/benchmarks.md): the hourly full read of a million rows was one
+// pass of 11-13 s of CPU.
+func TestReconcileRoundReadsInSlices(t *testing.T) {
+	nc := embeddedConn(t)
+	clock := newTestClock(time.Now())
+	d := roundDispatcher(t, nc, clock, 15*time.Minute)
+	const rows = 5 * sliceMin
+	loadIdleRows(t, nc, d, rows)
+
+	if n, rounds := passReads(t, d); n != rows || rounds != 1 {
+		t.Fatalf("the first pass read %d rows and ended %d rounds, want all %d at catch-up pace and 1", n, rounds, rows)
+	}
+	if n, rounds := passReads(t, d); n != 0 || rounds != 0 {
+		t.Fatalf("a pass within the round's interval read %d rows (%d rounds), want 0", n, rounds)
+	}
+	// A round an hour after: passes a quarter of the interval apart read
+	// a quarter of the rows each, and what is left when the interval is
+	// about to run out.
+	clock.add(time.Hour)
+	for i, want := range []uint64{rows / 4, rows / 4} {
+		if n, rounds := passReads(t, d); n != want || rounds != 0 {
+			t.Fatalf("pass %d of the round read %d rows and ended %d rounds, want %d and 0", i+1, n, rounds, want)
+		}
+		clock.add(15 * time.Minute)
+	}
+	clock.add(15 * time.Minute) // 45 minutes in: the next pass would come past the interval
+	if n, rounds := passReads(t, d); n != rows/2 || rounds != 1 {
+		t.Fatalf("the round's last pass read %d rows and ended %d rounds, want %d and 1", n, rounds, rows/2)
+	}
+	// A slice reads no fewer than sliceMin rows, however early.
+	clock.add(time.Hour)
+	d.passGap = time.Second
+	if n, _ := passReads(t, d); n != sliceMin {
+		t.Errorf("a slice read %d rows, want sliceMin (%d)", n, sliceMin)
+	}
+}
+
+// TestReconcileRoundReArmsALostSchedule: the schedule of a timer within the
+// horizon, lost before it is due, is armed again when the round visits its
+// row, and not checked between visits.
+func TestReconcileRoundReArmsALostSchedule(t *testing.T) {
+	nc := embeddedConn(t)
+	clock := newTestClock(time.Now())
+	d := roundDispatcher(t, nc, clock, -1)
+	ctx := t.Context()
+	task := noeta.NewTaskID()
+	if err := d.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: "q", Reserved: true}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := d.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: task})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond := noeta.TimerWake(clock.now().Add(90 * time.Minute)) // within the horizon
+	if err := d.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond}); err != nil {
+		t.Fatal(err)
+	}
+	subj := d.subj.timer(task, 1)
+	armed := func() bool {
+		t.Helper()
+		ok, err := d.scheduled(ctx, task, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !armed() {
+		t.Fatal("the suspend armed no schedule")
+	}
+	passReads(t, d) // the first round visits the row, schedule in place
+	if err := d.timers.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+		t.Fatal(err)
+	}
+	passReads(t, d)
+	if armed() {
+		t.Fatal("a pass between visits of the round checked the schedule")
+	}
+	clock.add(time.Hour) // the next round; the deadline is half an hour ahead
+	if _, rounds := passReads(t, d); rounds != 1 {
+		t.Fatalf("the pass ended %d rounds, want 1", rounds)
+	}
+	if !armed() {
+		t.Error("the round visited the row and left its schedule lost")
+	}
+}
+
+// TestReconcileRoundDropsRowsGoneFromTheStream: a row the view holds whose
+// message left the stream without a marker (an operator's purge of its
+// subject) is dropped when a round has read past it. The round ends though
+// its last sequence holds no message any more (the leader says nothing is
+// left before it).
+func TestReconcileRoundDropsRowsGoneFromTheStream(t *testing.T) {
+	nc := embeddedConn(t)
+	clock := newTestClock(time.Now())
+	d := roundDispatcher(t, nc, clock, -1)
+	ctx := t.Context()
+	loadIdleRows(t, nc, d, 30)
+	task := noeta.NewTaskID()
+	if err := d.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	passReads(t, d)
+	row := d.view.rows[task]
+	if row == nil {
+		t.Fatal("the ready row is not in the view")
+	}
+	s, err := d.js.Stream(ctx, "KV_"+d.cfg.tasksBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject("$KV."+d.cfg.tasksBucket()+"."+task)); err != nil {
+		t.Fatal(err)
+	}
+	clock.add(time.Hour)
+	if _, rounds := passReads(t, d); rounds != 1 {
+		t.Fatalf("the pass ended %d rounds, want 1 (its last sequence is gone)", rounds)
+	}
+	if d.view.rows[task] != nil {
+		t.Error("the row whose message is gone stayed in the view")
+	}
+}
+
+// TestReconcileViewKeepsTheNewerRow: a message older than the one the view
+// holds for a row (a slice read from a replica that has not applied the
+// latest writes) never replaces it, and a newer one does.
+func TestReconcileViewKeepsTheNewerRow(t *testing.T) {
+	d := &Dispatcher{cfg: DispatcherConfig{Now: time.Now}, view: rowView{rows: map[string]*taskRow{}, scheduled: map[string]bool{}, ended: map[string]bool{}}}
+	horizon := time.Now().Add(time.Hour)
+	ready := &taskRow{Row: dispatchrow.Row{Status: eventlog.DispatchReady, Queue: "q"}}
+	ended := &taskRow{Row: dispatchrow.Row{Status: eventlog.DispatchTerminal}}
+	d.applyRow("t", ready, 10, horizon, false)
+	d.applyRow("t", ended, 5, horizon, true)
+	if r := d.view.rows["t"]; r == nil || r.Status != eventlog.DispatchReady || r.viewSeq != 10 {
+		t.Fatalf("an older message replaced the row: %+v", r)
+	}
+	d.applyRow("t", nil, 7, horizon, true) // an older delete marker
+	if d.view.rows["t"] == nil {
+		t.Fatal("an older delete took the row out")
+	}
+	d.applyRow("t", ended, 11, horizon, true)
+	if r := d.view.rows["t"]; r != nil {
+		t.Fatalf("a newer message that ended the row left it in the view: %+v", r)
+	}
+}
