@@ -504,9 +504,13 @@ func (d *Dispatcher) pass(ctx context.Context) (ids []string, catchingUp bool, e
 	now := d.cfg.Now()
 	var tasks []string
 	for task, r := range s.rows {
-		if d.candidate(s, task, r, now) {
+		repair := d.candidate(s, task, r, now)
+		if repair {
 			tasks = append(tasks, task)
-		} else if _, timed := deadlineOf(r.WakeOn); r.Status == eventlog.DispatchSuspended && timed && r.Matched == nil {
+		}
+		// A timer not fired by this pass gets its backstop, a candidate
+		// only for its schedule's check included.
+		if deadline, timed := deadlineOf(r.WakeOn); r.Status == eventlog.DispatchSuspended && timed && r.Matched == nil && (!repair || now.Before(deadline)) {
 			d.backstopTimer(task, r.Generation, r.WakeOn.Clone())
 		}
 	}
