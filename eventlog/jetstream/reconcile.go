@@ -101,7 +101,7 @@ func (d *Dispatcher) reconcileLoop(ctx context.Context, status <-chan nats.Statu
 		}
 		pctx, cancel := context.WithTimeout(ctx, reconcilePassMax)
 		began := time.Now()
-		ids, catchingUp, err := d.pass(pctx)
+		ids, catchingUp, err := d.pass(pctx, false)
 		took := time.Since(began)
 		cancel()
 		switch {
@@ -254,8 +254,9 @@ type snapshot struct {
 	keys    map[string]bool // lease keys that exist
 	signals map[string]bool // ready subjects holding a signal
 	// scheduled are the rows the round visited in this pass whose timer is
-	// ahead: their schedules are checked.
-	scheduled map[string]bool
+	// ahead: their schedules are checked. confirm are rows the round put
+	// into the view from a replicated stream: the leader confirms them.
+	scheduled, confirm map[string]bool
 	// catchingUp: the round does not yet hold every row written before it.
 	catchingUp bool
 }
@@ -266,12 +267,12 @@ type snapshot struct {
 // the key listing began, and a key missing from the listing ended in
 // between (or the listing lagged; the candidate is checked again with the
 // leader). The caller holds passSem.
-func (d *Dispatcher) readSnapshot(ctx context.Context) (*snapshot, error) {
-	catchingUp, err := d.refreshView(ctx)
+func (d *Dispatcher) readSnapshot(ctx context.Context, finish bool) (*snapshot, error) {
+	catchingUp, err := d.refreshView(ctx, finish)
 	if err != nil {
 		return nil, err
 	}
-	s := &snapshot{rows: d.view.rows, keys: map[string]bool{}, signals: map[string]bool{}, scheduled: d.view.scheduled, catchingUp: catchingUp}
+	s := &snapshot{rows: d.view.rows, keys: map[string]bool{}, signals: map[string]bool{}, scheduled: d.view.scheduled, confirm: d.view.confirm, catchingUp: catchingUp}
 	// The lease keys and the signals are listed only for rows that can
 	// use them: the listing of the keys reads, besides the live leases, a
 	// lease TTL's worth of the markers released and expired keys leave.
@@ -402,37 +403,41 @@ const snapshotIdle = 10 * time.Second
 
 var errSnapshotStalled = errors.New("jetstream: the bulk read of the rows stalled")
 
-// readRowsOneByOne completes a stalled slice of the round: the keys come
-// from the bucket stream's subjects, and each row not in the view is
-// fetched on its own (the rows the round dropped as not pertinent are read
-// again: a stall is rare, and remembering every key read would cost what
-// dropping them saves); a row that cannot be loaded is reported and left
-// out of the pass (engine doctor names it).
-func (d *Dispatcher) readRowsOneByOne(ctx context.Context, horizon time.Time) error {
-	bucket := d.cfg.tasksBucket()
-	keys, err := rowKeys(ctx, d.js, bucket)
-	if err != nil {
-		return fmt.Errorf("jetstream: read %s: %w", bucket, err)
-	}
+// readRowsOneByOne reads, from the leader, the next limit (0: all) of the
+// keys a round that stalled twice has left (rowView.round.keys), each row
+// not in the view on its own (the rows the round dropped as not pertinent
+// are read again: a stall is rare, and remembering every key read would
+// cost what dropping them saves), and ends the round when none is left. A
+// row that cannot be loaded is reported and left out (engine doctor names
+// it).
+func (d *Dispatcher) readRowsOneByOne(ctx context.Context, horizon time.Time, limit uint64) (read uint64, err error) {
+	r := &d.view.round
 	missing := 0
-	for _, task := range keys {
-		if d.view.rows[task] != nil {
-			continue
+	for len(r.keys) > 0 && (limit == 0 || read < limit) {
+		task := r.keys[0]
+		if d.view.rows[task] == nil {
+			row, rev, err := d.getRow(ctx, task)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return read, ctx.Err()
+			case err != nil:
+				missing++
+				d.log.Error("reconcile skips a row the server cannot load; engine doctor reports it", "task", task, "err", err)
+			case row != nil:
+				read++
+				d.stats.rowsRead.Add(1)
+				d.applyRow(task, row, rev, horizon, true)
+			}
 		}
-		r, rev, err := d.getRow(ctx, task)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil:
-			missing++
-			d.log.Error("reconcile skips a row the server cannot load; engine doctor reports it", "task", task, "err", err)
-		case r != nil:
-			d.stats.rowsRead.Add(1)
-			d.applyRow(task, r, rev, horizon, true)
-		}
+		r.keys = r.keys[1:]
 	}
-	d.log.Warn("the bulk read of the dispatcher's rows stalled; read them one by one", "rows", len(d.view.rows), "unreadable", missing)
-	return nil
+	if len(r.keys) == 0 {
+		d.endRound(ctx, false)
+	}
+	if missing > 0 {
+		d.log.Warn("rows the server cannot load were left out of the reconcile round", "unreadable", missing)
+	}
+	return read, nil
 }
 
 // streamSubjects lists the subjects of stream matching filter that hold a
@@ -454,6 +459,9 @@ func streamSubjects(ctx context.Context, s jetstream.Stream, filter string) (map
 // candidate reports whether row r of task, as the snapshot saw it, may need
 // a repair.
 func (d *Dispatcher) candidate(s *snapshot, task string, r *taskRow, now time.Time) bool {
+	if s.confirm[task] {
+		return true
+	}
 	switch r.Status {
 	case eventlog.DispatchLeased:
 		return !s.keys[leaseKey(task, r.LeaseID)] || !now.Before(r.Expires)
@@ -480,24 +488,26 @@ func (d *Dispatcher) candidate(s *snapshot, task string, r *taskRow, now time.Ti
 	return false
 }
 
-// sweep is one reconcile pass. It returns the tasks whose ended lease it
-// requeued to ready, in creation order.
+// sweep is one reconcile pass that reads the rest of the round under way
+// (a pass on demand covers every row). It returns the tasks whose ended
+// lease it requeued to ready, in creation order.
 func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
-	ids, _, err := d.pass(ctx)
+	ids, _, err := d.pass(ctx, true)
 	return ids, err
 }
 
-// pass is sweep, and reports whether the round is catching up. Passes run
-// one at a time (RequeueStale beside the loop): each brings the view up to
-// date from where the one before left it.
-func (d *Dispatcher) pass(ctx context.Context) (ids []string, catchingUp bool, err error) {
+// pass is sweep (finish: the round's rest, else a slice), and reports
+// whether the round is catching up. Passes run one at a time (RequeueStale
+// beside the loop): each brings the view up to date from where the one
+// before left it.
+func (d *Dispatcher) pass(ctx context.Context, finish bool) (ids []string, catchingUp bool, err error) {
 	select {
 	case d.passSem <- struct{}{}:
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}
 	defer func() { <-d.passSem }()
-	s, err := d.readSnapshot(ctx)
+	s, err := d.readSnapshot(ctx, finish)
 	if err != nil {
 		return nil, false, err
 	}
@@ -675,7 +685,7 @@ func (d *Dispatcher) repairRow(ctx context.Context, task string, r *taskRow) (bo
 // is in the timers stream (its leader answers).
 func (d *Dispatcher) scheduled(ctx context.Context, task string, gen uint64) (bool, error) {
 	subj := d.subj.timer(task, gen)
-	ctx, cancel := d.withTimeout(ctx)
+	ctx, cancel := d.passRequest(ctx)
 	defer cancel()
 	info, err := d.timers.Info(ctx, jetstream.WithSubjectFilter(subj))
 	if err != nil {
@@ -774,13 +784,13 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 		awaited[task] = true
 		e, ok := known[task]
 		if !ok {
-			r, _, err := d.getRow(ctx, task)
-			e = err == nil && r != nil && r.Status == eventlog.DispatchTerminal
+			r, rev, err := d.getRow(ctx, task)
+			e = endedAt{ended: err == nil && r != nil && r.Status == eventlog.DispatchTerminal, seq: rev}
 			if err == nil {
 				known[task] = e
 			}
 		}
-		return e
+		return e.ended
 	}
 	for task, r := range s.rows {
 		subtasks := awaitedSubtasks(r)

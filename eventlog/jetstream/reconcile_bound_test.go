@@ -71,9 +71,24 @@ func TestReconcilePassRequestsBounded(t *testing.T) {
 	t.Cleanup(func() { _ = d.Close() })
 
 	// A deadline as the reconcile loop gives a pass: far longer than a
-	// request may take.
+	// request may take. The first pass's slice of the round cannot read
+	// the rows: reported, and the pass goes on with its repairs.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	if _, err := d.RequeueStale(ctx); err != nil {
+		t.Fatalf("a pass whose slice of the round failed: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the pass waited out its own deadline on an unanswered request")
+	}
+	if s := d.Stats(); s.FullReconciles != 0 {
+		t.Fatalf("%d rounds ended though no row could be read", s.FullReconciles)
+	}
+	// A row written since: the changes cannot be read either, and the
+	// pass fails, at once.
+	if err := ad.Enqueue(t.Context(), noeta.NewTaskID(), eventlog.EnqueueOptions{Queue: "bound"}); err != nil {
+		t.Fatal(err)
+	}
 	_, err = d.RequeueStale(ctx)
 	if err == nil {
 		t.Fatal("the pass read the rows through a consumer the user may not create")

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -44,12 +45,12 @@ func roundDispatcher(t *testing.T, nc *nats.Conn, clock *testClock, gap time.Dur
 	return d
 }
 
-// passReads runs a pass and returns the rows it read and the rounds it
-// ended.
+// passReads runs a pass as the loop does (a slice of the round) and
+// returns the rows it read and the rounds it ended.
 func passReads(t *testing.T, d *Dispatcher) (rows, rounds uint64) {
 	t.Helper()
 	before := d.Stats()
-	if _, err := d.RequeueStale(t.Context()); err != nil {
+	if _, _, err := d.pass(t.Context(), false); err != nil {
 		t.Fatal(err)
 	}
 	after := d.Stats()
@@ -183,10 +184,13 @@ func TestReconcileRoundDropsRowsGoneFromTheStream(t *testing.T) {
 }
 
 // TestReconcileViewKeepsTheNewerRow: a message older than the one the view
-// holds for a row (a slice read from a replica that has not applied the
-// latest writes) never replaces it, and a newer one does.
+// holds for a row, or than the one its record of awaited subtasks read (a
+// slice read from a replica that has not applied the latest writes),
+// never replaces it, and a newer one does; a row a slice puts into the
+// view from a replicated stream is confirmed by the leader in its pass.
 func TestReconcileViewKeepsTheNewerRow(t *testing.T) {
-	d := &Dispatcher{cfg: DispatcherConfig{Now: time.Now}, view: rowView{rows: map[string]*taskRow{}, scheduled: map[string]bool{}, ended: map[string]bool{}}}
+	d := &Dispatcher{cfg: DispatcherConfig{Now: time.Now}, view: rowView{rows: map[string]*taskRow{},
+		scheduled: map[string]bool{}, confirm: map[string]bool{}, ended: map[string]endedAt{}}}
 	horizon := time.Now().Add(time.Hour)
 	ready := &taskRow{Row: dispatchrow.Row{Status: eventlog.DispatchReady, Queue: "q"}}
 	ended := &taskRow{Row: dispatchrow.Row{Status: eventlog.DispatchTerminal}}
@@ -203,4 +207,129 @@ func TestReconcileViewKeepsTheNewerRow(t *testing.T) {
 	if r := d.view.rows["t"]; r != nil {
 		t.Fatalf("a newer message that ended the row left it in the view: %+v", r)
 	}
+
+	// A subtask a parent waits on, read ended at 20.
+	d.view.ended["sub"] = endedAt{}
+	d.applyRow("sub", ended, 20, horizon, false)
+	d.applyRow("sub", ready, 15, horizon, true)
+	if e := d.view.ended["sub"]; !e.ended || e.seq != 20 {
+		t.Fatalf("an older message of an awaited subtask changed its record: %+v", e)
+	}
+
+	// Inserted by a slice: confirmed when the stream is replicated.
+	d.applyRow("a", ready, 30, horizon, true)
+	d.view.replicated = true
+	d.applyRow("b", ready, 31, horizon, true)
+	d.applyRow("c", ready, 32, horizon, false)
+	if d.view.confirm["a"] || !d.view.confirm["b"] || d.view.confirm["c"] {
+		t.Errorf("confirm holds %v, want only the row a slice put in from a replicated stream", d.view.confirm)
+	}
+	s := &snapshot{rows: d.view.rows, keys: map[string]bool{}, signals: map[string]bool{d.subj.ready("q", "b"): true}, confirm: d.view.confirm}
+	if !d.candidate(s, "b", d.view.rows["b"], time.Now()) {
+		t.Error("a row to confirm is not a candidate")
+	}
+}
+
+// TestReconcileLaggingInfoKeepsTheView: a stream info whose last sequence
+// is behind the view's (a replica answering while the stream's group
+// elects a leader) is checked with the leader, which still has the view's
+// last message: the view is kept, not read again.
+func TestReconcileLaggingInfoKeepsTheView(t *testing.T) {
+	nc := embeddedConn(t)
+	clock := newTestClock(time.Now())
+	d := roundDispatcher(t, nc, clock, -1)
+	ctx := t.Context()
+	loadIdleRows(t, nc, d, 30)
+	passReads(t, d)
+	info, err := d.rowsStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lagging := *info
+	lagging.State.LastSeq = d.view.seq - 5
+	seq := d.view.seq
+	if err := d.readChanges(ctx, &lagging, clock.now()); err != nil {
+		t.Fatalf("a lagging info lost the view: %v", err)
+	}
+	if !d.view.valid || d.view.seq != seq {
+		t.Errorf("the view after a lagging info: valid %v at %d, want valid at %d", d.view.valid, d.view.seq, seq)
+	}
+	// Gone back for real: the leader has nothing from the view's sequence on.
+	ahead := *info
+	d.view.seq += 1000
+	if err := d.readChanges(ctx, &ahead, clock.now()); !errors.Is(err, errViewLost) {
+		t.Errorf("a stream gone back: %v, want errViewLost", err)
+	}
+}
+
+// TestReconcileCatchUpInSlices: a view begun afresh reads the rows in
+// slices of sliceCatchUp, each pass saying the round is catching up; a
+// pass on demand (RequeueStale) reads the round's rest at once.
+func TestReconcileCatchUpInSlices(t *testing.T) {
+	nc := embeddedConn(t)
+	clock := newTestClock(time.Now())
+	d := roundDispatcher(t, nc, clock, 15*time.Second)
+	const rows = sliceCatchUp + 1000
+	loadIdleRows(t, nc, d, rows)
+	for i, want := range []struct {
+		read       uint64
+		catchingUp bool
+	}{{sliceCatchUp, true}, {rows - sliceCatchUp, false}} {
+		before := d.Stats()
+		_, catchingUp, err := d.pass(t.Context(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := d.Stats().RowsRead - before.RowsRead; n != want.read || catchingUp != want.catchingUp {
+			t.Fatalf("catch-up pass %d read %d rows (catching up: %v), want %d (%v)", i+1, n, catchingUp, want.read, want.catchingUp)
+		}
+	}
+	if s := d.Stats(); s.FullReconciles != 1 {
+		t.Fatalf("%d rounds ended, want 1", s.FullReconciles)
+	}
+	d.view.valid = false
+	before := d.Stats()
+	if _, err := d.RequeueStale(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if s := d.Stats(); s.RowsRead-before.RowsRead != rows || s.FullReconciles != 2 {
+		t.Errorf("RequeueStale read %d rows and ended %d rounds, want %d and 1", s.RowsRead-before.RowsRead, s.FullReconciles-before.FullReconciles, rows)
+	}
+}
+
+// TestReconcileRoundTakesInFarTimers: a timer due beyond the horizon is
+// left out of the view, and a round takes it in at least one round
+// interval before it is due.
+func TestReconcileRoundTakesInFarTimers(t *testing.T) {
+	nc := embeddedConn(t)
+	clock := newTestClock(time.Now())
+	d := roundDispatcher(t, nc, clock, -1)
+	ctx := t.Context()
+	task := noeta.NewTaskID()
+	if err := d.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: "q", Reserved: true}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := d.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: task})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond := noeta.TimerWake(clock.now().Add(6 * time.Hour))
+	if err := d.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond}); err != nil {
+		t.Fatal(err)
+	}
+	passReads(t, d)
+	if d.view.rows[task] != nil {
+		t.Fatal("a timer six hours ahead is in the view")
+	}
+	for clock.now().Before(cond.FireAt) {
+		clock.add(time.Hour)
+		passReads(t, d)
+		if d.view.rows[task] != nil {
+			if left := cond.FireAt.Sub(clock.now()); left < time.Hour {
+				t.Fatalf("the timer joined the view %v before it is due, want at least the round interval", left)
+			}
+			return
+		}
+	}
+	t.Fatal("the timer never joined the view before it was due")
 }

@@ -44,19 +44,24 @@ import (
 //     round's busy time), reads them at catch-up pace: slices of
 //     sliceCatchUp rows, passes following at a third of a core;
 //   - a timer due beyond the horizon is not in the view: the round takes it
-//     in before it is due (the horizon is two intervals ahead, and a row is
-//     visited at least once in any two intervals);
+//     in before it is due (the horizon is three intervals ahead, and a row
+//     is visited at least once in any two intervals and a pass or two);
 //   - a timer's schedule is checked when the round visits its row (a lost
 //     one not yet due is re-armed; one due is fired by any pass, and the
 //     backstop of every process fires it timerGrace late);
 //   - whatever a fault did to the view that this reasoning did not foresee
 //     is undone: a row the round visits replaces an older one in the view,
 //     and a row the view holds from before the round's last sequence that
-//     the round did not visit (its message is gone) leaves it.
+//     the round did not visit (its message is gone, the leader confirms)
+//     leaves it.
 //
 // A row carries the sequence of the message it was read from: a slice may
 // be read from a replica that has not yet applied the latest writes, and an
-// older message never replaces a newer one in the view.
+// older message never replaces a newer one in the view (nor in its record
+// of awaited subtasks). A row such a slice puts into the view may be one
+// the changes took out at a later sequence: on a replicated stream the
+// leader confirms it in the same pass. A pass on demand (RequeueStale)
+// reads the round's rest at once.
 
 // DefaultFullSweepInterval is the period in which the passes' rolling round
 // reads every row (DispatcherConfig.FullSweepInterval).
@@ -87,19 +92,30 @@ type rowView struct {
 	// created is the stream's creation time when the view began.
 	seq     uint64
 	created time.Time
-	// suspect: the last pass was told the stream was created again or
-	// its last sequence went back.
-	suspect bool
+	// replicated: the rows stream has more than one replica, so a read
+	// may come from one that lags.
+	replicated bool
 	// round is the rolling read of every row under way, or the last one.
 	round sweepRound
 	// scheduled are the rows the slice of this pass visited suspended on
-	// a deadline ahead: their schedules are checked.
-	scheduled map[string]bool
+	// a deadline ahead: their schedules are checked. confirm are the rows
+	// the slice put into the view from a replicated stream: the leader
+	// confirms them in this pass, as a lagging replica may have handed
+	// over a row that was replaced since (the changes took the newer out
+	// of the view, and the older would come back).
+	scheduled, confirm map[string]bool
 	// ended says, for the subtasks parents in the view wait on and whose
-	// own rows are not in it, whether their rows are terminal; every row
-	// read updates the entry it has, so one read of a subtask's row lasts
-	// as long as a parent waits on it.
-	ended map[string]bool
+	// own rows are not in it, whether their rows are terminal, as of a
+	// sequence; every row read at a later sequence updates the entry it
+	// has, so one read of a subtask's row lasts as long as a parent waits
+	// on it.
+	ended map[string]endedAt
+}
+
+// endedAt is an entry of rowView.ended.
+type endedAt struct {
+	ended bool
+	seq   uint64
 }
 
 // sweepRound is one rolling read of every row written up to end.
@@ -108,8 +124,8 @@ type sweepRound struct {
 	began time.Time
 	end   uint64 // the view's seq when the round began: the changes read what follows
 	next  uint64 // the sequence the next slice starts from
-	msgs  uint64 // the messages the rows stream held when the round began
 	read  uint64 // the messages the round's slices read so far
+	msgs  uint64 // the messages the rows stream held when the round began
 	// busy is the time spent in its slices: a reconnect starts a round
 	// only ten times that after the last began.
 	busy       time.Duration
@@ -117,6 +133,10 @@ type sweepRound struct {
 	// catchUp: read at sliceCatchUp a pass (the view does not yet hold the
 	// rows written before it began).
 	catchUp bool
+	// stalled counts the slices in a row that stalled at next; keys, once
+	// a second one has, are the rows still to read one at a time.
+	stalled int
+	keys    []string
 	done    bool
 }
 
@@ -131,25 +151,36 @@ func (d *Dispatcher) passRequest(ctx context.Context) (context.Context, context.
 	return context.WithTimeout(ctx, d.cfg.RequestTimeout)
 }
 
+// rowsLeaderGet reads a message of the rows stream from its leader,
+// bounded as every request of a pass.
+func (d *Dispatcher) rowsLeaderGet(ctx context.Context, req msgGetRequest) (*storedMsg, error) {
+	ctx, cancel := d.passRequest(ctx)
+	defer cancel()
+	return d.leaderGet(ctx, "KV_"+d.cfg.tasksBucket(), req)
+}
+
 // errViewLost: the changes cannot be read onto the view; a new view is
 // read.
 var errViewLost = errors.New("jetstream: the reconcile view cannot be brought up to date")
 
 // horizon is how far ahead a row suspended on a deadline is kept in the
-// view: every row is visited at least once in any two round intervals, so
-// a row left out is visited again before its deadline comes within
-// backstopHorizon.
+// view. A row is visited by the round at least once in any two round
+// intervals and a pass's gap or two (a round's last pass may come a gap
+// late); three intervals leave one to spare, so a row left out is visited
+// again well before its deadline comes within backstopHorizon.
 func (d *Dispatcher) horizon(now time.Time) time.Time {
-	return now.Add(2*d.cfg.FullSweepInterval + backstopHorizon)
+	return now.Add(3*d.cfg.FullSweepInterval + backstopHorizon)
 }
 
 // refreshView brings the view up to date: the changes since the pass
-// before, and a slice of the round. It reports whether the round is
-// catching up. The caller holds passSem.
-func (d *Dispatcher) refreshView(ctx context.Context) (catchingUp bool, err error) {
+// before, and a slice of the round (finish: the round's rest). It reports
+// whether the round is catching up. A slice that fails is reported and
+// left to the next pass: the pass goes on with the view the changes
+// brought up to date. The caller holds passSem.
+func (d *Dispatcher) refreshView(ctx context.Context, finish bool) (catchingUp bool, err error) {
 	now := d.cfg.Now()
 	v := &d.view
-	v.scheduled = map[string]bool{}
+	v.scheduled, v.confirm = map[string]bool{}, map[string]bool{}
 	info, err := d.rowsStream(ctx)
 	if err != nil {
 		return false, err
@@ -169,23 +200,23 @@ func (d *Dispatcher) refreshView(ctx context.Context) (catchingUp bool, err erro
 		// changes go on from the leader's last sequence. What the old
 		// view held is dropped: its sequences may belong to another
 		// stream.
-		ended := v.ended
-		if ended == nil {
-			ended = map[string]bool{}
-		}
 		*v = rowView{valid: true, rows: map[string]*taskRow{}, seq: info.State.LastSeq, created: info.Created,
-			round: sweepRound{n: v.round.n}, scheduled: map[string]bool{}, ended: ended}
-		d.beginRound(info, now, true)
+			round: sweepRound{n: v.round.n}, scheduled: map[string]bool{}, confirm: map[string]bool{}, ended: map[string]endedAt{}}
+		d.beginRound(ctx, info, now, true)
 	case d.fullWanted.Load() && v.round.catchUp && !v.round.done:
 		d.fullWanted.Store(false) // the round under way reads every row at that pace
 	case d.fullWanted.Load() && !now.Before(v.round.began.Add(reconcileDutyFactor*v.round.busy)):
-		d.beginRound(info, now, true)
+		d.beginRound(ctx, info, now, true)
 	case v.round.done && !now.Before(v.round.began.Add(d.cfg.FullSweepInterval)):
-		d.beginRound(info, now, false)
+		d.beginRound(ctx, info, now, false)
 	}
-	read, err := d.readSlice(ctx, now)
-	if err != nil {
+	v.replicated = info.Config.Replicas > 1
+	read, err := d.readSlice(ctx, now, finish)
+	switch {
+	case err != nil && ctx.Err() != nil:
 		return false, err
+	case err != nil:
+		d.log.Warn("the reconcile round's slice failed; the next pass reads on", "from", v.round.next, "err", err)
 	}
 	// A slice that read nothing (its consumer on a replica that lags) is
 	// not hurried: the next pass comes at the usual period.
@@ -193,30 +224,33 @@ func (d *Dispatcher) refreshView(ctx context.Context) (catchingUp bool, err erro
 }
 
 // beginRound starts a round over every row up to the view's sequence.
-func (d *Dispatcher) beginRound(info *jetstream.StreamInfo, now time.Time, catchUp bool) {
+func (d *Dispatcher) beginRound(ctx context.Context, info *jetstream.StreamInfo, now time.Time, catchUp bool) {
 	v := &d.view
 	if catchUp {
 		d.fullWanted.Store(false)
 	}
 	v.round = sweepRound{n: v.round.n + 1, began: now, end: v.seq, next: max(info.State.FirstSeq, 1),
-		msgs: info.State.Msgs, catchUp: catchUp}
+		msgs: info.State.Msgs, catchUp: catchUp, sliceBegan: time.Now()}
 	if v.round.end < v.round.next || info.State.Msgs == 0 {
-		d.endRound(false)
+		d.endRound(ctx, true) // no message up to end: nothing the view holds from before it is left
 	}
 }
 
 // sliceSize is how many rows this pass's slice reads: what the round must
 // have read by the next pass to end within FullSweepInterval (all that is
 // left without a loop of passes), at least sliceMin, and sliceCatchUp
-// while it catches up.
+// while it catches up. 0 reads to the round's end.
 func (d *Dispatcher) sliceSize(now time.Time) uint64 {
 	r := &d.view.round
-	want := r.msgs
-	if gap := d.passGap; gap > 0 {
-		if f := float64(now.Sub(r.began)+gap) / float64(d.cfg.FullSweepInterval); f < 1 {
-			want = uint64(math.Ceil(max(f, 0) * float64(r.msgs)))
-		}
+	gap := d.passGap
+	if gap <= 0 {
+		return 0
 	}
+	f := float64(now.Sub(r.began)+gap) / float64(d.cfg.FullSweepInterval)
+	if f >= 1 {
+		return 0
+	}
+	want := uint64(math.Ceil(max(f, 0) * float64(r.msgs)))
 	n := uint64(sliceMin)
 	if want > r.read {
 		n = max(n, want-r.read)
@@ -227,10 +261,10 @@ func (d *Dispatcher) sliceSize(now time.Time) uint64 {
 	return n
 }
 
-// readSlice reads the round's next slice onto the view, ends the round
-// when it has read up to the round's last sequence, and returns the
-// messages it read.
-func (d *Dispatcher) readSlice(ctx context.Context, now time.Time) (read uint64, err error) {
+// readSlice reads the round's next slice onto the view (finish: up to the
+// round's end), ends the round when it has read up to the round's last
+// sequence, and returns the messages it read.
+func (d *Dispatcher) readSlice(ctx context.Context, now time.Time, finish bool) (read uint64, err error) {
 	v := &d.view
 	r := &v.round
 	if r.done {
@@ -239,7 +273,14 @@ func (d *Dispatcher) readSlice(ctx context.Context, now time.Time) (read uint64,
 	r.sliceBegan = time.Now()
 	defer func() { r.busy += time.Since(r.sliceBegan) }()
 	horizon := d.horizon(now)
-	last, drained, err := d.readRowsUntil(ctx, r.next, r.end, d.sliceSize(now), func(task string, val []byte, deleted bool, seq uint64) {
+	limit := d.sliceSize(now)
+	if finish {
+		limit = 0
+	}
+	if r.keys != nil {
+		return d.readRowsOneByOne(ctx, horizon, limit)
+	}
+	last, drained, err := d.readRowsUntil(ctx, r.next, r.end, limit, func(task string, val []byte, deleted bool, seq uint64) {
 		read++
 		if seq > r.end {
 			return // written after the round began: the changes read it
@@ -257,31 +298,40 @@ func (d *Dispatcher) readSlice(ctx context.Context, now time.Time) (read uint64,
 	r.read += read
 	if last > 0 {
 		r.next = max(r.next, last+1)
+		r.stalled = 0
 	}
 	switch {
 	case errors.Is(err, errSnapshotStalled):
-		// A message the server cannot load stops every consumer at it:
-		// the rest of the round is read one row at a time.
-		if err := d.readRowsOneByOne(ctx, horizon); err != nil {
+		// A consumer that moved to a replica with nothing past the
+		// cursor stalls once; one that stalls again at the same place is
+		// stopped by a message the server cannot load, which stops
+		// every consumer at it: the round's rest is read one row at a
+		// time, a slice a pass.
+		if r.stalled++; r.stalled < 2 {
 			return read, err
 		}
-		d.endRound(false)
+		keys, kerr := rowKeys(ctx, d.js, d.cfg.tasksBucket())
+		if kerr != nil {
+			return read, fmt.Errorf("jetstream: read %s: %w", d.cfg.tasksBucket(), kerr)
+		}
+		d.log.Warn("the reconcile round stalled twice at the same place; it reads the rest one row at a time", "at", r.next, "rows", len(keys))
+		r.keys = keys
 		return read, nil
 	case err != nil:
 		return read, err
 	case last >= r.end:
-		d.endRound(true)
+		d.endRound(ctx, true)
 	case drained:
 		// The read found nothing more before the round's last sequence:
 		// either that is so (the messages up to it were removed), or the
 		// read's consumer sits on a replica that has not applied them
 		// yet, and the next pass reads on. The leader tells which.
-		m, err := d.leaderGet(ctx, "KV_"+d.cfg.tasksBucket(), msgGetRequest{Seq: r.next, NextFor: "$KV." + d.cfg.tasksBucket() + ".>"})
+		m, err := d.rowsLeaderGet(ctx, msgGetRequest{Seq: r.next, NextFor: "$KV." + d.cfg.tasksBucket() + ".>"})
 		if err != nil {
 			return read, err
 		}
 		if m == nil || m.Sequence > r.end {
-			d.endRound(true)
+			d.endRound(ctx, true)
 		}
 	}
 	return read, nil
@@ -289,17 +339,30 @@ func (d *Dispatcher) readSlice(ctx context.Context, now time.Time) (read uint64,
 
 // endRound ends the round; visited says whether it read every message up
 // to its last sequence in order, so that a row the view holds from before
-// that sequence and the round did not visit is gone from the stream.
-func (d *Dispatcher) endRound(visited bool) {
+// that sequence and the round did not visit is gone from the stream: the
+// leader confirms it (a replica's read may have had holes) before it
+// leaves the view.
+func (d *Dispatcher) endRound(ctx context.Context, visited bool) {
 	v := &d.view
 	if visited {
+		horizon := d.horizon(d.cfg.Now())
 		for task, row := range v.rows {
-			if row.viewSeq <= v.round.end && row.viewRound != v.round.n {
+			if row.viewSeq > v.round.end || row.viewRound == v.round.n {
+				continue
+			}
+			r, rev, err := d.getRow(ctx, task)
+			switch {
+			case err != nil:
+				// Kept: the next round asks again.
+			case r == nil:
 				delete(v.rows, task)
+			default:
+				d.applyRow(task, r, rev, horizon, false)
 			}
 		}
 	}
 	v.round.done = true
+	v.round.keys = nil
 	d.stats.fullReconciles.Add(1)
 	if v.round.catchUp {
 		d.log.Info("reconcile has read every row", "messages", v.round.read, "busy", v.round.busy+time.Since(v.round.sliceBegan), "took", d.cfg.Now().Sub(v.round.began))
@@ -311,10 +374,8 @@ func (d *Dispatcher) endRound(visited bool) {
 // view holds is passed over; byRound marks the row the round's.
 func (d *Dispatcher) applyRow(task string, r *taskRow, seq uint64, horizon time.Time, byRound bool) {
 	v := &d.view
-	if r != nil {
-		d.noteEnded(task, r)
-	} else if _, ok := v.ended[task]; ok {
-		v.ended[task] = false
+	if e, ok := v.ended[task]; ok && seq >= e.seq {
+		v.ended[task] = endedAt{ended: r != nil && r.Status == eventlog.DispatchTerminal, seq: seq}
 	}
 	if old := v.rows[task]; old != nil && old.viewSeq >= seq {
 		if byRound && old.viewSeq == seq && old.viewRound != v.round.n {
@@ -334,6 +395,9 @@ func (d *Dispatcher) applyRow(task string, r *taskRow, seq uint64, horizon time.
 	v.rows[task] = row
 	if byRound {
 		d.noteScheduled(task, row)
+		if v.replicated {
+			v.confirm[task] = true
+		}
 	}
 }
 
@@ -359,27 +423,28 @@ func (d *Dispatcher) rowsStream(ctx context.Context) (*jetstream.StreamInfo, err
 // readChanges applies to the view the rows written since its sequence.
 func (d *Dispatcher) readChanges(ctx context.Context, info *jetstream.StreamInfo, now time.Time) error {
 	v := &d.view
-	var lost error
 	switch {
 	case !info.Created.Equal(v.created):
-		lost = fmt.Errorf("%w: %s was created again", errViewLost, d.cfg.tasksBucket())
+		// The creation time comes from the stream's assignment, the same
+		// on every server: a stream created again, or restored on a
+		// cluster.
+		return fmt.Errorf("%w: %s was created again", errViewLost, d.cfg.tasksBucket())
 	case info.State.LastSeq < v.seq:
-		lost = fmt.Errorf("%w: the last sequence of %s went back from %d to %d", errViewLost, d.cfg.tasksBucket(), v.seq, info.State.LastSeq)
-	}
-	if lost != nil {
 		// A replica answers for a stream whose group has no leader (an
 		// election on a loaded cluster), from its own state, which may
-		// lag: the view is taken for lost only if the next pass is told
-		// the same, as it is after a restore.
-		if !v.suspect {
-			v.suspect = true
-			d.log.Warn("the rows stream looks restored; the next pass asks again", "why", lost)
-			return nil
+		// lag; a restore on a single server keeps the creation time and
+		// shows only this. The leader tells which: the view's last
+		// message, or a later one, is there unless the stream went back.
+		m, err := d.rowsLeaderGet(ctx, msgGetRequest{Seq: v.seq, NextFor: "$KV." + d.cfg.tasksBucket() + ".>"})
+		if err != nil {
+			return err
 		}
-		return lost
-	}
-	v.suspect = false
-	if info.State.LastSeq == v.seq {
+		if m == nil {
+			return fmt.Errorf("%w: the last sequence of %s went back from %d to %d", errViewLost, d.cfg.tasksBucket(), v.seq, info.State.LastSeq)
+		}
+		d.log.Warn("the rows stream's info lagged the view; its changes are read at the next pass", "view", v.seq, "info", info.State.LastSeq)
+		return nil
+	case info.State.LastSeq == v.seq:
 		return nil // nothing written since
 	}
 	horizon := d.horizon(now)
@@ -407,14 +472,6 @@ func (d *Dispatcher) readChanges(ctx context.Context, info *jetstream.StreamInfo
 	// the leader's last and leaving them out until the next round.
 	v.seq = max(v.seq, last)
 	return err
-}
-
-// noteEnded updates the entry of task in the view's record of awaited
-// subtasks, if it has one.
-func (d *Dispatcher) noteEnded(task string, r *taskRow) {
-	if _, ok := d.view.ended[task]; ok {
-		d.view.ended[task] = r.Status == eventlog.DispatchTerminal
-	}
 }
 
 // pertinent says whether a pass needs row r in its view: a row that may be
