@@ -403,42 +403,53 @@ const snapshotIdle = 10 * time.Second
 
 var errSnapshotStalled = errors.New("jetstream: the bulk read of the rows stalled")
 
-// readRowsOneByOne reads, from the leader, the next limit (0: all) of the
-// keys a round that stalled twice has left (rowView.round.keys), each row
-// not in the view on its own (the rows the round dropped as not pertinent
-// are read again: a stall is rare, and remembering every key read would
-// cost what dropping them saves), and ends the round when none is left. A
-// row that cannot be loaded is reported and left out (engine doctor names
-// it).
-func (d *Dispatcher) readRowsOneByOne(ctx context.Context, horizon time.Time, limit uint64) (read uint64, err error) {
+// readRowsOneByOne reads from the leader, one at a time, the keys a round
+// that stalled twice has left (rowView.round.keys: every key not in the
+// view when it stalled; the rows the round dropped as not pertinent are
+// read again, as remembering every key read would cost what dropping them
+// saves), at most limit of them (0: no bound) and for at most
+// oneByOneBudget, and ends the round when none is left. A key whose read
+// fails ends this pass's share and is tried again at the next; one that
+// fails oneByOneTries passes in a row is reported and left out (engine
+// doctor names a row the server cannot load). It returns the keys tried.
+func (d *Dispatcher) readRowsOneByOne(ctx context.Context, horizon time.Time, limit uint64) (tried uint64, err error) {
 	r := &d.view.round
-	missing := 0
-	for len(r.keys) > 0 && (limit == 0 || read < limit) {
+	deadline := time.Now().Add(oneByOneBudget)
+	for len(r.keys) > 0 && (limit == 0 || tried < limit) && time.Now().Before(deadline) {
 		task := r.keys[0]
 		if d.view.rows[task] == nil {
-			row, rev, err := d.getRow(ctx, task)
+			gctx, cancel := d.passRequest(ctx)
+			row, rev, err := d.getRow(gctx, task)
+			cancel()
 			switch {
 			case err != nil && ctx.Err() != nil:
-				return read, ctx.Err()
+				return tried, ctx.Err()
 			case err != nil:
-				missing++
-				d.log.Error("reconcile skips a row the server cannot load; engine doctor reports it", "task", task, "err", err)
+				if r.keyFails++; r.keyFails < oneByOneTries {
+					return tried, err
+				}
+				d.log.Error("reconcile leaves out a row it could not read; engine doctor reports it", "task", task, "err", err)
 			case row != nil:
-				read++
 				d.stats.rowsRead.Add(1)
-				d.applyRow(task, row, rev, horizon, true)
+				d.applyRow(task, row, rev, horizon, false)
 			}
 		}
+		tried++
+		r.keyFails = 0
 		r.keys = r.keys[1:]
 	}
 	if len(r.keys) == 0 {
 		d.endRound(ctx, false)
 	}
-	if missing > 0 {
-		d.log.Warn("rows the server cannot load were left out of the reconcile round", "unreadable", missing)
-	}
-	return read, nil
+	return tried, nil
 }
+
+const (
+	// oneByOneBudget bounds a pass's share of a round read one row at a
+	// time: a leader read each, and a pass must keep time for its repairs.
+	oneByOneBudget = reconcilePassMax / 4
+	oneByOneTries  = 3
+)
 
 // streamSubjects lists the subjects of stream matching filter that hold a
 // message (the stream leader answers).
@@ -518,9 +529,10 @@ func (d *Dispatcher) pass(ctx context.Context, finish bool) (ids []string, catch
 		if repair {
 			tasks = append(tasks, task)
 		}
-		// A timer not fired by this pass gets its backstop, a candidate
-		// only for its schedule's check included.
-		if deadline, timed := deadlineOf(r.WakeOn); r.Status == eventlog.DispatchSuspended && timed && r.Matched == nil && (!repair || now.Before(deadline)) {
+		// A timer this pass does not fire (not due past its grace) gets
+		// its backstop, a candidate for its schedule's check or for the
+		// leader's confirmation included.
+		if deadline, timed := deadlineOf(r.WakeOn); r.Status == eventlog.DispatchSuspended && timed && r.Matched == nil && now.Before(deadline.Add(timerGrace)) {
 			d.backstopTimer(task, r.Generation, r.WakeOn.Clone())
 		}
 	}
@@ -572,9 +584,11 @@ func (d *Dispatcher) pass(ctx context.Context, finish bool) (ids []string, catch
 	close(work)
 	wg.Wait()
 	// The view takes what the leader said of the candidates: a row a slice
-	// read from a lagging replica is not a candidate again and again.
+	// read from a lagging replica is not a candidate again and again, and
+	// a row to confirm is confirmed (one whose read failed stays to be).
 	horizon := d.horizon(now)
 	for _, l := range reread {
+		delete(d.view.confirm, l.task)
 		if l.row == nil {
 			delete(d.view.rows, l.task)
 			continue
@@ -668,6 +682,9 @@ func (d *Dispatcher) repairRow(ctx context.Context, task string, r *taskRow) (bo
 				}
 				d.log.Info("reconcile re-armed a timer without its schedule", "task", task, "deadline", deadline)
 				break
+			}
+			if d.cfg.Now().Before(deadline.Add(timerGrace)) {
+				break // a row to confirm, due within the grace: its backstop fires it
 			}
 			_, err := d.fireTimer(ctx, task, r.Generation, cond, 0, false)
 			if err != nil && !errors.Is(err, errSkip) {

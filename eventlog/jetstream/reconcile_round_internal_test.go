@@ -248,8 +248,10 @@ func TestReconcileLaggingInfoKeepsTheView(t *testing.T) {
 	lagging := *info
 	lagging.State.LastSeq = d.view.seq - 5
 	seq := d.view.seq
-	if err := d.readChanges(ctx, &lagging, clock.now()); err != nil {
-		t.Fatalf("a lagging info lost the view: %v", err)
+	for range 2 { // twice in a row: it is the leader that tells
+		if err := d.readChanges(ctx, &lagging, clock.now()); err != nil {
+			t.Fatalf("a lagging info lost the view: %v", err)
+		}
 	}
 	if !d.view.valid || d.view.seq != seq {
 		t.Errorf("the view after a lagging info: valid %v at %d, want valid at %d", d.view.valid, d.view.seq, seq)
@@ -332,4 +334,46 @@ func TestReconcileRoundTakesInFarTimers(t *testing.T) {
 		}
 	}
 	t.Fatal("the timer never joined the view before it was due")
+}
+
+// TestReconcileRoundReadsOneByOneAfterStalls: a round that stalled twice at
+// the same place reads the keys not in its view one at a time from the
+// leader, a share a pass paced as the slices are, and ends when none is
+// left, with the rows it read in the view.
+func TestReconcileRoundReadsOneByOneAfterStalls(t *testing.T) {
+	nc := embeddedConn(t)
+	clock := newTestClock(time.Now())
+	d := roundDispatcher(t, nc, clock, 15*time.Minute)
+	ctx := t.Context()
+	loadIdleRows(t, nc, d, 3*sliceMin)
+	task := noeta.NewTaskID()
+	if err := d.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	passReads(t, d)
+	clock.add(time.Hour)
+	// As a second stall leaves it: the keys not in the view.
+	delete(d.view.rows, task)
+	keys, err := rowKeys(ctx, d.js, d.cfg.tasksBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := d.rowsStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.view.round = sweepRound{n: d.view.round.n + 1, began: clock.now(), end: d.view.seq, next: 1, msgs: info.State.Msgs, keys: keys}
+	passes := 0
+	for !d.view.round.done {
+		if passes++; passes > 10 {
+			t.Fatalf("the round read one row at a time is not done after 10 passes (%d keys left)", len(d.view.round.keys))
+		}
+		passReads(t, d)
+	}
+	if passes < 2 {
+		t.Errorf("the round read %d keys in one pass, want a share a pass", len(keys))
+	}
+	if d.view.rows[task] == nil {
+		t.Error("the ready row read one at a time is not in the view")
+	}
 }

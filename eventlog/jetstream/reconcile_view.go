@@ -134,11 +134,20 @@ type sweepRound struct {
 	// rows written before it began).
 	catchUp bool
 	// stalled counts the slices in a row that stalled at next; keys, once
-	// a second one has, are the rows still to read one at a time.
-	stalled int
-	keys    []string
-	done    bool
+	// a second one has, are the rows still to read one at a time, and
+	// keyFails the passes in a row whose read of the first failed.
+	stalled  int
+	keys     []string
+	keyFails int
+	done     bool
 }
+
+// finishTries and finishWait bound how long a pass on demand waits for a
+// lagging replica to hand over the round's rest.
+const (
+	finishTries = 20
+	finishWait  = 50 * time.Millisecond
+)
 
 // passRequest bounds one request of a reconcile pass by RequestTimeout,
 // whatever the pass's own deadline (reconcilePassMax, which withTimeout
@@ -180,7 +189,7 @@ func (d *Dispatcher) horizon(now time.Time) time.Time {
 func (d *Dispatcher) refreshView(ctx context.Context, finish bool) (catchingUp bool, err error) {
 	now := d.cfg.Now()
 	v := &d.view
-	v.scheduled, v.confirm = map[string]bool{}, map[string]bool{}
+	v.scheduled = map[string]bool{}
 	info, err := d.rowsStream(ctx)
 	if err != nil {
 		return false, err
@@ -212,11 +221,25 @@ func (d *Dispatcher) refreshView(ctx context.Context, finish bool) (catchingUp b
 	}
 	v.replicated = info.Config.Replicas > 1
 	read, err := d.readSlice(ctx, now, finish)
+	// A pass on demand reads on while its consumer's replica catches up
+	// with the leader (a new consumer may land on another).
+	for tries := 0; finish && err == nil && !v.round.done && tries < finishTries; tries++ {
+		if err := sleepCtx(ctx, finishWait); err != nil {
+			return false, err
+		}
+		var more uint64
+		more, err = d.readSlice(ctx, now, finish)
+		read += more
+	}
 	switch {
-	case err != nil && ctx.Err() != nil:
+	case err != nil && (ctx.Err() != nil || finish):
 		return false, err
 	case err != nil:
 		d.log.Warn("the reconcile round's slice failed; the next pass reads on", "from", v.round.next, "err", err)
+	case finish && !v.round.done:
+		// A pass on demand promises every row: a read that lags the
+		// leader fails it rather than leaving rows unread.
+		return false, fmt.Errorf("jetstream: the reconcile round could not read up to sequence %d of %s (read to %d); try again", v.round.end, d.cfg.tasksBucket(), v.round.next-1)
 	}
 	// A slice that read nothing (its consumer on a replica that lags) is
 	// not hurried: the next pass comes at the usual period.
@@ -278,7 +301,9 @@ func (d *Dispatcher) readSlice(ctx context.Context, now time.Time, finish bool) 
 		limit = 0
 	}
 	if r.keys != nil {
-		return d.readRowsOneByOne(ctx, horizon, limit)
+		tried, err := d.readRowsOneByOne(ctx, horizon, limit)
+		r.read += tried
+		return tried, err
 	}
 	last, drained, err := d.readRowsUntil(ctx, r.next, r.end, limit, func(task string, val []byte, deleted bool, seq uint64) {
 		read++
@@ -302,20 +327,38 @@ func (d *Dispatcher) readSlice(ctx context.Context, now time.Time, finish bool) 
 	}
 	switch {
 	case errors.Is(err, errSnapshotStalled):
-		// A consumer that moved to a replica with nothing past the
-		// cursor stalls once; one that stalls again at the same place is
-		// stopped by a message the server cannot load, which stops
-		// every consumer at it: the round's rest is read one row at a
-		// time, a slice a pass.
-		if r.stalled++; r.stalled < 2 {
-			return read, err
+		// A stall may pass (the consumer moved to a replica with
+		// nothing past the cursor, an election); it is tried again at
+		// the next pass. At a second one in the same place, a message the
+		// leader can load from there says it was passing; none, that a
+		// message the server cannot load stops every consumer at it, and
+		// the rest is read one row at a time, a share a pass.
+		// A pass on demand cannot wait for the next: it reads one row at
+		// a time at once.
+		if r.stalled++; !finish {
+			if r.stalled < 2 {
+				return read, err
+			}
+			m, gerr := d.rowsLeaderGet(ctx, msgGetRequest{Seq: r.next, NextFor: "$KV." + d.cfg.tasksBucket() + ".>"})
+			if gerr != nil {
+				return read, gerr
+			}
+			if m != nil && m.Sequence <= r.end {
+				r.stalled = 0
+				return read, err
+			}
 		}
 		keys, kerr := rowKeys(ctx, d.js, d.cfg.tasksBucket())
 		if kerr != nil {
 			return read, fmt.Errorf("jetstream: read %s: %w", d.cfg.tasksBucket(), kerr)
 		}
-		d.log.Warn("the reconcile round stalled twice at the same place; it reads the rest one row at a time", "at", r.next, "rows", len(keys))
+		d.log.Warn("the reconcile round stalled; it reads the rows not in its view one at a time", "at", r.next, "rows", len(keys))
 		r.keys = keys
+		if finish {
+			tried, err := d.readRowsOneByOne(ctx, horizon, 0)
+			r.read += tried
+			return read + tried, err
+		}
 		return read, nil
 	case err != nil:
 		return read, err
@@ -346,16 +389,23 @@ func (d *Dispatcher) endRound(ctx context.Context, visited bool) {
 	v := &d.view
 	if visited {
 		horizon := d.horizon(d.cfg.Now())
+		deadline := time.Now().Add(oneByOneBudget)
 		for task, row := range v.rows {
 			if row.viewSeq > v.round.end || row.viewRound == v.round.n {
 				continue
 			}
-			r, rev, err := d.getRow(ctx, task)
+			if !time.Now().Before(deadline) {
+				break // the rest is kept: the next round asks again
+			}
+			gctx, cancel := d.passRequest(ctx)
+			r, rev, err := d.getRow(gctx, task)
+			cancel()
 			switch {
 			case err != nil:
 				// Kept: the next round asks again.
 			case r == nil:
 				delete(v.rows, task)
+				delete(v.confirm, task)
 			default:
 				d.applyRow(task, r, rev, horizon, false)
 			}
@@ -388,6 +438,7 @@ func (d *Dispatcher) applyRow(task string, r *taskRow, seq uint64, horizon time.
 	}
 	if r == nil || !pertinent(r, horizon) {
 		delete(v.rows, task)
+		delete(v.confirm, task)
 		return
 	}
 	row := viewRow(r)

@@ -1,0 +1,141 @@
+package jetstream
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/noeta-go/noeta"
+	"github.com/noeta-go/noeta/eventlog"
+)
+
+// boundServer starts a server whose user "engine" may publish anything but
+// deny, and a Dispatcher on prefix for an admin who may do anything (the
+// buckets and streams made as a deployment's set-up does) and one for the
+// engine user.
+func boundServer(t *testing.T, prefix string, deny ...string) (admin, engine *Dispatcher) {
+	t.Helper()
+	const user, pass = "engine", "engine-pw"
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+		Users: []*server.User{
+			{Username: "admin", Password: "admin-pw"},
+			{Username: user, Password: pass, Permissions: &server.Permissions{Publish: &server.SubjectPermission{
+				Allow: []string{">"},
+				Deny:  deny,
+			}}},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	cfg := DispatcherConfig{Prefix: prefix, LeaseTTL: 2 * time.Second, SweepInterval: -1, RequestTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler)}
+	open := func(name, pw string) *Dispatcher {
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(name, pw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		d, err := OpenDispatcher(t.Context(), nc, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		return d
+	}
+	admin = open("admin", "admin-pw")
+	return admin, open(user, pass)
+}
+
+// TestReconcilePassRequestsBounded: a request of a reconcile pass that the
+// server never answers fails the pass within the request timeout, not at
+// the end of the pass's own deadline. Reproduction (deploy/nats
+// TestPartition, short form under load): after a fault, the creation of
+// the consumer that reads the rows went unanswered and every serve's pass
+// waited out its two minutes; a parent whose subtask handoff had been lost
+// waited with it, past the run's calm window. The server here leaves the
+// request unanswered as a deployment's role would (a publish the user may
+// not make: the engine role of deploy/nats refused an unfiltered read this
+// way). A pass of the loop whose slice of the round fails goes on with its
+// repairs; a pass on demand (RequeueStale), which promises every row,
+// fails; so does any pass whose changes cannot be read.
+func TestReconcilePassRequestsBounded(t *testing.T) {
+	ad, d := boundServer(t, "bound", "$JS.API.CONSUMER.CREATE.KV_bound_tasks", "$JS.API.CONSUMER.CREATE.KV_bound_tasks.>")
+	// A row for the pass to read (an empty bucket needs no consumer).
+	if err := ad.Enqueue(t.Context(), noeta.NewTaskID(), eventlog.EnqueueOptions{Queue: "bound"}); err != nil {
+		t.Fatal(err)
+	}
+	// A deadline as the reconcile loop gives a pass: far longer than a
+	// request may take.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := d.RequeueStale(ctx); err == nil {
+		t.Fatal("a pass on demand read the rows through a consumer the user may not create")
+	} else if ctx.Err() != nil {
+		t.Fatalf("the pass waited out its own deadline on an unanswered request: %v", err)
+	}
+	if _, _, err := d.pass(ctx, false); err != nil {
+		t.Fatalf("a pass of the loop whose slice failed: %v", err)
+	}
+	if s := d.Stats(); s.FullReconciles != 0 || ctx.Err() != nil {
+		t.Fatalf("%d rounds ended though no row could be read (deadline: %v)", s.FullReconciles, ctx.Err())
+	}
+	// A row written since: the changes cannot be read either.
+	if err := ad.Enqueue(t.Context(), noeta.NewTaskID(), eventlog.EnqueueOptions{Queue: "bound"}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := d.pass(ctx, false)
+	if err == nil {
+		t.Fatal("the pass read the changes through a consumer the user may not create")
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the pass waited out its own deadline on an unanswered request: %v", err)
+	}
+	t.Logf("the pass failed at once: %v", err)
+}
+
+// TestReconcileSliceFailureKeepsTheRepairs: a slice whose leader read goes
+// unanswered (the round's last message purged, so the slice asks the
+// leader whether anything is left before it) is bounded by the request
+// timeout, and the pass still repairs what the slice read: a ready row
+// whose signal was lost gets it again.
+func TestReconcileSliceFailureKeepsTheRepairs(t *testing.T) {
+	ad, d := boundServer(t, "slice", "$JS.API.STREAM.MSG.GET.KV_slice_tasks")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	ready, last := noeta.NewTaskID(), noeta.NewTaskID()
+	for _, task := range []string{ready, last} {
+		if err := ad.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: "q"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ad.ready.Purge(ctx, jetstream.WithPurgeSubject(ad.subj.ready("q", ready))); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := ad.js.Stream(ctx, "KV_"+ad.cfg.tasksBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rows.Purge(ctx, jetstream.WithPurgeSubject("$KV."+ad.cfg.tasksBucket()+"."+last)); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if _, _, err := d.pass(ctx, false); err != nil {
+		t.Fatalf("a pass whose slice failed: %v", err)
+	}
+	if took := time.Since(began); ctx.Err() != nil {
+		t.Fatalf("the pass waited out its deadline (%v)", took)
+	}
+	if s := d.Stats(); s.Resignalled != 1 || s.FullReconciles != 0 {
+		t.Errorf("re-signalled %d and ended %d rounds, want 1 and 0 (the round cannot tell it is done)", s.Resignalled, s.FullReconciles)
+	}
+}
