@@ -101,7 +101,7 @@ func (d *Dispatcher) reconcileLoop(ctx context.Context, status <-chan nats.Statu
 		}
 		pctx, cancel := context.WithTimeout(ctx, reconcilePassMax)
 		began := time.Now()
-		ids, catchingUp, err := d.pass(pctx, false)
+		ids, hurry, err := d.pass(pctx, false)
 		took := time.Since(began)
 		cancel()
 		switch {
@@ -121,10 +121,11 @@ func (d *Dispatcher) reconcileLoop(ctx context.Context, status <-chan nats.Statu
 		// slice of the round (11-15 µs a row here, docs/benchmarks.md):
 		// the period stretches so that passes take at most a tenth of the
 		// time, instead of one pass following another. While the round
-		// catches up (a view begun afresh), passes take a third.
+		// catches up (a view begun afresh), passes take a third, and come
+		// no later than the pass asked.
 		period := max(d.cfg.SweepInterval, reconcileDutyFactor*took)
-		if catchingUp {
-			period = reconcileCatchUpFactor * took
+		if hurry > 0 {
+			period = max(reconcileCatchUpFactor*took, hurry)
 		}
 		wait = time.Duration(float64(period) * (0.75 + 0.5*rand.Float64()))
 	}
@@ -257,8 +258,9 @@ type snapshot struct {
 	// ahead: their schedules are checked. confirm are rows the round put
 	// into the view from a replicated stream: the leader confirms them.
 	scheduled, confirm map[string]bool
-	// catchingUp: the round does not yet hold every row written before it.
-	catchingUp bool
+	// hurry: the round does not yet hold every row written before it, and
+	// the next pass should come within this.
+	hurry time.Duration
 }
 
 // readSnapshot brings the view up to date (reconcile_view.go) first and
@@ -268,11 +270,11 @@ type snapshot struct {
 // between (or the listing lagged; the candidate is checked again with the
 // leader). The caller holds passSem.
 func (d *Dispatcher) readSnapshot(ctx context.Context, finish bool) (*snapshot, error) {
-	catchingUp, err := d.refreshView(ctx, finish)
+	hurry, err := d.refreshView(ctx, finish)
 	if err != nil {
 		return nil, err
 	}
-	s := &snapshot{rows: d.view.rows, keys: map[string]bool{}, signals: map[string]bool{}, scheduled: d.view.scheduled, confirm: d.view.confirm, catchingUp: catchingUp}
+	s := &snapshot{rows: d.view.rows, keys: map[string]bool{}, signals: map[string]bool{}, scheduled: d.view.scheduled, confirm: d.view.confirm, hurry: hurry}
 	// The lease keys and the signals are listed only for rows that can
 	// use them: the listing of the keys reads, besides the live leases, a
 	// lease TTL's worth of the markers released and expired keys leave.
@@ -507,20 +509,21 @@ func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
 	return ids, err
 }
 
-// pass is sweep (finish: the round's rest, else a slice), and reports
-// whether the round is catching up. Passes run one at a time (RequeueStale
+// pass is sweep (finish: the round's rest, else a slice), and reports how
+// soon the next pass should come while the round catches up (0: it is
+// not). Passes run one at a time (RequeueStale
 // beside the loop): each brings the view up to date from where the one
 // before left it.
-func (d *Dispatcher) pass(ctx context.Context, finish bool) (ids []string, catchingUp bool, err error) {
+func (d *Dispatcher) pass(ctx context.Context, finish bool) (ids []string, hurry time.Duration, err error) {
 	select {
 	case d.passSem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, false, ctx.Err()
+		return nil, 0, ctx.Err()
 	}
 	defer func() { <-d.passSem }()
 	s, err := d.readSnapshot(ctx, finish)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, err
 	}
 	now := d.cfg.Now()
 	var tasks []string
@@ -596,7 +599,7 @@ func (d *Dispatcher) pass(ctx context.Context, finish bool) (ids []string, catch
 		d.applyRow(l.task, l.row, l.rev, horizon, false)
 	}
 	if firstErr != nil {
-		return nil, s.catchingUp, firstErr
+		return nil, s.hurry, firstErr
 	}
 	// A repair of its own: a queue's consumer that cannot be asked (its
 	// leader between elections) must not cost the rest of the pass, the
@@ -613,7 +616,7 @@ func (d *Dispatcher) pass(ctx context.Context, finish bool) (ids []string, catch
 	for _, h := range hits {
 		ids = append(ids, h.task)
 	}
-	return ids, s.catchingUp, nil
+	return ids, s.hurry, nil
 }
 
 // sweepRow repairs one candidate row, read again from the leader, and

@@ -139,7 +139,9 @@ type sweepRound struct {
 	stalled  int
 	keys     []string
 	keyFails int
-	done     bool
+	// empty counts the catch-up slices in a row that read nothing.
+	empty int
+	done  bool
 }
 
 // finishTries and finishWait bound how long a pass on demand waits for a
@@ -182,17 +184,20 @@ func (d *Dispatcher) horizon(now time.Time) time.Time {
 }
 
 // refreshView brings the view up to date: the changes since the pass
-// before, and a slice of the round (finish: the round's rest). It reports
-// whether the round is catching up. A slice that fails is reported and
-// left to the next pass: the pass goes on with the view the changes
-// brought up to date. The caller holds passSem.
-func (d *Dispatcher) refreshView(ctx context.Context, finish bool) (catchingUp bool, err error) {
+// before, and a slice of the round (finish: the round's rest). While the
+// round catches up it reports how soon the next pass should come (0: it
+// is not catching up): at once after a slice that read rows; after a
+// growing wait, up to SweepInterval (at least reconcileRetryMax), after
+// one that read none (its consumer on a replica that lags, or failing). A
+// slice that fails is reported and left to the next pass: the pass goes on
+// with the view the changes brought up to date. The caller holds passSem.
+func (d *Dispatcher) refreshView(ctx context.Context, finish bool) (hurry time.Duration, err error) {
 	now := d.cfg.Now()
 	v := &d.view
 	v.scheduled = map[string]bool{}
 	info, err := d.rowsStream(ctx)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	if v.valid {
 		err := d.readChanges(ctx, info, now)
@@ -200,7 +205,7 @@ func (d *Dispatcher) refreshView(ctx context.Context, finish bool) (catchingUp b
 			d.log.Warn("reconcile reads every row again", "why", err)
 			v.valid = false
 		} else if err != nil {
-			return false, err
+			return 0, err
 		}
 	}
 	switch {
@@ -225,7 +230,7 @@ func (d *Dispatcher) refreshView(ctx context.Context, finish bool) (catchingUp b
 	// with the leader (a new consumer may land on another).
 	for tries := 0; finish && err == nil && !v.round.done && tries < finishTries; tries++ {
 		if err := sleepCtx(ctx, finishWait); err != nil {
-			return false, err
+			return 0, err
 		}
 		var more uint64
 		more, err = d.readSlice(ctx, now, finish)
@@ -233,17 +238,24 @@ func (d *Dispatcher) refreshView(ctx context.Context, finish bool) (catchingUp b
 	}
 	switch {
 	case err != nil && (ctx.Err() != nil || finish):
-		return false, err
+		return 0, err
 	case err != nil:
 		d.log.Warn("the reconcile round's slice failed; the next pass reads on", "from", v.round.next, "err", err)
 	case finish && !v.round.done:
 		// A pass on demand promises every row: a read that lags the
 		// leader fails it rather than leaving rows unread.
-		return false, fmt.Errorf("jetstream: the reconcile round could not read up to sequence %d of %s (read to %d); try again", v.round.end, d.cfg.tasksBucket(), v.round.next-1)
+		return 0, fmt.Errorf("jetstream: the reconcile round could not read up to sequence %d of %s (read to %d); try again", v.round.end, d.cfg.tasksBucket(), v.round.next-1)
 	}
-	// A slice that read nothing (its consumer on a replica that lags) is
-	// not hurried: the next pass comes at the usual period.
-	return v.round.catchUp && !v.round.done && read > 0, nil
+	switch {
+	case !v.round.catchUp || v.round.done:
+		return 0, nil
+	case read > 0:
+		v.round.empty = 0
+		return reconcileSettle, nil
+	}
+	wait := reconcileRetryMin << min(v.round.empty, 10)
+	v.round.empty++
+	return min(wait, max(d.cfg.SweepInterval, reconcileRetryMax)), nil
 }
 
 // beginRound starts a round over every row up to the view's sequence.
