@@ -511,7 +511,7 @@ func (d *Dispatcher) readChanges(ctx context.Context, info *jetstream.StreamInfo
 		return nil // nothing written since
 	}
 	horizon := d.horizon(now)
-	last, _, err := d.readRowsUntil(ctx, v.seq+1, 0, 0, func(task string, val []byte, deleted bool, seq uint64) {
+	apply := func(task string, val []byte, deleted bool, seq uint64) {
 		if deleted {
 			d.applyRow(task, nil, seq, horizon, false)
 			return
@@ -521,9 +521,20 @@ func (d *Dispatcher) readChanges(ctx context.Context, info *jetstream.StreamInfo
 			d.log.Error("reconcile skips a corrupt row", "task", task, "err", err)
 		}
 		d.applyRow(task, r, seq, horizon, false)
-	})
+	}
+	last, _, err := d.readRowsUntil(ctx, v.seq+1, 0, 0, apply)
 	if errors.Is(err, errSnapshotStalled) {
-		return fmt.Errorf("%w: %w", errViewLost, err)
+		// Once more with a new consumer, which may land on another
+		// replica (an ordered consumer's reset onto one with nothing
+		// past its cursor waits for it): a second stall is a message the
+		// server cannot load, and the view is read afresh around it.
+		d.log.Warn("the read of the rows written since the last pass stalled; reading them again", "from", max(v.seq, last)+1)
+		var again uint64
+		again, _, err = d.readRowsUntil(ctx, max(v.seq, last)+1, 0, 0, apply)
+		last = max(last, again)
+		if errors.Is(err, errSnapshotStalled) {
+			return fmt.Errorf("%w: %w", errViewLost, err)
+		}
 	}
 	// The messages come in sequence order, so a read cut short has
 	// applied every row written up to last: the next pass goes on from
