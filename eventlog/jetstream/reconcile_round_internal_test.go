@@ -31,10 +31,13 @@ func newTestClock(t time.Time) *testClock {
 func (c *testClock) add(d time.Duration) { c.ns.Add(int64(d)) }
 func (c *testClock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
 
-// roundDispatcher opens a Dispatcher on nc whose passes run only when the
-// test asks, on clock, with an hour's round paced for passes gap apart.
-func roundDispatcher(t *testing.T, nc *nats.Conn, clock *testClock, gap time.Duration) *Dispatcher {
+// roundDispatcher opens a Dispatcher on a server of the test's own whose
+// passes run only when the test asks, on a clock the test sets, with an
+// hour's round paced for passes gap apart.
+func roundDispatcher(t *testing.T, gap time.Duration) (*Dispatcher, *nats.Conn, *testClock) {
 	t.Helper()
+	nc := embeddedConn(t)
+	clock := newTestClock(time.Now())
 	d, err := OpenDispatcher(t.Context(), nc, DispatcherConfig{SweepInterval: -1, FullSweepInterval: time.Hour,
 		LeaseTTL: time.Minute, Now: clock.now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -42,7 +45,26 @@ func roundDispatcher(t *testing.T, nc *nats.Conn, clock *testClock, gap time.Dur
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	d.passGap = gap // before any pass: no loop runs beside
-	return d
+	return d, nc, clock
+}
+
+// suspendOnTimer leaves a new task of d suspended on a timer at fireAt.
+func suspendOnTimer(t *testing.T, d *Dispatcher, fireAt time.Time) (string, noeta.Wake) {
+	t.Helper()
+	ctx := t.Context()
+	task := noeta.NewTaskID()
+	if err := d.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: "q", Reserved: true}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := d.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: task})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond := noeta.TimerWake(fireAt)
+	if err := d.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond}); err != nil {
+		t.Fatal(err)
+	}
+	return task, cond
 }
 
 // passReads runs a pass as the loop does (a slice of the round) and
@@ -64,9 +86,7 @@ func passReads(t *testing.T, d *Dispatcher) (rows, rounds uint64) {
 // 31, docs/benchmarks.md): the hourly full read of a million rows was one
 // pass of 11-13 s of CPU.
 func TestReconcileRoundReadsInSlices(t *testing.T) {
-	nc := embeddedConn(t)
-	clock := newTestClock(time.Now())
-	d := roundDispatcher(t, nc, clock, 15*time.Minute)
+	d, nc, clock := roundDispatcher(t, 15*time.Minute)
 	const rows = 5 * sliceMin
 	loadIdleRows(t, nc, d, rows)
 
@@ -102,22 +122,9 @@ func TestReconcileRoundReadsInSlices(t *testing.T) {
 // horizon, lost before it is due, is armed again when the round visits its
 // row, and not checked between visits.
 func TestReconcileRoundReArmsALostSchedule(t *testing.T) {
-	nc := embeddedConn(t)
-	clock := newTestClock(time.Now())
-	d := roundDispatcher(t, nc, clock, -1)
+	d, _, clock := roundDispatcher(t, -1)
 	ctx := t.Context()
-	task := noeta.NewTaskID()
-	if err := d.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: "q", Reserved: true}); err != nil {
-		t.Fatal(err)
-	}
-	l, err := d.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: task})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cond := noeta.TimerWake(clock.now().Add(90 * time.Minute)) // within the horizon
-	if err := d.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond}); err != nil {
-		t.Fatal(err)
-	}
+	task, _ := suspendOnTimer(t, d, clock.now().Add(90*time.Minute)) // within the horizon
 	subj := d.subj.timer(task, 1)
 	armed := func() bool {
 		t.Helper()
@@ -153,9 +160,7 @@ func TestReconcileRoundReArmsALostSchedule(t *testing.T) {
 // its last sequence holds no message any more (the leader says nothing is
 // left before it).
 func TestReconcileRoundDropsRowsGoneFromTheStream(t *testing.T) {
-	nc := embeddedConn(t)
-	clock := newTestClock(time.Now())
-	d := roundDispatcher(t, nc, clock, -1)
+	d, nc, clock := roundDispatcher(t, -1)
 	ctx := t.Context()
 	loadIdleRows(t, nc, d, 30)
 	task := noeta.NewTaskID()
@@ -235,9 +240,7 @@ func TestReconcileViewKeepsTheNewerRow(t *testing.T) {
 // elects a leader) is checked with the leader, which still has the view's
 // last message: the view is kept, not read again.
 func TestReconcileLaggingInfoKeepsTheView(t *testing.T) {
-	nc := embeddedConn(t)
-	clock := newTestClock(time.Now())
-	d := roundDispatcher(t, nc, clock, -1)
+	d, nc, clock := roundDispatcher(t, -1)
 	ctx := t.Context()
 	loadIdleRows(t, nc, d, 30)
 	passReads(t, d)
@@ -269,9 +272,7 @@ func TestReconcileLaggingInfoKeepsTheView(t *testing.T) {
 // round catches up; a pass on demand (RequeueStale) reads the round's rest
 // at once.
 func TestReconcileCatchUpInSlices(t *testing.T) {
-	nc := embeddedConn(t)
-	clock := newTestClock(time.Now())
-	d := roundDispatcher(t, nc, clock, 15*time.Second)
+	d, nc, _ := roundDispatcher(t, 15*time.Second)
 	const rows = sliceCatchUp + 1000
 	loadIdleRows(t, nc, d, rows)
 	for i, want := range []struct {
@@ -304,22 +305,8 @@ func TestReconcileCatchUpInSlices(t *testing.T) {
 // left out of the view, and a round takes it in at least one round
 // interval before it is due.
 func TestReconcileRoundTakesInFarTimers(t *testing.T) {
-	nc := embeddedConn(t)
-	clock := newTestClock(time.Now())
-	d := roundDispatcher(t, nc, clock, -1)
-	ctx := t.Context()
-	task := noeta.NewTaskID()
-	if err := d.Enqueue(ctx, task, eventlog.EnqueueOptions{Queue: "q", Reserved: true}); err != nil {
-		t.Fatal(err)
-	}
-	l, err := d.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: task})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cond := noeta.TimerWake(clock.now().Add(6 * time.Hour))
-	if err := d.Release(ctx, l, eventlog.Release{Next: eventlog.DispatchSuspended, WakeOn: &cond}); err != nil {
-		t.Fatal(err)
-	}
+	d, _, clock := roundDispatcher(t, -1)
+	task, cond := suspendOnTimer(t, d, clock.now().Add(6*time.Hour))
 	passReads(t, d)
 	if d.view.rows[task] != nil {
 		t.Fatal("a timer six hours ahead is in the view")
@@ -342,9 +329,7 @@ func TestReconcileRoundTakesInFarTimers(t *testing.T) {
 // leader, a share a pass paced as the slices are, and ends when none is
 // left, with the rows it read in the view.
 func TestReconcileRoundReadsOneByOneAfterStalls(t *testing.T) {
-	nc := embeddedConn(t)
-	clock := newTestClock(time.Now())
-	d := roundDispatcher(t, nc, clock, 15*time.Minute)
+	d, nc, clock := roundDispatcher(t, 15*time.Minute)
 	ctx := t.Context()
 	loadIdleRows(t, nc, d, 3*sliceMin)
 	task := noeta.NewTaskID()
