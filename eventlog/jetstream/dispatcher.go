@@ -408,9 +408,8 @@ func (s dispatchSubjects) timerTarget(task string) string {
 func (s dispatchSubjects) timer(task string, gen uint64) string {
 	return s.timerTarget(task) + "." + strconv.FormatUint(gen, 10)
 }
-func (s dispatchSubjects) timerAll() string       { return s.prefix + ".timer.>" }
-func (s dispatchSubjects) timersFired() string    { return s.prefix + ".timer.*.*" }
-func (s dispatchSubjects) timerSchedules() string { return s.prefix + ".timer.*.*.*" }
+func (s dispatchSubjects) timerAll() string    { return s.prefix + ".timer.>" }
+func (s dispatchSubjects) timersFired() string { return s.prefix + ".timer.*.*" }
 
 // taskOfTimer returns the task of a fired timer's subject.
 func (s dispatchSubjects) taskOfTimer(subject string) (string, bool) {

@@ -46,9 +46,9 @@ import (
 // pass before and a slice of the round that reads every row, onto the rows
 // it keeps between passes, reconcile_view.go; the lease keys when a row is
 // leased, one stream info for the signals when one is ready), which may
-// lag the leaders; each candidate it finds is then checked and acted on with leader
-// reads and compare-and-set writes, so a stale view costs a read, never a
-// wrong transition. See docs/adr/0020-reconciler.md and
+// lag the leaders; each candidate it finds is then checked and acted on
+// with leader reads and compare-and-set writes, so a stale view costs a
+// read, never a wrong transition. See docs/adr/0020-reconciler.md and
 // docs/adr/0092-a-pass-reads-the-rows-written-since-the-last.md and
 // docs/adr/0110-every-row-is-read-in-a-rolling-round.md.
 
@@ -511,9 +511,8 @@ func (d *Dispatcher) sweep(ctx context.Context) ([]string, error) {
 
 // pass is sweep (finish: the round's rest, else a slice), and reports how
 // soon the next pass should come while the round catches up (0: it is
-// not). Passes run one at a time (RequeueStale
-// beside the loop): each brings the view up to date from where the one
-// before left it.
+// not). Passes run one at a time (RequeueStale beside the loop): each
+// brings the view up to date from where the one before left it.
 func (d *Dispatcher) pass(ctx context.Context, finish bool) (ids []string, hurry time.Duration, err error) {
 	select {
 	case d.passSem <- struct{}{}:
