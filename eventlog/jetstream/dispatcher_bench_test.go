@@ -346,7 +346,8 @@ var benchPassRuns atomic.Int64
 // dispatcher's own path: what each Dispatcher pays every SweepInterval
 // however little there is to repair. The pass before the timed ones reads
 // every row; the timed ones read the rows written since (none: ADR 0092).
-// BenchmarkReconcileIdle measures full passes beside them, to a million.
+// BenchmarkReconcileIdle measures the round's slices and whole reads beside
+// them, to a million.
 func BenchmarkReconcilePass(b *testing.B) {
 	for _, rows := range []int{1_000, 10_000} {
 		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {

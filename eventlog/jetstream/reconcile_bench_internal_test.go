@@ -149,7 +149,7 @@ func loadIdleRows(b testing.TB, nc *nats.Conn, d *Dispatcher, n int) {
 			b.Fatal(err)
 		}
 		if r.WakeOn == &later {
-			// Its schedule, as armTimer leaves it: a full pass lists them.
+			// Its schedule, as armTimer leaves it.
 			m := nats.NewMsg(d.subj.timer(task, r.Generation))
 			m.Header.Set(hdrTimerGen, strconv.FormatUint(r.Generation, 10))
 			m.Header.Set(jetstream.MsgTTLHeader, "never")

@@ -214,7 +214,7 @@ func TestReconcileViewLostReadsEveryRow(t *testing.T) {
 			t.Fatal(err)
 		}
 		if s := d.Stats(); s.FullReconciles != uint64(i+2) || s.Resignalled != uint64(i+1) {
-			t.Errorf("%s: %d full passes, %d re-signalled; want %d and %d", lose.what, s.FullReconciles, s.Resignalled, i+2, i+1)
+			t.Errorf("%s: %d rounds, %d re-signalled; want %d and %d", lose.what, s.FullReconciles, s.Resignalled, i+2, i+1)
 		}
 	}
 }

@@ -73,13 +73,13 @@ func TestReconcilePassReadsOnlyChangedRows(t *testing.T) {
 			mustPass(t, d)
 			first := d.Stats()
 			if first.FullReconciles != 1 || first.RowsRead < 3*idle {
-				t.Fatalf("the first pass: %d full, %d rows read; want one full pass reading the %d rows", first.FullReconciles, first.RowsRead, 3*idle)
+				t.Fatalf("the first pass: %d rounds, %d rows read; want one round reading the %d rows", first.FullReconciles, first.RowsRead, 3*idle)
 			}
 			for range 3 {
 				mustPass(t, d)
 			}
 			if s := d.Stats(); s.RowsRead != first.RowsRead || s.FullReconciles != 1 {
-				t.Fatalf("three passes with nothing written read %d rows (%d full passes), want 0", s.RowsRead-first.RowsRead, s.FullReconciles-1)
+				t.Fatalf("three passes with nothing written read %d rows (%d rounds), want 0", s.RowsRead-first.RowsRead, s.FullReconciles-1)
 			}
 
 			// A ready task whose signal is lost: one row written, one row
@@ -192,8 +192,10 @@ func TestReconcileFindsRowsWrittenWithoutSideEffects(t *testing.T) {
 }
 
 // TestReconcileFullPassTakesFarTimers: a timer due beyond the horizon of
-// the view is left to the periodic full pass, which finds it before it is
-// due; one whose schedule is lost is fired when due, as before.
+// the view is left to the next round (no round within FullSweepInterval of
+// the last), and a round past its deadline, its schedule's firing far away
+// in real time, fires it (TestReconcileRoundTakesInFarTimers checks that a
+// round takes it in before it is due).
 func TestReconcileFullPassTakesFarTimers(t *testing.T) {
 	t.Parallel()
 	prefix := uniquePrefix(t, singleURL)
@@ -221,14 +223,14 @@ func TestReconcileFullPassTakesFarTimers(t *testing.T) {
 	now.set(clock.Add(30 * time.Second))
 	mustPass(t, d)
 	if s := d.Stats(); s.FullReconciles != 1 {
-		t.Fatalf("%d full passes within FullSweepInterval, want 1", s.FullReconciles)
+		t.Fatalf("%d rounds within FullSweepInterval, want 1", s.FullReconciles)
 	}
 	// The broker's schedule is three hours of real time away: the full
 	// pass past the deadline (by this clock) fires the timer itself.
 	now.set(cond.FireAt.Add(time.Minute))
 	mustPass(t, d)
 	if s := d.Stats(); s.FullReconciles != 2 {
-		t.Errorf("%d full passes after FullSweepInterval, want 2", s.FullReconciles)
+		t.Errorf("%d rounds after FullSweepInterval, want 2", s.FullReconciles)
 	}
 	if st := mustInspect(t, d, task); st.Status != eventlog.DispatchReady || st.MatchedWake == nil || st.MatchedWake.Kind != noeta.WakeTimerFired {
 		t.Errorf("the far timer's task is %s with %+v, want ready on its timer", st.Status, st.MatchedWake)
