@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -39,6 +40,9 @@ type oneOpts struct {
 	// workers is noeta's engine workers; 0: as many as concurrent runs.
 	workers int
 	addr    string // Temporal's frontend, DBOS's database URL, noeta's data directory, noeta-r3's cluster directory
+	// cpuProfile, if set, is where a CPU profile of this process over the
+	// measured seconds goes (noeta runs in it; the peers' servers do not).
+	cpuProfile string
 }
 
 func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
@@ -53,6 +57,7 @@ func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
 	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as -conc)")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "the server's pid, whose process tree's CPU and memory are read (0: none)")
 	fs.StringVar(&o.addr, "addr", "", "Temporal's frontend, DBOS's PostgreSQL URL, noeta's data directory or noeta-r3's cluster directory")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process over the measured seconds to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -138,7 +143,14 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 	}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
+	}
 	lat, wall, err := drive(ctx, o.conc, time.Duration(o.seconds*float64(time.Second)), s.run)
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.system, err)
 	}
@@ -179,4 +191,24 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(r)
+}
+
+// startCPUProfile starts a CPU profile into file (none if empty) and
+// returns what stops it and closes the file.
+func startCPUProfile(file string) (stop func() error, err error) {
+	if file == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
