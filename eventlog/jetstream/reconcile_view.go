@@ -162,12 +162,13 @@ func (d *Dispatcher) passRequest(ctx context.Context) (context.Context, context.
 	return context.WithTimeout(ctx, d.cfg.RequestTimeout)
 }
 
-// rowsLeaderGet reads a message of the rows stream from its leader,
-// bounded as every request of a pass.
-func (d *Dispatcher) rowsLeaderGet(ctx context.Context, req msgGetRequest) (*storedMsg, error) {
+// firstRowFrom reads from the rows stream's leader the first row message at
+// or after seq (nil: none it can load), bounded as every request of a
+// pass.
+func (d *Dispatcher) firstRowFrom(ctx context.Context, seq uint64) (*storedMsg, error) {
 	ctx, cancel := d.passRequest(ctx)
 	defer cancel()
-	return d.leaderGet(ctx, "KV_"+d.cfg.tasksBucket(), req)
+	return d.leaderGet(ctx, "KV_"+d.cfg.tasksBucket(), msgGetRequest{Seq: seq, NextFor: "$KV." + d.cfg.tasksBucket() + ".>"})
 }
 
 // errViewLost: the changes cannot be read onto the view; a new view is
@@ -351,7 +352,7 @@ func (d *Dispatcher) readSlice(ctx context.Context, now time.Time, finish bool) 
 			if r.stalled < 2 {
 				return read, err
 			}
-			m, gerr := d.rowsLeaderGet(ctx, msgGetRequest{Seq: r.next, NextFor: "$KV." + d.cfg.tasksBucket() + ".>"})
+			m, gerr := d.firstRowFrom(ctx, r.next)
 			if gerr != nil {
 				return read, gerr
 			}
@@ -381,7 +382,7 @@ func (d *Dispatcher) readSlice(ctx context.Context, now time.Time, finish bool) 
 		// either that is so (the messages up to it were removed), or the
 		// read's consumer sits on a replica that has not applied them
 		// yet, and the next pass reads on. The leader tells which.
-		m, err := d.rowsLeaderGet(ctx, msgGetRequest{Seq: r.next, NextFor: "$KV." + d.cfg.tasksBucket() + ".>"})
+		m, err := d.firstRowFrom(ctx, r.next)
 		if err != nil {
 			return read, err
 		}
@@ -498,7 +499,7 @@ func (d *Dispatcher) readChanges(ctx context.Context, info *jetstream.StreamInfo
 		// lag; a restore on a single server keeps the creation time and
 		// shows only this. The leader tells which: the view's last
 		// message, or a later one, is there unless the stream went back.
-		m, err := d.rowsLeaderGet(ctx, msgGetRequest{Seq: v.seq, NextFor: "$KV." + d.cfg.tasksBucket() + ".>"})
+		m, err := d.firstRowFrom(ctx, v.seq)
 		if err != nil {
 			return err
 		}

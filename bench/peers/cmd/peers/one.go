@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -143,14 +142,12 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 	}
-	stopProfile, err := startCPUProfile(o.cpuProfile)
+	stopProfile, err := startProfiles(o.cpuProfile, "")
 	if err != nil {
 		return err
 	}
 	lat, wall, err := drive(ctx, o.conc, time.Duration(o.seconds*float64(time.Second)), s.run)
-	if perr := stopProfile(); err == nil {
-		err = perr
-	}
+	stopProfile()
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.system, err)
 	}
@@ -191,24 +188,4 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(r)
-}
-
-// startCPUProfile starts a CPU profile into file (none if empty) and
-// returns what stops it and closes the file.
-func startCPUProfile(file string) (stop func() error, err error) {
-	if file == "" {
-		return func() error { return nil }, nil
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return nil, fmt.Errorf("cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("cpuprofile: %w", err)
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return f.Close()
-	}, nil
 }
