@@ -363,3 +363,44 @@ func TestReconcileRoundReadsOneByOneAfterStalls(t *testing.T) {
 		t.Error("the ready row read one at a time is not in the view")
 	}
 }
+
+// TestReconcileRoundSkipsGarbageRows: rows that are not a row (binary
+// bytes, a large value of zeros, an empty value) are left out of the view
+// by the round and by the changes, and the pass goes on: a ready row whose
+// signal was lost, read in the same slice, gets it again.
+func TestReconcileRoundSkipsGarbageRows(t *testing.T) {
+	d, _, _ := roundDispatcher(t, -1)
+	ctx := t.Context()
+	put := func(task string, val []byte) {
+		t.Helper()
+		if _, err := d.tasks.Put(ctx, task, val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	garbage := [][]byte{{0x00, 0xff, 0xfe}, make([]byte, 512<<10), {}, []byte(`{"status": 7}`)}
+	for _, g := range garbage {
+		put(noeta.NewTaskID(), g)
+	}
+	ready := noeta.NewTaskID()
+	if err := d.Enqueue(ctx, ready, eventlog.EnqueueOptions{Queue: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.ready.Purge(ctx, jetstream.WithPurgeSubject(d.subj.ready("q", ready))); err != nil {
+		t.Fatal(err)
+	}
+	if _, rounds := passReads(t, d); rounds != 1 {
+		t.Fatalf("the round over garbage rows ended %d rounds, want 1", rounds)
+	}
+	if n := len(d.view.rows); n != 1 || d.view.rows[ready] == nil {
+		t.Errorf("the view holds %d rows, want only the ready one", n)
+	}
+	if s := d.Stats(); s.Resignalled != 1 {
+		t.Errorf("re-signalled %d, want the ready row's", s.Resignalled)
+	}
+	// The ready row overwritten with garbage since: the changes take it out.
+	put(ready, []byte("not a row"))
+	passReads(t, d)
+	if d.view.rows[ready] != nil {
+		t.Error("a row overwritten with garbage stayed in the view")
+	}
+}
