@@ -226,6 +226,13 @@ func Run() {
 	for {
 		select {
 		case ws := <-exited:
+			// The tool may end between two looks with its tree past the
+			// process limit: a bomb's fork failing at the kernel's count
+			// ends the shell that runs it. One more look names the limit.
+			if u, ok := treeUsage(w.Limits.Processes); ok && u.processes > w.Limits.Processes {
+				report(Status{Limit: "processes"})
+				endTree(137)
+			}
 			// A process ended by RLIMIT_FSIZE gets SIGXFSZ; a shell reports
 			// a child's as 128 plus the signal.
 			if ws.Signaled() && ws.Signal() == syscall.SIGXFSZ || ws.Exited() && ws.ExitStatus() == 128+int(syscall.SIGXFSZ) {

@@ -321,6 +321,8 @@ func testLimits(t *testing.T, run starter) {
 		limit   string
 	}{
 		{"fork bomb", sandbox.Limits{Processes: 32, Wall: 30 * time.Second}, `b(){ b | b & }; b; sleep 20`, "processes"},
+		// The shell ends at once, its tree past the limit: named all the same.
+		{"processes left at exit", sandbox.Limits{Processes: 32, Wall: 30 * time.Second}, `for i in $(seq 40); do sleep 20 & done; exit 3`, "processes"},
 		{"memory bomb", sandbox.Limits{Memory: 64 << 20, Wall: 30 * time.Second}, `head -c 2000000000 /dev/zero | tail`, "memory"},
 		{"disk fill", sandbox.Limits{FileSize: 4 << 20, Wall: 30 * time.Second}, `dd if=/dev/zero of=big bs=1M count=64`, "file_size"},
 		{"cpu spin", sandbox.Limits{CPU: time.Second, Wall: 30 * time.Second}, `while :; do :; done`, "cpu"},
