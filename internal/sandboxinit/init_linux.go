@@ -691,15 +691,25 @@ const reservedThreads = 8
 // keeps idle: a tool that fills the namespace's pids (a fork bomb up to
 // pid_max) must not leave this process unable to start a thread when it
 // needs one to watch, report and end the tree (the runtime aborts then,
-// and the call's report with it). Each goroutine blocks in a system call,
-// so the runtime hands its processor to another thread, starting one.
+// exit status 2, and the call's report with it). Each goroutine locks a
+// thread of its own and parks, so the runtime must start another for the
+// next; unlocked, the threads go to the runtime's idle list, which it
+// never shrinks. (Goroutines that only slept in a system call got as few
+// as three new threads of eight on a loaded machine: the runtime starts
+// one only when its monitor takes the processor back in time.)
 func reserveThreads(n int) {
-	var wg sync.WaitGroup
+	var locked, parked sync.WaitGroup
+	release := make(chan struct{})
 	for range n {
-		wg.Go(func() {
-			ts := unix.Timespec{Nsec: int64(2 * time.Millisecond)}
-			_ = unix.Nanosleep(&ts, nil)
+		locked.Add(1)
+		parked.Go(func() {
+			runtime.LockOSThread()
+			locked.Done()
+			<-release
+			runtime.UnlockOSThread()
 		})
 	}
-	wg.Wait()
+	locked.Wait()
+	close(release)
+	parked.Wait()
 }
