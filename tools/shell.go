@@ -236,6 +236,8 @@ func (t shellTool) Run(ctx context.Context, call Call) (Result, error) {
 		res.OK, res.Error = false, fmt.Sprintf("%s: ended by the sandbox's %s limit", tool, rep.Limit)
 	case out.TimedOut:
 		res.OK, res.Error = false, fmt.Sprintf("%s: timed out after %v", tool, timeout)
+	case rep.Unreported:
+		res.OK, res.Error = false, fmt.Sprintf("%s: the sandbox ended without reporting how the command ended (%s)", tool, ps)
 	case !ps.Success():
 		res.OK, res.Error = false, ps.String()
 	}

@@ -172,7 +172,7 @@ func Run() {
 	if err != nil {
 		fail("open /dev/null: %v", err)
 	}
-	toolPID, err := startTool(path, w.Argv, env, cwd)
+	toolPID, tool, err := startTool(path, w.Argv, env, cwd)
 	if err != nil {
 		fail("exec %s: %v", path, err)
 	}
@@ -231,7 +231,7 @@ func Run() {
 			// ends the shell that runs it. One more look names the limit.
 			if u, ok := treeUsage(w.Limits.Processes); ok && u.processes > w.Limits.Processes {
 				report(Status{Limit: "processes"})
-				endTree(137)
+				tool.endTree(137)
 			}
 			// A process ended by RLIMIT_FSIZE gets SIGXFSZ; a shell reports
 			// a child's as 128 plus the signal.
@@ -239,28 +239,28 @@ func Run() {
 				report(Status{Limit: "file_size"})
 			}
 			if ws.Signaled() {
-				endTree(128 + int(ws.Signal()))
+				tool.endTree(128 + int(ws.Signal()))
 			}
-			endTree(ws.ExitStatus())
+			tool.endTree(ws.ExitStatus())
 		case <-wall:
 			report(Status{Limit: "wall"})
-			endTree(137)
+			tool.endTree(137)
 		case <-tick.C:
 			u, ok := treeUsage(w.Limits.Processes)
 			switch {
 			case !ok:
 				// Blind, it cannot hold the tree to its limits: end it.
 				report(Status{Error: "the sandbox could not read its /proc"})
-				endTree(137)
+				tool.endTree(137)
 			case u.processes > w.Limits.Processes:
 				report(Status{Limit: "processes"})
-				endTree(137)
+				tool.endTree(137)
 			case w.Limits.Memory > 0 && u.rss > w.Limits.Memory:
 				report(Status{Limit: "memory"})
-				endTree(137)
+				tool.endTree(137)
 			case w.Limits.CPUSeconds > 0 && u.cpu+reapedCPU.Load() > w.Limits.CPUSeconds*clockTicks:
 				report(Status{Limit: "cpu"})
-				endTree(137)
+				tool.endTree(137)
 			}
 		}
 	}
@@ -269,31 +269,53 @@ func Run() {
 // startTool starts the tool at a lower priority than this process, which
 // must keep the processor it needs to watch the tree: from a thread of its
 // own whose priority is lowered first (a thread's, on Linux, and what a
-// fork inherits), and which then ends with its goroutine, since nothing
-// may raise its priority again.
-func startTool(path string, argv, env []string, dir string) (int, error) {
+// fork inherits); nothing may raise its priority again.
+//
+// The thread then stays, to end the tree when told: Landlock gives each
+// thread restricted on its own (AllThreadsLandlockRestrictSelf) a domain
+// of its own, and with signals scoped a thread may signal only processes
+// of its own domain or of one nested in it. The tool's is this thread's;
+// a kill from any other of this process's threads is refused (EPERM),
+// and the tree would run on until this process exited.
+func startTool(path string, argv, env []string, dir string) (int, *toolThread, error) {
 	type started struct {
 		pid int
 		err error
 	}
 	ch := make(chan started, 1)
+	t := &toolThread{end: make(chan int)}
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		runtime.LockOSThread() // never unlocked: the thread ends with this process
 		if err := unix.Setpriority(unix.PRIO_PROCESS, 0, toolNice); err != nil {
 			ch <- started{err: fmt.Errorf("priority: %w", err)}
 			return
 		}
 		pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: []uintptr{0, 1, 2}})
 		ch <- started{pid, err}
+		if err != nil {
+			return
+		}
+		endTree(<-t.end)
 	}()
 	r := <-ch
-	return r.pid, r.err
+	return r.pid, t, r.err
+}
+
+// toolThread is the thread the tool was started from.
+type toolThread struct{ end chan int }
+
+// endTree has the tool's thread end the tree and exit with code; it does
+// not return.
+func (t *toolThread) endTree(code int) {
+	t.end <- code
+	select {}
 }
 
 // endTree kills every other process of the namespace until none is left
 // (its reaper takes the dead), then exits with code: what the kernel does
 // once the namespace's init exits, but a tree that is still forking was
-// seen to take the kernel seconds to bring down that way.
+// seen to take the kernel seconds to bring down that way. It runs on the
+// tool's thread (startTool).
 func endTree(code int) {
 	for range 2000 {
 		if err := unix.Kill(-1, unix.SIGKILL); errors.Is(err, unix.ESRCH) {
@@ -684,8 +706,8 @@ func unixRights(oob []byte) ([]int, error) {
 }
 
 // reservedThreads is how many threads the runtime is made to start before
-// the tool runs.
-const reservedThreads = 8
+// the tool runs; the tool's own thread (startTool) takes one of them.
+const reservedThreads = 9
 
 // reserveThreads makes the Go runtime start n threads now, which it then
 // keeps idle: a tool that fills the namespace's pids (a fork bomb up to

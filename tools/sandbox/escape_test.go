@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -535,4 +536,78 @@ func testHiddenUnderALinkedWorkspace(t *testing.T, run starter) {
 	if strings.Contains(r.stdout, "LINKED-SECRET") {
 		t.Fatalf("the data directory was read through the linked workspace: %q", r.stdout)
 	}
+}
+
+// TestUnreportedEnd: a helper that ends without saying how its tree ended
+// (killed here, as a crash would end it) is reported Unreported, and a
+// command that ran to its end, or to a limit, is not.
+func TestUnreportedEnd(t *testing.T) {
+	sb := newSandbox(t)
+	ws := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spec := sandbox.Spec{Argv: []string{"/bin/sh", "-c", "echo up; exec sleep 30"},
+		Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"}, Dir: ws}
+	waitUp := func(r io.Reader) {
+		t.Helper()
+		line, err := bufio.NewReader(r).ReadString('\n')
+		if err != nil || line != "up\n" {
+			t.Fatalf("the command did not start: %q %v", line, err)
+		}
+	}
+
+	t.Run("command", func(t *testing.T) {
+		c, err := sb.Command(ctx, sandbox.Policy{}, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := c.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(); err != nil {
+			c.Finish()
+			t.Fatal(err)
+		}
+		waitUp(out)
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		if rep := c.Finish(); !rep.Unreported {
+			t.Errorf("a killed helper: %+v, want Unreported", rep)
+		}
+	})
+	t.Run("started", func(t *testing.T) {
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer outR.Close()
+		pr, err := sb.Start(ctx, sandbox.Policy{}, spec, sandbox.Stdio{Stdout: outW})
+		outW.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUp(outR)
+		_ = pr.Kill()
+		_, _ = pr.Wait()
+		if rep := pr.Finish(); !rep.Unreported {
+			t.Errorf("a killed helper: %+v, want Unreported", rep)
+		}
+	})
+	bothStarts(t, func(t *testing.T, run starter) {
+		for _, c := range []struct {
+			command string
+			limits  sandbox.Limits
+		}{
+			{"exit 3", sandbox.Limits{}},
+			// Ended at a limit, the tree is killed and the end reported:
+			// a kill from another thread than the tool's was refused.
+			{"sleep 20", sandbox.Limits{Wall: 200 * time.Millisecond}},
+			{`b(){ b | b & }; b; sleep 20`, sandbox.Limits{Processes: 32, Wall: 30 * time.Second}},
+		} {
+			if r := run(t, sb, sandbox.Policy{Limits: c.limits}, ws, c.command); r.rep.Unreported {
+				t.Errorf("%q: %+v, want reported", c.command, r.rep)
+			}
+		}
+	})
 }

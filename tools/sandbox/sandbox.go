@@ -207,6 +207,10 @@ type Report struct {
 	Limit string
 	// Egress is what the process asked the egress proxy for.
 	Egress []noeta.Egress
+	// Unreported: the sandbox's first process ended without saying how
+	// the tree ended (it crashed, or was killed), so the exit status is
+	// its own, not the program's. A caller that killed it knows why.
+	Unreported bool
 }
 
 // Cmd is a confined process: an exec.Cmd (set Stdin, Stdout and Stderr,
@@ -231,6 +235,8 @@ type call struct {
 	proxyDone chan struct{}
 	finish    sync.Once
 	report    Report
+	// ended: the helper said the tree is gone (a status with Exit).
+	ended bool
 }
 
 // Command prepares spec to run under p. The process is not started.
@@ -450,6 +456,7 @@ func (c *call) done() Report {
 		if c.proxy != nil {
 			c.report.Egress = c.proxy.Summary()
 		}
+		c.report.Unreported = !c.ended && c.report.SetupError == ""
 	})
 	return c.report
 }
@@ -461,6 +468,9 @@ func (c *call) note(st sandboxinit.Status) {
 	}
 	if st.Limit != "" && c.report.Limit == "" {
 		c.report.Limit = st.Limit
+	}
+	if st.Exit != nil {
+		c.ended = true
 	}
 }
 
