@@ -83,6 +83,10 @@ func Run() {
 	// here, it is paid before the call when the helper was started ahead.
 	var warm Wire
 	_ = json.Unmarshal(warmSpec, &warm)
+	// Two processors are all this process uses, and each more is threads
+	// the runtime may want (its collector's among them) while a tree
+	// holds every pid of the namespace: the reserve is sized for two.
+	runtime.GOMAXPROCS(2)
 	reserveThreads(reservedThreads)
 
 	w, err := readSpec()
@@ -101,8 +105,11 @@ func Run() {
 	// engine running as root (the kernel exempts the host's root user),
 	// and the first process's count alone, every 20ms, let a fork bomb
 	// take every pid of the host in between. On an older kernel the write
-	// fails and the count and RLIMIT_NPROC remain.
-	pidMax := max(w.Limits.Processes*4+64, minPidMax)
+	// fails and the count and RLIMIT_NPROC remain. Once a namespace's pids
+	// have wrapped, the kernel hands out none below reservedPids again, so
+	// the bound counts from there: a call that has started a few hundred
+	// short-lived processes must still have its limit's worth.
+	pidMax := reservedPids + w.Limits.Processes*4 + 64
 	_ = os.WriteFile("/proc/sys/kernel/pid_max", []byte(strconv.Itoa(pidMax)), 0)
 	proxyDir, err := newRoot(w, sys)
 	if err != nil {
@@ -275,8 +282,14 @@ func Run() {
 // thread restricted on its own (AllThreadsLandlockRestrictSelf) a domain
 // of its own, and with signals scoped a thread may signal only processes
 // of its own domain or of one nested in it. The tool's is this thread's;
-// a kill from any other of this process's threads is refused (EPERM),
-// and the tree would run on until this process exited.
+// a signal from any other of this process's threads is refused, and
+// kill(-1) then reports success having killed nothing (the kernel drops a
+// refusal when signalling every process), so the tree would run on until
+// this process exited. The thread checks once that it can signal the
+// tool, and the call fails closed if not. The kill runs at the tool's
+// lower priority, which a tree at the same priority can delay by a slice
+// per running process: bounded by the process limit, and the first kill
+// stops its forking.
 func startTool(path string, argv, env []string, dir string) (int, *toolThread, error) {
 	type started struct {
 		pid int
@@ -291,6 +304,14 @@ func startTool(path string, argv, env []string, dir string) (int, *toolThread, e
 			return
 		}
 		pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: []uintptr{0, 1, 2}})
+		if err == nil {
+			if kerr := unix.Kill(pid, 0); kerr != nil {
+				// A tree this process cannot signal is one it cannot end:
+				// the caller fails, and the namespace's end takes the tool.
+				ch <- started{err: fmt.Errorf("signal the tool: %w", kerr)}
+				return
+			}
+		}
 		ch <- started{pid, err}
 		if err != nil {
 			return
@@ -538,8 +559,9 @@ func lookPath(name string, env []string) (string, error) {
 	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
 }
 
-// minPidMax is the smallest pid_max the kernel accepts.
-const minPidMax = 301
+// reservedPids is the kernel's RESERVED_PIDS: the pids a namespace never
+// hands out again once its pids have wrapped.
+const reservedPids = 300
 
 // toolNice is the scheduling priority of a tool's processes.
 const toolNice = 10

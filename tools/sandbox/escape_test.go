@@ -548,15 +548,15 @@ func TestUnreportedEnd(t *testing.T) {
 	defer cancel()
 	spec := sandbox.Spec{Argv: []string{"/bin/sh", "-c", "echo up; exec sleep 30"},
 		Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"}, Dir: ws}
-	waitUp := func(r io.Reader) {
+	waitUp := func(t *testing.T, r io.Reader) {
 		t.Helper()
 		line, err := bufio.NewReader(r).ReadString('\n')
 		if err != nil || line != "up\n" {
-			t.Fatalf("the command did not start: %q %v", line, err)
+			t.Errorf("the command did not start: %q %v", line, err)
 		}
 	}
 
-	t.Run("command", func(t *testing.T) {
+	t.Run("killed/command", func(t *testing.T) {
 		c, err := sb.Command(ctx, sandbox.Policy{}, spec)
 		if err != nil {
 			t.Fatal(err)
@@ -569,14 +569,14 @@ func TestUnreportedEnd(t *testing.T) {
 			c.Finish()
 			t.Fatal(err)
 		}
-		waitUp(out)
+		waitUp(t, out)
 		_ = c.Process.Kill()
 		_ = c.Wait()
 		if rep := c.Finish(); !rep.Unreported {
 			t.Errorf("a killed helper: %+v, want Unreported", rep)
 		}
 	})
-	t.Run("started", func(t *testing.T) {
+	t.Run("killed/started", func(t *testing.T) {
 		outR, outW, err := os.Pipe()
 		if err != nil {
 			t.Fatal(err)
@@ -587,27 +587,44 @@ func TestUnreportedEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitUp(outR)
+		waitUp(t, outR)
 		_ = pr.Kill()
 		_, _ = pr.Wait()
 		if rep := pr.Finish(); !rep.Unreported {
 			t.Errorf("a killed helper: %+v, want Unreported", rep)
 		}
 	})
-	bothStarts(t, func(t *testing.T, run starter) {
-		for _, c := range []struct {
-			command string
-			limits  sandbox.Limits
-		}{
-			{"exit 3", sandbox.Limits{}},
-			// Ended at a limit, the tree is killed and the end reported:
-			// a kill from another thread than the tool's was refused.
-			{"sleep 20", sandbox.Limits{Wall: 200 * time.Millisecond}},
-			{`b(){ b | b & }; b; sleep 20`, sandbox.Limits{Processes: 32, Wall: 30 * time.Second}},
-		} {
-			if r := run(t, sb, sandbox.Policy{Limits: c.limits}, ws, c.command); r.rep.Unreported {
-				t.Errorf("%q: %+v, want reported", c.command, r.rep)
+	t.Run("reported", func(t *testing.T) {
+		bothStarts(t, func(t *testing.T, run starter) {
+			for _, c := range []struct {
+				command string
+				limits  sandbox.Limits
+			}{
+				{"exit 3", sandbox.Limits{}},
+				// Ended at a limit, the tree is killed and the end reported:
+				// a kill from another thread than the tool's was refused.
+				{"sleep 20", sandbox.Limits{Wall: 200 * time.Millisecond}},
+				{`b(){ b | b & }; b; sleep 20`, sandbox.Limits{Processes: 32, Wall: 30 * time.Second}},
+			} {
+				if r := run(t, sb, sandbox.Policy{Limits: c.limits}, ws, c.command); r.rep.Unreported {
+					t.Errorf("%q: %+v, want reported", c.command, r.rep)
+				}
 			}
-		}
+		})
 	})
+}
+
+// TestManyProcessesInOneCall: a call that starts more short-lived
+// processes than the kernel's reserved pids (300), one after another,
+// still has its process limit's worth to run at once: the namespace's
+// pids wrap past the reserved ones.
+func TestManyProcessesInOneCall(t *testing.T) { bothStarts(t, testManyProcessesInOneCall) }
+
+func testManyProcessesInOneCall(t *testing.T, run starter) {
+	sb := newSandbox(t)
+	r := run(t, sb, sandbox.Policy{Limits: sandbox.Limits{Processes: 32, Wall: time.Minute}}, t.TempDir(),
+		`i=0; while [ $i -lt 400 ]; do /bin/true; i=$((i+1)); done; for j in 1 2 3 4 5 6 7 8; do sleep 0.2 & done; wait; echo done`)
+	if r.err != nil || r.rep.Limit != "" || !strings.Contains(r.stdout, "done") {
+		t.Errorf("400 processes one after another, then 8 at once: %v, limit %q, stdout %q, stderr %q", r.err, r.rep.Limit, r.stdout, r.stderr)
+	}
 }

@@ -208,8 +208,9 @@ type Report struct {
 	// Egress is what the process asked the egress proxy for.
 	Egress []noeta.Egress
 	// Unreported: the sandbox's first process ended without saying how
-	// the tree ended (it crashed, or was killed), so the exit status is
-	// its own, not the program's. A caller that killed it knows why.
+	// the tree ended (it crashed, was killed, or gave up ending the tree),
+	// so the exit status or signal is its own, not the program's. A
+	// caller that killed it knows why.
 	Unreported bool
 }
 
