@@ -234,8 +234,9 @@ func Run() {
 		select {
 		case ws := <-exited:
 			// The tool may end between two looks with its tree past the
-			// process limit: a bomb's fork failing at the kernel's count
-			// ends the shell that runs it. One more look names the limit.
+			// process limit: a bomb's fork failing at the namespace's pid
+			// bound ends the shell that runs it. One more look names the
+			// limit.
 			if u, ok := treeUsage(w.Limits.Processes); ok && u.processes > w.Limits.Processes {
 				report(Status{Limit: "processes"})
 				tool.endTree(137)
