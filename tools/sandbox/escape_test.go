@@ -372,7 +372,8 @@ func processesWith(s string) []string {
 // way.
 func TestEscapesUnprivileged(t *testing.T) {
 	_, bin := probeCopy(t)
-	cmd := exec.Command(bin, "-test.run", "^(TestEscapes|TestLimits)$", "-test.v", "-test.count=1")
+	run := []string{"TestEscapes", "TestLimits", "TestUnreportedEnd", "TestManyProcessesInOneCall"}
+	cmd := exec.Command(bin, "-test.run", "^("+strings.Join(run, "|")+")$", "-test.v", "-test.count=1")
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent", "TMPDIR=/tmp"}
 	cmd.Dir = "/"
 	if os.Geteuid() == 0 {
@@ -382,8 +383,13 @@ func TestEscapesUnprivileged(t *testing.T) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	}
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestEscapes") || !strings.Contains(string(out), "--- PASS: TestLimits") {
+	if err != nil {
 		t.Fatalf("unprivileged: %v\n%s", err, out)
+	}
+	for _, name := range run {
+		if !strings.Contains(string(out), "--- PASS: "+name+" ") {
+			t.Fatalf("unprivileged: %s did not pass\n%s", name, out)
+		}
 	}
 }
 
