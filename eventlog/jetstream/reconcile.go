@@ -413,7 +413,8 @@ var errSnapshotStalled = errors.New("jetstream: the bulk read of the rows stalle
 // oneByOneBudget, and ends the round when none is left. A key whose read
 // fails ends this pass's share and is tried again at the next; one that
 // fails oneByOneTries passes in a row is reported and left out (engine
-// doctor names a row the server cannot load). It returns the keys tried.
+// doctor names a row the server cannot load). It returns the keys tried,
+// which the round counts as read.
 func (d *Dispatcher) readRowsOneByOne(ctx context.Context, horizon time.Time, limit uint64) (tried uint64, err error) {
 	r := &d.view.round
 	deadline := time.Now().Add(oneByOneBudget)
@@ -437,6 +438,7 @@ func (d *Dispatcher) readRowsOneByOne(ctx context.Context, horizon time.Time, li
 			}
 		}
 		tried++
+		r.read++
 		r.keyFails = 0
 		r.keys = r.keys[1:]
 	}

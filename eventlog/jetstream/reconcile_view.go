@@ -314,9 +314,7 @@ func (d *Dispatcher) readSlice(ctx context.Context, now time.Time, finish bool) 
 		limit = 0
 	}
 	if r.keys != nil {
-		tried, err := d.readRowsOneByOne(ctx, horizon, limit)
-		r.read += tried
-		return tried, err
+		return d.readRowsOneByOne(ctx, horizon, limit)
 	}
 	last, drained, err := d.readRowsUntil(ctx, r.next, r.end, limit, func(task string, val []byte, deleted bool, seq uint64) {
 		read++
@@ -369,7 +367,6 @@ func (d *Dispatcher) readSlice(ctx context.Context, now time.Time, finish bool) 
 		r.keys = keys
 		if finish {
 			tried, err := d.readRowsOneByOne(ctx, horizon, 0)
-			r.read += tried
 			return read + tried, err
 		}
 		return read, nil
