@@ -53,7 +53,7 @@ func parseAll(args []string, stderr io.Writer) (allOpts, error) {
 	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
 	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as concurrent runs)")
 	fs.StringVar(&conc, "conc", "1,64", "concurrent runs, comma-separated")
-	fs.StringVar(&systems, "systems", "noeta,noeta-wait,noeta-r3,dbos,temporal", "systems, comma-separated (noeta-wait: noeta's run ends when Host.Wait returns; noeta-r3: noeta on a 3-node cluster in the process, R3)")
+	fs.StringVar(&systems, "systems", strings.Join(systemNames, ","), "systems, comma-separated (noeta-wait: noeta's run ends when Host.Wait returns; noeta-r3: noeta on a 3-node cluster in the process, R3; jetstream and jetstream-grouped: the floor, a run's writes alone on noeta's embedded server, one by one or in atomic batches with other runs)")
 	fs.StringVar(&o.dir, "dir", "", "working directory for the servers' data (default: a new one under $TMPDIR)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the working directory")
 	fs.StringVar(&o.temporalConfig, "temporal-config", "development-sqlite-file.yaml", "the Temporal server's own config file to start it on (development-sqlite.yaml: SQLite in memory)")
@@ -119,7 +119,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	fmt.Fprintf(stderr, "working directory %s; load average %.2f\n", o.dir, rep.Load1)
 
 	servers := map[string]*server{}
-	addr := map[string]string{"noeta": filepath.Join(o.dir, "noeta"), "noeta-wait": filepath.Join(o.dir, "noeta"), "noeta-r3": filepath.Join(o.dir, "noeta-r3")}
+	addr := map[string]string{"noeta": filepath.Join(o.dir, "noeta"), "noeta-wait": filepath.Join(o.dir, "noeta"), "noeta-r3": filepath.Join(o.dir, "noeta-r3"), "jetstream": filepath.Join(o.dir, "jetstream"), "jetstream-grouped": filepath.Join(o.dir, "jetstream-grouped")}
 	defer func() {
 		for _, s := range servers {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -323,7 +323,7 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 		for _, c := range o.conc {
 			n := by[key{ns, c}]
 			for _, s := range o.systems {
-				if strings.HasPrefix(s, "noeta") || len(n) == 0 || len(by[key{s, c}]) == 0 {
+				if strings.HasPrefix(s, "noeta") || s == "jetstream" || len(n) == 0 || len(by[key{s, c}]) == 0 {
 					continue
 				}
 				p := by[key{s, c}]
@@ -331,6 +331,24 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 					med(n, func(r Result) float64 { return r.RunsPerSec })/med(p, func(r Result) float64 { return r.RunsPerSec }),
 					med(n, func(r Result) float64 { return r.P50ms })/med(p, func(r Result) float64 { return r.P50ms }))
 			}
+		}
+	}
+	// The floor: a run's writes alone on the same server, against noeta
+	// and against each peer. A ratio to a peer the floor itself misses is
+	// one no system on this server reaches.
+	for _, c := range o.conc {
+		fl := by[key{"jetstream", c}]
+		if len(fl) == 0 {
+			continue
+		}
+		for _, s := range o.systems {
+			p := by[key{s, c}]
+			if s == "jetstream" || len(p) == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "  jetstream (the floor) at %d vs %s: %.2f× runs/s, %.2f× p50\n", c, s,
+				med(fl, func(r Result) float64 { return r.RunsPerSec })/med(p, func(r Result) float64 { return r.RunsPerSec }),
+				med(fl, func(r Result) float64 { return r.P50ms })/med(p, func(r Result) float64 { return r.P50ms }))
 		}
 	}
 	// What replication costs: the 3-node cluster against the embedded

@@ -37,15 +37,17 @@ func TestParseAllSystems(t *testing.T) {
 }
 
 // The table shows noeta's durable writes per run, a dash for the peers,
-// and the replicated row against the embedded default.
+// the replicated row against the embedded default, and the floor against
+// noeta and each peer.
 func TestWriteTableWritesAndReplication(t *testing.T) {
 	rep := Report{Results: []Result{
 		{System: "noeta", Concurrency: 1, RunsPerSec: 100, P50ms: 10, WritesPerRun: 22},
 		{System: "noeta-r3", Concurrency: 1, RunsPerSec: 40, P50ms: 25, WritesPerRun: 22},
 		{System: "dbos", Concurrency: 1, RunsPerSec: 80, P50ms: 12},
+		{System: "jetstream", Concurrency: 1, RunsPerSec: 200, P50ms: 5, WritesPerRun: 22},
 	}}
 	var b strings.Builder
-	if err := writeTable(&b, rep, allOpts{rounds: 1, seconds: 1, steps: 20, conc: []int{1}, systems: []string{"noeta", "noeta-r3", "dbos"}}); err != nil {
+	if err := writeTable(&b, rep, allOpts{rounds: 1, seconds: 1, steps: 20, conc: []int{1}, systems: []string{"noeta", "noeta-r3", "dbos", "jetstream"}}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -55,9 +57,15 @@ func TestWriteTableWritesAndReplication(t *testing.T) {
 		"| dbos | 1 | 80.0 | 12.0 | 0.0 | 0.0000 + 0.0000 | 0 + 0 | – |",
 		"noeta-r3 at 1 vs noeta: 0.40× runs/s, 2.50× p50",
 		"noeta-r3 at 1 vs dbos: 0.50× runs/s",
+		"jetstream (the floor) at 1 vs noeta: 2.00× runs/s, 0.50× p50",
+		"jetstream (the floor) at 1 vs dbos: 2.50× runs/s",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+	// The floor is not a peer: noeta's ratios are to the peers alone.
+	if strings.Contains(out, "noeta at 1 vs jetstream") {
+		t.Errorf("the floor is listed as a peer:\n%s", out)
 	}
 }

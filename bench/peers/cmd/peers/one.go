@@ -13,7 +13,7 @@ import (
 )
 
 // systemNames are the systems the harness measures.
-var systemNames = []string{"noeta", "noeta-wait", "noeta-r3", "dbos", "temporal"}
+var systemNames = []string{"noeta", "noeta-wait", "noeta-r3", "dbos", "temporal", "jetstream", "jetstream-grouped"}
 
 // system is one of the three, open and ready to run.
 type system interface {
@@ -38,7 +38,7 @@ type oneOpts struct {
 	serverPID int
 	// workers is noeta's engine workers; 0: as many as concurrent runs.
 	workers int
-	addr    string // Temporal's frontend, DBOS's database URL, noeta's data directory, noeta-r3's cluster directory
+	addr    string // Temporal's frontend, DBOS's database URL, noeta's or jetstream's data directory, noeta-r3's cluster directory
 	// cpuProfile, if set, is where a CPU profile of this process over the
 	// measured seconds goes (noeta runs in it; the peers' servers do not).
 	cpuProfile string
@@ -48,14 +48,14 @@ func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
 	var o oneOpts
 	fs := flag.NewFlagSet("peers one", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.system, "system", "", "noeta, noeta-wait, noeta-r3, dbos or temporal")
+	fs.StringVar(&o.system, "system", "", "noeta, noeta-wait, noeta-r3, dbos, temporal, jetstream or jetstream-grouped (the floor: a run's writes alone on noeta's embedded server, grouped: in atomic batches)")
 	fs.IntVar(&o.conc, "conc", 1, "concurrent runs (closed loop)")
 	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
 	fs.Float64Var(&o.seconds, "seconds", 10, "measured seconds")
 	fs.Float64Var(&o.warmup, "warmup", 2, "unmeasured seconds first")
 	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as -conc)")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "the server's pid, whose process tree's CPU and memory are read (0: none)")
-	fs.StringVar(&o.addr, "addr", "", "Temporal's frontend, DBOS's PostgreSQL URL, noeta's data directory or noeta-r3's cluster directory")
+	fs.StringVar(&o.addr, "addr", "", "Temporal's frontend, DBOS's PostgreSQL URL, noeta's and jetstream's data directory or noeta-r3's cluster directory")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process over the measured seconds to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -87,6 +87,10 @@ func openSystem(ctx context.Context, o oneOpts) (system, error) {
 		return openDBOS(ctx, o.addr, o.steps)
 	case "temporal":
 		return openTemporal(ctx, o.addr, o.steps)
+	case "jetstream":
+		return openSubstrate(ctx, o.addr, o.steps, false)
+	case "jetstream-grouped":
+		return openGroupedSubstrate(ctx, o.addr, o.steps)
 	}
 	return nil, fmt.Errorf("peers one: unknown system %q (%s)", o.system, strings.Join(systemNames, ", "))
 }

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/noeta-go/noeta/eventlog/jetstream/embedded"
+)
+
+// substrateSystem is the floor under noeta's row: a run's durable writes
+// and nothing else, on the server noeta's embedded default runs. Each run
+// publishes steps+2 messages (the writes noeta waits for in a run of steps
+// calls, 1.1 a call) one after another to a subject of its own, each with
+// the compare-and-set and the message id noeta's appends carry, to a file
+// stream on an embedded nats-server started as noeta's is (sync always,
+// in this process, through the in-process connection). No registry check,
+// no engine, no other stream: what JetStream alone costs for the writes.
+// One run at a time no system on this server goes below it; with many at
+// once, groupedSubstrate is the floor.
+type substrateSystem struct {
+	srv    *embedded.Server
+	nc     *nats.Conn
+	js     natsjs.JetStream
+	steps  int
+	body   []byte
+	writes atomic.Uint64
+}
+
+// substrateStream is the stream the substrate row writes to.
+const substrateStream = "PEERS_SUBSTRATE"
+
+// substrateBody is a message's size: noeta's task stream held 2,454
+// bytes a message on average after a sitting of the noeta row (its
+// stream's bytes over its messages, headers and the store's framing
+// included), so the payload here is a little under that.
+const substrateBody = 2300
+
+// substrateConfig is the stream as noeta's task stream is made
+// (eventlog/jetstream's streamConfig), with atomic batches allowed for the
+// grouped row as Open allows them with group commit.
+func substrateConfig(atomicBatches bool) natsjs.StreamConfig {
+	return natsjs.StreamConfig{
+		Name: substrateStream, Subjects: []string{substrateStream + ".>"},
+		Storage: natsjs.FileStorage, Retention: natsjs.LimitsPolicy, Replicas: 1,
+		DenyDelete: true, DenyPurge: true, AllowDirect: true, Duplicates: 2 * time.Minute,
+		MaxMsgs: -1, MaxBytes: -1, Discard: natsjs.DiscardOld, AllowAtomicPublish: atomicBatches,
+	}
+}
+
+func openSubstrate(ctx context.Context, dir string, steps int, atomicBatches bool) (*substrateSystem, error) {
+	srv, err := embedded.Start(ctx, embedded.Config{Dir: dir})
+	if err != nil {
+		return nil, fmt.Errorf("start the embedded server on %s: %w", dir, err)
+	}
+	nc, err := srv.ConnectInProcess()
+	if err != nil {
+		srv.Shutdown()
+		return nil, fmt.Errorf("connect in process: %w", err)
+	}
+	s := &substrateSystem{srv: srv, nc: nc, steps: steps, body: make([]byte, substrateBody)}
+	if s.js, err = natsjs.New(nc); err != nil {
+		s.close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if _, err := s.js.CreateOrUpdateStream(ctx, substrateConfig(atomicBatches)); err != nil {
+		s.close()
+		return nil, fmt.Errorf("create %s: %w", substrateStream, err)
+	}
+	for i := range s.body {
+		s.body[i] = 'a' + byte(i%26)
+	}
+	return s, nil
+}
+
+// run publishes one run's writes, each after the last one's
+// acknowledgement, each expecting the one before it on the run's subject.
+func (s *substrateSystem) run(ctx context.Context, i int) error {
+	subj := fmt.Sprintf("%s.%d.%d", substrateStream, time.Now().UnixNano(), i+1)
+	var last uint64
+	for j := range s.steps + 2 {
+		m := nats.NewMsg(subj)
+		m.Data = s.body
+		ack, err := s.js.PublishMsg(ctx, m,
+			natsjs.WithMsgID(subj+"/"+strconv.Itoa(j)),
+			natsjs.WithExpectLastSequencePerSubject(last))
+		if err != nil {
+			return fmt.Errorf("write %d of %s: %w", j, subj, err)
+		}
+		last = ack.Sequence
+		s.writes.Add(1)
+	}
+	return nil
+}
+
+func (s *substrateSystem) durableWrites() uint64                  { return s.writes.Load() }
+func (s *substrateSystem) groupedWrites() (groups, writes uint64) { return 0, 0 }
+
+func (s *substrateSystem) close() {
+	s.nc.Close()
+	s.srv.Shutdown()
+}
+
+// groupedSubstrate is the floor with group commit: the same writes, each
+// handed to one committer that sends whatever waits as one JetStream
+// atomic batch (one fsync for all of it, each message keeping its own
+// compare-and-set), and a lone write alone. It is the most the server
+// allows many runs' writes to share, with none of the thresholds noeta's
+// committer keeps for one run at a time (ADR 0107).
+type groupedSubstrate struct {
+	*substrateSystem
+	q       chan *substrateWrite
+	stop    chan struct{}
+	done    chan struct{}
+	batches atomic.Uint64
+	grouped atomic.Uint64
+}
+
+type substrateWrite struct {
+	msg    *nats.Msg
+	expect uint64
+	seq    uint64
+	err    error
+	done   chan struct{}
+}
+
+func openGroupedSubstrate(ctx context.Context, dir string, steps int) (*groupedSubstrate, error) {
+	s, err := openSubstrate(ctx, dir, steps, true)
+	if err != nil {
+		return nil, err
+	}
+	g := &groupedSubstrate{substrateSystem: s, q: make(chan *substrateWrite, 1024), stop: make(chan struct{}), done: make(chan struct{})}
+	go g.commit()
+	return g, nil
+}
+
+// maxGroup bounds a batch well under the server's limit of 1,000 messages.
+const maxGroup = 256
+
+// commit sends what waits, one batch at a time, until close.
+func (g *groupedSubstrate) commit() {
+	defer close(g.done)
+	for {
+		var w *substrateWrite
+		select {
+		case <-g.stop:
+			return
+		case w = <-g.q:
+		}
+		batch := []*substrateWrite{w}
+	drain:
+		for len(batch) < maxGroup {
+			select {
+			case w := <-g.q:
+				batch = append(batch, w)
+			default:
+				break drain
+			}
+		}
+		if len(batch) == 1 {
+			ack, err := g.js.PublishMsg(context.Background(), w.msg, natsjs.WithExpectLastSequencePerSubject(w.expect))
+			if err == nil {
+				w.seq = ack.Sequence
+			}
+			w.err = err
+			close(w.done)
+			continue
+		}
+		g.sendBatch(batch)
+	}
+}
+
+// sendBatch publishes batch as one atomic batch (the protocol of
+// nats-server's ADR-50: Nats-Batch-Id, -Sequence, and -Commit on the last,
+// whose reply names the last message's sequence).
+func (g *groupedSubstrate) sendBatch(batch []*substrateWrite) {
+	id := nuid.Next()
+	var err error
+	var last uint64
+	for i, w := range batch {
+		m := w.msg
+		m.Header.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.expect, 10))
+		m.Header.Set("Nats-Batch-Id", id)
+		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+		if i < len(batch)-1 {
+			if err = g.nc.PublishMsg(m); err != nil {
+				break
+			}
+			continue
+		}
+		m.Header.Set("Nats-Batch-Commit", "1")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var reply *nats.Msg
+		reply, err = g.nc.RequestMsgWithContext(ctx, m)
+		cancel()
+		if err != nil {
+			break
+		}
+		var ack struct {
+			Seq   uint64           `json:"seq"`
+			Count int              `json:"count"`
+			Error *natsjs.APIError `json:"error"`
+		}
+		if err = json.Unmarshal(reply.Data, &ack); err != nil {
+			break
+		}
+		if ack.Error != nil {
+			err = ack.Error
+			break
+		}
+		if ack.Count != len(batch) {
+			err = fmt.Errorf("atomic batch stored %d of %d", ack.Count, len(batch))
+			break
+		}
+		last = ack.Seq
+	}
+	if err == nil {
+		g.batches.Add(1)
+		g.grouped.Add(uint64(len(batch)))
+	}
+	for i, w := range batch {
+		w.err = err
+		if err == nil {
+			w.seq = last - uint64(len(batch)-1-i)
+		}
+		close(w.done)
+	}
+}
+
+func (g *groupedSubstrate) run(ctx context.Context, i int) error {
+	subj := fmt.Sprintf("%s.%d.%d", substrateStream, time.Now().UnixNano(), i+1)
+	var last uint64
+	for j := range g.steps + 2 {
+		m := nats.NewMsg(subj)
+		m.Data = g.body
+		m.Header.Set(natsjs.MsgIDHeader, subj+"/"+strconv.Itoa(j))
+		w := &substrateWrite{msg: m, expect: last, done: make(chan struct{})}
+		select {
+		case g.q <- w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		<-w.done // the committer answers every write it took
+		if w.err != nil {
+			return fmt.Errorf("write %d of %s: %w", j, subj, w.err)
+		}
+		last = w.seq
+		g.writes.Add(1)
+	}
+	return nil
+}
+
+func (g *groupedSubstrate) groupedWrites() (groups, writes uint64) {
+	return g.batches.Load(), g.grouped.Load()
+}
+
+func (g *groupedSubstrate) close() {
+	close(g.stop)
+	<-g.done
+	g.substrateSystem.close()
+}
