@@ -235,6 +235,10 @@ func measure(ctx context.Context, self string, o allOpts, sys string, conc int, 
 	return r, nil
 }
 
+// isFloor says whether a system is one of the floors (the server's writes
+// alone), not a peer.
+func isFloor(system string) bool { return strings.HasPrefix(system, "jetstream") }
+
 // median of xs (the mean of the middle two for an even count).
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
@@ -323,7 +327,7 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 		for _, c := range o.conc {
 			n := by[key{ns, c}]
 			for _, s := range o.systems {
-				if strings.HasPrefix(s, "noeta") || s == "jetstream" || len(n) == 0 || len(by[key{s, c}]) == 0 {
+				if strings.HasPrefix(s, "noeta") || isFloor(s) || len(n) == 0 || len(by[key{s, c}]) == 0 {
 					continue
 				}
 				p := by[key{s, c}]
@@ -333,22 +337,27 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 			}
 		}
 	}
-	// The floor: a run's writes alone on the same server, against noeta
+	// The floors: a run's writes alone on the same server, against noeta
 	// and against each peer. A ratio to a peer the floor itself misses is
 	// one no system on this server reaches.
-	for _, c := range o.conc {
-		fl := by[key{"jetstream", c}]
-		if len(fl) == 0 {
+	for _, fs := range o.systems {
+		if !isFloor(fs) {
 			continue
 		}
-		for _, s := range o.systems {
-			p := by[key{s, c}]
-			if s == "jetstream" || len(p) == 0 {
+		for _, c := range o.conc {
+			fl := by[key{fs, c}]
+			if len(fl) == 0 {
 				continue
 			}
-			fmt.Fprintf(&b, "  jetstream (the floor) at %d vs %s: %.2f× runs/s, %.2f× p50\n", c, s,
-				med(fl, func(r Result) float64 { return r.RunsPerSec })/med(p, func(r Result) float64 { return r.RunsPerSec }),
-				med(fl, func(r Result) float64 { return r.P50ms })/med(p, func(r Result) float64 { return r.P50ms }))
+			for _, s := range o.systems {
+				p := by[key{s, c}]
+				if isFloor(s) || len(p) == 0 {
+					continue
+				}
+				fmt.Fprintf(&b, "  %s (a floor) at %d vs %s: %.2f× runs/s, %.2f× p50\n", fs, c, s,
+					med(fl, func(r Result) float64 { return r.RunsPerSec })/med(p, func(r Result) float64 { return r.RunsPerSec }),
+					med(fl, func(r Result) float64 { return r.P50ms })/med(p, func(r Result) float64 { return r.P50ms }))
+			}
 		}
 	}
 	// What replication costs: the 3-node cluster against the embedded
