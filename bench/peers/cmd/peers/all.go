@@ -53,7 +53,7 @@ func parseAll(args []string, stderr io.Writer) (allOpts, error) {
 	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
 	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as concurrent runs)")
 	fs.StringVar(&conc, "conc", "1,64", "concurrent runs, comma-separated")
-	fs.StringVar(&systems, "systems", strings.Join(systemNames, ","), "systems, comma-separated (noeta-wait: noeta's run ends when Host.Wait returns; noeta-r3: noeta on a 3-node cluster in the process, R3; jetstream and jetstream-grouped: the floor, a run's writes alone on noeta's embedded server, one by one or in atomic batches with other runs)")
+	fs.StringVar(&systems, "systems", strings.Join(systemNames, ","), "systems, comma-separated (noeta-wait: noeta's run ends when Host.Wait returns; noeta-r3: noeta on a 3-node cluster in the process, R3; jetstream, jetstream-grouped, jetstream-grouped-fenced: floors, a run's writes alone on noeta's embedded server, one by one, in atomic batches across runs, and those each after the fence's two reads)")
 	fs.StringVar(&o.dir, "dir", "", "working directory for the servers' data (default: a new one under $TMPDIR)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the working directory")
 	fs.StringVar(&o.temporalConfig, "temporal-config", "development-sqlite-file.yaml", "the Temporal server's own config file to start it on (development-sqlite.yaml: SQLite in memory)")
@@ -119,7 +119,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	fmt.Fprintf(stderr, "working directory %s; load average %.2f\n", o.dir, rep.Load1)
 
 	servers := map[string]*server{}
-	addr := map[string]string{"noeta": filepath.Join(o.dir, "noeta"), "noeta-wait": filepath.Join(o.dir, "noeta"), "noeta-r3": filepath.Join(o.dir, "noeta-r3"), "jetstream": filepath.Join(o.dir, "jetstream"), "jetstream-grouped": filepath.Join(o.dir, "jetstream-grouped")}
+	addr := map[string]string{"noeta": filepath.Join(o.dir, "noeta"), "noeta-wait": filepath.Join(o.dir, "noeta"), "noeta-r3": filepath.Join(o.dir, "noeta-r3"), "jetstream": filepath.Join(o.dir, "jetstream"), "jetstream-grouped": filepath.Join(o.dir, "jetstream-grouped"), "jetstream-grouped-fenced": filepath.Join(o.dir, "jetstream-grouped-fenced")}
 	defer func() {
 		for _, s := range servers {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)

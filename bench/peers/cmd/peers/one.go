@@ -13,7 +13,7 @@ import (
 )
 
 // systemNames are the systems the harness measures.
-var systemNames = []string{"noeta", "noeta-wait", "noeta-r3", "dbos", "temporal", "jetstream", "jetstream-grouped"}
+var systemNames = []string{"noeta", "noeta-wait", "noeta-r3", "dbos", "temporal", "jetstream", "jetstream-grouped", "jetstream-grouped-fenced"}
 
 // system is one of the three, open and ready to run.
 type system interface {
@@ -48,7 +48,7 @@ func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
 	var o oneOpts
 	fs := flag.NewFlagSet("peers one", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.system, "system", "", "noeta, noeta-wait, noeta-r3, dbos, temporal, jetstream or jetstream-grouped (the floor: a run's writes alone on noeta's embedded server, grouped: in atomic batches)")
+	fs.StringVar(&o.system, "system", "", "noeta, noeta-wait, noeta-r3, dbos, temporal, or a floor: jetstream (a run's writes alone on noeta's embedded server), jetstream-grouped (in atomic batches across runs) or jetstream-grouped-fenced (each also after the fence's two reads)")
 	fs.IntVar(&o.conc, "conc", 1, "concurrent runs (closed loop)")
 	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
 	fs.Float64Var(&o.seconds, "seconds", 10, "measured seconds")
@@ -89,8 +89,8 @@ func openSystem(ctx context.Context, o oneOpts) (system, error) {
 		return openTemporal(ctx, o.addr, o.steps)
 	case "jetstream":
 		return openSubstrate(ctx, o.addr, o.steps, false)
-	case "jetstream-grouped":
-		return openGroupedSubstrate(ctx, o.addr, o.steps)
+	case "jetstream-grouped", "jetstream-grouped-fenced":
+		return openGroupedSubstrate(ctx, o.addr, o.steps, o.system == "jetstream-grouped-fenced")
 	}
 	return nil, fmt.Errorf("peers one: unknown system %q (%s)", o.system, strings.Join(systemNames, ", "))
 }

@@ -32,7 +32,18 @@ type substrateSystem struct {
 	steps  int
 	body   []byte
 	writes atomic.Uint64
+	// rows and leases, when set, are read before every write of the
+	// grouped floor, both at once, as noeta's registry check reads a
+	// task's row and its lease key (Dispatcher.Valid, ADR 0004, 0043).
+	rows, leases natsjs.KeyValue
 }
+
+// The fenced floor's buckets and the keys it reads.
+const (
+	fenceRows   = "PEERS_ROWS"
+	fenceLeases = "PEERS_LEASES"
+	fenceKey    = "task"
+)
 
 // substrateStream is the stream the substrate row writes to.
 const substrateStream = "PEERS_SUBSTRATE"
@@ -78,6 +89,40 @@ func openSubstrate(ctx context.Context, dir string, steps int, atomicBatches boo
 		s.body[i] = 'a' + byte(i%26)
 	}
 	return s, nil
+}
+
+// addFence gives s the fence's reads: before each write a key of one
+// bucket and a key of another, both at once, by direct gets (buckets of
+// one copy, as noeta reads its own, ADR 0043).
+func (s *substrateSystem) addFence(ctx context.Context) error {
+	for _, b := range []struct {
+		name string
+		kv   *natsjs.KeyValue
+	}{{fenceRows, &s.rows}, {fenceLeases, &s.leases}} {
+		kv, err := s.js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: b.name, Storage: natsjs.FileStorage, Replicas: 1})
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", b.name, err)
+		}
+		if _, err := kv.Put(ctx, fenceKey, s.body[:300]); err != nil {
+			return fmt.Errorf("bucket %s: %w", b.name, err)
+		}
+		*b.kv = kv
+	}
+	return nil
+}
+
+// fence reads the row and the lease key at once.
+func (s *substrateSystem) fence(ctx context.Context) error {
+	key := make(chan error, 1)
+	go func() {
+		_, err := s.leases.Get(ctx, fenceKey)
+		key <- err
+	}()
+	_, err := s.rows.Get(ctx, fenceKey)
+	if kerr := <-key; err == nil {
+		err = kerr
+	}
+	return err
 }
 
 // run publishes one run's writes, each after the last one's
@@ -131,10 +176,18 @@ type substrateWrite struct {
 	done   chan struct{}
 }
 
-func openGroupedSubstrate(ctx context.Context, dir string, steps int) (*groupedSubstrate, error) {
+// openGroupedSubstrate opens the grouped floor; fenced, each write is
+// after the fence's reads (addFence), as noeta's are.
+func openGroupedSubstrate(ctx context.Context, dir string, steps int, fenced bool) (*groupedSubstrate, error) {
 	s, err := openSubstrate(ctx, dir, steps, true)
 	if err != nil {
 		return nil, err
+	}
+	if fenced {
+		if err := s.addFence(ctx); err != nil {
+			s.close()
+			return nil, err
+		}
 	}
 	g := &groupedSubstrate{substrateSystem: s, q: make(chan *substrateWrite, 1024), stop: make(chan struct{}), done: make(chan struct{})}
 	go g.commit()
@@ -238,6 +291,11 @@ func (g *groupedSubstrate) run(ctx context.Context, i int) error {
 	subj := fmt.Sprintf("%s.%d.%d", substrateStream, time.Now().UnixNano(), i+1)
 	var last uint64
 	for j := range g.steps + 2 {
+		if g.rows != nil {
+			if err := g.fence(ctx); err != nil {
+				return fmt.Errorf("the fence's reads before write %d of %s: %w", j, subj, err)
+			}
+		}
 		m := nats.NewMsg(subj)
 		m.Data = g.body
 		m.Header.Set(natsjs.MsgIDHeader, subj+"/"+strconv.Itoa(j))

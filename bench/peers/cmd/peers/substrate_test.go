@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,11 +58,11 @@ func TestSubstrateRun(t *testing.T) {
 }
 
 // The grouped floor's runs, many at once, each keep their compare-and-set
-// chain; a batch stores its writes in one piece, and one failed check
+// chain, each write after the fence's reads; a batch stores its writes in one piece, and one failed check
 // refuses all of it.
 func TestGroupedSubstrate(t *testing.T) {
 	ctx := context.Background()
-	g, err := openGroupedSubstrate(ctx, t.TempDir(), 4)
+	g, err := openGroupedSubstrate(ctx, t.TempDir(), 4, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +88,14 @@ func TestGroupedSubstrate(t *testing.T) {
 		if n != 6 {
 			t.Errorf("%s holds %d messages, want 6", subj, n)
 		}
+	}
+
+	// The fenced floor reads before it writes: without the row, no write.
+	if err := g.rows.Delete(ctx, fenceKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.run(ctx, 99); err == nil || !strings.Contains(err.Error(), "fence") {
+		t.Errorf("a run without the row it reads: %v, want the fence's read failing", err)
 	}
 
 	// A batch sent directly: its sequences are consecutive, each write's
