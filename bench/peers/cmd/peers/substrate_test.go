@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -57,8 +58,8 @@ func TestSubstrateRun(t *testing.T) {
 	}
 }
 
-// The grouped floor's runs, many at once, each keep their compare-and-set
-// chain, each write after the fence's reads; a batch stores its writes in one piece, and one failed check
+// The grouped floor's runs, many at once, each keep their
+// compare-and-set chain, each write after the fence's reads; a batch stores its writes in one piece, and one failed check
 // refuses all of it.
 func TestGroupedSubstrate(t *testing.T) {
 	ctx := context.Background()
@@ -121,6 +122,19 @@ func TestGroupedSubstrate(t *testing.T) {
 		t.Errorf("groupedWrites %d, %d: the batch is not counted", groups, writes)
 	}
 
+	// Fewer than groupMin go alone: a stale check fails only its own write.
+	alone := []*substrateWrite{mk(substrateStream+".d.1", 0), mk(substrateStream+".b.2", 0), mk(substrateStream+".d.2", 0)}
+	g.sendAlone(alone)
+	for i, w := range alone {
+		<-w.done
+		if stale := i == 1; (w.err != nil) != stale {
+			t.Errorf("lone write %d: %v (stale check: %v)", i, w.err, stale)
+		}
+	}
+	if alone[0].err == nil && alone[2].err == nil && alone[2].seq <= alone[0].seq {
+		t.Errorf("lone writes at %d and %d", alone[0].seq, alone[2].seq)
+	}
+
 	// A stale compare-and-set in the middle refuses the whole batch.
 	stale := []*substrateWrite{mk(substrateStream+".c.1", 0), mk(substrateStream+".b.1", 0), mk(substrateStream+".c.2", 0)}
 	g.sendBatch(stale)
@@ -138,5 +152,34 @@ func TestGroupedSubstrate(t *testing.T) {
 	}
 	if n := subjectCounts(t, g.substrateSystem)[substrateStream+".b.1"]; n != 1 {
 		t.Errorf("%s holds %d, want 1", substrateStream+".b.1", n)
+	}
+}
+
+// A committer told to stop answers every write queued before it returns.
+func TestGroupedSubstrateStopAnswersEveryWrite(t *testing.T) {
+	ctx := context.Background()
+	g, err := openGroupedSubstrate(ctx, t.TempDir(), 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.close()
+	// A second committer of the same floor, not started: its queue is
+	// filled, then it is stopped and run.
+	h := &groupedSubstrate{substrateSystem: g.substrateSystem, q: make(chan *substrateWrite, 8), stop: make(chan struct{}), done: make(chan struct{})}
+	var ws []*substrateWrite
+	for i := range 3 {
+		m := nats.NewMsg(substrateStream + ".e." + strconv.Itoa(i))
+		w := &substrateWrite{msg: m, done: make(chan struct{})}
+		h.q <- w
+		ws = append(ws, w)
+	}
+	close(h.stop)
+	h.commit()
+	for i, w := range ws {
+		select {
+		case <-w.done:
+		default:
+			t.Errorf("write %d left unanswered", i)
+		}
 	}
 }
