@@ -79,7 +79,9 @@ func openSubstrate(ctx context.Context, dir string, steps int, atomicBatches boo
 		return nil, fmt.Errorf("connect in process: %w", err)
 	}
 	s := &substrateSystem{srv: srv, nc: nc, steps: steps, body: make([]byte, substrateBody)}
-	if s.js, err = natsjs.New(nc); err != nil {
+	// A lone write of the grouped floor waits for its acknowledgement at
+	// most this long, as a batch's commit does.
+	if s.js, err = natsjs.New(nc, natsjs.WithPublishAsyncTimeout(substrateTimeout)); err != nil {
 		s.close()
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
@@ -161,8 +163,7 @@ func (s *substrateSystem) close() {
 // own compare-and-set) when at least groupMin wait, and otherwise as lone
 // writes sent one after another without waiting in between (each its own
 // fsync), since a small atomic batch costs the server as much as several
-// lone writes (ADR 0107). At each concurrency the lesser of this floor and
-// the one-by-one floor is what the server allows.
+// lone writes (ADR 0107).
 type groupedSubstrate struct {
 	*substrateSystem
 	q       chan *substrateWrite
@@ -201,6 +202,10 @@ func openGroupedSubstrate(ctx context.Context, dir string, steps int, fenced boo
 	go g.commit()
 	return g, nil
 }
+
+// substrateTimeout bounds the wait for a write's or a batch's
+// acknowledgement.
+const substrateTimeout = 30 * time.Second
 
 // maxGroup bounds a batch well under the server's limit of 1,000 messages.
 const maxGroup = 256
@@ -287,7 +292,7 @@ func (g *groupedSubstrate) sendBatch(batch []*substrateWrite) {
 			continue
 		}
 		m.Header.Set("Nats-Batch-Commit", "1")
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), substrateTimeout)
 		var reply *nats.Msg
 		reply, err = g.nc.RequestMsgWithContext(ctx, m)
 		cancel()
