@@ -339,8 +339,9 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 	}
 	// The floors: a run's writes alone on the embedded server, against
 	// noeta and against each peer (not noeta-r3, which runs on another
-	// server). At each concurrency the lesser of the floors is the least
-	// any system on this server does for those writes.
+	// server). At each concurrency the better of the two unfenced floors
+	// is about the least this server takes for those writes from one
+	// connection.
 	floorHeading := false
 	for _, fs := range o.systems {
 		if !isFloor(fs) {
