@@ -334,11 +334,16 @@ func TestDoctorRemote(t *testing.T) {
 	if hash == nil {
 		t.Fatalf("no script_ref in %s", out)
 	}
-	obs, err := js.ObjectStore(ctx, "doc_content")
+	// A body that fits a message is on the content stream (ADR 0111).
+	bodies, err := js.Stream(ctx, "DOC_CONTENT")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := obs.Delete(ctx, hash[1]); err != nil {
+	body, err := bodies.GetLastMsgForSubject(ctx, "doc.content."+hash[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bodies.DeleteMsg(ctx, body.Sequence); err != nil {
 		t.Fatal(err)
 	}
 	// b's row goes.

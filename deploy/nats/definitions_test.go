@@ -62,6 +62,7 @@ func definitions() []definition {
 		{file: "streams/KV_noeta_waiting.json", stream: "KV_noeta_waiting"},
 		{file: "streams/KV_noeta_rates.json", stream: "KV_noeta_rates"},
 		{file: "streams/OBJ_noeta_content.json", stream: "OBJ_noeta_content"},
+		{file: "streams/NOETA_CONTENT.json", stream: "NOETA_CONTENT", declared: jetstream.ContentStreamConfig(jetstream.Config{Replicas: clusterReplicas})},
 		{file: "consumers/obs-audit-p00.json", stream: "NOETA_TASKS", consumer: feedGroup + "-p00",
 			declared: jetstream.FeedConsumerConfig("", feedGroup, 0, eventlog.FeedConfig{})},
 		{file: "consumers/dispatcher-ingress.json", stream: "NOETA_WAKE", consumer: "dispatcher-ingress"},
@@ -108,7 +109,7 @@ func TestDefinitions(t *testing.T) {
 				}
 				// A bucket of one copy is read by direct gets, a
 				// replicated one from its leader (ADR 0043).
-				if strings.HasPrefix(sc.Name, "KV_") {
+				if strings.HasPrefix(sc.Name, "KV_") || sc.Name == "NOETA_CONTENT" {
 					sc.AllowDirect = false
 				}
 			}

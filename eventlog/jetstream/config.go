@@ -99,5 +99,8 @@ func (c Config) withDefaults() (Config, error) {
 func (c Config) streamName() string {
 	return strings.ToUpper(strings.ReplaceAll(c.Prefix, "-", "_")) + "_TASKS"
 }
+func (c Config) contentStreamName() string {
+	return strings.ToUpper(strings.ReplaceAll(c.Prefix, "-", "_")) + "_CONTENT"
+}
 func (c Config) idemBucket() string    { return c.Prefix + "_idempotency" }
 func (c Config) contentBucket() string { return c.Prefix + "_content" }

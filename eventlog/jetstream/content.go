@@ -2,22 +2,35 @@ package jetstream
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
 )
 
-// Put implements eventlog.ContentStore: the object is named by its sha256, and
-// one that exists is not written again (first write wins).
+// Put implements eventlog.ContentStore: a body is named by its sha256, and
+// one that exists is not written again (first write wins). A body that fits
+// a message is one message on the content stream, published on the
+// condition that its subject holds none (ADR 0111): one write, and a
+// refusal is the sign it is there. A larger one goes to the object store.
 func (l *Log) Put(ctx context.Context, body []byte, mediaType string) (noeta.ContentRef, error) {
 	if err := l.check(ctx); err != nil {
 		return noeta.ContentRef{}, err
 	}
 	ref := noeta.RefFor(body, mediaType)
+	if l.contentStream != nil && int64(len(body))+contentMsgRoom <= l.nc.MaxPayload() {
+		if err := l.putMessage(ctx, ref.Hash, body); err != nil {
+			return noeta.ContentRef{}, err
+		}
+		return ref, nil
+	}
 	if _, err := l.content.GetInfo(ctx, ref.Hash); err == nil {
 		return ref, nil
 	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -29,15 +42,97 @@ func (l *Log) Put(ctx context.Context, body []byte, mediaType string) (noeta.Con
 	return ref, nil
 }
 
+// contentMsgRoom is what a content message adds to its body: the subject
+// and the compare-and-set header, well under this.
+const contentMsgRoom = 512
+
+// putMessage publishes body as the one message of its subject, on the
+// condition that the subject holds none. A refused condition means the
+// subject holds the body already, since the subject is its hash.
+func (l *Log) putMessage(ctx context.Context, hash string, body []byte) error {
+	pause := 200 * time.Microsecond
+	for {
+		pctx, cancel := l.withTimeout(ctx)
+		_, err := l.js.PublishMsg(pctx, &nats.Msg{Subject: l.subj.content(hash), Data: body},
+			jetstream.WithExpectLastSequencePerSubject(0))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		// Only the failed compare-and-set means the body is there. The
+		// stream's limit of one message a subject refuses with the server's
+		// generic store failure (10077), which a full disk gives too: never
+		// taken for a stored body. On a replicated stream a write of the
+		// same body in flight (10164) is waited out, as the log's are.
+		wrongLast, inFlight := conflict(err)
+		if wrongLast {
+			return nil
+		}
+		if !inFlight {
+			return fmt.Errorf("jetstream: content %s: %w", hash, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(pause*2, 20*time.Millisecond)
+	}
+}
+
+// getMessage reads the body named hash from the content stream: by a
+// direct get on a stream of one copy, from the leader on a replicated one
+// (its cached configuration says which). errNoMessage: it is not there.
+func (l *Log) getMessage(ctx context.Context, cs jetstream.Stream, hash string) ([]byte, error) {
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	m, err := cs.GetLastMsgForSubject(ctx, l.subj.content(hash))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, errNoMessage
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: content %s: %w", hash, err)
+	}
+	// The subject names the body: a message that is not it was damaged or
+	// written by hand, and is never handed out as the body.
+	if sum := sha256.Sum256(m.Data); hex.EncodeToString(sum[:]) != hash {
+		return nil, fmt.Errorf("jetstream: content %s: the stored body's sha256 is %x", hash, sum)
+	}
+	return m.Data, nil
+}
+
 // Get implements eventlog.ContentStore.
 func (l *Log) Get(ctx context.Context, ref noeta.ContentRef) ([]byte, error) {
+	return l.get(ctx, ref, contentStores{l.content, l.contentStream})
+}
+
+// contentStores are the two places a body may be: a Reader binds them on
+// its first read and hands them to each read, so no read looks at a field
+// another call may be setting.
+type contentStores struct {
+	objects jetstream.ObjectStore
+	stream  jetstream.Stream // nil: no content stream (yet)
+}
+
+func (l *Log) get(ctx context.Context, ref noeta.ContentRef, in contentStores) ([]byte, error) {
 	if err := l.check(ctx); err != nil {
 		return nil, err
 	}
 	if ref.Validate() != nil {
 		return nil, fmt.Errorf("%w: content %q", eventlog.ErrNotFound, ref.Hash)
 	}
-	b, err := l.content.GetBytes(ctx, ref.Hash)
+	// The content stream first; the object store holds the bodies too large
+	// for a message and those stored before the stream existed.
+	if cs := in.stream; cs != nil {
+		b, err := l.getMessage(ctx, cs, ref.Hash)
+		if err == nil {
+			return b, nil
+		}
+		if !errors.Is(err, errNoMessage) {
+			return nil, err
+		}
+	}
+	b, err := in.objects.GetBytes(ctx, ref.Hash)
 	// Put checks, then writes: two processes storing one body at once both
 	// write it, and the second write removes the first one's chunks, which
 	// a Get reading that first version then misses ("digests do not
@@ -50,7 +145,7 @@ func (l *Log) Get(ctx context.Context, ref noeta.ContentRef) ([]byte, error) {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, cerr
 		}
-		b, err = l.content.GetBytes(ctx, ref.Hash)
+		b, err = in.objects.GetBytes(ctx, ref.Hash)
 	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("%w: content %s", eventlog.ErrNotFound, ref.Hash)
@@ -68,6 +163,10 @@ const contentRereads = 3
 
 // GetMany implements eventlog.ContentStore.
 func (l *Log) GetMany(ctx context.Context, refs []noeta.ContentRef) (map[string][]byte, error) {
+	return l.getMany(ctx, refs, contentStores{l.content, l.contentStream})
+}
+
+func (l *Log) getMany(ctx context.Context, refs []noeta.ContentRef, in contentStores) (map[string][]byte, error) {
 	if err := l.check(ctx); err != nil {
 		return nil, err
 	}
@@ -76,7 +175,7 @@ func (l *Log) GetMany(ctx context.Context, refs []noeta.ContentRef) (map[string]
 		if _, ok := out[r.Hash]; ok {
 			continue
 		}
-		b, err := l.Get(ctx, r)
+		b, err := l.get(ctx, r, in)
 		if errors.Is(err, eventlog.ErrNotFound) {
 			continue
 		}

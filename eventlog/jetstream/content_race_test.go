@@ -21,7 +21,9 @@ func TestContentConcurrentPutsOfOneBody(t *testing.T) {
 		logs[i] = openLog(t, singleURL, 1, jetstream.Config{Prefix: prefix})
 	}
 	for round := range 12 {
-		body := bytes.Repeat([]byte(fmt.Sprintf("round %02d ", round)), 96*1024) // about 1 MiB
+		// Over a message's largest payload, so the body goes to the object
+		// store (a smaller one is one message on the content stream).
+		body := bytes.Repeat([]byte(fmt.Sprintf("round %02d ", round)), 128*1024)
 		var wg sync.WaitGroup
 		for i := range 6 {
 			wg.Go(func() {

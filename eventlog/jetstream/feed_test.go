@@ -48,7 +48,7 @@ func feedPrefix(t testing.TB, url string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		up := strings.ToUpper(prefix)
-		for _, s := range []string{up + "_TASKS", up + "_DLQ", "KV_" + prefix + "_idempotency", "OBJ_" + prefix + "_content"} {
+		for _, s := range []string{up + "_TASKS", up + "_DLQ", up + "_CONTENT", "KV_" + prefix + "_idempotency", "OBJ_" + prefix + "_content"} {
 			_ = js.DeleteStream(ctx, s)
 		}
 	})

@@ -32,8 +32,11 @@ type Log struct {
 	subj       subjects
 	idem       jetstream.KeyValue
 	content    jetstream.ObjectStore
-	subs       eventlog.Subscribers
-	closed     atomic.Bool
+	// contentStream holds the bodies that fit a message (ADR 0111); nil in
+	// a Reader until it is found.
+	contentStream jetstream.Stream
+	subs          eventlog.Subscribers
+	closed        atomic.Bool
 	// direct reads by batched direct gets, never a consumer: a Reader
 	// always, a Log when its stream has one copy (ADR 0103).
 	direct bool
@@ -138,6 +141,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		Storage:     jetstream.FileStorage,
 		Replicas:    c.Replicas,
 	}); err != nil {
+		return nil, err
+	}
+	if l.contentStream, err = ensureStream(ctx, js, ContentStreamConfig(c)); err != nil {
 		return nil, err
 	}
 	return l, nil

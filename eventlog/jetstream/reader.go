@@ -31,7 +31,7 @@ import (
 type Reader struct {
 	l *Log
 
-	contentMu sync.Mutex // guards binding l.content
+	contentMu sync.Mutex // guards binding l.content and l.contentStream
 }
 
 var (
@@ -108,41 +108,55 @@ func (r *Reader) SystemEmit(ctx context.Context, task, key string, env eventlog.
 // Get is eventlog.ContentStore's Get (see Log.Get). The first call looks the
 // content store up.
 func (r *Reader) Get(ctx context.Context, ref noeta.ContentRef) ([]byte, error) {
-	if err := r.content(ctx); err != nil {
+	in, err := r.content(ctx)
+	if err != nil {
 		return nil, err
 	}
-	return r.l.Get(ctx, ref)
+	return r.l.get(ctx, ref, in)
 }
 
 // GetMany is eventlog.ContentStore's GetMany (see Log.GetMany).
 func (r *Reader) GetMany(ctx context.Context, refs []noeta.ContentRef) (map[string][]byte, error) {
-	if err := r.content(ctx); err != nil {
+	in, err := r.content(ctx)
+	if err != nil {
 		return nil, err
 	}
-	return r.l.GetMany(ctx, refs)
+	return r.l.getMany(ctx, refs, in)
 }
 
-// content looks the content store up once it is first needed; a failure is
-// returned, and the next call tries again.
-func (r *Reader) content(ctx context.Context) error {
+// content looks the content store up once it is first needed, and the
+// content stream (ADR 0111) until it is found: it is made by an engine of
+// this version, and on a store no such engine has opened every body is in
+// the object store. A failure is returned, and the next call tries again.
+func (r *Reader) content(ctx context.Context) (contentStores, error) {
 	if err := r.l.check(ctx); err != nil {
-		return err
+		return contentStores{}, err
 	}
 	r.contentMu.Lock()
 	defer r.contentMu.Unlock()
-	if r.l.content != nil {
-		return nil
+	if r.l.content == nil {
+		bucket := r.l.cfg.contentBucket()
+		obs, err := r.l.js.ObjectStore(ctx, bucket)
+		switch {
+		case errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
+			return contentStores{}, fmt.Errorf("%w: content store %s (an engine's Open creates it): %w", ErrStreamMissing, bucket, err)
+		case err != nil:
+			return contentStores{}, fmt.Errorf("jetstream: object store %s: %w", bucket, err)
+		}
+		r.l.content = obs
 	}
-	bucket := r.l.cfg.contentBucket()
-	obs, err := r.l.js.ObjectStore(ctx, bucket)
-	switch {
-	case errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Errorf("%w: content store %s (an engine's Open creates it): %w", ErrStreamMissing, bucket, err)
-	case err != nil:
-		return fmt.Errorf("jetstream: object store %s: %w", bucket, err)
+	if r.l.contentStream == nil {
+		name := r.l.cfg.contentStreamName()
+		cs, err := r.l.js.Stream(ctx, name)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+		case err != nil:
+			return contentStores{}, fmt.Errorf("jetstream: stream %s: %w", name, err)
+		default:
+			r.l.contentStream = cs
+		}
 	}
-	r.l.content = obs
-	return nil
+	return contentStores{r.l.content, r.l.contentStream}, nil
 }
 
 // CorruptRecords counts records reads skipped (with OnCorrupt set) or failed on.

@@ -47,6 +47,30 @@ func checkNotLost(ctx context.Context, js jetstream.JetStream, c Config) error {
 	return nil
 }
 
+// ContentStreamConfig is the content stream's definition (ADR 0111): one
+// message a body, on a subject named by its sha256, and the server refuses
+// a second message on a subject, so the first write of a body is the one
+// kept. Messages may be deleted, as the object store's objects may. A
+// stream of one copy is read by direct gets, a replicated one from its
+// leader (ADR 0043's rule). deploy/nats holds the same.
+func ContentStreamConfig(c Config) jetstream.StreamConfig {
+	c, _ = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:                 c.contentStreamName(),
+		Description:          "noeta content: bodies by sha256, one message each",
+		Subjects:             []string{subjects{c.Prefix}.contentFilter()},
+		Storage:              jetstream.FileStorage,
+		Retention:            jetstream.LimitsPolicy,
+		Replicas:             c.Replicas,
+		AllowDirect:          c.Replicas <= 1,
+		MaxMsgs:              -1,
+		MaxBytes:             -1,
+		MaxMsgsPerSubject:    1,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+	}
+}
+
 // StreamConfig is the task stream's definition; deploy/nats holds the same.
 func StreamConfig(c Config) jetstream.StreamConfig {
 	c, _ = c.withDefaults()

@@ -30,6 +30,11 @@ func (s subjects) allLogs() string { return s.prefix + ".t.*.*.log" }
 
 func (s subjects) streamFilter() string { return s.prefix + ".t.>" }
 
+// content is the subject of the body whose sha256 is hash (64 hex digits).
+func (s subjects) content(hash string) string { return s.prefix + ".content." + hash }
+
+func (s subjects) contentFilter() string { return s.prefix + ".content.>" }
+
 // taskOfLog returns the task id of a log subject.
 func (s subjects) taskOfLog(subject string) (string, bool) {
 	rest, ok := strings.CutPrefix(subject, s.prefix+".t.")

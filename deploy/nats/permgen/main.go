@@ -202,7 +202,7 @@ func observerBlock(prefix string, o observer) (string, error) {
 	k.line(2, "# Belt and braces: never a log, an approval, a timer, a bucket or")
 	k.line(2, "# the content store.")
 	k.line(2, "deny: [")
-	k.quoted(3, prefix+".t.*.*.log", prefix+".approve.>", prefix+".timer.>", "$KV.>", "$O.>")
+	k.quoted(3, prefix+".t.*.*.log", prefix+".approve.>", prefix+".timer.>", "$KV.>", "$O.>", prefix+".content.>")
 	k.line(2, "]")
 	k.line(1, "}")
 	k.line(1, "subscribe: {")
@@ -220,6 +220,7 @@ func approverBlock(prefix, name string) (string, error) {
 	}
 	up := strings.ToUpper(prefix)
 	tasks, rows, waiting, content := up+"_TASKS", "KV_"+prefix+"_tasks", "KV_"+prefix+"_waiting", "OBJ_"+prefix+"_content"
+	bodies := up + "_CONTENT"
 	var k block
 	k.line(0, "# approver %s: answers approvals as %q", name, name)
 	k.line(0, "#   { user: %s, password: \"CHANGE-ME-%s\", permissions: $%s }", name, name, variable("approver", name))
@@ -232,9 +233,11 @@ func approverBlock(prefix, name string) (string, error) {
 	k.line(3, "# engine approve --nats: the task's dispatcher row (from the leader,")
 	k.line(3, "# or by direct gets when the bucket has one copy), and reading the")
 	k.line(3, "# task (engine inspect, events): records by direct gets, snapshots'")
-	k.line(3, "# bodies from the content store.")
+	k.line(3, "# bodies from the content stream (from its leader, or by direct gets")
+	k.line(3, "# when it has one copy) and, if larger, from the content store.")
 	k.quoted(3, "$JS.API.STREAM.INFO."+tasks, "$JS.API.STREAM.MSG.GET."+tasks, "$JS.API.DIRECT.GET."+tasks,
 		"$JS.API.STREAM.INFO."+rows, "$JS.API.STREAM.MSG.GET."+rows, "$JS.API.DIRECT.GET."+rows, "$JS.API.DIRECT.GET."+rows+".>",
+		"$JS.API.STREAM.INFO."+bodies, "$JS.API.STREAM.MSG.GET."+bodies, "$JS.API.DIRECT.GET."+bodies, "$JS.API.DIRECT.GET."+bodies+".>",
 		"$JS.API.STREAM.INFO."+content, "$JS.API.STREAM.MSG.GET."+content,
 		"$JS.API.CONSUMER.CREATE."+content+".*.$O."+prefix+"_content.>", "$JS.API.CONSUMER.DELETE."+content+".*",
 		"$JS.FC."+content+".>")
@@ -254,7 +257,7 @@ func approverBlock(prefix, name string) (string, error) {
 	k.line(2, "# Belt and braces: never a task subject, a wake, a timer, a bucket")
 	k.line(2, "# write or the content store.")
 	k.line(2, "deny: [")
-	k.quoted(3, prefix+".t.>", prefix+".wake.>", prefix+".timer.>", "$KV.>", "$O.>")
+	k.quoted(3, prefix+".t.>", prefix+".wake.>", prefix+".timer.>", "$KV.>", "$O.>", prefix+".content.>")
 	k.line(2, "]")
 	k.line(1, "}")
 	k.line(1, "subscribe: {")
