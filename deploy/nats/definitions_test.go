@@ -109,7 +109,7 @@ func TestDefinitions(t *testing.T) {
 				}
 				// A bucket of one copy is read by direct gets, a
 				// replicated one from its leader (ADR 0043).
-				if strings.HasPrefix(sc.Name, "KV_") || sc.Name == "NOETA_CONTENT" {
+				if strings.HasPrefix(sc.Name, "KV_") {
 					sc.AllowDirect = false
 				}
 			}

@@ -26,10 +26,16 @@ func (l *Log) Put(ctx context.Context, body []byte, mediaType string) (noeta.Con
 	}
 	ref := noeta.RefFor(body, mediaType)
 	if l.contentStream != nil && int64(len(body))+contentMsgRoom <= l.nc.MaxPayload() {
-		if err := l.putMessage(ctx, ref.Hash, body); err != nil {
+		stored, err := l.putMessage(ctx, l.contentStream, ref.Hash, body)
+		if err != nil {
 			return noeta.ContentRef{}, err
 		}
-		return ref, nil
+		if stored {
+			return ref, nil
+		}
+		// The subject holds other bytes (written by hand, or damaged): the
+		// body goes to the object store, which Get reads when the stream's
+		// message is not the body.
 	}
 	if _, err := l.content.GetInfo(ctx, ref.Hash); err == nil {
 		return ref, nil
@@ -48,8 +54,9 @@ const contentMsgRoom = 512
 
 // putMessage publishes body as the one message of its subject, on the
 // condition that the subject holds none. A refused condition means the
-// subject holds the body already, since the subject is its hash.
-func (l *Log) putMessage(ctx context.Context, hash string, body []byte) error {
+// subject holds a message: stored reports whether that message is the
+// body (its sha256 is the subject's), read back to be sure, never assumed.
+func (l *Log) putMessage(ctx context.Context, cs jetstream.Stream, hash string, body []byte) (stored bool, err error) {
 	pause := 200 * time.Microsecond
 	for {
 		pctx, cancel := l.withTimeout(ctx)
@@ -57,32 +64,47 @@ func (l *Log) putMessage(ctx context.Context, hash string, body []byte) error {
 			jetstream.WithExpectLastSequencePerSubject(0))
 		cancel()
 		if err == nil {
-			return nil
+			return true, nil
 		}
-		// Only the failed compare-and-set means the body is there. The
-		// stream's limit of one message a subject refuses with the server's
-		// generic store failure (10077), which a full disk gives too: never
-		// taken for a stored body. On a replicated stream a write of the
-		// same body in flight (10164) is waited out, as the log's are.
+		// Only the failed compare-and-set says the subject holds a message.
+		// The stream's limit of one message a subject refuses with the
+		// server's generic store failure (10077), which a full disk gives
+		// too: an error. On a replicated stream a write of the same body in
+		// flight (10164) is waited out, as the log's are.
 		wrongLast, inFlight := conflict(err)
 		if wrongLast {
-			return nil
+			_, err := l.getMessage(ctx, cs, hash)
+			switch {
+			case err == nil:
+				return true, nil
+			case errors.Is(err, errDamagedBody):
+				return false, nil
+			case errors.Is(err, errNoMessage):
+				// Deleted since the refusal: write it again.
+				continue
+			default:
+				return false, err
+			}
 		}
 		if !inFlight {
-			return fmt.Errorf("jetstream: content %s: %w", hash, err)
+			return false, fmt.Errorf("jetstream: content %s: %w", hash, err)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-time.After(pause):
 		}
 		pause = min(pause*2, 20*time.Millisecond)
 	}
 }
 
-// getMessage reads the body named hash from the content stream: by a
-// direct get on a stream of one copy, from the leader on a replicated one
-// (its cached configuration says which). errNoMessage: it is not there.
+// errDamagedBody: the content stream's message on a body's subject is not
+// the body.
+var errDamagedBody = errors.New("jetstream: the content stream's message is not the body its subject names")
+
+// getMessage reads the body named hash from the content stream, from its
+// leader. errNoMessage: it is not there; errDamagedBody: what is there is
+// not the body.
 func (l *Log) getMessage(ctx context.Context, cs jetstream.Stream, hash string) ([]byte, error) {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
@@ -96,7 +118,7 @@ func (l *Log) getMessage(ctx context.Context, cs jetstream.Stream, hash string) 
 	// The subject names the body: a message that is not it was damaged or
 	// written by hand, and is never handed out as the body.
 	if sum := sha256.Sum256(m.Data); hex.EncodeToString(sum[:]) != hash {
-		return nil, fmt.Errorf("jetstream: content %s: the stored body's sha256 is %x", hash, sum)
+		return nil, fmt.Errorf("%w: content %s, its sha256 is %x", errDamagedBody, hash, sum)
 	}
 	return m.Data, nil
 }
@@ -123,12 +145,17 @@ func (l *Log) get(ctx context.Context, ref noeta.ContentRef, in contentStores) (
 	}
 	// The content stream first; the object store holds the bodies too large
 	// for a message and those stored before the stream existed.
+	var damaged error
 	if cs := in.stream; cs != nil {
 		b, err := l.getMessage(ctx, cs, ref.Hash)
-		if err == nil {
+		switch {
+		case err == nil:
 			return b, nil
-		}
-		if !errors.Is(err, errNoMessage) {
+		case errors.Is(err, errDamagedBody):
+			// Put stores the body in the object store then: read it there,
+			// and report the damage only if it is not.
+			damaged = err
+		case !errors.Is(err, errNoMessage):
 			return nil, err
 		}
 	}
@@ -148,6 +175,9 @@ func (l *Log) get(ctx context.Context, ref noeta.ContentRef, in contentStores) (
 		b, err = in.objects.GetBytes(ctx, ref.Hash)
 	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		if damaged != nil {
+			return nil, damaged
+		}
 		return nil, fmt.Errorf("%w: content %s", eventlog.ErrNotFound, ref.Hash)
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,9 +68,6 @@ func TestContentStreamHoldsABodyOnce(t *testing.T) {
 			}
 			if info.State.Msgs != 1 {
 				t.Errorf("content stream holds %d messages after two Puts of one body, want 1", info.State.Msgs)
-			}
-			if info.Config.AllowDirect != (tc.replicas == 1) {
-				t.Errorf("direct gets %v on a stream of %d copies", info.Config.AllowDirect, tc.replicas)
 			}
 			m, err := st.GetLastMsgForSubject(ctx, prefix+".content."+ref.Hash)
 			if err != nil {
@@ -134,8 +132,8 @@ func TestContentStreamFallsBackToTheObjectStore(t *testing.T) {
 }
 
 // A message on a body's subject that is not the body (written by hand, or
-// damaged) is never handed out as the body; a Put of the body then still
-// finds its subject taken and does not report it stored over.
+// damaged) is never handed out as the body, and never taken for it: Put
+// stores the body in the object store, where Get then finds it.
 func TestContentStreamRefusesABodyThatIsNotItsHash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -150,9 +148,70 @@ func TestContentStreamRefusesABodyThatIsNotItsHash(t *testing.T) {
 		t.Fatalf("Get of a damaged body: %q, %v; want an error naming the hash", got, err)
 	}
 	// The stream refuses a second message on the subject even without the
-	// compare-and-set: the first write is the one kept.
+	// compare-and-set.
 	if _, err := js.Publish(ctx, prefix+".content."+ref.Hash, body); err == nil {
 		t.Fatal("a second message on a body's subject was stored")
+	}
+	if _, err := l.Put(ctx, body, "text/plain"); err != nil {
+		t.Fatalf("Put of a body whose subject holds other bytes: %v", err)
+	}
+	obs, err := js.ObjectStore(ctx, prefix+"_content")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.GetInfo(ctx, ref.Hash); err != nil {
+		t.Fatalf("Put reported the body stored, and it is not in the object store: %v", err)
+	}
+	if got, err := l.Get(ctx, ref); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("Get after the body went to the object store: %q, %v", got, err)
+	}
+}
+
+// Puts of one small body at once, from several Logs, on one copy and on
+// three (where a write of the same subject in flight is refused with 10164
+// and waited out): each succeeds, the stream holds it once, every Get
+// reads it.
+func TestContentStreamConcurrentPutsOfOneBody(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		url      string
+		replicas int
+	}{{"single", singleURL, 1}, {"cluster", clusterURL, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			l, js, prefix := contentRig(t, tc.url, tc.replicas)
+			logs := []*jetstream.Log{l, openLog(t, tc.url, tc.replicas, jetstream.Config{Prefix: prefix}), openLog(t, tc.url, tc.replicas, jetstream.Config{Prefix: prefix})}
+			for round := range 8 {
+				body := []byte(strings.Repeat("round "+string(rune('a'+round))+" ", 200))
+				var wg sync.WaitGroup
+				for i := range 6 {
+					wg.Go(func() {
+						lg := logs[i%len(logs)]
+						ref, err := lg.Put(ctx, body, "text/plain")
+						if err != nil {
+							t.Errorf("round %d: Put: %v", round, err)
+							return
+						}
+						if got, err := lg.Get(ctx, ref); err != nil || !bytes.Equal(got, body) {
+							t.Errorf("round %d: Get: %d bytes, %v", round, len(got), err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			st, err := js.Stream(ctx, contentStreamOf(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := st.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State.Msgs != 8 {
+				t.Errorf("content stream holds %d messages for 8 bodies", info.State.Msgs)
+			}
+		})
 	}
 }
 
@@ -182,7 +241,8 @@ func TestReaderReadsTheContentStream(t *testing.T) {
 	}
 
 	// The stream gone (a store no engine of this version opened): the
-	// object store still answers.
+	// object store still answers; a Reader that found no stream finds it
+	// once an engine has made it.
 	obs, err := js.ObjectStore(ctx, prefix+"_content")
 	if err != nil {
 		t.Fatal(err)
@@ -202,5 +262,14 @@ func TestReaderReadsTheContentStream(t *testing.T) {
 	defer r2.Close()
 	if got, err := r2.Get(ctx, oldRef); err != nil || !bytes.Equal(got, old) {
 		t.Fatalf("Reader.Get without the content stream: %q, %v", got, err)
+	}
+	l2 := openLog(t, singleURL, 1, jetstream.Config{Prefix: prefix})
+	fresh := []byte("stored once the stream is back")
+	freshRef, err := l2.Put(ctx, fresh, "text/plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r2.Get(ctx, freshRef); err != nil || !bytes.Equal(got, fresh) {
+		t.Fatalf("Reader.Get once an engine made the stream: %q, %v", got, err)
 	}
 }

@@ -50,9 +50,11 @@ func checkNotLost(ctx context.Context, js jetstream.JetStream, c Config) error {
 // ContentStreamConfig is the content stream's definition (ADR 0111): one
 // message a body, on a subject named by its sha256, and the server refuses
 // a second message on a subject, so the first write of a body is the one
-// kept. Messages may be deleted, as the object store's objects may. A
-// stream of one copy is read by direct gets, a replicated one from its
-// leader (ADR 0043's rule). deploy/nats holds the same.
+// kept. Messages may be deleted, as the object store's objects may. It is
+// read from its leader, as the object store is: reads are rare (a fold
+// from a snapshot, a spilled output), and one setting for every number of
+// copies keeps a deployment's definition valid when its replicas change.
+// deploy/nats holds the same.
 func ContentStreamConfig(c Config) jetstream.StreamConfig {
 	c, _ = c.withDefaults()
 	return jetstream.StreamConfig{
@@ -62,7 +64,6 @@ func ContentStreamConfig(c Config) jetstream.StreamConfig {
 		Storage:              jetstream.FileStorage,
 		Retention:            jetstream.LimitsPolicy,
 		Replicas:             c.Replicas,
-		AllowDirect:          c.Replicas <= 1,
 		MaxMsgs:              -1,
 		MaxBytes:             -1,
 		MaxMsgsPerSubject:    1,

@@ -233,11 +233,11 @@ func approverBlock(prefix, name string) (string, error) {
 	k.line(3, "# engine approve --nats: the task's dispatcher row (from the leader,")
 	k.line(3, "# or by direct gets when the bucket has one copy), and reading the")
 	k.line(3, "# task (engine inspect, events): records by direct gets, snapshots'")
-	k.line(3, "# bodies from the content stream (from its leader, or by direct gets")
-	k.line(3, "# when it has one copy) and, if larger, from the content store.")
+	k.line(3, "# bodies from the content stream (from its leader) and, if larger,")
+	k.line(3, "# from the content store.")
 	k.quoted(3, "$JS.API.STREAM.INFO."+tasks, "$JS.API.STREAM.MSG.GET."+tasks, "$JS.API.DIRECT.GET."+tasks,
 		"$JS.API.STREAM.INFO."+rows, "$JS.API.STREAM.MSG.GET."+rows, "$JS.API.DIRECT.GET."+rows, "$JS.API.DIRECT.GET."+rows+".>",
-		"$JS.API.STREAM.INFO."+bodies, "$JS.API.STREAM.MSG.GET."+bodies, "$JS.API.DIRECT.GET."+bodies, "$JS.API.DIRECT.GET."+bodies+".>",
+		"$JS.API.STREAM.INFO."+bodies, "$JS.API.STREAM.MSG.GET."+bodies,
 		"$JS.API.STREAM.INFO."+content, "$JS.API.STREAM.MSG.GET."+content,
 		"$JS.API.CONSUMER.CREATE."+content+".*.$O."+prefix+"_content.>", "$JS.API.CONSUMER.DELETE."+content+".*",
 		"$JS.FC."+content+".>")
