@@ -18,8 +18,9 @@ import (
 // Put implements eventlog.ContentStore: a body is named by its sha256, and
 // one that exists is not written again (first write wins). A body that fits
 // a message is one message on the content stream, published on the
-// condition that its subject holds none (ADR 0111): one write, and a
-// refusal is the sign it is there. A larger one goes to the object store.
+// condition that its subject holds none (ADR 0111): one write; a refusal
+// is taken for the body only once the message there is read back and is
+// it. A larger one goes to the object store.
 func (l *Log) Put(ctx context.Context, body []byte, mediaType string) (noeta.ContentRef, error) {
 	if err := l.check(ctx); err != nil {
 		return noeta.ContentRef{}, err
@@ -80,13 +81,12 @@ func (l *Log) putMessage(ctx context.Context, cs jetstream.Stream, hash string, 
 			case errors.Is(err, errDamagedBody):
 				return false, nil
 			case errors.Is(err, errNoMessage):
-				// Deleted since the refusal: write it again.
-				continue
+				// Deleted since the refusal: write it again, after the
+				// pause below.
 			default:
 				return false, err
 			}
-		}
-		if !inFlight {
+		} else if !inFlight {
 			return false, fmt.Errorf("jetstream: content %s: %w", hash, err)
 		}
 		select {
