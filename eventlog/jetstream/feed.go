@@ -577,6 +577,16 @@ func (f *Feed) pullOnce(ctx context.Context, fc eventlog.FeedConfig, p int, h ev
 				return nats.ErrConnectionClosed
 			case errors.Is(err, nats.ErrSlowConsumer):
 				out = false
+			case errors.Is(err, nats.ErrNoResponders):
+				// nats.go hands a 503 status (nobody took the request: the
+				// consumer has no leader yet, a cluster electing one, or it
+				// is gone) to NextMsg as this error, not as a message: the
+				// same as the status below.
+				heard, out = time.Now(), false
+				if noReply++; noReply%5 == 0 {
+					return errConsumerGone
+				}
+				notBefore = time.Now().Add(feedPullPause)
 			default:
 				return err
 			}
