@@ -393,7 +393,9 @@ func (e *Engine) create(ctx context.Context, tc noeta.TaskCreated, origin eventl
 			return err
 		}
 	}
-	opts.Parent = tc.ParentTaskID
+	// A new task goes straight to a worker of this process blocked on its
+	// queue, if one is (ADR 0112).
+	opts.Parent, opts.HandOff = tc.ParentTaskID, true
 	return e.cfg.Dispatcher.Enqueue(ctx, tc.TaskID, opts)
 }
 

@@ -212,6 +212,14 @@ type EnqueueOptions struct {
 	// Reserved keeps the task from untargeted leases: only a Lease naming it can
 	// take it, once.
 	Reserved bool
+	// HandOff, for a task the dispatcher does not know yet and not Reserved,
+	// hands it to an untargeted Lease of this same dispatcher (this value,
+	// not another process's) blocked with Wait on its queue, if one is: the
+	// task is created leased to that Lease's worker, the longest-waiting
+	// one, and that Lease returns it. The task then never waits in its
+	// queue. Otherwise (nobody waits, a known task, Reserved) Enqueue is as
+	// without HandOff.
+	HandOff bool
 }
 
 // LeaseRequest asks for a lease.

@@ -40,10 +40,12 @@ func RunContentSuite(t *testing.T, f Factory) {
 
 // RunDispatcherSuite runs the cases of [eventlog.Dispatcher] and
 // [eventlog.LeaseRegistry]: queues, leases, heartbeats, wakes and the
-// exactly-once handoff, failures, reclaim, timers, cancellation and Close.
+// exactly-once handoff, failures, reclaim, timers, cancellation and Close,
+// and the hand-off of a new task to a blocked Lease (EnqueueOptions.HandOff).
 func RunDispatcherSuite(t *testing.T, f Factory) {
 	t.Helper()
 	run(t, f, dispatcherCases)
+	run(t, f, handOffCases)
 }
 
 // suiteCase is one independent case: it gets its own backend and its own task

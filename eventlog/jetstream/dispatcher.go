@@ -611,7 +611,11 @@ type Dispatcher struct {
 	// frontCreating holds the queues whose front consumer is being created
 	// in the background (see frontSignal).
 	frontCreating map[string]bool
-	inputs        map[string]jetstream.MessagesContext // by lane consumer
+	// waiting are the blocked untargeted Leases by queue, longest waiting
+	// first; spares the pull requests they left open (dispatcher_handoff.go).
+	waiting map[string][]*waiter
+	spares  map[string][]*sparePull
+	inputs  map[string]jetstream.MessagesContext // by lane consumer
 	// backstops are the local timers behind the broker's schedules, by
 	// task/generation (see backstopTimer).
 	backstops map[string]*time.Timer
@@ -672,13 +676,16 @@ type DispatcherStats struct {
 	RowsRead uint64
 	// FullReconciles counts the rounds of passes that read every row.
 	FullReconciles uint64
+	// HandOffs counts the tasks this instance's Enqueue (with HandOff)
+	// created leased to one of its blocked Leases, skipping the queue.
+	HandOffs uint64
 }
 
 type dispatcherCounters struct {
 	wakesApplied, timersFired, staleTimers, duplicateWakes, unknownTaskWakes, invalidWakes, refusedWakes, requeued atomic.Uint64
 	reconciles, resignalled, timersBackstopped, heldWakes                                                          atomic.Uint64
 	staleSignals, withdrawnSignals, watchedEnds, republished                                                       atomic.Uint64
-	rowsRead, fullReconciles                                                                                       atomic.Uint64
+	rowsRead, fullReconciles, handOffs                                                                             atomic.Uint64
 }
 
 // Stats returns this instance's counters.
@@ -703,6 +710,7 @@ func (d *Dispatcher) Stats() DispatcherStats {
 		Republished:       s.republished.Load(),
 		RowsRead:          s.rowsRead.Load(),
 		FullReconciles:    s.fullReconciles.Load(),
+		HandOffs:          s.handOffs.Load(),
 	}
 }
 
@@ -739,6 +747,8 @@ func OpenDispatcher(ctx context.Context, nc *nats.Conn, cfg DispatcherConfig) (*
 		queues:  map[string]jetstream.Consumer{},
 
 		frontCreating: map[string]bool{},
+		waiting:       map[string][]*waiter{},
+		spares:        map[string][]*sparePull{},
 		inputs:        map[string]jetstream.MessagesContext{},
 
 		backstops: map[string]*time.Timer{},

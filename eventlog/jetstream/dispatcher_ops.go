@@ -97,6 +97,12 @@ func (d *Dispatcher) Enqueue(ctx context.Context, task string, opts eventlog.Enq
 			return err
 		}
 	}
+	if opts.HandOff && !opts.Reserved {
+		handed, err := d.handOff(ctx, task, opts)
+		if err != nil || handed {
+			return err
+		}
+	}
 	var already *taskRow
 	_, err := d.mutate(ctx, task, func(r *taskRow) (*taskRow, error) {
 		if r == nil {

@@ -245,7 +245,11 @@ func (d *Dispatcher) leaseFromQueue(ctx context.Context, queue, worker string, w
 		switch {
 		case msg != nil:
 		case wait:
-			msg, err = d.waitSignal(ctx, cons)
+			var handed *eventlog.Lease
+			msg, handed, err = d.waitSignal(ctx, queue, worker, cons)
+			if handed != nil {
+				return *handed, nil
+			}
 		default:
 			msg, err = d.pollSignal(ctx, queue, cons)
 		}
@@ -448,65 +452,110 @@ func (d *Dispatcher) fetchOnce(cons jetstream.Consumer, wait time.Duration) (jet
 	return msg, nil
 }
 
-// waitSignal blocks on the queue until a signal arrives, ctx ends or the
+// waitSignal blocks on the queue until a signal arrives, a task is handed
+// to it (see handOff: it is a waiter of queue meanwhile), ctx ends or the
 // Dispatcher closes. Each pull request lives waitSlice (or until ctx's
-// deadline, if sooner, so a request nobody waits for does not linger at the
-// server catching signals); the server answers it the moment a signal is
-// published, so this is a blocking wait, not a poll.
-func (d *Dispatcher) waitSignal(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
-	for {
-		wait := waitSlice
-		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, max(time.Until(dl), 10*time.Millisecond))
+// deadline, if sooner); the server answers it the moment a signal is
+// published, so this is a blocking wait, not a poll. A spare pull request
+// of the queue (keepSpare) is adopted before a new one is sent.
+func (d *Dispatcher) waitSignal(ctx context.Context, queue, worker string, cons jetstream.Consumer) (jetstream.Msg, *eventlog.Lease, error) {
+	w := d.addWaiter(queue, worker)
+	// claimed takes what a claimer sends w, handing back a signal in hand.
+	claimed := func(m jetstream.Msg) (*eventlog.Lease, bool) {
+		if m != nil {
+			_ = m.Nak()
 		}
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
-		if err != nil {
-			return nil, fmt.Errorf("jetstream: fetch ready signal: %w", err)
+		lease, ok := d.takeHanded(ctx, w)
+		if ok {
+			return &lease, true
+		}
+		return nil, false
+	}
+	var batch jetstream.MessageBatch
+	for {
+		if batch == nil {
+			var msg jetstream.Msg
+			if batch, msg = d.adoptSpare(queue); msg != nil {
+				if d.dropWaiter(w) {
+					return msg, nil, nil
+				}
+				if l, ok := claimed(msg); ok {
+					return nil, l, nil
+				}
+				w = d.addWaiter(queue, worker)
+				batch = nil
+				continue
+			}
+		}
+		if batch == nil {
+			wait := waitSlice
+			if dl, ok := ctx.Deadline(); ok {
+				wait = min(wait, max(time.Until(dl), 10*time.Millisecond))
+			}
+			var err error
+			if batch, err = cons.Fetch(1, jetstream.FetchMaxWait(wait)); err != nil {
+				if !d.dropWaiter(w) {
+					if l, ok := claimed(nil); ok {
+						return nil, l, nil
+					}
+				}
+				return nil, nil, fmt.Errorf("jetstream: fetch ready signal: %w", err)
+			}
 		}
 		select {
 		case m, ok := <-batch.Messages():
 			if ok {
-				return m, nil
+				if d.dropWaiter(w) {
+					return m, nil, nil
+				}
+				if l, ok := claimed(m); ok {
+					d.keepSpare(queue, batch)
+					return nil, l, nil
+				}
+				w = d.addWaiter(queue, worker)
+				continue // the batch is spent: a new pull request
 			}
-			if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !isTimeout(err) {
-				return nil, fmt.Errorf("jetstream: fetch ready signal: %w", err)
+			err := batch.Error()
+			batch = nil
+			if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !isTimeout(err) {
+				if !d.dropWaiter(w) {
+					if l, ok := claimed(nil); ok {
+						return nil, l, nil
+					}
+				}
+				return nil, nil, fmt.Errorf("jetstream: fetch ready signal: %w", err)
 			}
+		case h := <-w.handed:
+			w.handed <- h // for takeHanded, which gives it back if ctx ended
+			if l, ok := claimed(nil); ok {
+				d.keepSpare(queue, batch)
+				return nil, l, nil
+			}
+			w = d.addWaiter(queue, worker)
 		case <-ctx.Done():
 			// A signal already delivered is taken (grant undoes the lease,
 			// synchronously, for the ended ctx) rather than handed back
 			// with a Nak the server applies a moment later.
+			if !d.dropWaiter(w) {
+				claimed(nil) // gives a lease back: ctx has ended
+			}
 			select {
 			case m, ok := <-batch.Messages():
 				if ok {
-					return m, nil
+					return m, nil, nil
 				}
+				return nil, nil, ctx.Err()
 			default:
 			}
-			d.abandon(batch)
-			return nil, ctx.Err()
+			d.keepSpare(queue, batch)
+			return nil, nil, ctx.Err()
 		case <-d.done:
-			return nil, eventlog.ErrClosed
+			if !d.dropWaiter(w) {
+				claimed(nil)
+			}
+			return nil, nil, eventlog.ErrClosed
 		}
 	}
-}
-
-// abandon hands back whatever a pull request that nobody waits for any more
-// still delivers, so the signal goes to another worker now instead of after
-// readyAckWait.
-func (d *Dispatcher) abandon(batch jetstream.MessageBatch) {
-	d.goTracked(func() {
-		for {
-			select {
-			case m, ok := <-batch.Messages():
-				if !ok {
-					return
-				}
-				_ = m.Nak()
-			case <-d.done:
-				return
-			}
-		}
-	})
 }
 
 func isTimeout(err error) bool {

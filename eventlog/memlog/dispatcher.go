@@ -45,6 +45,18 @@ type dispatcher struct {
 	// watch. It is made when someone waits and closed (then dropped) when a row
 	// joins that queue's ready list, so nothing is allocated while nobody waits.
 	waiters map[string]chan struct{}
+
+	// handoffs holds, per queue, the blocked untargeted Leases an Enqueue
+	// with HandOff may hand a new task to, longest waiting first. A claimed
+	// one is removed and sent its lease under mu.
+	handoffs map[string][]*waiter
+}
+
+// waiter is a blocked untargeted Lease.
+type waiter struct {
+	worker string
+	ttl    time.Duration
+	handed chan eventlog.Lease // buffered: sent under mu, never blocks
 }
 
 // row is the dispatcher's record of one task: the state machine's row
@@ -81,6 +93,7 @@ func (d *dispatcher) init(s *Store) {
 	d.ready = map[string]*list.List{}
 	d.leased = map[*row]struct{}{}
 	d.waiters = map[string]chan struct{}{}
+	d.handoffs = map[string][]*waiter{}
 }
 
 // close stops every outstanding timer, if s is the current Store. Blocked
@@ -109,6 +122,7 @@ func (d *dispatcher) reopen(old, ns *Store) bool {
 	d.s = ns
 	d.closed = false
 	clear(d.waiters) // their Leases returned with the old Store
+	clear(d.handoffs)
 	now := ns.clock.Now()
 	for _, r := range d.rows {
 		switch _, timed := r.Deadline(); {
@@ -210,6 +224,14 @@ func (s *Store) Enqueue(ctx context.Context, task string, opts eventlog.EnqueueO
 		d.seq++
 		r = &row{Row: dispatchrow.New(queue, opts.Reserved), task: task, seq: d.seq}
 		d.rows[task] = r
+		if opts.HandOff && !opts.Reserved {
+			if ws := d.handoffs[queue]; len(ws) > 0 {
+				w := ws[0]
+				d.handoffs[queue] = slices.Delete(ws, 0, 1)
+				w.handed <- d.grant(r, w.worker, w.ttl, s.clock.Now())
+				return nil
+			}
+		}
 		d.settle(r, nil, time.Time{})
 		return nil
 	}
@@ -277,18 +299,71 @@ func (s *Store) Lease(ctx context.Context, req eventlog.LeaseRequest) (eventlog.
 			ch = make(chan struct{})
 			d.waiters[queue] = ch
 		}
+		w := &waiter{worker: req.Worker, ttl: ttl, handed: make(chan eventlog.Lease, 1)}
+		d.handoffs[queue] = append(d.handoffs[queue], w)
 		d.mu.Unlock()
 
+		var err error
 		select {
 		case <-ctx.Done():
-			return eventlog.Lease{}, ctx.Err()
+			err = ctx.Err()
 		case <-s.done:
-			return eventlog.Lease{}, eventlog.ErrClosed
+			err = eventlog.ErrClosed
 		case <-ch:
 			// Another waiter may win the row; the loop looks again.
+		case lease := <-w.handed:
+			w.handed <- lease // taken below, as a claim seen late is
 		}
-		if err := s.check(ctx); err != nil {
+		if lease, ok := d.unwait(s, queue, w); ok {
+			if err == nil {
+				err = s.check(ctx)
+			}
+			if err == nil {
+				return lease, nil
+			}
+			d.giveBack(s, lease)
 			return eventlog.Lease{}, err
+		}
+		if err == nil {
+			err = s.check(ctx)
+		}
+		if err != nil {
+			return eventlog.Lease{}, err
+		}
+	}
+}
+
+// unwait removes w from queue's hand-off waiters. If an Enqueue claimed it
+// first, it returns the lease that Enqueue granted it.
+func (d *dispatcher) unwait(s *Store, queue string, w *waiter) (eventlog.Lease, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ws := d.handoffs[queue]
+	if i := slices.Index(ws, w); i >= 0 || d.s != s {
+		if i >= 0 {
+			d.handoffs[queue] = slices.Delete(ws, i, i+1)
+		}
+		return eventlog.Lease{}, false
+	}
+	select {
+	case lease := <-w.handed:
+		return lease, true
+	default:
+		return eventlog.Lease{}, false // cleared by a reopen
+	}
+}
+
+// giveBack returns a lease handed to a Lease that had gone: ready again,
+// ahead of its queue, as jetstream's ungrant does.
+func (d *dispatcher) giveBack(s *Store, lease eventlog.Lease) {
+	if d.lock(s) != nil {
+		return // closed: the lease expires with the reopened Store's timers
+	}
+	defer d.mu.Unlock()
+	if r := d.rows[lease.Task]; r != nil {
+		old := r.Row
+		if r.GiveBack(lease, false) {
+			d.settle(r, &old, s.clock.Now())
 		}
 	}
 }

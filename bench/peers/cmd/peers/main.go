@@ -5,7 +5,7 @@
 //	peers [-rounds 3] [-seconds 10] [-conc 1,64] [-systems noeta,dbos,temporal]
 //	peers one -system S -conc N ...   (one measurement, run by the above)
 //	peers fsync [-dir D] [-n 1000]    (the disk's write+fsync latency)
-//	peers noeta-phases [-n 50]        (where a noeta run's time goes)
+//	peers noeta-phases [-n 50] [-tap] [-records]   (where a noeta run's time goes)
 //	peers merge [-max-other C] a.json b.json  (medians over several sittings)
 package main
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -122,6 +123,13 @@ func (s *noetaSystem) run(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("script: %w", err)
 	}
+	_, err = s.submitAndWait(ctx, i, script)
+	return err
+}
+
+// submitAndWait submits the i-th task with script and waits for it to be
+// completed; it returns the task's id.
+func (s *noetaSystem) submitAndWait(ctx context.Context, i int, script json.RawMessage) (string, error) {
 	id := fmt.Sprintf("peers-%d-%d", time.Now().UnixNano(), i+1)
 	ch := make(chan string, 1)
 	s.mu.Lock()
@@ -133,26 +141,26 @@ func (s *noetaSystem) run(ctx context.Context, i int) error {
 		s.mu.Unlock()
 	}()
 	if _, err := s.h.Submit(ctx, host.Submission{ID: id, Agent: loadgen.Agent, Goal: "peers", Script: script}); err != nil {
-		return fmt.Errorf("submit: %w", err)
+		return id, fmt.Errorf("submit: %w", err)
 	}
 	if s.wait {
 		rest, err := s.h.Wait(ctx, id)
 		if err != nil {
-			return fmt.Errorf("wait for %s: %w", id, err)
+			return id, fmt.Errorf("wait for %s: %w", id, err)
 		}
 		if rest.Status != host.RestCompleted {
-			return fmt.Errorf("task %s ended %v: %s", id, rest.Status, rest.Detail)
+			return id, fmt.Errorf("task %s ended %v: %s", id, rest.Status, rest.Detail)
 		}
-		return nil
+		return id, nil
 	}
 	select {
 	case <-ctx.Done():
-		return fmt.Errorf("wait for %s: %w", id, ctx.Err())
+		return id, fmt.Errorf("wait for %s: %w", id, ctx.Err())
 	case typ := <-ch:
 		if typ != noeta.TypeTaskCompleted {
-			return fmt.Errorf("task %s ended with %s", id, typ)
+			return id, fmt.Errorf("task %s ended with %s", id, typ)
 		}
-		return nil
+		return id, nil
 	}
 }
 

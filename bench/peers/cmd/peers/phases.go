@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/noeta-go/noeta"
-	"github.com/noeta-go/noeta/host"
 	"github.com/noeta-go/noeta/loadgen"
 )
 
@@ -38,6 +37,8 @@ func runPhases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	steps := fs.Int("steps", 20, "tool calls per run")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured runs to this file")
 	traceFile := fs.String("trace", "", "write an execution trace of the measured runs to this file")
+	printRecords := fs.Bool("records", false, "print the last run's records, each with its time from Submit")
+	tap := fs.Bool("tap", false, "end a run when its terminal record is committed, as the peers noeta row does, not when Host.Wait returns")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -46,12 +47,13 @@ func runPhases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("noeta-phases: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	s, err := openNoeta(ctx, dir, 1, *steps, true)
+	s, err := openNoeta(ctx, dir, 1, *steps, !*tap)
 	if err != nil {
 		return err
 	}
 	defer s.close()
 	spans := make([][]time.Duration, len(phaseNames))
+	var msgs0 uint64
 	var leases, records []float64
 	for i := range *n + 3 {
 		script, err := loadgen.Script(i, *steps, loadgen.Mix{})
@@ -59,12 +61,9 @@ func runPhases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("script: %w", err)
 		}
 		t0 := time.Now()
-		id, err := s.h.Submit(ctx, host.Submission{Agent: loadgen.Agent, Goal: "peers", Script: script})
+		id, err := s.submitAndWait(ctx, i, script)
 		if err != nil {
-			return fmt.Errorf("submit: %w", err)
-		}
-		if _, err := s.h.Wait(ctx, id); err != nil {
-			return fmt.Errorf("wait for %s: %w", id, err)
+			return err
 		}
 		t1 := time.Now()
 		log, err := s.h.Events(ctx, id, 0)
@@ -79,8 +78,16 @@ func runPhases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 					return err
 				}
 				defer stopProfiles()
+				msgs0 = s.h.Conn().Stats().OutMsgs
 			}
 			continue // warm-up
+		}
+		if *printRecords && i == *n+2 {
+			prev := t0
+			for _, env := range log {
+				fmt.Fprintf(stdout, "%4d %-28s %8.3f ms  +%6.3f\n", env.Seq, env.Type, float64(env.Time.Sub(t0).Microseconds())/1000, float64(env.Time.Sub(prev).Microseconds())/1000)
+				prev = env.Time
+			}
 		}
 		var created, lease, firstCall, lastDone, done time.Time
 		nLease := 0
@@ -112,6 +119,7 @@ func runPhases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		leases = append(leases, float64(nLease))
 		records = append(records, float64(len(log)))
 	}
+	fmt.Fprintf(stdout, "messages the host's connection sent a run: %.1f\n", float64(s.h.Conn().Stats().OutMsgs-msgs0)/float64(*n))
 	fmt.Fprintf(stdout, "noeta, %d runs of %d calls one at a time, medians (records per run %.0f, leases per run %.0f):\n",
 		*n, *steps, median(records), median(leases))
 	for k, name := range phaseNames {
