@@ -22,6 +22,16 @@ var handOffCases = []suiteCase{
 	{"HandOffRace", testHandOffRace},
 }
 
+// warmQueue returns a new queue, asked for a task once, so the backend
+// has made what a Lease on it needs (a consumer on a cluster takes a
+// while) before a case times a blocked Lease.
+func warmQueue(t *testing.T, b Backend) string {
+	t.Helper()
+	q := uniqueQueue()
+	wantNoReady(t, b, eventlog.LeaseRequest{Queue: q}, "a new queue")
+	return q
+}
+
 // handOffTries bounds the rounds a case gives a blocked Lease to settle into
 // its wait before the Enqueue: a backend that hands nothing off fails them
 // all, a loaded machine at most one or two.
@@ -32,8 +42,8 @@ const handOffTries = 3
 // returns it; nothing of the task is left in the queue, and the lease is
 // an ordinary one: valid, written under, yielded back to the queue.
 func testHandOffToWaiter(t *testing.T, b Backend) {
+	q := warmQueue(t, b)
 	for try := 1; ; try++ {
-		q := uniqueQueue()
 		ch := leaseAsync(t.Context(), b, eventlog.LeaseRequest{Worker: workerB, Queue: q, TTL: leaseTTL(t, b), Wait: true})
 		wantBlocked(t, ch, "empty queue")
 		task := newTask(t, b)
@@ -47,7 +57,7 @@ func testHandOffToWaiter(t *testing.T, b Backend) {
 			if try == handOffTries {
 				t.Fatalf("Enqueue with HandOff and a Lease blocked on %s returned with the task %s, %d times in a row; want it leased to the blocked Lease", q, st.Status, try)
 			}
-			yield(t, b, r.l)
+			release(t, b, r.l, eventlog.Release{Next: eventlog.DispatchTerminal})
 			continue
 		}
 		if st.LeaseID != r.l.ID || st.Worker != workerB || st.Generation != 1 || st.Queue != q {
@@ -116,8 +126,8 @@ func testHandOffReserved(t *testing.T, b Backend) {
 // testHandOffInheritsQueue: a child enqueued with its parent and no queue
 // is handed to a Lease blocked on the parent's queue.
 func testHandOffInheritsQueue(t *testing.T, b Backend) {
+	q := warmQueue(t, b)
 	for try := 1; ; try++ {
-		q := uniqueQueue()
 		parent := newTask(t, b)
 		enqueue(t, b, parent, eventlog.EnqueueOptions{Queue: q})
 		ch := leaseAsync(t.Context(), b, eventlog.LeaseRequest{Worker: workerB, Queue: q, TTL: leaseTTL(t, b), Wait: true})
@@ -150,8 +160,8 @@ func testHandOffInheritsQueue(t *testing.T, b Backend) {
 // either returns the task or leaves it ready in its queue, leasable at
 // once; it never leaves the task leased to a caller that has gone.
 func testHandOffGoneWaiter(t *testing.T, b Backend) {
+	q := warmQueue(t, b)
 	for round := range 12 {
-		q := uniqueQueue()
 		ctx, cancel := context.WithCancel(t.Context())
 		ch := leaseAsync(ctx, b, eventlog.LeaseRequest{Worker: workerB, Queue: q, TTL: leaseTTL(t, b), Wait: true})
 		wantBlocked(t, ch, "empty queue")
@@ -172,15 +182,22 @@ func testHandOffGoneWaiter(t *testing.T, b Backend) {
 			if r.l.Task != task {
 				t.Fatalf("round %d: the cancelled Lease returned task %q, want %s or an error", round, r.l.Task, task)
 			}
+			release(t, b, r.l, eventlog.Release{Next: eventlog.DispatchTerminal})
 			continue
 		}
 		if !errors.Is(r.err, context.Canceled) {
 			t.Fatalf("round %d: the cancelled Lease: got error %v, want %v", round, r.err, context.Canceled)
 		}
-		eventually(t, b, fmt.Sprintf("round %d: the task handed to a gone Lease is ready", round), statusIs(t, b, task, eventlog.DispatchReady))
-		if l := leaseQueue(t, b, q); l.Task != task {
+		// Given back before the Lease returned: ready now, not once a
+		// lease left behind has expired and been reclaimed.
+		if st := inspect(t, b, task); st.Status != eventlog.DispatchReady || st.LeaseID != "" || st.ReclaimCount != 0 {
+			t.Fatalf("round %d: a Lease cancelled as its task was handed off returned %v and left the task %s (lease %q, reclaimed %d times), want it ready with no lease", round, r.err, st.Status, st.LeaseID, st.ReclaimCount)
+		}
+		l := leaseQueue(t, b, q)
+		if l.Task != task {
 			t.Fatalf("round %d: Lease from %s after the hand-off to a gone Lease: got task %q, want %s", round, q, l.Task, task)
 		}
+		release(t, b, l, eventlog.Release{Next: eventlog.DispatchTerminal})
 	}
 }
 
@@ -189,7 +206,7 @@ func testHandOffGoneWaiter(t *testing.T, b Backend) {
 // whether handed off or taken from the queue.
 func testHandOffRace(t *testing.T, b Backend) {
 	const waiters, tasks = 4, 10
-	q := uniqueQueue()
+	q := warmQueue(t, b)
 	var chs []<-chan leaseResult
 	for range waiters {
 		chs = append(chs, leaseAsync(t.Context(), b, eventlog.LeaseRequest{Worker: workerB, Queue: q, TTL: leaseTTL(t, b), Wait: true}))
@@ -210,28 +227,29 @@ func testHandOffRace(t *testing.T, b Backend) {
 		})
 	}
 	wg.Wait()
+	// Each lease is ended as soon as it is counted, so none can expire
+	// (and its task be leased again) while the rest are taken.
 	got := map[string]string{}
+	take := func(l eventlog.Lease) {
+		t.Helper()
+		if prev, ok := got[l.Task]; ok {
+			t.Fatalf("task %s leased twice: leases %s and %s", l.Task, prev, l.ID)
+		}
+		if l.Generation != 1 {
+			t.Fatalf("task %s leased under generation %d, want 1: an earlier lease of it was granted and lost", l.Task, l.Generation)
+		}
+		got[l.Task] = l.ID
+		release(t, b, l, eventlog.Release{Next: eventlog.DispatchTerminal})
+	}
 	for i, ch := range chs {
 		r := waitResult(t, b, ch, fmt.Sprintf("blocked Lease %d", i))
 		if r.err != nil {
 			t.Fatalf("blocked Lease %d: %v", i, r.err)
 		}
-		if prev, ok := got[r.l.Task]; ok {
-			t.Fatalf("task %s leased twice: leases %s and %s", r.l.Task, prev, r.l.ID)
-		}
-		got[r.l.Task] = r.l.ID
+		take(r.l)
 	}
 	for len(got) < tasks {
-		l := leaseQueue(t, b, q)
-		if prev, ok := got[l.Task]; ok {
-			t.Fatalf("task %s leased twice: leases %s and %s", l.Task, prev, l.ID)
-		}
-		got[l.Task] = l.ID
+		take(leaseQueue(t, b, q))
 	}
 	wantNoReady(t, b, eventlog.LeaseRequest{Queue: q}, "every task leased")
-	for _, id := range ids {
-		if st := inspect(t, b, id); st.Status != eventlog.DispatchLeased || st.LeaseID != got[id] {
-			t.Fatalf("task %s: %s under lease %q, want leased under %q", id, st.Status, st.LeaseID, got[id])
-		}
-	}
 }

@@ -597,7 +597,7 @@ type Dispatcher struct {
 	status chan nats.Status
 	kick   chan struct{}
 
-	// mu guards queues, closing and inputs. closing is set under mu by
+	// mu guards queues, closing, inputs, waiting and spares. closing is set under mu by
 	// Close before it waits, so no goroutine is added to wg after the wait
 	// began, and no input iterator is installed after Close drained the
 	// last one.
@@ -677,7 +677,8 @@ type DispatcherStats struct {
 	// FullReconciles counts the rounds of passes that read every row.
 	FullReconciles uint64
 	// HandOffs counts the tasks this instance's Enqueue (with HandOff)
-	// created leased to one of its blocked Leases, skipping the queue.
+	// created leased to one of its blocked Leases, skipping the queue
+	// (one given back, its Lease having gone meanwhile, included).
 	HandOffs uint64
 }
 

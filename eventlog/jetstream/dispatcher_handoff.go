@@ -43,14 +43,14 @@ type handedLease struct {
 }
 
 // sparePull is a waiter's pull request still open at the server, left by a
-// waiter that was handed a task or gave up. keep watches it until the next
+// waiter that was handed a task or gave up. watchSpare watches it until a
 // waiter of the queue adopts it, or it ends.
 type sparePull struct {
 	queue string
 	batch jetstream.MessageBatch
-	// adopted is set under d.mu; took is closed then, and done once keep
-	// has stopped reading the batch. msg is a signal keep received after
-	// the adoption, for the adopter (read after done).
+	// adopted is set under d.mu; took is closed then, and done once
+	// watchSpare has stopped reading the batch. msg is a signal it
+	// received after the adoption, for the adopter (read after done).
 	adopted bool
 	took    chan struct{}
 	done    chan struct{}
@@ -83,7 +83,9 @@ func (d *Dispatcher) dropWaiter(w *waiter) bool {
 	return true
 }
 
-// claimWaiter takes queue's longest-waiting waiter, or nil.
+// claimWaiter takes queue's first waiter, or nil. Waiters are in the order
+// they began waiting; one that began again (a claim that handed it nothing,
+// a stale signal) is at the back.
 func (d *Dispatcher) claimWaiter(queue string) *waiter {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -109,6 +111,12 @@ var errRowExists = errors.New("jetstream: dispatcher: the task has a row")
 // failed (the plain Enqueue then finds the row as it is, and a row that
 // landed leased to a waiter that was not told is forced back to ready).
 func (d *Dispatcher) handOff(ctx context.Context, task string, opts eventlog.EnqueueOptions) (bool, error) {
+	d.mu.Lock()
+	nobody := len(d.waiting) == 0
+	d.mu.Unlock()
+	if nobody {
+		return false, nil // before the parent's row is read for its queue
+	}
 	queue := opts.Queue
 	if queue == "" {
 		queue = eventlog.DefaultQueue
@@ -141,8 +149,8 @@ func (d *Dispatcher) handOff(ctx context.Context, task string, opts eventlog.Enq
 
 // createLeased creates task's row leased to worker, in one write: the lease
 // key first, then the row, created only if there is none (errRowExists
-// otherwise, and the key is purged). As a grant, it runs on a detached
-// context and reads the clock before writing the key.
+// otherwise, and the key is deleted: no row ever named it). As a grant, it
+// runs on a detached context and reads the clock before writing the key.
 func (d *Dispatcher) createLeased(task, queue, worker string) (eventlog.Lease, error) {
 	ctx, cancel := d.detached()
 	defer cancel()
@@ -156,26 +164,37 @@ func (d *Dispatcher) createLeased(task, queue, worker string) (eventlog.Lease, e
 	r.Op = noeta.NewID()
 	val, err := json.Marshal(r)
 	if err != nil {
-		_ = d.leases.Purge(ctx, leaseKey(task, leaseID))
+		d.dropLeaseKey(ctx, task, leaseID)
 		return eventlog.Lease{}, fmt.Errorf("jetstream: dispatcher row %s: %w", task, err)
 	}
 	_, err = d.tasks.Create(ctx, task, val)
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		_ = d.leases.Purge(ctx, leaseKey(task, leaseID))
+		d.dropLeaseKey(ctx, task, leaseID)
 		return eventlog.Lease{}, errRowExists
 	}
 	if err != nil {
-		// Ambiguous: the row says whether this write landed, as in mutate.
-		back, _, rerr := d.getRow(ctx, task)
+		// Ambiguous: the row says whether this write landed, as in mutate,
+		// read on a context of its own (the write's may have run out).
+		rctx, rcancel := d.detached()
+		defer rcancel()
+		back, _, rerr := d.getRow(rctx, task)
 		if rerr != nil || back == nil || back.Op != r.Op {
 			// Not ours (or unknown): purging the key makes the watchers
 			// requeue the task if the write landed after all.
-			_ = d.leases.Purge(ctx, leaseKey(task, leaseID))
+			_ = d.leases.Purge(rctx, leaseKey(task, leaseID))
 			return eventlog.Lease{}, fmt.Errorf("jetstream: dispatcher row %s: %w", task, err)
 		}
 	}
 	d.afterWrite(task, nil, r)
 	return r.Lease(task), nil
+}
+
+// dropLeaseKey deletes the key of a lease no row named, as afterWrite
+// deletes an ended lease's: the watchers pass over a plain delete, and this
+// Dispatcher's over the expiry marker the server writes for it later.
+func (d *Dispatcher) dropLeaseKey(ctx context.Context, task, leaseID string) {
+	d.ended.add(leaseKey(task, leaseID))
+	_ = d.leases.Delete(ctx, leaseKey(task, leaseID))
 }
 
 // takeHanded waits for the result a claimer sends a claimed waiter. A lease
@@ -195,9 +214,9 @@ func (d *Dispatcher) takeHanded(ctx context.Context, w *waiter) (eventlog.Lease,
 	return h.lease, true
 }
 
-// keepSpare leaves batch, a pull request still open at the server, for the
-// queue's next waiter. Until one adopts it, a signal it delivers goes back to
-// the queue at once, for any other fetcher.
+// keepSpare leaves batch, a pull request that has delivered nothing (it may
+// have ended since), for the queue's next waiter. Until one adopts it, a
+// signal it delivers goes back to the queue at once, for any other fetcher.
 func (d *Dispatcher) keepSpare(queue string, batch jetstream.MessageBatch) {
 	sp := &sparePull{queue: queue, batch: batch, took: make(chan struct{}), done: make(chan struct{})}
 	d.mu.Lock()
@@ -257,8 +276,11 @@ func (d *Dispatcher) dropSpareLocked(sp *sparePull) {
 	}
 }
 
-// adoptSpare takes the newest spare pull request of queue: its batch, and a
-// signal it delivered while being adopted; nil if there is none.
+// adoptSpare takes the oldest spare pull request of queue (the server hands
+// the next signal to the oldest request): its batch, and a signal it
+// delivered while being adopted; nil if there is none. An adopted spare is
+// not bounded by the adopter's deadline; it ends within waitSlice of when
+// it was sent.
 func (d *Dispatcher) adoptSpare(queue string) (jetstream.MessageBatch, jetstream.Msg) {
 	d.mu.Lock()
 	ss := d.spares[queue]
@@ -266,8 +288,8 @@ func (d *Dispatcher) adoptSpare(queue string) (jetstream.MessageBatch, jetstream
 		d.mu.Unlock()
 		return nil, nil
 	}
-	sp := ss[len(ss)-1]
-	d.spares[queue] = ss[:len(ss)-1]
+	sp := ss[0]
+	d.spares[queue] = slices.Delete(ss, 0, 1)
 	if len(d.spares[queue]) == 0 {
 		delete(d.spares, queue)
 	}

@@ -454,36 +454,58 @@ func (d *Dispatcher) fetchOnce(cons jetstream.Consumer, wait time.Duration) (jet
 
 // waitSignal blocks on the queue until a signal arrives, a task is handed
 // to it (see handOff: it is a waiter of queue meanwhile), ctx ends or the
-// Dispatcher closes. Each pull request lives waitSlice (or until ctx's
-// deadline, if sooner); the server answers it the moment a signal is
-// published, so this is a blocking wait, not a poll. A spare pull request
-// of the queue (keepSpare) is adopted before a new one is sent.
+// Dispatcher closes. The server answers a pull request the moment a signal
+// is published, so this is a blocking wait, not a poll. A spare pull request
+// of the queue (keepSpare) is adopted before a new one is sent; a new one
+// lives waitSlice, or until ctx's deadline if sooner.
 func (d *Dispatcher) waitSignal(ctx context.Context, queue, worker string, cons jetstream.Consumer) (jetstream.Msg, *eventlog.Lease, error) {
 	w := d.addWaiter(queue, worker)
 	// claimed takes what a claimer sends w, handing back a signal in hand.
-	claimed := func(m jetstream.Msg) (*eventlog.Lease, bool) {
+	claimed := func(m jetstream.Msg) *eventlog.Lease {
 		if m != nil {
 			_ = m.Nak()
 		}
-		lease, ok := d.takeHanded(ctx, w)
-		if ok {
-			return &lease, true
+		if lease, ok := d.takeHanded(ctx, w); ok {
+			return &lease
 		}
-		return nil, false
+		return nil
+	}
+	// again makes w a waiter anew after a claim that handed nothing, unless
+	// the caller has gone meanwhile.
+	again := func() error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d.closed.Load() {
+			return eventlog.ErrClosed
+		}
+		w = d.addWaiter(queue, worker)
+		return nil
+	}
+	// fail ends the wait with err, taking a lease a claimer sends first.
+	fail := func(err error) (jetstream.Msg, *eventlog.Lease, error) {
+		if !d.dropWaiter(w) {
+			if l := claimed(nil); l != nil {
+				return nil, l, nil
+			}
+		}
+		return nil, nil, err
 	}
 	var batch jetstream.MessageBatch
 	for {
 		if batch == nil {
 			var msg jetstream.Msg
 			if batch, msg = d.adoptSpare(queue); msg != nil {
+				batch = nil // spent: its one signal is msg
 				if d.dropWaiter(w) {
 					return msg, nil, nil
 				}
-				if l, ok := claimed(msg); ok {
+				if l := claimed(msg); l != nil {
 					return nil, l, nil
 				}
-				w = d.addWaiter(queue, worker)
-				batch = nil
+				if err := again(); err != nil {
+					return nil, nil, err
+				}
 				continue
 			}
 		}
@@ -494,51 +516,46 @@ func (d *Dispatcher) waitSignal(ctx context.Context, queue, worker string, cons 
 			}
 			var err error
 			if batch, err = cons.Fetch(1, jetstream.FetchMaxWait(wait)); err != nil {
-				if !d.dropWaiter(w) {
-					if l, ok := claimed(nil); ok {
-						return nil, l, nil
-					}
-				}
-				return nil, nil, fmt.Errorf("jetstream: fetch ready signal: %w", err)
+				return fail(fmt.Errorf("jetstream: fetch ready signal: %w", err))
 			}
 		}
 		select {
 		case m, ok := <-batch.Messages():
-			if ok {
-				if d.dropWaiter(w) {
-					return m, nil, nil
+			if !ok {
+				err := batch.Error()
+				batch = nil
+				if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !isTimeout(err) {
+					return fail(fmt.Errorf("jetstream: fetch ready signal: %w", err))
 				}
-				if l, ok := claimed(m); ok {
-					d.keepSpare(queue, batch)
-					return nil, l, nil
-				}
-				w = d.addWaiter(queue, worker)
-				continue // the batch is spent: a new pull request
+				continue
 			}
-			err := batch.Error()
-			batch = nil
-			if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !isTimeout(err) {
-				if !d.dropWaiter(w) {
-					if l, ok := claimed(nil); ok {
-						return nil, l, nil
-					}
-				}
-				return nil, nil, fmt.Errorf("jetstream: fetch ready signal: %w", err)
+			batch = nil // spent: its one signal is m
+			if d.dropWaiter(w) {
+				return m, nil, nil
+			}
+			if l := claimed(m); l != nil {
+				return nil, l, nil
+			}
+			if err := again(); err != nil {
+				return nil, nil, err
 			}
 		case h := <-w.handed:
 			w.handed <- h // for takeHanded, which gives it back if ctx ended
-			if l, ok := claimed(nil); ok {
+			if l := claimed(nil); l != nil {
 				d.keepSpare(queue, batch)
 				return nil, l, nil
 			}
-			w = d.addWaiter(queue, worker)
+			if err := again(); err != nil {
+				d.keepSpare(queue, batch)
+				return nil, nil, err
+			}
 		case <-ctx.Done():
-			// A signal already delivered is taken (grant undoes the lease,
-			// synchronously, for the ended ctx) rather than handed back
-			// with a Nak the server applies a moment later.
 			if !d.dropWaiter(w) {
 				claimed(nil) // gives a lease back: ctx has ended
 			}
+			// A signal already delivered is taken (grant undoes the lease,
+			// synchronously, for the ended ctx) rather than handed back
+			// with a Nak the server applies a moment later.
 			select {
 			case m, ok := <-batch.Messages():
 				if ok {

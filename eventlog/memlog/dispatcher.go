@@ -56,7 +56,9 @@ type dispatcher struct {
 type waiter struct {
 	worker string
 	ttl    time.Duration
-	handed chan eventlog.Lease // buffered: sent under mu, never blocks
+	// handed gets the lease an Enqueue granted it, sent under mu once it
+	// was taken off handoffs (so once); buffered, so sending never blocks.
+	handed chan eventlog.Lease
 }
 
 // row is the dispatcher's record of one task: the state machine's row
@@ -227,7 +229,7 @@ func (s *Store) Enqueue(ctx context.Context, task string, opts eventlog.EnqueueO
 		if opts.HandOff && !opts.Reserved {
 			if ws := d.handoffs[queue]; len(ws) > 0 {
 				w := ws[0]
-				d.handoffs[queue] = slices.Delete(ws, 0, 1)
+				d.dropHandoff(queue, 0)
 				w.handed <- d.grant(r, w.worker, w.ttl, s.clock.Now())
 				return nil
 			}
@@ -341,7 +343,7 @@ func (d *dispatcher) unwait(s *Store, queue string, w *waiter) (eventlog.Lease, 
 	ws := d.handoffs[queue]
 	if i := slices.Index(ws, w); i >= 0 || d.s != s {
 		if i >= 0 {
-			d.handoffs[queue] = slices.Delete(ws, i, i+1)
+			d.dropHandoff(queue, i)
 		}
 		return eventlog.Lease{}, false
 	}
@@ -353,11 +355,23 @@ func (d *dispatcher) unwait(s *Store, queue string, w *waiter) (eventlog.Lease, 
 	}
 }
 
+// dropHandoff removes the i-th hand-off waiter of queue.
+func (d *dispatcher) dropHandoff(queue string, i int) {
+	ws := slices.Delete(d.handoffs[queue], i, i+1)
+	if len(ws) == 0 {
+		delete(d.handoffs, queue)
+		return
+	}
+	d.handoffs[queue] = ws
+}
+
 // giveBack returns a lease handed to a Lease that had gone: ready again,
 // ahead of its queue, as jetstream's ungrant does.
 func (d *dispatcher) giveBack(s *Store, lease eventlog.Lease) {
 	if d.lock(s) != nil {
-		return // closed: the lease expires with the reopened Store's timers
+		// Closed: a reopened Store arms the lease's expiry, which requeues
+		// the task (the JetStream dispatcher gives it back instead).
+		return
 	}
 	defer d.mu.Unlock()
 	if r := d.rows[lease.Task]; r != nil {
