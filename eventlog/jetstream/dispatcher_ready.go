@@ -241,16 +241,14 @@ func (d *Dispatcher) leaseFromQueue(ctx context.Context, queue, worker string, w
 		if err != nil {
 			return eventlog.Lease{}, err
 		}
-		msg := d.frontSignal(queue)
-		switch {
-		case msg != nil:
-		case wait:
+		var msg jetstream.Msg
+		if wait {
 			var handed *eventlog.Lease
 			msg, handed, err = d.waitSignal(ctx, queue, worker, cons)
 			if handed != nil {
 				return *handed, nil
 			}
-		default:
+		} else if msg = d.frontSignal(queue); msg == nil {
 			msg, err = d.pollSignal(ctx, queue, cons)
 		}
 		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
@@ -452,8 +450,10 @@ func (d *Dispatcher) fetchOnce(cons jetstream.Consumer, wait time.Duration) (jet
 	return msg, nil
 }
 
-// waitSignal blocks on the queue until a signal arrives, a task is handed
-// to it (see handOff: it is a waiter of queue meanwhile), ctx ends or the
+// waitSignal takes the queue's next signal ahead of the queue (frontSignal)
+// or blocks on the queue until a signal arrives, a task is handed to it
+// (see handOff: it is a waiter of queue from the start, so a task created
+// while it looks ahead of the queue is handed to it too), ctx ends or the
 // Dispatcher closes. The server answers a pull request the moment a signal
 // is published, so this is a blocking wait, not a poll. A spare pull request
 // of the queue (keepSpare) is adopted before a new one is sent; a new one
@@ -490,6 +490,17 @@ func (d *Dispatcher) waitSignal(ctx context.Context, queue, worker string, cons 
 			}
 		}
 		return nil, nil, err
+	}
+	if m := d.frontSignal(queue); m != nil {
+		if d.dropWaiter(w) {
+			return m, nil, nil
+		}
+		if l := claimed(m); l != nil {
+			return nil, l, nil
+		}
+		if err := again(); err != nil {
+			return nil, nil, err
+		}
 	}
 	var batch jetstream.MessageBatch
 	for {

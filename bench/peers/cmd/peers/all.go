@@ -184,8 +184,8 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(stderr, "round %d  %-10s conc %-3d  %7.1f runs/s  p50 %8.1f ms  p99 %8.1f ms  cpu/run %.4f + %.4f s  rss %.0f + %.0f MiB  writes/run %.2f (grouped %.2f, %.1f a group)  load %.2f  other work %.2f cores\n",
-					round+1, sys, c, r.RunsPerSec, r.P50ms, r.P99ms, r.ClientCPU, r.ServerCPU, r.ClientRSS, r.ServerRSS, r.WritesPerRun, r.GroupedPerRun, r.GroupSize, r.Load1, r.OtherCores)
+				fmt.Fprintf(stderr, "round %d  %-10s conc %-3d  %7.1f runs/s  p50 %8.1f ms  p99 %8.1f ms  cpu/run %.4f + %.4f s  rss %.0f + %.0f MiB  writes/run %.2f (grouped %.2f, %.1f a group)  handed off %.2f  load %.2f  other work %.2f cores\n",
+					round+1, sys, c, r.RunsPerSec, r.P50ms, r.P99ms, r.ClientCPU, r.ServerCPU, r.ClientRSS, r.ServerRSS, r.WritesPerRun, r.GroupedPerRun, r.GroupSize, r.HandedOffPerRun, r.Load1, r.OtherCores)
 				rep.Results = append(rep.Results, r)
 				if err := writeReport(o.out, rep); err != nil {
 					return err

@@ -49,6 +49,9 @@ type Result struct {
 	// (jetstream.Log.GroupCommits, ADR 0107): written with other tasks'
 	// in one atomic batch and one fsync.
 	GroupedPerRun float64 `json:"grouped_writes_per_run,omitempty"`
+	// HandedOffPerRun is the share of noeta's runs whose task was created
+	// leased to a worker waiting for one (ADR 0112), not queued.
+	HandedOffPerRun float64 `json:"handed_off_per_run,omitempty"`
 	// GroupSize is the mean count of writes in one group commit.
 	GroupSize float64 `json:"group_size,omitempty"`
 	Load1     float64 `json:"load1"`

@@ -97,6 +97,8 @@ func (s *noetaSystem) durableWrites() uint64 { return s.h.Log().DurableWaits() }
 
 // groupedWrites counts the group commits (ADR 0107) and the writes they
 // held.
+func (s *noetaSystem) handOffs() uint64 { return s.h.Dispatcher().Stats().HandOffs }
+
 func (s *noetaSystem) groupedWrites() (groups, writes uint64) {
 	groups, writes, _ = s.h.Log().GroupCommits()
 	return groups, writes

@@ -26,6 +26,8 @@ type system interface {
 type writeCounter interface {
 	durableWrites() uint64
 	groupedWrites() (groups, writes uint64)
+	// handOffs counts the tasks handed to a waiting worker (ADR 0112).
+	handOffs() uint64
 }
 
 // oneOpts are the flags of one measurement.
@@ -135,10 +137,11 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	wc, counts := s.(writeCounter)
-	var w0, b0, g0 uint64
+	var w0, b0, g0, h0 uint64
 	if counts {
 		w0 = wc.durableWrites()
 		b0, g0 = wc.groupedWrites()
+		h0 = wc.handOffs()
 	}
 	var s0 float64
 	if o.serverPID > 0 {
@@ -168,6 +171,7 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		r.WritesPerRun = float64(wc.durableWrites()-w0) / float64(r.Runs)
 		b1, g1 := wc.groupedWrites()
 		r.GroupedPerRun = float64(g1-g0) / float64(r.Runs)
+		r.HandedOffPerRun = float64(wc.handOffs()-h0) / float64(r.Runs)
 		if b1 > b0 {
 			r.GroupSize = float64(g1-g0) / float64(b1-b0)
 		}

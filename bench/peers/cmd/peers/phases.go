@@ -119,7 +119,8 @@ func runPhases(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		leases = append(leases, float64(nLease))
 		records = append(records, float64(len(log)))
 	}
-	fmt.Fprintf(stdout, "messages the host's connection sent a run: %.1f\n", float64(s.h.Conn().Stats().OutMsgs-msgs0)/float64(*n))
+	fmt.Fprintf(stdout, "messages the host's connection sent a run: %.1f; tasks handed to a waiting worker (ADR 0112): %d of %d\n",
+		float64(s.h.Conn().Stats().OutMsgs-msgs0)/float64(*n), s.h.Dispatcher().Stats().HandOffs, *n+3)
 	fmt.Fprintf(stdout, "noeta, %d runs of %d calls one at a time, medians (records per run %.0f, leases per run %.0f):\n",
 		*n, *steps, median(records), median(leases))
 	for k, name := range phaseNames {

@@ -151,6 +151,7 @@ func (s *substrateSystem) run(ctx context.Context, i int) error {
 
 func (s *substrateSystem) durableWrites() uint64                  { return s.writes.Load() }
 func (s *substrateSystem) groupedWrites() (groups, writes uint64) { return 0, 0 }
+func (s *substrateSystem) handOffs() uint64                       { return 0 }
 
 func (s *substrateSystem) close() {
 	s.nc.Close()
@@ -359,6 +360,8 @@ func (g *groupedSubstrate) run(ctx context.Context, i int) error {
 	}
 	return nil
 }
+
+func (g *groupedSubstrate) handOffs() uint64 { return 0 }
 
 func (g *groupedSubstrate) groupedWrites() (groups, writes uint64) {
 	return g.batches.Load(), g.grouped.Load()
