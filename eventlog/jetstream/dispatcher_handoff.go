@@ -117,18 +117,9 @@ func (d *Dispatcher) handOff(ctx context.Context, task string, opts eventlog.Enq
 	if nobody {
 		return false, nil // before the parent's row is read for its queue
 	}
-	queue := opts.Queue
-	if queue == "" {
-		queue = eventlog.DefaultQueue
-		if opts.Parent != "" {
-			p, _, err := d.getRow(ctx, opts.Parent)
-			if err != nil {
-				return false, err
-			}
-			if p != nil {
-				queue = p.Queue
-			}
-		}
+	queue, err := d.newQueue(ctx, opts)
+	if err != nil {
+		return false, err
 	}
 	w := d.claimWaiter(queue)
 	if w == nil {

@@ -106,18 +106,9 @@ func (d *Dispatcher) Enqueue(ctx context.Context, task string, opts eventlog.Enq
 	var already *taskRow
 	_, err := d.mutate(ctx, task, func(r *taskRow) (*taskRow, error) {
 		if r == nil {
-			queue := opts.Queue
-			if queue == "" {
-				queue = eventlog.DefaultQueue
-				if opts.Parent != "" {
-					p, _, err := d.getRow(ctx, opts.Parent)
-					if err != nil {
-						return nil, err
-					}
-					if p != nil {
-						queue = p.Queue
-					}
-				}
+			queue, err := d.newQueue(ctx, opts)
+			if err != nil {
+				return nil, err
 			}
 			return &taskRow{Row: dispatchrow.New(queue, opts.Reserved), Created: d.cfg.Now().UTC()}, nil
 		}
@@ -140,6 +131,24 @@ func (d *Dispatcher) Enqueue(ctx context.Context, task string, opts eventlog.Enq
 		return nil
 	}
 	return err
+}
+
+// newQueue is the queue of a task enqueued for the first time with opts:
+// opts.Queue, else its parent's if the parent has a row, else the default.
+func (d *Dispatcher) newQueue(ctx context.Context, opts eventlog.EnqueueOptions) (string, error) {
+	if opts.Queue != "" {
+		return opts.Queue, nil
+	}
+	if opts.Parent != "" {
+		p, _, err := d.getRow(ctx, opts.Parent)
+		if err != nil {
+			return "", err
+		}
+		if p != nil {
+			return p.Queue, nil
+		}
+	}
+	return eventlog.DefaultQueue, nil
 }
 
 // Lease implements eventlog.Dispatcher. A targeted lease takes the row

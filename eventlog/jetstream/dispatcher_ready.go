@@ -482,6 +482,21 @@ func (d *Dispatcher) waitSignal(ctx context.Context, queue, worker string, cons 
 		w = d.addWaiter(queue, worker)
 		return nil
 	}
+	// got settles a signal that arrived: the caller's, unless w was
+	// claimed; then the signal goes back and what the claimer sends is
+	// taken. done false: nothing was, and w waits again.
+	got := func(m jetstream.Msg) (done bool, msg jetstream.Msg, l *eventlog.Lease, err error) {
+		if d.dropWaiter(w) {
+			return true, m, nil, nil
+		}
+		if l := claimed(m); l != nil {
+			return true, nil, l, nil
+		}
+		if err := again(); err != nil {
+			return true, nil, nil, err
+		}
+		return false, nil, nil, nil
+	}
 	// fail ends the wait with err, taking a lease a claimer sends first.
 	fail := func(err error) (jetstream.Msg, *eventlog.Lease, error) {
 		if !d.dropWaiter(w) {
@@ -492,14 +507,8 @@ func (d *Dispatcher) waitSignal(ctx context.Context, queue, worker string, cons 
 		return nil, nil, err
 	}
 	if m := d.frontSignal(queue); m != nil {
-		if d.dropWaiter(w) {
-			return m, nil, nil
-		}
-		if l := claimed(m); l != nil {
-			return nil, l, nil
-		}
-		if err := again(); err != nil {
-			return nil, nil, err
+		if done, msg, l, err := got(m); done {
+			return msg, l, err
 		}
 	}
 	var batch jetstream.MessageBatch
@@ -508,14 +517,8 @@ func (d *Dispatcher) waitSignal(ctx context.Context, queue, worker string, cons 
 			var msg jetstream.Msg
 			if batch, msg = d.adoptSpare(queue); msg != nil {
 				batch = nil // spent: its one signal is msg
-				if d.dropWaiter(w) {
-					return msg, nil, nil
-				}
-				if l := claimed(msg); l != nil {
-					return nil, l, nil
-				}
-				if err := again(); err != nil {
-					return nil, nil, err
+				if done, msg, l, err := got(msg); done {
+					return msg, l, err
 				}
 				continue
 			}
@@ -541,14 +544,8 @@ func (d *Dispatcher) waitSignal(ctx context.Context, queue, worker string, cons 
 				continue
 			}
 			batch = nil // spent: its one signal is m
-			if d.dropWaiter(w) {
-				return m, nil, nil
-			}
-			if l := claimed(m); l != nil {
-				return nil, l, nil
-			}
-			if err := again(); err != nil {
-				return nil, nil, err
+			if done, msg, l, err := got(m); done {
+				return msg, l, err
 			}
 		case h := <-w.handed:
 			w.handed <- h // for takeHanded, which gives it back if ctx ended
