@@ -47,7 +47,8 @@ type dispatcher struct {
 	waiters map[string]chan struct{}
 
 	// handoffs holds, per queue, the blocked untargeted Leases an Enqueue
-	// with HandOff may hand a new task to, longest waiting first. A claimed
+	// with HandOff may hand a new task to, in the order they (last) began
+	// waiting. A claimed
 	// one is removed and sent its lease under mu.
 	handoffs map[string][]*waiter
 }
