@@ -48,8 +48,7 @@ type dispatcher struct {
 
 	// handoffs holds, per queue, the blocked untargeted Leases an Enqueue
 	// with HandOff may hand a new task to, in the order they (last) began
-	// waiting. A claimed
-	// one is removed and sent its lease under mu.
+	// waiting. A claimed one is removed and sent its lease under mu.
 	handoffs map[string][]*waiter
 }
 
