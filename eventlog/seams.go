@@ -215,10 +215,10 @@ type EnqueueOptions struct {
 	// HandOff, for a task the dispatcher does not know yet and not Reserved,
 	// hands it to an untargeted Lease of this same dispatcher (this value,
 	// not another process's) blocked with Wait on its queue, if one is: the
-	// task is created leased to that Lease's worker, the longest-waiting
-	// one, and that Lease returns it. The task then never waits in its
-	// queue. Otherwise (nobody waits, a known task, Reserved) Enqueue is as
-	// without HandOff.
+	// task is created leased to that Lease's worker (the first of them in
+	// the order they began waiting), and that Lease returns it. The task
+	// then never waits in its queue. Otherwise (nobody waits, a known task,
+	// Reserved, a write that failed) Enqueue is as without HandOff.
 	HandOff bool
 }
 

@@ -611,8 +611,9 @@ type Dispatcher struct {
 	// frontCreating holds the queues whose front consumer is being created
 	// in the background (see frontSignal).
 	frontCreating map[string]bool
-	// waiting are the blocked untargeted Leases by queue, longest waiting
-	// first; spares the pull requests they left open (dispatcher_handoff.go).
+	// waiting are the blocked untargeted Leases by queue, in the order they
+	// began waiting; spares the pull requests they left open
+	// (dispatcher_handoff.go).
 	waiting map[string][]*waiter
 	spares  map[string][]*sparePull
 	inputs  map[string]jetstream.MessagesContext // by lane consumer

@@ -16,7 +16,7 @@ import (
 
 // The hand-off (EnqueueOptions.HandOff, ADR 0112). A blocked untargeted
 // Lease of this Dispatcher is a waiter of its queue. An Enqueue that creates
-// a task's row with HandOff claims the longest-waiting one, writes the row
+// a task's row with HandOff claims the first one, writes the row
 // leased to it (its lease key first, as every grant), and sends it the
 // lease: the task is never ready, no signal is published, fetched or
 // acknowledged, and the row is written once instead of twice.
