@@ -597,10 +597,10 @@ type Dispatcher struct {
 	status chan nats.Status
 	kick   chan struct{}
 
-	// mu guards queues, closing, inputs, waiting and spares. closing is set under mu by
-	// Close before it waits, so no goroutine is added to wg after the wait
-	// began, and no input iterator is installed after Close drained the
-	// last one.
+	// mu guards queues, closing, inputs, waiting and spares. closing is set
+	// under mu by Close before it waits, so no goroutine is added to wg
+	// after the wait began, and no input iterator is installed after Close
+	// drained the last one.
 	mu sync.Mutex
 	// strandMu guards stranded: the ready rows whose signal the passes saw
 	// there, and since when (stranded.go).
