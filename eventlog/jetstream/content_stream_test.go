@@ -37,58 +37,70 @@ func contentRig(t *testing.T, url string, replicas int) (*jetstream.Log, natsjs.
 
 func contentStreamOf(prefix string) string { return strings.ToUpper(prefix) + "_CONTENT" }
 
-// A body that fits a message is one message on the content stream, on the
-// subject its hash names, and nothing in the object store; a second Put of
-// it writes nothing; Get reads it back.
-func TestContentStreamHoldsABodyOnce(t *testing.T) {
+// objectsOf is the object store of prefix's content.
+func objectsOf(ctx context.Context, t *testing.T, js natsjs.JetStream, prefix string) natsjs.ObjectStore {
+	t.Helper()
+	obs, err := js.ObjectStore(ctx, prefix+"_content")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obs
+}
+
+// onOneAndThreeCopies runs f on the single node and on the 3-node cluster.
+func onOneAndThreeCopies(t *testing.T, f func(t *testing.T, url string, replicas int)) {
 	for _, tc := range []struct {
 		name     string
 		url      string
 		replicas int
 	}{{"single", singleURL, 1}, {"cluster", clusterURL, 3}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			l, js, prefix := contentRig(t, tc.url, tc.replicas)
-			body := []byte(`{"state":"a snapshot"}`)
-			ref, err := l.Put(ctx, body, eventlog.MediaTypeJSON)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := l.Put(ctx, body, eventlog.MediaTypeJSON); err != nil {
-				t.Fatalf("the same body again: %v", err)
-			}
-			if n := streamMsgs(t, js, contentStreamOf(prefix)); n != 1 {
-				t.Errorf("content stream holds %d messages after two Puts of one body, want 1", n)
-			}
-			st, err := js.Stream(ctx, contentStreamOf(prefix))
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := st.GetLastMsgForSubject(ctx, prefix+".content."+ref.Hash)
-			if err != nil {
-				t.Fatalf("the body's subject: %v", err)
-			}
-			if !bytes.Equal(m.Data, body) {
-				t.Fatalf("the body's subject holds %q", m.Data)
-			}
-			obs, err := js.ObjectStore(ctx, prefix+"_content")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := obs.GetInfo(ctx, ref.Hash); !errors.Is(err, natsjs.ErrObjectNotFound) {
-				t.Errorf("object store has the body too: %v", err)
-			}
-			got, err := l.Get(ctx, ref)
-			if err != nil || !bytes.Equal(got, body) {
-				t.Fatalf("Get: %q, %v", got, err)
-			}
-			many, err := l.GetMany(ctx, []noeta.ContentRef{ref, noeta.RefFor([]byte("never stored"), "text/plain")})
-			if err != nil || len(many) != 1 || !bytes.Equal(many[ref.Hash], body) {
-				t.Fatalf("GetMany: %v, %v", many, err)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { f(t, tc.url, tc.replicas) })
 	}
+}
+
+// A body that fits a message is one message on the content stream, on the
+// subject its hash names, and nothing in the object store; a second Put of
+// it writes nothing; Get reads it back.
+func TestContentStreamHoldsABodyOnce(t *testing.T) {
+	onOneAndThreeCopies(t, func(t *testing.T, url string, replicas int) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		l, js, prefix := contentRig(t, url, replicas)
+		body := []byte(`{"state":"a snapshot"}`)
+		ref, err := l.Put(ctx, body, eventlog.MediaTypeJSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Put(ctx, body, eventlog.MediaTypeJSON); err != nil {
+			t.Fatalf("the same body again: %v", err)
+		}
+		if n := streamMsgs(t, js, contentStreamOf(prefix)); n != 1 {
+			t.Errorf("content stream holds %d messages after two Puts of one body, want 1", n)
+		}
+		st, err := js.Stream(ctx, contentStreamOf(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := st.GetLastMsgForSubject(ctx, prefix+".content."+ref.Hash)
+		if err != nil {
+			t.Fatalf("the body's subject: %v", err)
+		}
+		if !bytes.Equal(m.Data, body) {
+			t.Fatalf("the body's subject holds %q", m.Data)
+		}
+		obs := objectsOf(ctx, t, js, prefix)
+		if _, err := obs.GetInfo(ctx, ref.Hash); !errors.Is(err, natsjs.ErrObjectNotFound) {
+			t.Errorf("object store has the body too: %v", err)
+		}
+		got, err := l.Get(ctx, ref)
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("Get: %q, %v", got, err)
+		}
+		many, err := l.GetMany(ctx, []noeta.ContentRef{ref, noeta.RefFor([]byte("never stored"), "text/plain")})
+		if err != nil || len(many) != 1 || !bytes.Equal(many[ref.Hash], body) {
+			t.Fatalf("GetMany: %v, %v", many, err)
+		}
+	})
 }
 
 // A body over a message's largest payload goes to the object store, and a
@@ -103,10 +115,7 @@ func TestContentStreamFallsBackToTheObjectStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs, err := js.ObjectStore(ctx, prefix+"_content")
-	if err != nil {
-		t.Fatal(err)
-	}
+	obs := objectsOf(ctx, t, js, prefix)
 	if _, err := obs.GetInfo(ctx, ref.Hash); err != nil {
 		t.Fatalf("a large body is not in the object store: %v", err)
 	}
@@ -151,10 +160,7 @@ func TestContentStreamRefusesABodyThatIsNotItsHash(t *testing.T) {
 	if _, err := l.Put(ctx, body, "text/plain"); err != nil {
 		t.Fatalf("Put of a body whose subject holds other bytes: %v", err)
 	}
-	obs, err := js.ObjectStore(ctx, prefix+"_content")
-	if err != nil {
-		t.Fatal(err)
-	}
+	obs := objectsOf(ctx, t, js, prefix)
 	if _, err := obs.GetInfo(ctx, ref.Hash); err != nil {
 		t.Fatalf("Put reported the body stored, and it is not in the object store: %v", err)
 	}
@@ -168,39 +174,33 @@ func TestContentStreamRefusesABodyThatIsNotItsHash(t *testing.T) {
 // and waited out): each succeeds, the stream holds it once, every Get
 // reads it.
 func TestContentStreamConcurrentPutsOfOneBody(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		url      string
-		replicas int
-	}{{"single", singleURL, 1}, {"cluster", clusterURL, 3}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			l, js, prefix := contentRig(t, tc.url, tc.replicas)
-			logs := []*jetstream.Log{l, openLog(t, tc.url, tc.replicas, jetstream.Config{Prefix: prefix}), openLog(t, tc.url, tc.replicas, jetstream.Config{Prefix: prefix})}
-			for round := range 8 {
-				body := []byte(strings.Repeat("round "+string(rune('a'+round))+" ", 200))
-				var wg sync.WaitGroup
-				for i := range 6 {
-					wg.Go(func() {
-						lg := logs[i%len(logs)]
-						ref, err := lg.Put(ctx, body, "text/plain")
-						if err != nil {
-							t.Errorf("round %d: Put: %v", round, err)
-							return
-						}
-						if got, err := lg.Get(ctx, ref); err != nil || !bytes.Equal(got, body) {
-							t.Errorf("round %d: Get: %d bytes, %v", round, len(got), err)
-						}
-					})
-				}
-				wg.Wait()
+	onOneAndThreeCopies(t, func(t *testing.T, url string, replicas int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		l, js, prefix := contentRig(t, url, replicas)
+		logs := []*jetstream.Log{l, openLog(t, url, replicas, jetstream.Config{Prefix: prefix}), openLog(t, url, replicas, jetstream.Config{Prefix: prefix})}
+		for round := range 8 {
+			body := []byte(strings.Repeat("round "+string(rune('a'+round))+" ", 200))
+			var wg sync.WaitGroup
+			for i := range 6 {
+				wg.Go(func() {
+					lg := logs[i%len(logs)]
+					ref, err := lg.Put(ctx, body, "text/plain")
+					if err != nil {
+						t.Errorf("round %d: Put: %v", round, err)
+						return
+					}
+					if got, err := lg.Get(ctx, ref); err != nil || !bytes.Equal(got, body) {
+						t.Errorf("round %d: Get: %d bytes, %v", round, len(got), err)
+					}
+				})
 			}
-			if n := streamMsgs(t, js, contentStreamOf(prefix)); n != 8 {
-				t.Errorf("content stream holds %d messages for 8 bodies", n)
-			}
-		})
-	}
+			wg.Wait()
+		}
+		if n := streamMsgs(t, js, contentStreamOf(prefix)); n != 8 {
+			t.Errorf("content stream holds %d messages for 8 bodies", n)
+		}
+	})
 }
 
 // A Reader reads bodies from the content stream, and from the object store
@@ -231,10 +231,7 @@ func TestReaderReadsTheContentStream(t *testing.T) {
 	// The stream gone (a store no engine of this version opened): the
 	// object store still answers; a Reader that found no stream finds it
 	// once an engine has made it.
-	obs, err := js.ObjectStore(ctx, prefix+"_content")
-	if err != nil {
-		t.Fatal(err)
-	}
+	obs := objectsOf(ctx, t, js, prefix)
 	old := []byte("only in the object store")
 	oldRef := noeta.RefFor(old, "text/plain")
 	if _, err := obs.PutBytes(ctx, oldRef.Hash, old); err != nil {
