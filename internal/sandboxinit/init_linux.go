@@ -168,6 +168,7 @@ func Run() {
 	// and a zombie would count against the process limit. What the orphans
 	// used of the processor counts against the CPU limit.
 	exited := make(chan syscall.WaitStatus, 1)
+	reaped := make(chan struct{}, 1)
 	var reapedCPU atomic.Int64 // clock ticks
 	// Nothing of this process is the tool's to open: not its descriptors
 	// (the status pipe, the egress socket's directory) through
@@ -222,6 +223,10 @@ func Run() {
 				continue // and reap on, for endTree
 			}
 			reapedCPU.Add((ru.Utime.Nano() + ru.Stime.Nano()) / (1e9 / clockTicks))
+			select {
+			case reaped <- struct{}{}:
+			default:
+			}
 		}
 	}()
 
@@ -229,14 +234,36 @@ func Run() {
 	if w.Limits.WallMS > 0 {
 		wall = time.After(time.Duration(w.Limits.WallMS) * time.Millisecond)
 	}
+	// look ends the tree past any of its limits, naming the limit; it
+	// sets when the next look prompted by an orphan's end may come.
+	var nextLook time.Time
+	look := func() {
+		start := time.Now()
+		u, ok := treeUsage(w.Limits.Processes)
+		switch {
+		case !ok:
+			// Blind, it cannot hold the tree to its limits: end it.
+			report(Status{Error: "the sandbox could not read its /proc"})
+			tool.endTree(137)
+		case u.processes > w.Limits.Processes:
+			report(Status{Limit: "processes"})
+			tool.endTree(137)
+		case w.Limits.Memory > 0 && u.rss > w.Limits.Memory:
+			report(Status{Limit: "memory"})
+			tool.endTree(137)
+		case w.Limits.CPUSeconds > 0 && u.cpu+reapedCPU.Load() > w.Limits.CPUSeconds*clockTicks:
+			report(Status{Limit: "cpu"})
+			tool.endTree(137)
+		}
+		nextLook = start.Add(max(time.Millisecond, 4*time.Since(start)))
+	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	for {
 		select {
 		case ws := <-exited:
 			// The tool may end between two looks with its tree past the
-			// process limit: a bomb's fork failing at the namespace's pid
-			// bound ends the shell that runs it. One more look names the
-			// limit.
+			// process limit (a shell exits as soon as a fork of its fails):
+			// one more look names the limit.
 			if u, ok := treeUsage(w.Limits.Processes); ok && u.processes > w.Limits.Processes {
 				report(Status{Limit: "processes"})
 				tool.endTree(137)
@@ -253,23 +280,19 @@ func Run() {
 		case <-wall:
 			report(Status{Limit: "wall"})
 			tool.endTree(137)
-		case <-tick.C:
-			u, ok := treeUsage(w.Limits.Processes)
-			switch {
-			case !ok:
-				// Blind, it cannot hold the tree to its limits: end it.
-				report(Status{Error: "the sandbox could not read its /proc"})
-				tool.endTree(137)
-			case u.processes > w.Limits.Processes:
-				report(Status{Limit: "processes"})
-				tool.endTree(137)
-			case w.Limits.Memory > 0 && u.rss > w.Limits.Memory:
-				report(Status{Limit: "memory"})
-				tool.endTree(137)
-			case w.Limits.CPUSeconds > 0 && u.cpu+reapedCPU.Load() > w.Limits.CPUSeconds*clockTicks:
-				report(Status{Limit: "cpu"})
-				tool.endTree(137)
+		case <-reaped:
+			// Orphans of the tree are ending, as a fork bomb's do by the
+			// hundred: look now rather than at the next tick, so the tree
+			// is ended a process or two past its limit, not twenty
+			// milliseconds of forks past it. Once a millisecond at most,
+			// and a quarter of the time at most however long a look over
+			// a large limit takes.
+			if time.Now().Before(nextLook) {
+				continue
 			}
+			look()
+		case <-tick.C:
+			look()
 		}
 	}
 }
