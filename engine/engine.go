@@ -144,6 +144,10 @@ type Config struct {
 	// answer which request, the quorum, the expiry. nil: anyone may answer
 	// any request, once, and requests never expire.
 	Approvals *approvals.Policy
+	// Fresh keeps the genesis of the tasks this engine creates for their
+	// first segment, which then folds without reading the log (ADR 0113):
+	// the engines of a process share one. nil: the engine keeps its own.
+	Fresh *FreshTasks
 }
 
 // Engine runs tasks to their next suspend or terminal record under
@@ -231,6 +235,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = discardLogger()
+	}
+	if cfg.Fresh == nil {
+		cfg.Fresh = &FreshTasks{}
 	}
 	return &Engine{cfg: cfg, log: cfg.Logger, stacks: map[string]*guards.Stack{}, cancels: map[string]segmentStop{}}, nil
 }
@@ -378,7 +385,11 @@ func (e *Engine) create(ctx context.Context, tc noeta.TaskCreated, origin eventl
 		return err
 	}
 	env.CorrelationID = tc.RootTaskID
-	if _, err := e.cfg.Log.Create(ctx, env); err != nil {
+	stored, err := e.cfg.Log.Create(ctx, env)
+	if err == nil {
+		e.cfg.Fresh.put(stored)
+	}
+	if err != nil {
 		if !existing || !errors.Is(err, eventlog.ErrTaskExists) {
 			return err
 		}

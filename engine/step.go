@@ -70,12 +70,32 @@ type segment struct {
 }
 
 func (e *Engine) newSegment(ctx context.Context, lease eventlog.Lease) (*segment, error) {
-	st, note, err := FoldTask(ctx, e.cfg.Log, e.cfg.Content, lease.Task)
-	if note != "" {
-		e.log.Warn("fold", "task", lease.Task, "note", note)
-	}
-	if err != nil {
-		return nil, err
+	var st *State
+	if genesis, ok := e.cfg.Fresh.take(lease); ok {
+		// The log holds the genesis and nothing else, unless it was
+		// damaged: a read after the genesis says which in one look at the
+		// tail, and folds what it finds there as FoldTask would.
+		rest, err := e.cfg.Log.Read(ctx, lease.Task, genesis.Seq)
+		if err != nil {
+			return nil, err
+		}
+		st = &State{}
+		var sc foldScratch
+		for _, env := range append([]eventlog.Envelope{genesis}, rest...) {
+			if err := st.apply(env, &sc); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		var note string
+		var err error
+		st, note, err = FoldTask(ctx, e.cfg.Log, e.cfg.Content, lease.Task)
+		if note != "" {
+			e.log.Warn("fold", "task", lease.Task, "note", note)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	return &segment{e: e, ctx: ctx, lease: lease, st: st, indexed: e.reconcile(ctx, st)}, nil
 }

@@ -36,6 +36,9 @@ type Host struct {
 	// ro: the backend only reads; route: answers travel through it.
 	ro    bool
 	route AnswerRouter
+	// fresh is shared by the host's engines: Submit's creates a task, a
+	// pool's runs its first segment (ADR 0113).
+	fresh engine.FreshTasks
 
 	tools *tools.Registry
 	// client is the engine of Submit, Approve and Cancel.
@@ -221,6 +224,7 @@ func (h *Host) newEngineWith(queue, workspace string, policies engine.PolicyReso
 		// answer: only the approval subjects and the in-process HTTP
 		// layer say who answered.
 		RequireAuthenticatedApprovals: h.route != nil,
+		Fresh:                         &h.fresh,
 	})
 	if err != nil {
 		return nil, badOption("%v", err)
