@@ -51,7 +51,7 @@ func parseAll(args []string, stderr io.Writer) (allOpts, error) {
 	fs.Float64Var(&o.seconds, "seconds", 10, "measured seconds of each measurement")
 	fs.Float64Var(&o.warmup, "warmup", 2, "unmeasured seconds before each measurement")
 	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
-	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as concurrent runs)")
+	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as concurrent runs, at least engine serve's default of 4)")
 	fs.StringVar(&conc, "conc", "1,64", "concurrent runs, comma-separated")
 	fs.StringVar(&systems, "systems", strings.Join(systemNames, ","), "systems, comma-separated (noeta-wait: noeta's run ends when Host.Wait returns; noeta-r3: noeta on a 3-node cluster in the process, R3; jetstream, jetstream-grouped, jetstream-grouped-fenced: floors, a run's writes alone on noeta's embedded server, one by one, in atomic batches across runs, and those each after the fence's two reads)")
 	fs.StringVar(&o.dir, "dir", "", "working directory for the servers' data (default: a new one under $TMPDIR)")

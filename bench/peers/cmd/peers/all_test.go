@@ -73,3 +73,19 @@ func TestWriteTableWritesAndReplication(t *testing.T) {
 		t.Errorf("the floor is listed as a peer:\n%s", out)
 	}
 }
+
+// TestNoetaWorkers: a noeta row's pool is as told, else one worker per
+// concurrent run and never fewer than engine serve's default.
+func TestNoetaWorkers(t *testing.T) {
+	for _, c := range []struct{ conc, workers, want int }{
+		{1, 0, 4},
+		{4, 0, 4},
+		{64, 0, 64},
+		{1, 2, 2},
+		{64, 8, 8},
+	} {
+		if got := noetaWorkers(oneOpts{conc: c.conc, workers: c.workers}); got != c.want {
+			t.Errorf("conc %d, -noeta-workers %d: %d workers, want %d", c.conc, c.workers, got, c.want)
+		}
+	}
+}

@@ -55,7 +55,7 @@ func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
 	fs.IntVar(&o.steps, "steps", 20, "steps (tool calls, activities) per run")
 	fs.Float64Var(&o.seconds, "seconds", 10, "measured seconds")
 	fs.Float64Var(&o.warmup, "warmup", 2, "unmeasured seconds first")
-	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as -conc)")
+	fs.IntVar(&o.workers, "noeta-workers", 0, "noeta's engine workers (0: as many as -conc, at least engine serve's default of 4)")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "the server's pid, whose process tree's CPU and memory are read (0: none)")
 	fs.StringVar(&o.addr, "addr", "", "Temporal's frontend, DBOS's PostgreSQL URL, noeta's and jetstream's data directory or noeta-r3's cluster directory")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process over the measured seconds to this file")
@@ -68,23 +68,26 @@ func parseOne(args []string, stderr io.Writer) (oneOpts, error) {
 	return o, nil
 }
 
+// defaultWorkers is `engine serve`'s pool (its --workers default).
+const defaultWorkers = 4
+
+// noetaWorkers is the engine workers of a noeta row: as told, else as many
+// as concurrent runs, since the peers run every started run at once
+// (Temporal's worker takes up to 1,000 at a time, DBOS a goroutine each),
+// and never fewer than `engine serve`'s default pool.
+func noetaWorkers(o oneOpts) int {
+	if o.workers > 0 {
+		return o.workers
+	}
+	return max(o.conc, defaultWorkers)
+}
+
 func openSystem(ctx context.Context, o oneOpts) (system, error) {
 	switch o.system {
 	case "noeta", "noeta-wait":
-		// As many engine workers as concurrent runs unless told, as the
-		// peers run every started run at once (Temporal's worker takes up
-		// to 1,000 at a time, DBOS a goroutine each).
-		w := o.workers
-		if w == 0 {
-			w = o.conc
-		}
-		return openNoeta(ctx, o.addr, w, o.steps, o.system == "noeta-wait")
+		return openNoeta(ctx, o.addr, noetaWorkers(o), o.steps, o.system == "noeta-wait")
 	case "noeta-r3":
-		w := o.workers
-		if w == 0 {
-			w = o.conc
-		}
-		return openNoetaR3(ctx, o.addr, w, o.steps)
+		return openNoetaR3(ctx, o.addr, noetaWorkers(o), o.steps)
 	case "dbos":
 		return openDBOS(ctx, o.addr, o.steps)
 	case "temporal":
