@@ -387,7 +387,7 @@ func (e *Engine) create(ctx context.Context, tc noeta.TaskCreated, origin eventl
 	env.CorrelationID = tc.RootTaskID
 	stored, err := e.cfg.Log.Create(ctx, env)
 	if err == nil {
-		e.cfg.Fresh.put(stored)
+		e.cfg.Fresh.put(e.cfg.Log, stored)
 	}
 	if err != nil {
 		if !existing || !errors.Is(err, eventlog.ErrTaskExists) {

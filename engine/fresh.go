@@ -13,15 +13,23 @@ import (
 // and reads only what follows it, one look at the tail, instead of the
 // snapshot lookup and the whole log.
 //
-// The engines of one process share one (Config.Fresh): a task is created
-// by one (a host's Submit) and run by another (its pool's). Bounded in
-// entries and in the bytes of each: a task created here and leased by
-// another process is never taken, and falls out, the oldest first. The
-// zero value is ready to use; it is safe for concurrent use.
+// The engines of one process may share one (Config.Fresh): a task is
+// created by one (a host's Submit) and run by another (its pool's). Each
+// genesis is kept with the log it was written to, and only a segment on
+// that same log takes it: engines on other logs may name the same task.
+// Bounded in entries and in the bytes of each: a task created here and
+// leased by another process is never taken, and falls out, the oldest
+// first. The zero value is ready to use; it is safe for concurrent use.
 type FreshTasks struct {
 	mu    sync.Mutex
-	envs  map[string]eventlog.Envelope
+	envs  map[string]freshGenesis
 	order []string // oldest first; may name tasks taken since
+}
+
+// freshGenesis is a genesis and the log that stored it.
+type freshGenesis struct {
+	log Log
+	env eventlog.Envelope
 }
 
 // Bounds of FreshTasks: a genesis past freshMaxPayload (a long goal kept
@@ -31,20 +39,20 @@ const (
 	freshMaxPayload = 8 << 10
 )
 
-// put keeps env, the genesis of a task as the log stored it.
-func (f *FreshTasks) put(env eventlog.Envelope) {
+// put keeps env, the genesis of a task as log stored it.
+func (f *FreshTasks) put(log Log, env eventlog.Envelope) {
 	if len(env.Payload) > freshMaxPayload || env.Seq != 1 {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.envs == nil {
-		f.envs = map[string]eventlog.Envelope{}
+		f.envs = map[string]freshGenesis{}
 	}
 	if _, ok := f.envs[env.Task]; !ok {
 		f.order = append(f.order, env.Task)
 	}
-	f.envs[env.Task] = env
+	f.envs[env.Task] = freshGenesis{log: log, env: env}
 	// Every task kept is named in order, so this ends.
 	for len(f.envs) > freshMax {
 		delete(f.envs, f.order[0])
@@ -64,14 +72,30 @@ func (f *FreshTasks) put(env eventlog.Envelope) {
 	}
 }
 
-// take returns the genesis of task and forgets it, if the lease is the
-// task's first: a later lease reads the log.
-func (f *FreshTasks) take(lease eventlog.Lease) (eventlog.Envelope, bool) {
+// take returns the genesis of the lease's task and forgets it, if the
+// lease is the task's first and the genesis was written to log: any other
+// segment reads the log.
+func (f *FreshTasks) take(log Log, lease eventlog.Lease) (eventlog.Envelope, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	env, ok := f.envs[lease.Task]
-	if ok {
-		delete(f.envs, lease.Task)
+	g, ok := f.envs[lease.Task]
+	if !ok {
+		return eventlog.Envelope{}, false
 	}
-	return env, ok && lease.Generation == 1
+	delete(f.envs, lease.Task)
+	if lease.Generation != 1 || !sameLog(g.log, log) {
+		return eventlog.Envelope{}, false
+	}
+	return g.env, true
+}
+
+// sameLog reports whether a and b are the same log; a log whose value
+// cannot be compared (== panics on it) is never the same as any.
+func sameLog(a, b Log) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a != nil && a == b
 }

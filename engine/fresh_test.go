@@ -119,7 +119,8 @@ func TestFirstSegmentFoldsWhatFollowsItsGenesis(t *testing.T) {
 	for _, mk := range backends(t) {
 		b := mk(t)
 		t.Run(b.name, func(t *testing.T) {
-			h := newHarness(t, b, readExample(t, "noeta.yaml"))
+			rc := &readCounter{Log: b.log, reads: map[string]int{}, snapshots: map[string]int{}}
+			h := newHarness(t, b, readExample(t, "noeta.yaml"), func(c *engine.Config) { c.Log = rc })
 			ctx := context.Background()
 			task := h.submit(readExample(t, "01-allowed-call.yaml"))
 			lease, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: task, TTL: b.ttl})
@@ -136,6 +137,9 @@ func TestFirstSegmentFoldsWhatFollowsItsGenesis(t *testing.T) {
 			if out, err := h.eng.RunLease(ctx, lease); err != nil || out.Status != noeta.StatusTerminal {
 				t.Fatalf("RunLease on a log past its genesis: %+v %v\n%s", out, err, h.dump(task))
 			}
+			if reads, snaps := rc.of(task); reads != 1 || snaps != 0 {
+				t.Errorf("the segment read the log %d times and looked for a snapshot %d times: not the genesis in hand", reads, snaps)
+			}
 			st, _, err := engine.FoldTask(ctx, b.log, b.content, task)
 			if err != nil {
 				t.Fatal(err)
@@ -146,6 +150,53 @@ func TestFirstSegmentFoldsWhatFollowsItsGenesis(t *testing.T) {
 			envs := h.log(task)
 			if envs[2].Type != noeta.TypeTaskStatePatched || envs[3].Type != noeta.TypeTurnStarted {
 				t.Errorf("the segment did not write after the record it found\n%s", h.dump(task))
+			}
+		})
+	}
+}
+
+// TestFreshTasksSharedAcrossLogs: engines on two logs that share one
+// FreshTasks, each creating a task of the same id for a different agent:
+// each task's first segment folds its own log's genesis, so the budget of
+// the agent its log names is the one enforced.
+func TestFreshTasksSharedAcrossLogs(t *testing.T) {
+	for _, mk := range backends(t) {
+		t.Run(mk(t).name, func(t *testing.T) {
+			shared := &engine.FreshTasks{}
+			share := func(c *engine.Config) { c.Fresh = shared }
+			a, b := mk(t), mk(t)
+			ha := newHarness(t, a, readExample(t, "noeta.yaml"), share)
+			hb := newHarness(t, b, readExample(t, "noeta.yaml"), share)
+			ctx := context.Background()
+			script := []byte(`[{"tool_calls":[{"tool":"echo","args":{"i":1}}]},{"tool_calls":[{"tool":"echo","args":{"i":2}}]},{"finish":{"answer":"done"}}]`)
+			if _, err := ha.eng.Submit(ctx, engine.Submission{ID: "same-id", Agent: "frugal", Goal: "g", Script: script}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := hb.eng.Submit(ctx, engine.Submission{ID: "same-id", Agent: "researcher", Goal: "g", Script: script}); err != nil {
+				t.Fatal(err)
+			}
+			lease, err := a.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: "same-id", TTL: a.ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ha.eng.RunLease(ctx, lease); err != nil {
+				t.Fatal(err)
+			}
+			st, _, err := engine.FoldTask(ctx, a.log, a.content, "same-id")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Agent != "frugal" {
+				t.Fatalf("agent %q", st.Agent)
+			}
+			denied := 0
+			for _, env := range ha.log("same-id") {
+				if env.Type == noeta.TypeToolCallDenied {
+					denied++
+				}
+			}
+			if denied != 1 {
+				t.Errorf("frugal's second call was denied %d times, want once: the segment folded another log's genesis\n%s", denied, ha.dump("same-id"))
 			}
 		})
 	}

@@ -71,7 +71,7 @@ type segment struct {
 
 func (e *Engine) newSegment(ctx context.Context, lease eventlog.Lease) (*segment, error) {
 	var st *State
-	if genesis, ok := e.cfg.Fresh.take(lease); ok {
+	if genesis, ok := e.cfg.Fresh.take(e.cfg.Log, lease); ok {
 		// The log holds the genesis and nothing else, unless it was
 		// damaged: a read after the genesis says which in one look at the
 		// tail, and folds what it finds there as FoldTask would.

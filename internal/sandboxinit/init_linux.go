@@ -239,6 +239,10 @@ func Run() {
 	var nextLook time.Time
 	look := func() {
 		start := time.Now()
+		// The reaped CPU first: a process reaped during the scan is then
+		// missed until the next look rather than counted twice (once in
+		// /proc, once reaped), which could end a tree wrongly.
+		reaped := reapedCPU.Load()
 		u, ok := treeUsage(w.Limits.Processes)
 		switch {
 		case !ok:
@@ -251,11 +255,11 @@ func Run() {
 		case w.Limits.Memory > 0 && u.rss > w.Limits.Memory:
 			report(Status{Limit: "memory"})
 			tool.endTree(137)
-		case w.Limits.CPUSeconds > 0 && u.cpu+reapedCPU.Load() > w.Limits.CPUSeconds*clockTicks:
+		case w.Limits.CPUSeconds > 0 && u.cpu+reaped > w.Limits.CPUSeconds*clockTicks:
 			report(Status{Limit: "cpu"})
 			tool.endTree(137)
 		}
-		nextLook = start.Add(max(time.Millisecond, 4*time.Since(start)))
+		nextLook = start.Add(max(time.Millisecond, 10*time.Since(start)))
 	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	for {
@@ -285,8 +289,8 @@ func Run() {
 			// hundred: look now rather than at the next tick, so the tree
 			// is ended a process or two past its limit, not twenty
 			// milliseconds of forks past it. Once a millisecond at most,
-			// and a quarter of the time at most however long a look over
-			// a large limit takes.
+			// and a tenth of the time at most however long a look over a
+			// large limit takes: this process's CPU is not the tool's.
 			if time.Now().Before(nextLook) {
 				continue
 			}

@@ -324,7 +324,9 @@ func testLimits(t *testing.T, run starter) {
 		// The shell starts its sleep before the bomb and then only waits,
 		// a builtin: a fork of its failing as the bomb fills the
 		// namespace (or the host runs short) would end it before a look.
-		{"fork bomb", sandbox.Limits{Processes: 32, Wall: 30 * time.Second}, `sleep 20 & b(){ b | b & }; b; wait`, "processes"},
+		// Past the wait it says so: the tree must be ended while it runs,
+		// not named only once the shell is done.
+		{"fork bomb", sandbox.Limits{Processes: 32, Wall: 30 * time.Second}, `sleep 20 & b(){ b | b & }; b; wait; echo the bomb outlived the call`, "processes"},
 		// The shell ends at once, its tree past the limit: named all the same.
 		{"processes left at exit", sandbox.Limits{Processes: 32, Wall: 30 * time.Second}, `for i in $(seq 40); do sleep 20 & done; exit 3`, "processes"},
 		{"memory bomb", sandbox.Limits{Memory: 64 << 20, Wall: 30 * time.Second}, `head -c 2000000000 /dev/zero | tail`, "memory"},
@@ -340,6 +342,9 @@ func testLimits(t *testing.T, run starter) {
 			}
 			if r.rep.Limit != c.limit {
 				t.Errorf("%q: limit %q, want %q (%v; stderr %q)", c.command, r.rep.Limit, c.limit, r.err, r.stderr)
+			}
+			if strings.Contains(r.stdout, "outlived the call") {
+				t.Errorf("%q ran to its end: its tree was not ended at its limit", c.command)
 			}
 		})
 	}

@@ -288,6 +288,8 @@ func writeTable(w io.Writer, rep Report, o allOpts) error {
 	}
 	if o.workers > 0 {
 		fmt.Fprintf(&b, "noeta with %d engine workers\n", o.workers)
+	} else if slices.ContainsFunc(o.systems, func(s string) bool { return strings.HasPrefix(s, "noeta") }) {
+		fmt.Fprintf(&b, "noeta with one engine worker per concurrent run, at least %d (engine serve's default)\n", defaultWorkers)
 	}
 	b.WriteString("\n")
 	b.WriteString("| system | conc | runs/s | p50 ms | p99 ms | CPU s/run client + server | RSS MiB client + server | durable writes/run (grouped) | other work, cores | runs/s of the rounds |\n")
