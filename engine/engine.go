@@ -385,11 +385,9 @@ func (e *Engine) create(ctx context.Context, tc noeta.TaskCreated, origin eventl
 		return err
 	}
 	env.CorrelationID = tc.RootTaskID
-	stored, err := e.cfg.Log.Create(ctx, env)
-	if err == nil {
+	if stored, err := e.cfg.Log.Create(ctx, env); err == nil {
 		e.cfg.Fresh.put(e.cfg.Log, stored)
-	}
-	if err != nil {
+	} else {
 		if !existing || !errors.Is(err, eventlog.ErrTaskExists) {
 			return err
 		}

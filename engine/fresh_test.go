@@ -19,6 +19,13 @@ type readCounter struct {
 	snapshots map[string]int
 }
 
+// countedHarness is a harness on b whose engine reads b's log through a
+// readCounter.
+func countedHarness(t *testing.T, b backend) (*readCounter, *harness) {
+	rc := &readCounter{Log: b.log, reads: map[string]int{}, snapshots: map[string]int{}}
+	return rc, newHarness(t, b, readExample(t, "noeta.yaml"), func(c *engine.Config) { c.Log = rc })
+}
+
 func (r *readCounter) of(task string) (reads, snapshots int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -56,8 +63,7 @@ func TestFirstSegmentFoldsTheGenesisInHand(t *testing.T) {
 	for _, mk := range backends(t) {
 		b := mk(t)
 		t.Run(b.name, func(t *testing.T) {
-			rc := &readCounter{Log: b.log, reads: map[string]int{}, snapshots: map[string]int{}}
-			h := newHarness(t, b, readExample(t, "noeta.yaml"), func(c *engine.Config) { c.Log = rc })
+			rc, h := countedHarness(t, b)
 			other := newHarness(t, b, readExample(t, "noeta.yaml"))
 			ctx := context.Background()
 
@@ -119,8 +125,7 @@ func TestFirstSegmentFoldsWhatFollowsItsGenesis(t *testing.T) {
 	for _, mk := range backends(t) {
 		b := mk(t)
 		t.Run(b.name, func(t *testing.T) {
-			rc := &readCounter{Log: b.log, reads: map[string]int{}, snapshots: map[string]int{}}
-			h := newHarness(t, b, readExample(t, "noeta.yaml"), func(c *engine.Config) { c.Log = rc })
+			rc, h := countedHarness(t, b)
 			ctx := context.Background()
 			task := h.submit(readExample(t, "01-allowed-call.yaml"))
 			lease, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: task, TTL: b.ttl})

@@ -242,7 +242,7 @@ func Run() {
 		// The reaped CPU first: a process reaped during the scan is then
 		// missed until the next look rather than counted twice (once in
 		// /proc, once reaped), which could end a tree wrongly.
-		reaped := reapedCPU.Load()
+		reapedTicks := reapedCPU.Load()
 		u, ok := treeUsage(w.Limits.Processes)
 		switch {
 		case !ok:
@@ -255,7 +255,7 @@ func Run() {
 		case w.Limits.Memory > 0 && u.rss > w.Limits.Memory:
 			report(Status{Limit: "memory"})
 			tool.endTree(137)
-		case w.Limits.CPUSeconds > 0 && u.cpu+reaped > w.Limits.CPUSeconds*clockTicks:
+		case w.Limits.CPUSeconds > 0 && u.cpu+reapedTicks > w.Limits.CPUSeconds*clockTicks:
 			report(Status{Limit: "cpu"})
 			tool.endTree(137)
 		}
