@@ -166,10 +166,11 @@ func TestFirstSegmentFoldsWhatFollowsItsGenesis(t *testing.T) {
 // the agent its log names is the one enforced.
 func TestFreshTasksSharedAcrossLogs(t *testing.T) {
 	for _, mk := range backends(t) {
-		t.Run(mk(t).name, func(t *testing.T) {
+		a := mk(t)
+		t.Run(a.name, func(t *testing.T) {
 			shared := &engine.FreshTasks{}
 			share := func(c *engine.Config) { c.Fresh = shared }
-			a, b := mk(t), mk(t)
+			b := mk(t)
 			ha := newHarness(t, a, readExample(t, "noeta.yaml"), share)
 			hb := newHarness(t, b, readExample(t, "noeta.yaml"), share)
 			ctx := context.Background()
