@@ -150,7 +150,9 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	stdout, stderr = safeOut, safeErr
 	root, g := newRootCmd(safeOut, safeErr, lookupEnv)
 	g.rawOut, g.rawErr = rawOut, rawErr
-	root.SetArgs(args)
+	// cobra reads os.Args when given nil: run's arguments are its caller's
+	// alone, even none.
+	root.SetArgs(append([]string{}, args...))
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitDone
