@@ -166,7 +166,7 @@ func testFIFO(t *testing.T, b Backend) {
 		tasks = append(tasks, task)
 	}
 	for i, want := range tasks {
-		if got := leaseQueue(t, b, q); got.Task != want {
+		if got := leaseParked(t, b, q); got.Task != want {
 			t.Errorf("lease %d: got task %s, want %s (enqueue order)", i, got.Task, want)
 		}
 	}
@@ -215,7 +215,7 @@ func testChildInheritsQueue(t *testing.T, b Backend) {
 			t.Errorf("queue of %s: got %q, want %q", c.task, st.Queue, c.want)
 		}
 	}
-	if got := leaseQueue(t, b, q); got.Task != parent {
+	if got := leaseParked(t, b, q); got.Task != parent {
 		t.Errorf("first lease from the parent's queue: got %s, want the parent %s", got.Task, parent)
 	}
 	if got := leaseQueue(t, b, q); got.Task != child {
@@ -231,7 +231,7 @@ func testReserved(t *testing.T, b Backend) {
 	if st := inspect(t, b, reserved); !st.Reserved {
 		t.Errorf("Inspect of a reserved task: got Reserved false, want true")
 	}
-	if got := leaseQueue(t, b, q); got.Task != free {
+	if got := leaseParked(t, b, q); got.Task != free {
 		t.Errorf("untargeted lease: got %s, want %s (the reserved task is skipped)", got.Task, free)
 	}
 	wantNoReady(t, b, eventlog.LeaseRequest{Queue: q}, "queue with only a reserved task")
@@ -827,6 +827,10 @@ func testYield(t *testing.T, b Backend) {
 		}
 		if got.Task == task {
 			wantWake(t, "lease of the yielded task", got.Wake, ev)
+		} else {
+			// Parked, so that its lease cannot run out and bring it back
+			// ahead of the queue while the rest is leased.
+			release(t, b, got, eventlog.Release{Next: eventlog.DispatchSuspended})
 		}
 	}
 }

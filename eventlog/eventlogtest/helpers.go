@@ -379,6 +379,17 @@ func leaseQueue(t *testing.T, b Backend, queue string) eventlog.Lease {
 	return l
 }
 
+// leaseParked leases the next task of queue and parks it at once (suspended
+// on nothing), for a case that looks at the order of a queue: a lease held
+// while the rest is leased can expire on a loaded machine (the suite's
+// leases last a second), and its task then comes back ahead of the queue.
+func leaseParked(t *testing.T, b Backend, queue string) eventlog.Lease {
+	t.Helper()
+	l := leaseQueue(t, b, queue)
+	release(t, b, l, eventlog.Release{Next: eventlog.DispatchSuspended})
+	return l
+}
+
 func wantNoReady(t *testing.T, b Backend, req eventlog.LeaseRequest, what string) {
 	t.Helper()
 	if req.Worker == "" {
