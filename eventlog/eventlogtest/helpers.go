@@ -382,7 +382,8 @@ func leaseQueue(t *testing.T, b Backend, queue string) eventlog.Lease {
 // leaseParked leases the next task of queue and parks it at once (suspended
 // on nothing), for a case that looks at the order of a queue: a lease held
 // while the rest is leased can expire on a loaded machine (the suite's
-// leases last a second), and its task then comes back ahead of the queue.
+// leases last a second or two), and its task then comes back ahead of the
+// queue.
 func leaseParked(t *testing.T, b Backend, queue string) eventlog.Lease {
 	t.Helper()
 	l := leaseQueue(t, b, queue)
