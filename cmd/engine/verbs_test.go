@@ -33,6 +33,19 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// TestRunReadsOnlyItsArguments: run given no arguments is bare engine,
+// whatever the process was started with (cobra reads os.Args when handed
+// nil). Not parallel: it changes os.Args while it runs.
+func TestRunReadsOnlyItsArguments(t *testing.T) {
+	saved := os.Args
+	t.Cleanup(func() { os.Args = saved })
+	os.Args = append(append([]string{}, saved...), "no-such-verb")
+	code, _, errOut := runCmd(t)
+	if code != exitUsage || strings.Contains(errOut, "no-such-verb") || !strings.Contains(errOut, "approvals") {
+		t.Errorf("run with no arguments, the process started with an extra one: exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
 // TestVerbsListedAndSuggested: bare engine names every verb; a typo is
 // bad usage with the verbs it is close to; completion scripts are there
 // for the shells people use.
