@@ -49,7 +49,8 @@ type segment struct {
 	stack *guards.Stack
 	// woke is set when this segment wrote the TaskWoken of its wake.
 	woke bool
-	// meta is the guards' metadata, built once: guard contexts share it.
+	// meta is the guards' metadata, built once: guard contexts share it,
+	// so it is never changed once built.
 	meta map[string]string
 	// offered is what the agent's model is offered, computed once.
 	offered *offer
@@ -211,6 +212,11 @@ func (g *segment) flush(last *eventlog.Envelope) error {
 			return fmt.Errorf("%w: task %s: record %s landed at seq %d, folded at %d", eventlog.ErrLeaseLost, g.st.Task, envs[i].Type, stored[i].Seq, envs[i].Seq)
 		}
 	}
+	// The log took its own copies (envelopes go into a backend by copy), so
+	// the next turn's records reuse the slice: a fresh one a batch was a
+	// tenth of what a short task allocated in memory.
+	clear(envs)
+	g.pending = envs[:0]
 	if last == nil {
 		return nil
 	}

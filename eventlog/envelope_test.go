@@ -52,3 +52,42 @@ func TestFromTyped(t *testing.T) {
 		})
 	}
 }
+
+// TestPrepareRecordChecksWhatIsNoLongerTyped: PrepareRecord trusts a typed
+// payload to be canonical only while it is as NewEnvelope built it; once
+// edited, it is canonicalized, and refused when it is not a JSON object.
+func TestPrepareRecordChecksWhatIsNoLongerTyped(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		payload string // written over the typed payload, in place when it fits
+		want    string // the stored payload; "" for a refusal
+	}{
+		{"reordered", `{"z":1,"a":2}`, `{"a":2,"z":1}`},
+		{"spaced", `{ "turn" : 4 }`, `{"turn":4}`},
+		{"an array", `[1,2]`, ""},
+		{"not JSON", `{"turn":`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, err := eventlog.NewEnvelope("t1", eventlog.OriginEngine, "a", noeta.TurnStarted{Turn: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tt.payload) <= cap(env.Payload) {
+				env.Payload = append(env.Payload[:0], tt.payload...)
+			} else {
+				env.Payload = json.RawMessage(tt.payload)
+			}
+			got, err := eventlog.PrepareRecord("t1", env)
+			switch {
+			case tt.want == "" && err == nil:
+				t.Fatalf("stored %s, want a refusal", got.Payload)
+			case tt.want != "" && err != nil:
+				t.Fatal(err)
+			case tt.want != "" && string(got.Payload) != tt.want:
+				t.Fatalf("stored %s, want %s", got.Payload, tt.want)
+			}
+		})
+	}
+}

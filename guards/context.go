@@ -56,10 +56,12 @@ func NewContext(p ContextParams) *Context {
 // [noeta.GovernanceState.NoteToolCall] slides without writing over an
 // entry) once it is in them, only appends: those lists are shared, not
 // copied, so building a context costs the same at the ten-thousandth record
-// of a task as at the first. Everything else is copied as by NewContext, and
-// no accessor hands the shared memory out (Governance returns a deep copy),
-// so guards see the same read-only view either way. The engine, whose fold
-// only ever appends to those lists, builds its contexts this way.
+// of a task as at the first. The metadata map is shared too, so the caller
+// must not change it afterwards. Everything else is copied as by
+// NewContext, and no accessor hands the shared memory out (Governance and
+// Metadata return deep copies), so guards see the same read-only view either
+// way. The engine, whose fold only ever appends to those lists and whose
+// segment builds its metadata once, builds its contexts this way.
 func NewContextAppendOnly(p ContextParams) *Context {
 	gov := p.Governance
 	gov.Denials = slices.Clip(gov.Denials)
@@ -79,7 +81,7 @@ func NewContextAppendOnly(p ContextParams) *Context {
 		gov:      gov,
 		skills:   slices.Clone(p.ActiveSkills),
 		depth:    p.SubtaskDepth,
-		metadata: maps.Clone(p.Metadata),
+		metadata: p.Metadata,
 		by:       p.SubmittedBy,
 	}
 }

@@ -9,8 +9,9 @@ import (
 
 // TestNewContextAppendOnly: the shared-history context shows the same view as
 // a deep copy, keeps showing it while the caller appends and slides the
-// recent-calls window, and copies what the caller changes in place (pending
-// approvals).
+// recent-calls window, copies what the caller changes in place (pending
+// approvals), and hands a guard no shared memory (the metadata map is shared
+// with its caller, who does not change it).
 func TestNewContextAppendOnly(t *testing.T) {
 	gov := noeta.GovernanceState{
 		ToolCalls:        2,
@@ -31,12 +32,12 @@ func TestNewContextAppendOnly(t *testing.T) {
 		gov.NoteToolCall(noeta.ToolCallKey{Tool: "changed"})
 	}
 	delete(gov.PendingApprovals, "h")
-	p.Metadata["k"] = "changed"
 	if got := shared.Governance(); !reflect.DeepEqual(got, want) {
 		t.Errorf("the context changed with its caller's state:\n got  %+v\n want %+v", got, want)
 	}
-	if shared.Metadata()["k"] != "v" {
-		t.Error("metadata is shared")
+	shared.Metadata()["k"] = "guard wrote here"
+	if shared.Metadata()["k"] != "v" || p.Metadata["k"] != "v" {
+		t.Error("Metadata hands out shared memory")
 	}
 	g := shared.Governance()
 	g.Denials[0].Reason = "guard wrote here"

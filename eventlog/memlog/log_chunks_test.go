@@ -30,6 +30,18 @@ func TestChunks(t *testing.T) {
 				t.Fatalf("from(%d)[%d] = seq %d %s", after, i, env.Seq, env.Payload)
 			}
 		}
+		want := after + 1
+		for _, v := range c.views(after) {
+			for _, env := range v {
+				if env.Seq != want {
+					t.Fatalf("views(%d): seq %d where %d was due", after, env.Seq, want)
+				}
+				want++
+			}
+		}
+		if want != n+1 {
+			t.Fatalf("views(%d) ended before seq %d", after, want)
+		}
 	}
 	for i, b := range c.blocks[:len(c.blocks)-1] {
 		if len(b) != cap(b) {
