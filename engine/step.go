@@ -212,15 +212,19 @@ func (g *segment) flush(last *eventlog.Envelope) error {
 			return fmt.Errorf("%w: task %s: record %s landed at seq %d, folded at %d", eventlog.ErrLeaseLost, g.st.Task, envs[i].Type, stored[i].Seq, envs[i].Seq)
 		}
 	}
-	// The log took its own copies (envelopes go into a backend by copy), so
-	// the next turn's records reuse the slice: a fresh one a batch was a
-	// tenth of what a short task allocated in memory.
+	var out eventlog.Envelope
+	if last != nil {
+		out = stored[len(stored)-1]
+	}
+	// The log took its own copies and keeps no hold on envs (BatchWriter),
+	// so the next turn's records reuse the slice: a fresh one a batch was a
+	// tenth of what a short task allocated in memory. out is taken first,
+	// so not even a backend that broke that rule could clear it.
 	clear(envs)
 	g.pending = envs[:0]
 	if last == nil {
 		return nil
 	}
-	out := stored[len(stored)-1]
 	if npend == 0 && out.Seq == g.st.LastSeq+2 {
 		// The generation's LeaseGranted landed first; fold it in as it is.
 		lg, err := g.grant(out.Seq - 1)

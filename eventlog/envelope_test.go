@@ -2,6 +2,7 @@ package eventlog_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/noeta-go/noeta"
@@ -60,13 +61,14 @@ func TestPrepareRecordChecksWhatIsNoLongerTyped(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		payload string // written over the typed payload, in place when it fits
+		payload string // written over the typed payload: in place when it fits, else replaced
 		want    string // the stored payload; "" for a refusal
 	}{
 		{"reordered", `{"z":1,"a":2}`, `{"a":2,"z":1}`},
 		{"spaced", `{ "turn" : 4 }`, `{"turn":4}`},
 		{"an array", `[1,2]`, ""},
 		{"not JSON", `{"turn":`, ""},
+		{"longer", `{"turn":4, "x":"` + strings.Repeat("a", 300) + `"}`, `{"turn":4,"x":"` + strings.Repeat("a", 300) + `"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -382,7 +382,9 @@ type BatchWriter interface {
 	// (Atomic): all or nothing, or a prefix in order. Either way the returned
 	// slice holds exactly the records that became durable (none, some or,
 	// with a nil error, all), and subscribers see each of them once, in
-	// order, after they are durable and before EmitBatch returns.
+	// order, after they are durable and before EmitBatch returns. envs is
+	// the caller's: EmitBatch neither keeps it nor returns it (the engine
+	// reuses it for its next batch).
 	EmitBatch(ctx context.Context, lease Lease, envs []Envelope, opts EmitOptions) ([]Envelope, error)
 
 	// BatchAtomic reports whether a failed EmitBatch wrote nothing of envs
