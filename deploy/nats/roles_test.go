@@ -81,35 +81,29 @@ func startEngineOn(t testing.TB, nc *nats.Conn, errs *asyncErrs, dc jetstream.Di
 	// that times out, 10005 "no suitable peers"): that passes, as the
 	// host's RetryStart lets it.
 	var disp *jetstream.Dispatcher
-	var err error
-	for {
+	if err := retrySetup(ctx, func() (err error) {
 		disp, err = jetstream.OpenDispatcher(ctx, nc, dc)
-		if err == nil || ctx.Err() != nil || !setupTransient(err) {
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	if err != nil {
+		return err
+	}); err != nil {
 		t.Fatalf("OpenDispatcher as engine: %v", err)
 	}
 	t.Cleanup(func() { _ = disp.Close() })
 	var log *jetstream.Log
-	for {
+	if err := retrySetup(ctx, func() (err error) {
 		log, err = jetstream.Open(ctx, nc, jetstream.Config{Replicas: replicas, Registry: disp, RequestTimeout: 10 * time.Second})
-		if err == nil || !setupTransient(err) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	if err != nil {
+		return err
+	}); err != nil {
 		t.Fatalf("Open as engine: %v", err)
 	}
 	t.Cleanup(func() { _ = log.Close() })
-	if err := jetstream.EnsureDeadLetterStream(ctx, nc, "", replicas); err != nil {
+	if err := retrySetup(ctx, func() error { return jetstream.EnsureDeadLetterStream(ctx, nc, "", replicas) }); err != nil {
 		t.Fatalf("EnsureDeadLetterStream as engine: %v", err)
 	}
-	waiting, err := jetstream.OpenWaitingIndex(ctx, nc, jetstream.WaitingConfig{Replicas: replicas})
-	if err != nil {
+	var waiting *jetstream.WaitingIndex
+	if err := retrySetup(ctx, func() (err error) {
+		waiting, err = jetstream.OpenWaitingIndex(ctx, nc, jetstream.WaitingConfig{Replicas: replicas})
+		return err
+	}); err != nil {
 		t.Fatalf("OpenWaitingIndex as engine: %v", err)
 	}
 	cf, err := config.Parse("", []byte(govYAML))
@@ -347,6 +341,20 @@ func checkDense(envs []eventlog.Envelope) (*engine.State, error) {
 		}
 	}
 	return engine.Fold(envs)
+}
+
+// retrySetup runs create until it succeeds, fails for good (not
+// setupTransient) or ctx ends, and returns its last error. A peer that
+// answered its health check may still drop out of placement for a moment
+// while the cluster settles.
+func retrySetup(ctx context.Context, create func() error) error {
+	for {
+		err := create()
+		if err == nil || ctx.Err() != nil || !setupTransient(err) {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // setupTransient reports an error of creating a replicated stream or
