@@ -17,6 +17,7 @@ import (
 	"github.com/noeta-go/noeta/engine"
 	"github.com/noeta-go/noeta/eventlog"
 	"github.com/noeta-go/noeta/eventlog/jetstream"
+	"github.com/noeta-go/noeta/internal/backoff"
 	"github.com/noeta-go/noeta/observers"
 	"github.com/noeta-go/noeta/policy"
 	"github.com/noeta-go/noeta/tools"
@@ -348,12 +349,12 @@ func checkDense(envs []eventlog.Envelope) (*engine.State, error) {
 // answered its health check may still drop out of placement for a moment
 // while the cluster settles.
 func retrySetup(ctx context.Context, create func() error) error {
+	pause := backoff.New(250*time.Millisecond, 2*time.Second)
 	for {
 		err := create()
-		if err == nil || ctx.Err() != nil || !setupTransient(err) {
+		if err == nil || !setupTransient(err) || pause.Wait(ctx) != nil {
 			return err
 		}
-		time.Sleep(250 * time.Millisecond)
 	}
 }
 
