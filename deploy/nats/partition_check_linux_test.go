@@ -29,6 +29,20 @@ func (r *partitionRun) check(faultsOver, recovered time.Time, endedIn time.Durat
 		t.Errorf("ANOMALY "+format, args...)
 	}
 	bound := 2 * partitionLeaseTTL
+	// lateWake logs what the serves said of a task woken late, and, once,
+	// their failed reconcile passes: a late wake is a signal no one
+	// published, or one published and not taken, and these lines tell
+	// which.
+	passesShown := false
+	lateWake := func(task string) {
+		t.Logf("the serves' lines of %s:", task)
+		r.linesOf(task)
+		if !passesShown {
+			passesShown = true
+			t.Logf("the serves' failed reconcile passes:")
+			r.linesWith("reconcile pass failed", 40)
+		}
+	}
 
 	// The side effects, by call tag.
 	lines := map[string]int{}
@@ -175,6 +189,7 @@ func (r *partitionRun) check(faultsOver, recovered time.Time, endedIn time.Durat
 					if late > bound {
 						anomaly("task %s: a timer due %s fired %v late (from its due time or the recovery, whichever is later), bound %v",
 							id, fireAt.Format("15:04:05.000"), late.Round(time.Millisecond), bound)
+						lateWake(id)
 					}
 				case rec.WakeEvent.Kind == noeta.WakeSubtaskGroupCompleted && groupWait:
 					var lastChild time.Time
@@ -189,6 +204,7 @@ func (r *partitionRun) check(faultsOver, recovered time.Time, endedIn time.Durat
 					groupLate = max(groupLate, late)
 					if late > bound {
 						anomaly("task %s: a group wake due %s came %v late, bound %v", id, lastChild.Format("15:04:05.000"), late.Round(time.Millisecond), bound)
+						lateWake(id)
 					}
 				}
 			}

@@ -115,7 +115,8 @@ var (
 //
 // The short form runs in every `go test ./...` (about 2 minutes);
 // NOETA_PARTITION=long runs the long form (at least 20 minutes and 200
-// injections); NOETA_PARTITION_SEED replays a seed. It needs root (network
+// injections); NOETA_PARTITION_SEED replays a seed; NOETA_PARTITION_LOGS
+// names a directory that receives every process's whole log. It needs root (network
 // namespaces, CI runs as root): without, it skips, saying so on stderr,
 // unless NOETA_PARTITION is set, which makes that a failure.
 func TestPartition(t *testing.T) {
@@ -315,8 +316,8 @@ func (r *partitionRun) run() {
 	close(stopWork)
 	faultsOver := time.Now()
 	recovered := r.healAll()
-	t.Logf("faults over %v after the start: %d injections; the cluster healthy %v later", faultsOver.Sub(began).Round(time.Millisecond),
-		len(r.faults), recovered.Sub(faultsOver).Round(time.Millisecond))
+	t.Logf("faults over %v after the start (%s): %d injections; the cluster healthy %v later", faultsOver.Sub(began).Round(time.Millisecond),
+		faultsOver.Format("15:04:05.000"), len(r.faults), recovered.Sub(faultsOver).Round(time.Millisecond))
 
 	// Every task ends within the calm window.
 	deadline := faultsOver.Add(r.size.calm)
@@ -369,6 +370,34 @@ func (r *partitionRun) run() {
 	if t.Failed() {
 		r.dump()
 	}
+	if dir := os.Getenv("NOETA_PARTITION_LOGS"); dir != "" {
+		r.keepLogs(dir)
+	}
+}
+
+// keepLogs writes every serve's and node's whole output into dir, under
+// the run's seed: a failure's dump keeps only tails, and a passing run's
+// timings (a repair's path after a heal) are read from the whole.
+func (r *partitionRun) keepLogs(dir string) {
+	r.mu.Lock()
+	procs := slices.Clone(r.old)
+	for _, s := range labServes {
+		procs = append(procs, r.serves[s])
+	}
+	r.mu.Unlock()
+	write := func(name, out string) {
+		path := filepath.Join(dir, fmt.Sprintf("%d-%s.log", r.seed, name))
+		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+			r.t.Errorf("NOETA_PARTITION_LOGS: %v", err)
+		}
+	}
+	for i, p := range procs {
+		write(fmt.Sprintf("serve%d-pid%d", i, p.cmd.Process.Pid), p.out.String())
+	}
+	for _, n := range r.nodes {
+		write(n.name, n.logs.String())
+	}
+	r.t.Logf("the serves' and nodes' logs are in %s", dir)
 }
 
 // checkViolations fails on a permissions violation any serve met: a
@@ -578,8 +607,8 @@ func (r *partitionRun) inject(ctx context.Context, kind string) {
 	r.mu.Lock()
 	r.faults = append(r.faults, f)
 	r.mu.Unlock()
-	r.t.Logf("fault %d %s (%s) held %v; a fresh task ended %v after the heal", len(r.faults), kind, f.detail,
-		hold.Round(time.Millisecond), f.recovered.Round(time.Millisecond))
+	r.t.Logf("fault %d %s (%s) held %v (%s to %s); a fresh task ended %v after the heal", len(r.faults), kind, f.detail,
+		hold.Round(time.Millisecond), f.start.Format("15:04:05.000"), f.healed.Format("15:04:05.000"), f.recovered.Round(time.Millisecond))
 }
 
 // probe submits a task that only finishes and waits for its end: the time
@@ -810,7 +839,11 @@ func (r *partitionRun) reader(ctx context.Context) {
 
 // linesOf logs the serves' lines that name task (the dumps keep only
 // each serve's tail).
-func (r *partitionRun) linesOf(task string) {
+func (r *partitionRun) linesOf(task string) { r.linesWith(task, 40) }
+
+// linesWith logs up to limit of the serves' lines that hold s, in the
+// order of the serves, each serve's lines in its own order.
+func (r *partitionRun) linesWith(s string, limit int) {
 	r.mu.Lock()
 	procs := slices.Clone(r.old)
 	for _, s := range labServes {
@@ -820,7 +853,7 @@ func (r *partitionRun) linesOf(task string) {
 	n := 0
 	for _, p := range procs {
 		for _, l := range strings.Split(p.out.String(), "\n") {
-			if strings.Contains(l, task) && n < 40 {
+			if strings.Contains(l, s) && n < limit {
 				r.t.Logf("  serve pid %d: %s", p.cmd.Process.Pid, l)
 				n++
 			}
