@@ -231,8 +231,8 @@ func (d *Dispatcher) afterWrite(task string, old, nu *taskRow) {
 }
 
 // resignal retries a ready signal whose publish failed, while the row is
-// still in that ready spell, with a growing pause, for about a minute; the
-// reconciler (or the next Enqueue) covers anything longer.
+// still in that ready spell, with a growing pause (up to retryCap), 16
+// times; the reconciler (or the next Enqueue) covers anything longer.
 func (d *Dispatcher) resignal(task string, epoch uint64) {
 	pause := 100 * time.Millisecond
 	for range 16 {
@@ -243,7 +243,7 @@ func (d *Dispatcher) resignal(task string, epoch uint64) {
 			return
 		case <-t.C:
 		}
-		pause = min(2*pause, 5*time.Second)
+		pause = min(2*pause, retryCap(d.cfg.SweepInterval))
 		ctx, cancel := d.detached()
 		r, _, err := d.getRow(ctx, task)
 		if err == nil && (r == nil || r.Status != eventlog.DispatchReady || r.Reserved || r.ReadyEpoch != epoch) {

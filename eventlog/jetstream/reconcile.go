@@ -68,6 +68,16 @@ const (
 	reconcileDutyFactor = 10
 )
 
+// retryCap bounds the growing wait after failures to repair (a failed pass,
+// a ready signal whose publish failed): no longer than the period between
+// passes that succeed, so a failure never holds the repairs back longer
+// than a success would, and never longer than reconcileRetryMax. A short
+// SweepInterval (a short lease TTL) is a deployment that asked for prompt
+// repairs, and the end of an outage is when they are wanted.
+func retryCap(sweep time.Duration) time.Duration {
+	return max(reconcileRetryMin, min(sweep, reconcileRetryMax))
+}
+
 // reconcileLoop runs passes until ctx ends: one at once, then on every
 // trigger and every SweepInterval. The jitter keeps the Dispatchers of a
 // deployment, often started together, from reconciling in step: each pass
@@ -111,7 +121,7 @@ func (d *Dispatcher) reconcileLoop(ctx context.Context, status <-chan nats.Statu
 			}
 			d.log.Warn("reconcile pass failed; retrying", "in", retry, "err", err)
 			wait = retry
-			retry = min(2*retry, reconcileRetryMax)
+			retry = min(2*retry, retryCap(d.cfg.SweepInterval))
 			continue
 		case len(ids) > 0:
 			d.log.Info("reconcile requeued expired leases", "tasks", ids)

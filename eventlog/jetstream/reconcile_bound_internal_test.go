@@ -3,6 +3,8 @@ package jetstream
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +21,13 @@ import (
 // buckets and streams made as a deployment's set-up does) and one for the
 // engine user.
 func boundServer(t *testing.T, prefix string, deny ...string) (admin, engine *Dispatcher) {
+	t.Helper()
+	return boundServerWith(t, prefix, nil, deny...)
+}
+
+// boundServerWith is boundServer, with the engine's Dispatcher configured
+// by tune (nil: as the admin's).
+func boundServerWith(t *testing.T, prefix string, tune func(*DispatcherConfig), deny ...string) (admin, engine *Dispatcher) {
 	t.Helper()
 	const user, pass = "engine", "engine-pw"
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
@@ -39,7 +48,7 @@ func boundServer(t *testing.T, prefix string, deny ...string) (admin, engine *Di
 	}
 	cfg := DispatcherConfig{Prefix: prefix, LeaseTTL: 2 * time.Second, SweepInterval: -1, RequestTimeout: time.Second,
 		Logger: slog.New(slog.DiscardHandler)}
-	open := func(name, pw string) *Dispatcher {
+	open := func(name, pw string, cfg DispatcherConfig) *Dispatcher {
 		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(name, pw))
 		if err != nil {
 			t.Fatal(err)
@@ -52,8 +61,94 @@ func boundServer(t *testing.T, prefix string, deny ...string) (admin, engine *Di
 		t.Cleanup(func() { _ = d.Close() })
 		return d
 	}
-	admin = open("admin", "admin-pw")
-	return admin, open(user, pass)
+	admin = open("admin", "admin-pw", cfg)
+	if tune != nil {
+		tune(&cfg)
+	}
+	return admin, open(user, pass, cfg)
+}
+
+// TestReconcileRetryWithinSweep: after failed passes the loop tries again
+// no later than its SweepInterval, however many failed: the repairs a
+// failure holds back are wanted as soon as the servers answer again, and a
+// short SweepInterval is a deployment that asked for them promptly. The
+// waits are the loop's own, read from its log, not measured.
+func TestReconcileRetryWithinSweep(t *testing.T) {
+	const sweep = time.Second
+	h := &retryLog{}
+	ad, d := boundServerWith(t, "retry", func(c *DispatcherConfig) {
+		c.SweepInterval = sweep
+		c.Logger = slog.New(h)
+	}, "$JS.API.CONSUMER.CREATE.KV_retry_tasks", "$JS.API.CONSUMER.CREATE.KV_retry_tasks.>")
+	// A row written after the loop's first pass: from then on the changes
+	// cannot be read, and every pass fails.
+	for d.Stats().Reconciles == 0 {
+		if err := sleepCtx(t.Context(), 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ad.Enqueue(t.Context(), noeta.NewTaskID(), eventlog.EnqueueOptions{Queue: "retry"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{reconcileRetryMin, sweep, sweep, sweep}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	got := h.waits(ctx, len(want))
+	if len(got) < len(want) {
+		t.Fatalf("%d failed passes logged in a minute, want %d: %v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if got[i] != w {
+			t.Errorf("failed pass %d: next in %v, want %v (all: %v)", i+1, got[i], w, got[:len(want)])
+		}
+	}
+	for _, c := range []struct{ sweep, want time.Duration }{
+		{100 * time.Millisecond, reconcileRetryMin}, // never a tight loop
+		{time.Second, time.Second},
+		{15 * time.Second, reconcileRetryMax}, // the default: as before
+	} {
+		if got := retryCap(c.sweep); got != c.want {
+			t.Errorf("retryCap(%v) = %v, want %v", c.sweep, got, c.want)
+		}
+	}
+}
+
+// retryLog is a slog handler that keeps the waits the reconcile loop logs
+// after a failed pass.
+type retryLog struct {
+	mu sync.Mutex
+	in []time.Duration
+}
+
+func (h *retryLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *retryLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *retryLog) WithGroup(string) slog.Handler            { return h }
+func (h *retryLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "reconcile pass failed; retrying" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "in" {
+			h.mu.Lock()
+			h.in = append(h.in, a.Value.Duration())
+			h.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+// waits returns the first n waits logged, or those logged when ctx ends.
+func (h *retryLog) waits(ctx context.Context, n int) []time.Duration {
+	for {
+		h.mu.Lock()
+		got := slices.Clone(h.in)
+		h.mu.Unlock()
+		if len(got) >= n || ctx.Err() != nil {
+			return got
+		}
+		_ = sleepCtx(ctx, 50*time.Millisecond)
+	}
 }
 
 // TestReconcilePassRequestsBounded: a request of a reconcile pass that the
