@@ -79,6 +79,13 @@ type Log interface {
 const (
 	DefaultAbandonCap    = 3
 	DefaultSnapshotEvery = 20
+	// DefaultSegmentRetries and DefaultSegmentRetryPause: a segment that
+	// fails retryably runs again under its lease after 1 s, 2 s, 4 s and
+	// 8 s (ADR 0115), about 15 s, longer than the stream leader elections
+	// the partition run saw under load (7-12 s), before the failure counts
+	// toward the dispatcher's cap of attempts.
+	DefaultSegmentRetries    = 4
+	DefaultSegmentRetryPause = time.Second
 	// MaxFanOut is the most children one spawn decision may start.
 	MaxFanOut = 16
 	// ActorTool is the actor of the records a tool's run produces.
@@ -122,6 +129,16 @@ type Config struct {
 	// AbandonCap is how many times in a row a turn may be found interrupted
 	// and resumed before the task is parked for a human (DefaultAbandonCap).
 	AbandonCap int
+	// SegmentRetries is how many times a segment that failed retryably (the
+	// store unavailable, a policy's server unreachable) runs again under
+	// its lease, after a pause that starts at SegmentRetryPause and doubles,
+	// before the failure counts toward the dispatcher's cap of attempts
+	// (DefaultSegmentRetries and DefaultSegmentRetryPause if 0). The
+	// lease is renewed meanwhile. A negative SegmentRetries runs no
+	// segment again: each failure is an attempt, and the task is ready
+	// again at once.
+	SegmentRetries    int
+	SegmentRetryPause time.Duration
 	// SnapshotEvery writes a snapshot after that many turns without one
 	// (DefaultSnapshotEvery), at the end of the batch that writes the turn's
 	// next record an effect waits on; suspends always write one, terminals
@@ -213,7 +230,8 @@ func New(cfg Config) (*Engine, error) {
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"LeaseTTL", int64(cfg.LeaseTTL)}, {"HeartbeatEvery", int64(cfg.HeartbeatEvery)}, {"AbandonCap", int64(cfg.AbandonCap)}, {"SnapshotEvery", int64(cfg.SnapshotEvery)}} {
+	}{{"LeaseTTL", int64(cfg.LeaseTTL)}, {"HeartbeatEvery", int64(cfg.HeartbeatEvery)}, {"AbandonCap", int64(cfg.AbandonCap)}, {"SnapshotEvery", int64(cfg.SnapshotEvery)},
+		{"SegmentRetryPause", int64(cfg.SegmentRetryPause)}} {
 		if f.v < 0 {
 			return nil, fmt.Errorf("%w: %s is negative", ErrConfig, f.name)
 		}
@@ -229,6 +247,15 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = DefaultSnapshotEvery
+	}
+	switch {
+	case cfg.SegmentRetries == 0:
+		cfg.SegmentRetries = DefaultSegmentRetries
+	case cfg.SegmentRetries < 0:
+		cfg.SegmentRetries = 0
+	}
+	if cfg.SegmentRetryPause == 0 {
+		cfg.SegmentRetryPause = DefaultSegmentRetryPause
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/noeta-go/noeta/eventlog/jetstream"
 	"github.com/noeta-go/noeta/eventlog/jetstream/jshost"
 	"github.com/noeta-go/noeta/eventlog/memlog"
+	"github.com/noeta-go/noeta/policy"
 	"github.com/noeta-go/noeta/tools"
 )
 
@@ -73,6 +75,7 @@ func TestRetriesExhaustedRecorded(t *testing.T) {
 			var asked atomic.Int64
 			h := newHarness(t, b, echoAgentDoc, func(c *engine.Config) {
 				c.Policies = func(context.Context, *engine.State) (engine.Policy, error) { return failingPolicy{&asked}, nil }
+				c.SegmentRetries, c.SegmentRetryPause = 2, 10*time.Millisecond
 			})
 			h.start(1)
 			id, err := h.eng.Submit(context.Background(), engine.Submission{Agent: "researcher", Goal: "g"})
@@ -89,8 +92,8 @@ func TestRetriesExhaustedRecorded(t *testing.T) {
 			if !strings.HasPrefix(tf.Error, eventlog.ReasonMaxAttemptsExceeded+": ") || !strings.Contains(tf.Error, "the model server is unreachable") {
 				t.Errorf("TaskFailed error %q, want the cap and the last failure", tf.Error)
 			}
-			if n := asked.Load(); n != 3 {
-				t.Errorf("the policy was asked %d times, want 3 (the cap; the ending lease asks nothing)", n)
+			if n := asked.Load(); n != 3*(1+2) {
+				t.Errorf("the policy was asked %d times, want 9 (the cap of 3 attempts, each run 3 times under its lease; the ending lease asks nothing)", n)
 			}
 			h.waitReleased(id, eventlog.DispatchTerminal)
 			ds, err := b.disp.Inspect(context.Background(), id)
@@ -104,6 +107,85 @@ func TestRetriesExhaustedRecorded(t *testing.T) {
 				t.Errorf("doctor's tail check reports %+v", f)
 			}
 		})
+	}
+}
+
+// flakyPolicy fails the first fails decisions as the model server being
+// unreachable, then decides as decide does.
+type flakyPolicy struct {
+	decide engine.Policy
+	fails  *atomic.Int64
+}
+
+func (p flakyPolicy) Decide(ctx context.Context, in noeta.PolicyInput) (noeta.Decision, error) {
+	if p.fails.Add(-1) >= 0 {
+		return noeta.Decision{}, errors.New("the model server is unreachable")
+	}
+	return p.decide.Decide(ctx, in)
+}
+
+// TestSegmentRetriedUnderItsLease: a segment that fails retryably runs
+// again under its lease, after a pause, before the failure counts toward
+// the dispatcher's cap of attempts (ADR 0115). Four failures in a row (a
+// few seconds of the store between leader elections, in the partition
+// run) used to spend a task's three attempts and end it
+// max_attempts_exceeded; now the task completes under its first lease and
+// spends none. With SegmentRetries negative each failure is an attempt,
+// as before.
+func TestSegmentRetriedUnderItsLease(t *testing.T) {
+	for _, b := range cappedBackends(t) {
+		for _, c := range []struct {
+			name    string
+			retries int
+			ends    bool
+		}{
+			{"default", 0, false},
+			{"none", -1, true},
+		} {
+			t.Run(b.name+"/"+c.name, func(t *testing.T) {
+				var fails atomic.Int64
+				fails.Store(4)
+				scripted := engine.ScriptedPolicies(b.content, policy.ParseScripted)
+				h := newHarness(t, b, echoAgentDoc, func(cfg *engine.Config) {
+					cfg.Policies = func(ctx context.Context, st *engine.State) (engine.Policy, error) {
+						p, err := scripted(ctx, st)
+						return flakyPolicy{p, &fails}, err
+					}
+					cfg.SegmentRetries, cfg.SegmentRetryPause = c.retries, 10*time.Millisecond
+				})
+				h.start(1)
+				id, err := h.eng.Submit(t.Context(), engine.Submission{Agent: "researcher", Goal: "g",
+					Script: json.RawMessage(`[{"finish":{"answer":"done"}}]`)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				st := h.waitStatus(id, noeta.StatusTerminal)
+				h.waitReleased(id, eventlog.DispatchTerminal)
+				ds, err := b.disp.Inspect(t.Context(), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				envs := h.log(id)
+				last := envs[len(envs)-1]
+				if c.ends {
+					if last.Type != noeta.TypeTaskFailed || !strings.HasPrefix(st.Reason, eventlog.ReasonMaxAttemptsExceeded) {
+						t.Fatalf("without retries under the lease the task ends with %s %q, want TaskFailed %s\n%s", last.Type, st.Reason, eventlog.ReasonMaxAttemptsExceeded, h.dump(id))
+					}
+					return
+				}
+				if last.Type != noeta.TypeTaskCompleted {
+					t.Fatalf("the log ends with %s (%q), want TaskCompleted\n%s", last.Type, st.Reason, h.dump(id))
+				}
+				if ds.FailAttempts != 0 || ds.Generation != 1 {
+					t.Errorf("the task spent %d attempts over %d leases, want none over one", ds.FailAttempts, ds.Generation)
+				}
+				for _, env := range envs[1:] {
+					if env.LeaseGen != 1 {
+						t.Errorf("record %d (%s) written under lease generation %d, want 1", env.Seq, env.Type, env.LeaseGen)
+					}
+				}
+			})
+		}
 	}
 }
 

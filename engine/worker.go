@@ -10,6 +10,7 @@ import (
 
 	"github.com/noeta-go/noeta"
 	"github.com/noeta-go/noeta/eventlog"
+	"github.com/noeta-go/noeta/internal/backoff"
 )
 
 // Outcome is how a segment ended.
@@ -36,8 +37,10 @@ type Outcome struct {
 // repairs the log and enqueues it again. A wake that fits nothing in the log
 // (ErrWakeRecovery) ends the task too, recorded: a TaskFailed under the same
 // lease, then a terminal release. Any other error fails the segment as
-// retryable; at the dispatcher's cap the next lease carries Ending and only
-// records the end (ADR 0050). An ending lease that cannot record it leaves
+// retryable, once it has run again under the same lease, from a fresh
+// fold, Config.SegmentRetries times after growing pauses and failed each
+// time (ADR 0115); at the dispatcher's cap the next lease carries Ending
+// and only records the end (ADR 0050). An ending lease that cannot record it leaves
 // its lease to expire, and the next ending lease tries again (ADR 0063).
 func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, error) {
 	segCtx, stop := context.WithCancelCause(ctx)
@@ -63,18 +66,21 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 		e.heartbeat(hbCtx, lease, stop)
 	}()
 
-	seg, err := e.newSegment(segCtx, lease)
-	switch {
-	case err != nil:
-	case lease.Ending != "":
-		err = seg.end(lease.Ending)
-	default:
-		err = seg.drive()
-	}
-	if err == nil {
-		// Records written later are durable before the dispatcher hears of
-		// the segment's end.
-		err = seg.flush(nil)
+	seg, err := e.runSegment(segCtx, lease)
+	// A failure that may pass (the store between leader elections, a
+	// policy's server unreachable) is tried again under this lease before
+	// it counts: a Fail would have the task ready at once, leased and
+	// failed again as fast as it fails, and a few seconds of outage would
+	// spend its attempts (ADR 0115). The run starts afresh from the log,
+	// as the next lease's would.
+	pause := backoff.New(e.cfg.SegmentRetryPause, 8*e.cfg.SegmentRetryPause)
+	for try := 1; try <= e.cfg.SegmentRetries && e.retryInLease(segCtx, lease, err); try++ {
+		e.log.Warn("segment failed; running it again under its lease", "task", lease.Task, "lease", lease.ID,
+			"try", try, "of", e.cfg.SegmentRetries, "in", pause.Next(), "err", err)
+		if pause.Wait(segCtx) != nil {
+			break // the lease lost or the worker stopping: reported below
+		}
+		seg, err = e.runSegment(segCtx, lease)
 	}
 	hbStop()
 	<-hbDone
@@ -133,6 +139,37 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 		e.log.Error("fail", "task", lease.Task, "err", ferr)
 	}
 	return Outcome{Task: lease.Task}, err
+}
+
+// runSegment runs lease's segment from a fresh fold of the task's log to
+// its next suspend or terminal record, or records the end the lease
+// carries, and flushes what it wrote.
+func (e *Engine) runSegment(ctx context.Context, lease eventlog.Lease) (*segment, error) {
+	seg, err := e.newSegment(ctx, lease)
+	switch {
+	case err != nil:
+		return seg, err
+	case lease.Ending != "":
+		err = seg.end(lease.Ending)
+	default:
+		err = seg.drive()
+	}
+	if err == nil {
+		// Records written later are durable before the dispatcher hears of
+		// the segment's end.
+		err = seg.flush(nil)
+	}
+	return seg, err
+}
+
+// retryInLease says whether a segment that failed with err runs again
+// under lease: only a failure RunLease would report as retryable, of a
+// lease that records no end (an ending lease that cannot write leaves its
+// lease to expire, ADR 0063), while the lease is held.
+func (e *Engine) retryInLease(ctx context.Context, lease eventlog.Lease, err error) bool {
+	return err != nil && ctx.Err() == nil && lease.Ending == "" &&
+		!errors.Is(err, eventlog.ErrInvalidLease) && !errors.Is(err, eventlog.ErrClosed) && !errors.Is(err, errCancelRequested) &&
+		!errors.Is(err, ErrWakeRecovery) && !DamagedLog(err)
 }
 
 // recordEnd ends the task under lease in a segment of its own (the failed

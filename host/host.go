@@ -205,20 +205,22 @@ func (h *Host) newEngineWith(queue, workspace string, policies engine.PolicyReso
 		userGuards = append(slices.Clip(h.opts.Guards), extra...)
 	}
 	eng, err := engine.New(engine.Config{
-		Approvals:  h.opts.Approvals,
-		Actor:      h.opts.Actor,
-		Log:        h.log,
-		Dispatcher: h.disp,
-		Content:    h.content,
-		Governance: h.gov,
-		Rates:      h.rates,
-		Tools:      h.tools,
-		Policies:   policies,
-		UserGuards: userGuards,
-		Workspace:  workspace,
-		Queue:      queue,
-		Logger:     h.logger,
-		Waiting:    h.waiting,
+		Approvals:         h.opts.Approvals,
+		Actor:             h.opts.Actor,
+		SegmentRetries:    h.opts.SegmentRetries,
+		SegmentRetryPause: h.opts.SegmentRetryPause,
+		Log:               h.log,
+		Dispatcher:        h.disp,
+		Content:           h.content,
+		Governance:        h.gov,
+		Rates:             h.rates,
+		Tools:             h.tools,
+		Policies:          policies,
+		UserGuards:        userGuards,
+		Workspace:         workspace,
+		Queue:             queue,
+		Logger:            h.logger,
+		Waiting:           h.waiting,
 		// On a backend shared with processes that route their answers
 		// (a remote NATS) any publisher of wakes could send a plain
 		// answer: only the approval subjects and the in-process HTTP

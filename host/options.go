@@ -104,6 +104,12 @@ type Options struct {
 	// Actor names this process in its records and leases
 	// (engine@<host>:<pid>).
 	Actor string
+	// SegmentRetries and SegmentRetryPause: how often, and after what
+	// first pause, a segment that fails retryably runs again under its
+	// lease before the failure counts toward the task's attempts
+	// (engine.Config, whose defaults 0 takes).
+	SegmentRetries    int
+	SegmentRetryPause time.Duration
 	// Skip turns off parts a host that runs tasks would run: where
 	// observer-workers run them instead.
 	Skip Skip

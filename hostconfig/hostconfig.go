@@ -74,12 +74,15 @@ type Options struct {
 	// servers' env and headers (os.LookupEnv).
 	LookupEnv func(string) (string, bool)
 
-	// Workers, Deferred, Queue, Workspace, Actor: see host.Options.
-	Workers   int
-	Deferred  bool
-	Queue     string
-	Workspace string
-	Actor     string
+	// Workers, Deferred, Queue, Workspace, Actor, SegmentRetries,
+	// SegmentRetryPause: see host.Options.
+	Workers           int
+	Deferred          bool
+	Queue             string
+	Workspace         string
+	Actor             string
+	SegmentRetries    int
+	SegmentRetryPause time.Duration
 	// Name names the NATS connection and the verb in the data directory's
 	// lock ("host").
 	Name string
@@ -190,6 +193,7 @@ func Open(ctx context.Context, opts Options) (_ *Host, err error) {
 	ho := host.Options{
 		Guards: o.Guards, Observers: nil, Policies: o.Policies,
 		Workers: o.Workers, Deferred: o.Deferred, Queue: o.Queue, Workspace: o.Workspace, Actor: o.Actor,
+		SegmentRetries: o.SegmentRetries, SegmentRetryPause: o.SegmentRetryPause,
 		Skip: host.Skip{ChildLifecycle: o.Skip.ChildLifecycle}, ReadOnly: o.ReadOnly, Logger: o.Logger,
 	}
 	if o.Config != nil {

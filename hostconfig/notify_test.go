@@ -117,7 +117,8 @@ func TestNotificationRetriesExhausted(t *testing.T) {
 	cfg := exampleConfig(t)
 	cfg.Hooks.Notification = []config.NotificationHook{{On: []string{config.HookOnFailed}, URL: srv.URL, Timeout: 5 * time.Second, Retries: 1}}
 	h, err := Open(t.Context(), Options{DataDir: t.TempDir(), Config: cfg, Workers: 1, Workspace: t.TempDir(), Name: "test",
-		Policies: func(context.Context, *engine.State) (engine.Policy, error) { return failingPolicy{}, nil }})
+		Policies:          func(context.Context, *engine.State) (engine.Policy, error) { return failingPolicy{}, nil },
+		SegmentRetryPause: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
