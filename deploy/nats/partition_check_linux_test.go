@@ -34,7 +34,12 @@ func (r *partitionRun) check(faultsOver, recovered time.Time, endedIn time.Durat
 	// published, or one published and not taken, and these lines tell
 	// which.
 	passesShown := false
-	lateWake := func(task string) {
+	lateWake := func(task string, envs []eventlog.Envelope, at int) {
+		// The records around the wake: who wrote them (the actor names the
+		// serve's pid), under which lease, when.
+		for _, env := range envs[max(0, at-4):min(len(envs), at+3)] {
+			t.Logf("  %s seq %d %s gen %d by %s @%s", task, env.Seq, env.Type, env.LeaseGen, env.Actor, env.Time.Format("15:04:05.000"))
+		}
 		t.Logf("the serves' lines of %s:", task)
 		r.linesOf(task)
 		if !passesShown {
@@ -129,7 +134,7 @@ func (r *partitionRun) check(faultsOver, recovered time.Time, endedIn time.Durat
 		var fireAt time.Time
 		var children []string
 		var groupWait bool
-		for _, env := range envs {
+		for i, env := range envs {
 			p, _, err := env.Decode()
 			if err != nil {
 				t.Fatalf("task %s seq %d: %v", id, env.Seq, err)
@@ -189,7 +194,7 @@ func (r *partitionRun) check(faultsOver, recovered time.Time, endedIn time.Durat
 					if late > bound {
 						anomaly("task %s: a timer due %s fired %v late (from its due time or the recovery, whichever is later), bound %v",
 							id, fireAt.Format("15:04:05.000"), late.Round(time.Millisecond), bound)
-						lateWake(id)
+						lateWake(id, envs, i)
 					}
 				case rec.WakeEvent.Kind == noeta.WakeSubtaskGroupCompleted && groupWait:
 					var lastChild time.Time
@@ -204,7 +209,7 @@ func (r *partitionRun) check(faultsOver, recovered time.Time, endedIn time.Durat
 					groupLate = max(groupLate, late)
 					if late > bound {
 						anomaly("task %s: a group wake due %s came %v late, bound %v", id, lastChild.Format("15:04:05.000"), late.Round(time.Millisecond), bound)
-						lateWake(id)
+						lateWake(id, envs, i)
 					}
 				}
 			}
