@@ -80,12 +80,13 @@ const (
 	DefaultAbandonCap    = 3
 	DefaultSnapshotEvery = 20
 	// DefaultSegmentRetries and DefaultSegmentRetryPause: a segment that
-	// fails retryably runs again under its lease after 1 s, 2 s, 4 s and
-	// 8 s (ADR 0115), about 15 s, longer than the stream leader elections
-	// the partition run saw under load (7-12 s), before the failure counts
-	// toward the dispatcher's cap of attempts.
-	DefaultSegmentRetries    = 4
-	DefaultSegmentRetryPause = time.Second
+	// fails retryably runs again under its lease after 0.5, 1 and then 2 s
+	// each time, eight times (ADR 0115): about 13.5 s, longer than the
+	// stream leader elections the partition run saw under load (7-12 s),
+	// before the failure counts toward the dispatcher's cap of attempts,
+	// and never more than 2 s after the store answers again.
+	DefaultSegmentRetries    = 8
+	DefaultSegmentRetryPause = 500 * time.Millisecond
 	// MaxFanOut is the most children one spawn decision may start.
 	MaxFanOut = 16
 	// ActorTool is the actor of the records a tool's run produces.
@@ -131,8 +132,9 @@ type Config struct {
 	AbandonCap int
 	// SegmentRetries is how many times a segment that failed retryably (the
 	// store unavailable, a policy's server unreachable) runs again under
-	// its lease, after a pause that starts at SegmentRetryPause and doubles,
-	// before the failure counts toward the dispatcher's cap of attempts
+	// its lease, after a pause that starts at SegmentRetryPause and doubles
+	// up to four times that, before the failure counts toward the
+	// dispatcher's cap of attempts
 	// (DefaultSegmentRetries and DefaultSegmentRetryPause if 0). The
 	// lease is renewed meanwhile. A negative SegmentRetries runs no
 	// segment again: each failure is an attempt, and the task is ready

@@ -491,15 +491,20 @@ const (
 	// from it) with the lease generation whose suspend armed it. The broker
 	// keeps custom headers when it fires a schedule.
 	hdrTimerGen = "Noeta-Timer-Generation"
-	// ingressAckWait and readyAckWait: how long a fetched, unacknowledged
-	// message stays with its fetcher before the server hands it to another.
-	// Processing takes a few requests; the wait only matters when a process
-	// dies holding a message, and then it is how late every wake and fired
-	// timer it had fetched (up to ingressBatch of them) is applied. A slow
-	// application that outlasts it is redelivered to another Dispatcher,
-	// which finds it applied (the row's Applied record) and acks it.
+	// ingressAckWait and readyAckWait bound how long a fetched,
+	// unacknowledged message stays with its fetcher before the server
+	// hands it to another (ackWait). Processing takes a few requests; the
+	// wait only matters when a process dies or is cut off holding a
+	// message, and then it is how late every wake and fired timer it had
+	// fetched (up to ingressBatch of them) is applied, and how late a task
+	// whose ready signal it had fetched is leased. A slow application that
+	// outlasts it is redelivered to another Dispatcher, which finds it
+	// applied (the row's Applied record, the row no longer ready) and acks
+	// it.
 	ingressAckWait = 5 * time.Second
 	readyAckWait   = 10 * time.Second
+	// ackWaitMin is the shortest: a few requests under load.
+	ackWaitMin = 2 * time.Second
 	// readyInactive: a queue's consumer nobody pulled from for this long is
 	// removed by the server; the next Lease on the queue creates it again.
 	readyInactive = time.Hour
@@ -857,6 +862,17 @@ func (d *Dispatcher) lanes() []lane {
 	}
 }
 
+// ackWait is the ack wait of a consumer whose bound is ceiling: the lease
+// TTL, within [ackWaitMin, ceiling]. A process cut off while it holds a
+// signal or a wake then gives it back no later than a lease it held would
+// lapse. The partition run (lease TTL 3 s) had a timer due while a serve
+// was cut off fire 10.5 s late, 6.7 s after the last heal: what a ready
+// signal taken by that serve's pending pull request and held for the 10 s
+// ack wait would do. The default TTL (30 s) keeps the ceilings, as before.
+func ackWait(ttl, ceiling time.Duration) time.Duration {
+	return max(ackWaitMin, min(ttl, ceiling))
+}
+
 // openLane creates (or updates: every Dispatcher may race to, and an
 // older one's settings are brought up to date) the shared consumer of l
 // and starts pulling from it.
@@ -869,7 +885,7 @@ func (d *Dispatcher) openLane(ctx context.Context, l lane) (jetstream.MessagesCo
 		FilterSubjects: l.filters,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        ingressAckWait,
+		AckWait:        ackWait(d.cfg.LeaseTTL, ingressAckWait),
 		MaxDeliver:     -1,
 	})
 	if err != nil {

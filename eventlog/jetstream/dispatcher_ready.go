@@ -171,7 +171,7 @@ func (d *Dispatcher) queueConsumer(ctx context.Context, queue string, front bool
 		FilterSubject:     filter,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		AckPolicy:         jetstream.AckExplicitPolicy,
-		AckWait:           readyAckWait,
+		AckWait:           ackWait(d.cfg.LeaseTTL, readyAckWait),
 		MaxDeliver:        -1,
 		InactiveThreshold: readyInactive,
 	})

@@ -25,8 +25,8 @@ func boundServer(t *testing.T, prefix string, deny ...string) (admin, engine *Di
 	return boundServerWith(t, prefix, nil, deny...)
 }
 
-// boundServerWith is boundServer, with the engine's Dispatcher configured
-// by tune (nil: as the admin's).
+// boundServerWith is boundServer, with both Dispatchers' config changed by
+// tune (nil: none).
 func boundServerWith(t *testing.T, prefix string, tune func(*DispatcherConfig), deny ...string) (admin, engine *Dispatcher) {
 	t.Helper()
 	const user, pass = "engine", "engine-pw"
@@ -48,7 +48,7 @@ func boundServerWith(t *testing.T, prefix string, tune func(*DispatcherConfig), 
 	}
 	cfg := DispatcherConfig{Prefix: prefix, LeaseTTL: 2 * time.Second, SweepInterval: -1, RequestTimeout: time.Second,
 		Logger: slog.New(slog.DiscardHandler)}
-	open := func(name, pw string, cfg DispatcherConfig) *Dispatcher {
+	open := func(name, pw string) *Dispatcher {
 		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(name, pw))
 		if err != nil {
 			t.Fatal(err)
@@ -61,11 +61,11 @@ func boundServerWith(t *testing.T, prefix string, tune func(*DispatcherConfig), 
 		t.Cleanup(func() { _ = d.Close() })
 		return d
 	}
-	admin = open("admin", "admin-pw", cfg)
 	if tune != nil {
 		tune(&cfg)
 	}
-	return admin, open(user, pass, cfg)
+	admin = open("admin", "admin-pw")
+	return admin, open(user, pass)
 }
 
 // TestReconcileRetryWithinSweep: after failed passes the loop tries again
@@ -240,5 +240,46 @@ func TestReconcileSliceFailureKeepsTheRepairs(t *testing.T) {
 	}
 	if s := d.Stats(); s.Resignalled != 1 || s.FullReconciles != 0 {
 		t.Errorf("re-signalled %d and ended %d rounds, want 1 and 0 (the round cannot tell it is done)", s.Resignalled, s.FullReconciles)
+	}
+}
+
+// TestAckWaitFollowsTheLeaseTTL: the shared consumers give a message back
+// after the lease TTL (within [ackWaitMin, their ceiling]), so a process
+// cut off holding a ready signal, a wake or a fired timer delays it no
+// longer than a lease it held. Read from the server's consumer info.
+func TestAckWaitFollowsTheLeaseTTL(t *testing.T) {
+	for _, c := range []struct {
+		ttl, ready, ingress time.Duration
+	}{
+		{time.Second, ackWaitMin, ackWaitMin},
+		{3 * time.Second, 3 * time.Second, 3 * time.Second},
+		{30 * time.Second, readyAckWait, ingressAckWait}, // the default: as before
+	} {
+		t.Run(c.ttl.String(), func(t *testing.T) {
+			_, d := boundServerWith(t, "ack", func(cfg *DispatcherConfig) { cfg.LeaseTTL = c.ttl })
+			ctx := t.Context()
+			if _, err := d.queueConsumer(ctx, "q", false); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range []struct {
+				stream, consumer string
+				want             time.Duration
+			}{
+				{d.cfg.readyStream(), "ready-q", c.ready},
+				{d.cfg.wakeStream(), ingressConsumer, c.ingress},
+				{d.cfg.timerStream(), timersConsumer, c.ingress},
+			} {
+				cons, err := d.js.Consumer(ctx, w.stream, w.consumer)
+				if err != nil {
+					t.Fatalf("%s: %v", w.consumer, err)
+				}
+				if got := cons.CachedInfo().Config.AckWait; got != w.want {
+					t.Errorf("%s: ack wait %v with lease TTL %v, want %v", w.consumer, got, c.ttl, w.want)
+				}
+			}
+			if got, want := d.strandAfter(), max(2*d.cfg.SweepInterval, c.ready); got != want {
+				t.Errorf("strandAfter %v, want %v", got, want)
+			}
+		})
 	}
 }

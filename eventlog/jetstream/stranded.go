@@ -32,10 +32,10 @@ type strandedSeen struct {
 }
 
 // strandAfter is how long a signal must have sat before it is suspected:
-// two passes at the least, and never less than readyAckWait, so that a
-// delivery in flight is acknowledged or given back first.
+// two passes at the least, and never less than the ready consumers' ack
+// wait, so that a delivery in flight is acknowledged or given back first.
 func (d *Dispatcher) strandAfter() time.Duration {
-	return max(2*d.cfg.SweepInterval, readyAckWait)
+	return max(2*d.cfg.SweepInterval, ackWait(d.cfg.LeaseTTL, readyAckWait))
 }
 
 // checkStranded notes the ready rows of s whose signal is there, and
