@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/noeta-go/noeta"
@@ -73,7 +74,12 @@ type ChildLifecycle struct {
 	// woken keeps most duplicate wakes off the dispatcher when several
 	// members of a group (or several passes) reach the same conclusion.
 	woken *lru[struct{}]
+	// retryPauses are the pauses before a failed handoff is tried again.
+	retryPauses []time.Duration
 }
+
+// handoffRetryPauses: 0.25 s doubling to 2 s, 3.75 s in all.
+var handoffRetryPauses = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
 
 // NewChildLifecycle checks cfg and returns the observer. Attach it with
 // Subscriber.Subscribe(c.Handle), then recover what was missed: Recover
@@ -102,14 +108,18 @@ func NewChildLifecycle(cfg ChildLifecycleConfig) (*ChildLifecycle, error) {
 		logger:   cfg.Logger.With("observer", "child_lifecycle"),
 		lineages: newLRU[lineage](rememberMax),
 		woken:    newLRU[struct{}](rememberMax),
+
+		retryPauses: handoffRetryPauses,
 	}, nil
 }
 
 // Handle is an eventlog.Handler. It acts on the terminal log record of a task
 // that has a parent and ignores everything else; inbox records (its own
-// handoffs, re-entering through the subscriber) return at once. An error is
-// a failure to reach the log or the dispatcher, logged here as well because
-// a subscriber only counts it; the handoff is redone by the next Recover.
+// handoffs, re-entering through the subscriber) return at once. A handoff
+// that fails is tried again a few times over about 4 s, while ctx lasts.
+// An error is a failure to reach the log or the dispatcher that outlasted
+// them, logged here as well because a subscriber only counts it; the
+// handoff is redone by the next Recover.
 func (c *ChildLifecycle) Handle(ctx context.Context, env eventlog.Envelope) error {
 	if env.Seq == 0 {
 		return nil
@@ -123,11 +133,34 @@ func (c *ChildLifecycle) Handle(ctx context.Context, env eventlog.Envelope) erro
 	if !noeta.IsTerminalType(env.Type) {
 		return nil
 	}
-	lin, ok, err := c.lineageOf(ctx, env.Task)
-	if err != nil || !ok {
-		return c.logged(err, env.Task)
+	once := func() error {
+		lin, ok, err := c.lineageOf(ctx, env.Task)
+		if err != nil || !ok {
+			return err
+		}
+		_, err = c.handoff(ctx, env, lin)
+		return err
 	}
-	_, err = c.handoff(ctx, env, lin)
+	err := once()
+	// A failure here is the store between leader elections, most often:
+	// tried again at once, a few times over a few seconds, it is most
+	// often over. Left to the reconcile pass, which redoes the handoffs a
+	// waiting parent lacks, a parent waited 10-80 s past its last child in
+	// the partition run. The wait holds the writer that committed the
+	// terminal record, whose segment has ended.
+	for _, pause := range c.retryPauses {
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		c.logger.Warn("child handoff failed; trying again", "task", env.Task, "in", pause, "err", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+			err = once()
+		}
+		t.Stop()
+	}
 	return c.logged(err, env.Task)
 }
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -407,6 +408,79 @@ func TestSingleChildHandsOffAndWakes(t *testing.T) {
 	}
 	if st := h.inspect(parent); st.PendingWakes != 0 {
 		t.Errorf("parent has %d buffered wakes, want 0 (one wake per child)", st.PendingWakes)
+	}
+}
+
+// flakyChildLog fails its first fails reads and writes, as a store between
+// leader elections does.
+type flakyChildLog struct {
+	ChildLog
+	fails atomic.Int64
+}
+
+var errUnavailable = errors.New("JetStream system temporarily unavailable (code 10008)")
+
+func (l *flakyChildLog) Read(ctx context.Context, task string, after uint64) ([]eventlog.Envelope, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, errUnavailable
+	}
+	return l.ChildLog.Read(ctx, task, after)
+}
+
+func (l *flakyChildLog) SystemEmit(ctx context.Context, task, key string, env eventlog.Envelope) (eventlog.Envelope, error) {
+	if l.fails.Add(-1) >= 0 {
+		return eventlog.Envelope{}, errUnavailable
+	}
+	return l.ChildLog.SystemEmit(ctx, task, key, env)
+}
+
+// TestHandoffTriedAgain: a handoff that fails (the store unavailable for
+// a moment) is tried again in the same delivery, and the parent is woken
+// without waiting for a recovery pass; one that fails on every try is
+// reported as before. The subscription's stats say which.
+func TestHandoffTriedAgain(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		fails int64
+		ok    bool
+	}{
+		{"recovers", 3, true},
+		{"outlasts the tries", 100, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			fl := &flakyChildLog{ChildLog: h.s}
+			obs, err := NewChildLifecycle(ChildLifecycleConfig{Log: fl, Index: h.s, Waker: h.s,
+				Logger: slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			obs.retryPauses = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}
+			sub := h.s.Subscribe(obs.Handle)
+			defer sub.Cancel()
+			parent, pl := h.rootTask()
+			ids, _ := h.spawn(pl, 1, false)
+			h.suspend(pl, noeta.SubtaskCompletedWake(ids[0]))
+			fl.fails.Store(c.fails)
+			h.end(ids[0], noeta.TaskCompleted{Answer: json.RawMessage(`"done"`)})
+			if !h.logs.contains("child handoff failed; trying again") {
+				t.Error("no retry logged")
+			}
+			st := sub.Stats()
+			if !c.ok {
+				if st.Failed == 0 {
+					t.Errorf("a handoff that failed on every try was not reported: %+v", st)
+				}
+				return
+			}
+			if st.Failed != 0 {
+				t.Errorf("the delivery failed though a retry succeeded: %+v", st)
+			}
+			if n := len(h.inbox(parent)); n != 1 {
+				t.Fatalf("parent inbox has %d records, want 1", n)
+			}
+			h.wantMatched(parent, noeta.SubtaskCompletedWake(ids[0]), "after a retried handoff")
+		})
 	}
 }
 
