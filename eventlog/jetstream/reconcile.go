@@ -296,9 +296,15 @@ func (d *Dispatcher) readSnapshot(ctx context.Context, finish bool) (*snapshot, 
 			break
 		}
 	}
+	// Each listing is bounded as every request of a pass (passRequest), not
+	// by the pass's own two minutes: a request the servers never answer
+	// (its leader killed under it) held every serve's passes, and the
+	// handoffs only they redo, for two minutes in the partition run.
 	if leased {
-		kl, err := d.leases.ListKeys(ctx)
+		lctx, cancel := d.passRequest(ctx)
+		kl, err := d.leases.ListKeys(lctx)
 		if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+			cancel()
 			return nil, fmt.Errorf("jetstream: list %s: %w", d.cfg.leasesBucket(), err)
 		}
 		if err == nil {
@@ -306,12 +312,17 @@ func (d *Dispatcher) readSnapshot(ctx context.Context, finish bool) (*snapshot, 
 				s.keys[k] = true
 			}
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, err // the listing may have been cut short
+		err = lctx.Err()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: list %s: %w", d.cfg.leasesBucket(), err) // the listing may have been cut short
 		}
 	}
 	if ready {
-		if s.signals, err = streamSubjects(ctx, d.ready, d.subj.readyAll()); err != nil {
+		sctx, cancel := d.passRequest(ctx)
+		s.signals, err = streamSubjects(sctx, d.ready, d.subj.readyAll())
+		cancel()
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -578,7 +589,11 @@ func (d *Dispatcher) pass(ctx context.Context, finish bool) (ids []string, hurry
 	for range min(8, len(tasks)) {
 		wg.Go(func() {
 			for task := range work {
-				requeued, r, rev, err := d.sweepRow(ctx, task)
+				// One row's repair is a few requests: bounded as one, so
+				// a request never answered costs this row, not the pass.
+				rctx, cancel := d.passRequest(ctx)
+				requeued, r, rev, err := d.sweepRow(rctx, task)
+				cancel()
 				if err != nil {
 					fail(err)
 					continue
@@ -615,9 +630,11 @@ func (d *Dispatcher) pass(ctx context.Context, finish bool) (ids []string, hurry
 	// A repair of its own: a queue's consumer that cannot be asked (its
 	// leader between elections) must not cost the rest of the pass, the
 	// parents' handoffs above all.
-	if err := d.checkStranded(ctx, s, now); err != nil && ctx.Err() == nil {
+	sctx, cancel := d.passRequest(ctx)
+	if err := d.checkStranded(sctx, s, now); err != nil && ctx.Err() == nil {
 		d.log.Warn("the check for stranded ready signals failed; the next pass tries again", "err", err)
 	}
+	cancel()
 	d.stats.reconciles.Add(1)
 	d.nudgeParents(ctx, s)
 	slices.SortFunc(hits, func(a, b hit) int {
@@ -815,7 +832,9 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 		awaited[task] = true
 		e, ok := known[task]
 		if !ok {
-			r, rev, err := d.getRow(ctx, task)
+			gctx, cancel := d.passRequest(ctx)
+			r, rev, err := d.getRow(gctx, task)
+			cancel()
 			e = endedAt{ended: err == nil && r != nil && r.Status == eventlog.DispatchTerminal, seq: rev}
 			if err == nil {
 				known[task] = e
@@ -835,7 +854,11 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 		if ctx.Err() != nil {
 			break
 		}
-		d.cfg.AwaitingSubtasks(ctx, task, subtasks)
+		// A few reads and writes a subtask: bounded, so one parent whose
+		// store does not answer leaves the others theirs.
+		actx, cancel := context.WithTimeout(ctx, 2*d.cfg.RequestTimeout)
+		d.cfg.AwaitingSubtasks(actx, task, subtasks)
+		cancel()
 	}
 	// The record keeps the subtasks still awaited.
 	for task := range known {

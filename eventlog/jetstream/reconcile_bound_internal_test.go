@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,22 +23,17 @@ import (
 // engine user.
 func boundServer(t *testing.T, prefix string, deny ...string) (admin, engine *Dispatcher) {
 	t.Helper()
-	return boundServerWith(t, prefix, nil, deny...)
+	admin, engine, _ = boundServerWith(t, prefix, nil, deny...)
+	return admin, engine
 }
 
 // boundServerWith is boundServer, with both Dispatchers' config changed by
 // tune (nil: none).
-func boundServerWith(t *testing.T, prefix string, tune func(*DispatcherConfig), deny ...string) (admin, engine *Dispatcher) {
+func boundServerWith(t *testing.T, prefix string, tune func(*DispatcherConfig), deny ...string) (admin, engine *Dispatcher, denyLater func(...string)) {
 	t.Helper()
 	const user, pass = "engine", "engine-pw"
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
-		Users: []*server.User{
-			{Username: "admin", Password: "admin-pw"},
-			{Username: user, Password: pass, Permissions: &server.Permissions{Publish: &server.SubjectPermission{
-				Allow: []string{">"},
-				Deny:  deny,
-			}}},
-		}})
+	o := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, Users: boundUsers(deny)}
+	srv, err := server.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +61,28 @@ func boundServerWith(t *testing.T, prefix string, tune func(*DispatcherConfig), 
 		tune(&cfg)
 	}
 	admin = open("admin", "admin-pw")
-	return admin, open(user, pass)
+	// denyLater reloads the server with the engine denied subjects
+	// instead: the Dispatchers stay connected, under the new rules.
+	denyLater = func(subjects ...string) {
+		c := *o
+		c.Users = boundUsers(subjects)
+		if err := srv.ReloadOptions(&c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return admin, open(user, pass), denyLater
+}
+
+// boundUsers are boundServer's users: "engine" may publish anything but
+// deny.
+func boundUsers(deny []string) []*server.User {
+	return []*server.User{
+		{Username: "admin", Password: "admin-pw"},
+		{Username: "engine", Password: "engine-pw", Permissions: &server.Permissions{Publish: &server.SubjectPermission{
+			Allow: []string{">"},
+			Deny:  deny,
+		}}},
+	}
 }
 
 // TestReconcileRetryWithinSweep: after failed passes the loop tries again
@@ -76,7 +93,7 @@ func boundServerWith(t *testing.T, prefix string, tune func(*DispatcherConfig), 
 func TestReconcileRetryWithinSweep(t *testing.T) {
 	const sweep = time.Second
 	h := &retryLog{}
-	ad, d := boundServerWith(t, "retry", func(c *DispatcherConfig) {
+	ad, d, _ := boundServerWith(t, "retry", func(c *DispatcherConfig) {
 		c.SweepInterval = sweep
 		c.Logger = slog.New(h)
 	}, "$JS.API.CONSUMER.CREATE.KV_retry_tasks", "$JS.API.CONSUMER.CREATE.KV_retry_tasks.>")
@@ -256,7 +273,7 @@ func TestAckWaitFollowsTheLeaseTTL(t *testing.T) {
 		{30 * time.Second, readyAckWait, ingressAckWait}, // the default: as before
 	} {
 		t.Run(c.ttl.String(), func(t *testing.T) {
-			_, d := boundServerWith(t, "ack", func(cfg *DispatcherConfig) { cfg.LeaseTTL = c.ttl })
+			_, d, _ := boundServerWith(t, "ack", func(cfg *DispatcherConfig) { cfg.LeaseTTL = c.ttl })
 			ctx := t.Context()
 			if _, err := d.queueConsumer(ctx, "q", false); err != nil {
 				t.Fatal(err)
@@ -280,6 +297,55 @@ func TestAckWaitFollowsTheLeaseTTL(t *testing.T) {
 			if got, want := d.strandAfter(), max(2*d.cfg.SweepInterval, c.ready); got != want {
 				t.Errorf("strandAfter %v, want %v", got, want)
 			}
+		})
+	}
+}
+
+// TestReconcileListingsBounded: the signals listing of a pass, and each
+// row's repair, are bounded by the request timeout, as the pass's other
+// requests are, not by the pass's two minutes. Reproduction (deploy/nats
+// TestPartition under load): the listing of the ready stream's subjects,
+// sent while the stream's leader was killed, was never answered, and
+// every serve's passes waited out their two minutes; a parent whose last
+// child's handoff had failed waited with them, 60-80 s past the faults.
+// The server here leaves the request unanswered as a role that may not
+// make it would.
+func TestReconcileListingsBounded(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		deny  string
+		purge bool // the ready signal lost: the row is a candidate
+	}{
+		{"signals listing", "$JS.API.STREAM.INFO.LST1_READY", false},
+		{"a row's repair", "$JS.API.STREAM.MSG.GET.LST2_READY", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prefix := strings.ToLower(strings.TrimSuffix(c.deny[strings.LastIndex(c.deny, ".")+1:], "_READY"))
+			// Opening looks the streams up: the request is denied only
+			// once the Dispatchers are open.
+			ad, d, denyLater := boundServerWith(t, prefix, nil)
+			if got := ad.cfg.readyStream(); !strings.HasSuffix(c.deny, "."+got) {
+				t.Fatalf("the denied subject %s does not name the ready stream %s", c.deny, got)
+			}
+			denyLater(c.deny)
+			if err := ad.Enqueue(t.Context(), noeta.NewTaskID(), eventlog.EnqueueOptions{Queue: "q"}); err != nil {
+				t.Fatal(err)
+			}
+			if c.purge {
+				if err := ad.ready.Purge(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			_, _, err := d.pass(ctx, false)
+			if err == nil {
+				t.Fatal("the pass succeeded though a request it needs is never answered")
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the pass waited out its own deadline on an unanswered request: %v", err)
+			}
+			t.Logf("the pass failed within the request timeout: %v", err)
 		})
 	}
 }
