@@ -134,11 +134,10 @@ type Config struct {
 	// store unavailable, a policy's server unreachable) runs again under
 	// its lease, after a pause that starts at SegmentRetryPause and doubles
 	// up to four times that, before the failure counts toward the
-	// dispatcher's cap of attempts
-	// (DefaultSegmentRetries and DefaultSegmentRetryPause if 0). The
-	// lease is renewed meanwhile. A negative SegmentRetries runs no
-	// segment again: each failure is an attempt, and the task is ready
-	// again at once.
+	// dispatcher's cap of attempts (DefaultSegmentRetries and
+	// DefaultSegmentRetryPause if 0). The lease is renewed meanwhile. A
+	// negative SegmentRetries runs no segment again: each failure is an
+	// attempt, and the task is ready again at once.
 	SegmentRetries    int
 	SegmentRetryPause time.Duration
 	// SnapshotEvery writes a snapshot after that many turns without one

@@ -39,9 +39,10 @@ type Outcome struct {
 // lease, then a terminal release. Any other error fails the segment as
 // retryable, once it has run again under the same lease, from a fresh
 // fold, Config.SegmentRetries times after short growing pauses and failed
-// each time (ADR 0115); at the dispatcher's cap the next lease carries Ending
-// and only records the end (ADR 0050). An ending lease that cannot record it leaves
-// its lease to expire, and the next ending lease tries again (ADR 0063).
+// each time (ADR 0115); at the dispatcher's cap the next lease carries
+// Ending and only records the end (ADR 0050). An ending lease that cannot
+// record it leaves its lease to expire, and the next ending lease tries
+// again (ADR 0063).
 func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, error) {
 	segCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -72,10 +73,9 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 	// it counts: a Fail would have the task ready at once, leased and
 	// failed again as fast as it fails, and a few seconds of outage would
 	// spend its attempts (ADR 0115). The run starts afresh from the log,
-	// as the next lease's would.
-	// The pauses stay short (up to 4× the first): the store is back after
-	// an election, and a longer pause would only keep the task waiting
-	// once it is.
+	// as the next lease's would. The pauses stay short (up to 4× the
+	// first): the store is back after an election, and a longer pause
+	// would only keep the task waiting once it is.
 	pause := backoff.New(e.cfg.SegmentRetryPause, 4*e.cfg.SegmentRetryPause)
 	for try := 1; try <= e.cfg.SegmentRetries && e.retryInLease(segCtx, lease, err); try++ {
 		e.log.Warn("segment failed; running it again under its lease", "task", lease.Task, "lease", lease.ID,
