@@ -49,6 +49,11 @@ type segment struct {
 	stack *guards.Stack
 	// woke is set when this segment wrote the TaskWoken of its wake.
 	woke bool
+	// asked is set when the policy was asked and what it decided is not
+	// yet in the log (cleared by a write of the pending records): a run
+	// that fails so is not run again under its lease (retryInLease), as
+	// each run would ask, and bill, again with nothing recorded.
+	asked bool
 	// meta is the guards' metadata, built once: guard contexts share it,
 	// so it is never changed once built.
 	meta map[string]string
@@ -222,6 +227,7 @@ func (g *segment) flush(last *eventlog.Envelope) error {
 	// so not even a backend that broke that rule could clear it.
 	clear(envs)
 	g.pending = envs[:0]
+	g.asked = false
 	if last == nil {
 		return nil
 	}
@@ -454,7 +460,11 @@ func (g *segment) childSpend(id string) (*noeta.TreeSpend, error) {
 // loop runs turns until the task suspends or ends.
 func (g *segment) loop() error {
 	st := g.st
-	if st.Turn.Open && !g.woke {
+	// A turn this lease's own earlier run left open (it failed and runs
+	// again, RunLease) is not one an earlier lease abandoned: it is not
+	// sealed nor counted toward the cap that parks the task, and its
+	// started calls are recorded as interrupted when the turn resumes.
+	if st.Turn.Open && !g.woke && st.LeaseGen != g.lease.Generation {
 		if parked, err := g.seal(); err != nil || parked {
 			return err
 		}
@@ -630,6 +640,7 @@ func (g *segment) decide(n int) (d noeta.Decision, stop bool, err error) {
 	if err != nil {
 		return d, true, g.terminate(noeta.TaskFailed{Error: err.Error()})
 	}
+	g.asked = true
 	d, err = pol.Decide(g.ctx, g.policyInput(n))
 	if err != nil {
 		if cause := context.Cause(g.ctx); cause != nil {

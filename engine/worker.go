@@ -77,7 +77,7 @@ func (e *Engine) RunLease(ctx context.Context, lease eventlog.Lease) (Outcome, e
 	// first): the store is back after an election, and a longer pause
 	// would only keep the task waiting once it is.
 	pause := backoff.New(e.cfg.SegmentRetryPause, 4*e.cfg.SegmentRetryPause)
-	for try := 1; try <= e.cfg.SegmentRetries && e.retryInLease(segCtx, lease, err); try++ {
+	for try := 1; try <= e.cfg.SegmentRetries && e.retryInLease(segCtx, lease, seg, err); try++ {
 		e.log.Warn("segment failed; running it again under its lease", "task", lease.Task, "lease", lease.ID,
 			"try", try, "of", e.cfg.SegmentRetries, "in", pause.Next(), "err", err)
 		if pause.Wait(segCtx) != nil {
@@ -165,12 +165,17 @@ func (e *Engine) runSegment(ctx context.Context, lease eventlog.Lease) (*segment
 	return seg, err
 }
 
-// retryInLease says whether a segment that failed with err runs again
-// under lease: only a failure RunLease would report as retryable, of a
-// lease that records no end (an ending lease that cannot write leaves its
-// lease to expire, ADR 0063), while the lease is held.
-func (e *Engine) retryInLease(ctx context.Context, lease eventlog.Lease, err error) bool {
-	return err != nil && ctx.Err() == nil && lease.Ending == "" &&
+// retryInLease says whether seg, which failed with err, runs again under
+// lease: only a failure RunLease would report as retryable, of a lease
+// that records no end (an ending lease that cannot write leaves its lease
+// to expire, ADR 0063), while the lease is held, and not after the policy
+// was asked and its decision not recorded: the policy's own failures are
+// retried by the policy (a model client's backoff), and a decision lost
+// with the failed write was paid for and is not in the log the budget
+// guards read, so each run again would spend unseen. Such a failure
+// counts toward the attempts at once, as before.
+func (e *Engine) retryInLease(ctx context.Context, lease eventlog.Lease, seg *segment, err error) bool {
+	return err != nil && ctx.Err() == nil && lease.Ending == "" && (seg == nil || !seg.asked) &&
 		!errors.Is(err, eventlog.ErrInvalidLease) && !errors.Is(err, eventlog.ErrClosed) && !errors.Is(err, errCancelRequested) &&
 		!errors.Is(err, ErrWakeRecovery) && !DamagedLog(err)
 }

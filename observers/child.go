@@ -74,12 +74,17 @@ type ChildLifecycle struct {
 	// woken keeps most duplicate wakes off the dispatcher when several
 	// members of a group (or several passes) reach the same conclusion.
 	woken *lru[struct{}]
-	// retryPauses are the pauses before a failed handoff is tried again.
+	// retryPauses are the pauses before a failed handoff is tried again,
+	// and retryBudget bounds a delivery's tries and pauses together.
 	retryPauses []time.Duration
+	retryBudget time.Duration
 }
 
-// handoffRetryPauses: 0.25 s doubling to 2 s, 3.75 s in all.
+// handoffRetryPauses: 0.25 s doubling to 2 s, 3.75 s in all; with the tries
+// themselves, a delivery's handoff takes at most handoffRetryBudget.
 var handoffRetryPauses = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
+
+const handoffRetryBudget = 8 * time.Second
 
 // NewChildLifecycle checks cfg and returns the observer. Attach it with
 // Subscriber.Subscribe(c.Handle), then recover what was missed: Recover
@@ -110,16 +115,17 @@ func NewChildLifecycle(cfg ChildLifecycleConfig) (*ChildLifecycle, error) {
 		woken:    newLRU[struct{}](rememberMax),
 
 		retryPauses: handoffRetryPauses,
+		retryBudget: handoffRetryBudget,
 	}, nil
 }
 
 // Handle is an eventlog.Handler. It acts on the terminal log record of a task
 // that has a parent and ignores everything else; inbox records (its own
 // handoffs, re-entering through the subscriber) return at once. A handoff
-// that fails is tried again a few times over about 4 s, while ctx lasts.
-// An error is a failure to reach the log or the dispatcher that outlasted
-// them, logged here as well because a subscriber only counts it; the
-// handoff is redone by the next Recover.
+// that fails is tried again a few times over about 4 s, all of it within
+// 8 s. An error is a failure to reach the log or the dispatcher that
+// outlasted them, logged here as well because a subscriber only counts it;
+// the handoff is redone by the next Recover.
 func (c *ChildLifecycle) Handle(ctx context.Context, env eventlog.Envelope) error {
 	if env.Seq == 0 {
 		return nil
@@ -133,6 +139,15 @@ func (c *ChildLifecycle) Handle(ctx context.Context, env eventlog.Envelope) erro
 	if !noeta.IsTerminalType(env.Type) {
 		return nil
 	}
+	// A failure here is the store between leader elections, most often:
+	// tried again a few times over a few seconds, it is most often over.
+	// Left to the reconcile pass, which redoes the handoffs a waiting parent
+	// lacks, group wakes came 10-59 s late in the partition run. The tries
+	// hold the writer that committed the terminal record (its records are
+	// written; its release waits), so all of them together are bounded:
+	// a subscriber's ctx is not cancelled with the writer's.
+	ctx, cancel := context.WithTimeout(ctx, c.retryBudget)
+	defer cancel()
 	once := func() error {
 		lin, ok, err := c.lineageOf(ctx, env.Task)
 		if err != nil || !ok {
@@ -142,12 +157,6 @@ func (c *ChildLifecycle) Handle(ctx context.Context, env eventlog.Envelope) erro
 		return err
 	}
 	err := once()
-	// A failure here is the store between leader elections, most often:
-	// tried again at once, a few times over a few seconds, it is most
-	// often over. Left to the reconcile pass, which redoes the handoffs a
-	// waiting parent lacks, a parent waited 10-80 s past its last child in
-	// the partition run. The wait holds the writer that committed the
-	// terminal record, whose segment has ended.
 	for _, pause := range c.retryPauses {
 		if err == nil || ctx.Err() != nil {
 			break

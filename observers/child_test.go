@@ -416,11 +416,16 @@ func TestSingleChildHandsOffAndWakes(t *testing.T) {
 type flakyChildLog struct {
 	ChildLog
 	fails atomic.Int64
+	hang  atomic.Bool
 }
 
 var errUnavailable = errors.New("JetStream system temporarily unavailable (code 10008)")
 
 func (l *flakyChildLog) Read(ctx context.Context, task string, after uint64) ([]eventlog.Envelope, error) {
+	if l.hang.Load() {
+		<-ctx.Done() // a request nobody answers
+		return nil, ctx.Err()
+	}
 	if l.fails.Add(-1) >= 0 {
 		return nil, errUnavailable
 	}
@@ -481,6 +486,41 @@ func TestHandoffTriedAgain(t *testing.T) {
 			}
 			h.wantMatched(parent, noeta.SubtaskCompletedWake(ids[0]), "after a retried handoff")
 		})
+	}
+}
+
+// TestHandoffTriesBounded: the tries of one delivery end within the
+// observer's budget even when the store never answers: a subscriber's ctx
+// is not cancelled with the writer's, and the writer waits for the
+// delivery before it releases its lease.
+func TestHandoffTriesBounded(t *testing.T) {
+	h := newHarness(t)
+	fl := &flakyChildLog{ChildLog: h.s}
+	obs, err := NewChildLifecycle(ChildLifecycleConfig{Log: fl, Index: h.s, Waker: h.s,
+		Logger: slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs.retryPauses = []time.Duration{time.Millisecond, time.Millisecond}
+	obs.retryBudget = 200 * time.Millisecond
+	sub := h.s.Subscribe(obs.Handle)
+	defer sub.Cancel()
+	_, pl := h.rootTask()
+	ids, _ := h.spawn(pl, 1, false)
+	h.suspend(pl, noeta.SubtaskCompletedWake(ids[0]))
+	fl.hang.Store(true)
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		h.end(ids[0], noeta.TaskCompleted{Answer: json.RawMessage(`"done"`)})
+	}()
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child's end waited on a handoff whose store never answers")
+	}
+	if st := sub.Stats(); st.Failed != 1 {
+		t.Errorf("subscription stats %+v, want the one delivery failed", st)
 	}
 }
 

@@ -136,8 +136,8 @@ type DispatcherConfig struct {
 	// else would look again, and the parent would wait until some process
 	// restarts and recovers every handoff. The callback (the ChildLifecycle
 	// observer's RecoverTasks) redoes the handoffs of just those children.
-	// It runs on the reconciler's goroutine, with a deadline of twice
-	// RequestTimeout a parent.
+	// It runs on the reconciler's goroutine, with a deadline of one
+	// RequestTimeout a subtask, and one more.
 	// [Dispatcher.RecoverAwaiting] asks the next pass not to wait.
 	AwaitingSubtasks func(ctx context.Context, parent string, subtasks []string)
 	// Now is the local clock: lease expiry as reported (Lease.Expires), the

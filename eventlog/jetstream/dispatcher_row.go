@@ -231,11 +231,15 @@ func (d *Dispatcher) afterWrite(task string, old, nu *taskRow) {
 }
 
 // resignal retries a ready signal whose publish failed, while the row is
-// still in that ready spell, with a growing pause (up to retryCap), 16
-// times; the reconciler (or the next Enqueue) covers anything longer.
+// still in that ready spell, with a growing pause (up to retryCap, or 5 s
+// with no reconciler), for about a minute; the reconciler (or the next
+// Enqueue) covers anything longer.
 func (d *Dispatcher) resignal(task string, epoch uint64) {
-	pause := 100 * time.Millisecond
-	for range 16 {
+	pause, most := 100*time.Millisecond, reconcileRetryMax
+	if d.cfg.SweepInterval > 0 {
+		most = retryCap(d.cfg.SweepInterval)
+	}
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); {
 		t := time.NewTimer(pause)
 		select {
 		case <-d.done:
@@ -243,7 +247,7 @@ func (d *Dispatcher) resignal(task string, epoch uint64) {
 			return
 		case <-t.C:
 		}
-		pause = min(2*pause, retryCap(d.cfg.SweepInterval))
+		pause = min(2*pause, most)
 		ctx, cancel := d.detached()
 		r, _, err := d.getRow(ctx, task)
 		if err == nil && (r == nil || r.Status != eventlog.DispatchReady || r.Reserved || r.ReadyEpoch != epoch) {

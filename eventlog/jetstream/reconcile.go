@@ -288,20 +288,22 @@ func (d *Dispatcher) readSnapshot(ctx context.Context, finish bool) (*snapshot, 
 	// The lease keys and the signals are listed only for rows that can
 	// use them: the listing of the keys reads, besides the live leases, a
 	// lease TTL's worth of the markers released and expired keys leave.
-	leased, ready := false, false
+	leased, ready := 0, 0
 	for _, r := range s.rows {
-		leased = leased || r.Status == eventlog.DispatchLeased
-		ready = ready || r.Status == eventlog.DispatchReady && !r.Reserved
-		if leased && ready {
-			break
+		switch {
+		case r.Status == eventlog.DispatchLeased:
+			leased++
+		case r.Status == eventlog.DispatchReady && !r.Reserved:
+			ready++
 		}
 	}
-	// Each listing is bounded as every request of a pass (passRequest), not
-	// by the pass's own two minutes: a request the servers never answer
-	// (its leader killed under it) held every serve's passes, and the
-	// handoffs only they redo, for two minutes in the partition run.
-	if leased {
-		lctx, cancel := d.passRequest(ctx)
+	// Each listing is bounded as requests of a pass are (a request timeout
+	// for every page of listingPage entries it may take), not by the
+	// pass's own two minutes: a request the servers never answer (its
+	// leader killed under it) held every serve's passes, and the handoffs
+	// only they redo, for two minutes in the partition run.
+	if leased > 0 {
+		lctx, cancel := d.listingRequest(ctx, leased)
 		kl, err := d.leases.ListKeys(lctx)
 		if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
 			cancel()
@@ -318,8 +320,8 @@ func (d *Dispatcher) readSnapshot(ctx context.Context, finish bool) (*snapshot, 
 			return nil, fmt.Errorf("jetstream: list %s: %w", d.cfg.leasesBucket(), err) // the listing may have been cut short
 		}
 	}
-	if ready {
-		sctx, cancel := d.passRequest(ctx)
+	if ready > 0 {
+		sctx, cancel := d.listingRequest(ctx, ready)
 		s.signals, err = streamSubjects(sctx, d.ready, d.subj.readyAll())
 		cancel()
 		if err != nil {
@@ -327,6 +329,17 @@ func (d *Dispatcher) readSnapshot(ctx context.Context, finish bool) (*snapshot, 
 		}
 	}
 	return s, nil
+}
+
+// listingPage is how many subjects a server lists in one page of a stream
+// info (nats-server's JSMaxSubjectDetails); a listing of the lease keys is
+// given the same pace.
+const listingPage = 100_000
+
+// listingRequest bounds a listing of about n entries: a request timeout for
+// each page it may take, and one more.
+func (d *Dispatcher) listingRequest(ctx context.Context, n int) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, time.Duration(1+n/listingPage+1)*d.cfg.RequestTimeout)
 }
 
 // rowReadBatch bounds the rows a bulk read holds in flight: the server
@@ -630,11 +643,9 @@ func (d *Dispatcher) pass(ctx context.Context, finish bool) (ids []string, hurry
 	// A repair of its own: a queue's consumer that cannot be asked (its
 	// leader between elections) must not cost the rest of the pass, the
 	// parents' handoffs above all.
-	sctx, cancel := d.passRequest(ctx)
-	if err := d.checkStranded(sctx, s, now); err != nil && ctx.Err() == nil {
+	if err := d.checkStranded(ctx, s, now); err != nil && ctx.Err() == nil {
 		d.log.Warn("the check for stranded ready signals failed; the next pass tries again", "err", err)
 	}
-	cancel()
 	d.stats.reconciles.Add(1)
 	d.nudgeParents(ctx, s)
 	slices.SortFunc(hits, func(a, b hit) int {
@@ -856,7 +867,7 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 		}
 		// A few reads and writes a subtask: bounded, so one parent whose
 		// store does not answer leaves the others theirs.
-		actx, cancel := context.WithTimeout(ctx, 2*d.cfg.RequestTimeout)
+		actx, cancel := context.WithTimeout(ctx, time.Duration(1+len(subtasks))*d.cfg.RequestTimeout)
 		d.cfg.AwaitingSubtasks(actx, task, subtasks)
 		cancel()
 	}

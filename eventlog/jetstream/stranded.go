@@ -64,7 +64,9 @@ func (d *Dispatcher) checkStranded(ctx context.Context, s *snapshot, now time.Ti
 
 	var errs []error
 	for queue, tasks := range suspects {
-		idle, err := d.queueIdle(ctx, queue)
+		qctx, cancel := d.passRequest(ctx)
+		idle, err := d.queueIdle(qctx, queue)
+		cancel()
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -73,7 +75,10 @@ func (d *Dispatcher) checkStranded(ctx context.Context, s *snapshot, now time.Ti
 			continue
 		}
 		for _, task := range tasks {
-			if err := d.republish(ctx, task); err != nil {
+			rctx, cancel := d.passRequest(ctx)
+			err := d.republish(rctx, task)
+			cancel()
+			if err != nil {
 				errs = append(errs, err)
 			}
 		}
