@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -354,6 +355,166 @@ script:
 	if n := len(h.log(id)); n != len(envs)+7 {
 		t.Errorf("after the resume:\n%s", h.dump(id))
 	}
+}
+
+// putFailing fails the content store's next fails puts, as a store
+// between leader elections does.
+type putFailing struct {
+	eventlog.ContentStore
+	fails *atomic.Int64
+}
+
+func (c putFailing) Put(ctx context.Context, body []byte, mediaType string) (noeta.ContentRef, error) {
+	if c.fails.Add(-1) >= 0 {
+		return noeta.ContentRef{}, errors.New("nats: no response from stream")
+	}
+	return c.ContentStore.Put(ctx, body, mediaType)
+}
+
+// TestParkedAgainUnderItsLease: a lease that parks a turn and then fails
+// to write the suspend (its snapshot's body cannot be stored) runs again
+// under the same lease (ADR 0115), finds the park's record its own, and
+// parks the turn again: the turn declared parked never runs again, and
+// the tool that kept killing its worker is not started a fourth time.
+func TestParkedAgainUnderItsLease(t *testing.T) {
+	b := memBackend(t, 2*time.Second)
+	var kill context.CancelFunc
+	var crashes, putFails atomic.Int64
+	crash := tools.Define(tools.Def{Name: "crash", Risk: tools.RiskLow, Run: func(ctx context.Context, _ tools.Call) (tools.Result, error) {
+		crashes.Add(1)
+		kill()
+		<-ctx.Done()
+		return tools.Result{}, ctx.Err()
+	}})
+	h := newHarness(t, b, "agents:\n  boss: {tools: [crash]}\n", func(c *engine.Config) {
+		c.AbandonCap = 2
+		c.SegmentRetryPause = 10 * time.Millisecond
+		c.Content = putFailing{c.Content, &putFails}
+		reg, err := tools.NewRegistry(crash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Tools = reg
+	})
+	id := h.submit(`
+agent: boss
+goal: crash a lot
+script:
+  - tool_calls: [{tool: crash}, {tool: crash}, {tool: crash}]
+  - finish: {answer: survived}
+`)
+	ctx := context.Background()
+	var out engine.Outcome
+	for i := 0; out.Status != noeta.StatusSuspended; i++ {
+		if i == 5 {
+			t.Fatalf("not parked after %d segments\n%s", i, h.dump(id))
+		}
+		if i == 3 {
+			putFails.Store(1) // the parking segment's snapshot
+		}
+		lease, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: id, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		kill = cancel
+		out, err = h.eng.RunLease(wctx, lease)
+		cancel()
+		if out.Status != noeta.StatusSuspended {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("segment %d: %v\n%s", i, err, h.dump(id))
+			}
+			if err := b.disp.Enqueue(ctx, id, eventlog.EnqueueOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := putFails.Load(); n >= 0 {
+		t.Fatalf("the parking segment's snapshot was never refused: the test proves nothing\n%s", h.dump(id))
+	}
+	wantLog(t, h, id,
+		e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"), e("ToolCallStarted"),
+		e("LeaseGranted"), e("StepAttemptAbandoned"), tl("ToolCallFinished"), e("ToolCallStarted"),
+		e("LeaseGranted"), e("StepAttemptAbandoned"), tl("ToolCallFinished"), e("ToolCallStarted"),
+		e("LeaseGranted"), e("StepAttemptAbandoned"), e("StepAttemptAbandoned"), e("TaskSnapshot"), e("TaskSuspended"))
+	if n := crashes.Load(); n != 3 {
+		t.Errorf("the crashing tool was started %d times, want 3\n%s", n, h.dump(id))
+	}
+	st, _ := h.eng.Inspect(ctx, id)
+	if st.WakeOn == nil || st.WakeOn.Handle != engine.ParkHandle(1) {
+		t.Fatalf("parked %q on %+v", st.Reason, st.WakeOn)
+	}
+}
+
+// TestOwnTurnNotSealed: a segment that fails after its turn's first write
+// (here the write of a finished call and the next call's start) runs again
+// under its lease; the open turn is its own, so no StepAttemptAbandoned is
+// written and nothing counts toward the cap that parks the task. The call
+// whose end was lost is recorded as interrupted and not run again.
+func TestOwnTurnNotSealed(t *testing.T) {
+	b := memBackend(t, 2*time.Second)
+	var runs atomic.Int64
+	var emitFails atomic.Int64
+	count := tools.Define(tools.Def{Name: "count", Risk: tools.RiskLow, Run: func(context.Context, tools.Call) (tools.Result, error) {
+		runs.Add(1)
+		return tools.Result{OK: true, Output: json.RawMessage(`"ok"`)}, nil
+	}})
+	h := newHarness(t, b, "agents:\n  boss: {tools: [count]}\n", func(c *engine.Config) {
+		c.SegmentRetryPause = 10 * time.Millisecond
+		c.Log = finishFailing{c.Log, &emitFails}
+		reg, err := tools.NewRegistry(count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Tools = reg
+	})
+	emitFails.Store(1)
+	id := h.submit(`
+agent: boss
+goal: count twice
+script:
+  - tool_calls: [{tool: count}, {tool: count}]
+  - finish: {answer: counted}
+`)
+	h.start(1)
+	st := h.waitStatus(id, noeta.StatusTerminal)
+	if n := emitFails.Load(); n >= 0 {
+		t.Fatalf("no write of a finished call was refused: the test proves nothing\n%s", h.dump(id))
+	}
+	envs := h.log(id)
+	interrupted := 0
+	for _, env := range envs {
+		switch env.Type {
+		case noeta.TypeStepAttemptAbandoned:
+			t.Errorf("seq %d: a StepAttemptAbandoned for the lease's own turn\n%s", env.Seq, h.dump(id))
+		case noeta.TypeToolCallFinished:
+			var p noeta.ToolCallFinished
+			_ = json.Unmarshal(env.Payload, &p)
+			if !p.OK {
+				interrupted++
+			}
+		}
+		if env.Seq > 1 && env.LeaseGen != 1 {
+			t.Errorf("seq %d (%s) under lease generation %d, want 1", env.Seq, env.Type, env.LeaseGen)
+		}
+	}
+	if string(st.Answer) != `"counted"` || interrupted != 1 || runs.Load() != 2 {
+		t.Errorf("ended %q with %d interrupted calls and %d runs, want counted, 1 and 2\n%s", st.Answer, interrupted, runs.Load(), h.dump(id))
+	}
+}
+
+// finishFailing refuses its next fails writes that carry a finished call
+// (one record at a time: it is not a BatchWriter).
+type finishFailing struct {
+	engine.Log
+	fails *atomic.Int64
+}
+
+func (l finishFailing) Emit(ctx context.Context, lease eventlog.Lease, env eventlog.Envelope, opts eventlog.EmitOptions) (eventlog.Envelope, error) {
+	if env.Type == noeta.TypeToolCallFinished && l.fails.Add(-1) >= 0 {
+		return eventlog.Envelope{}, errors.New("nats: no response from stream")
+	}
+	return l.Log.Emit(ctx, lease, env, opts)
 }
 
 func TestSubmitRefusals(t *testing.T) {

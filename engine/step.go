@@ -464,7 +464,11 @@ func (g *segment) loop() error {
 	// again, RunLease) is not one an earlier lease abandoned: it is not
 	// sealed nor counted toward the cap that parks the task, and its
 	// started calls are recorded as interrupted when the turn resumes.
-	if st.Turn.Open && !g.woke && st.LeaseGen != g.lease.Generation {
+	// Unless that run parked it (its seals past the cap: the park's
+	// record is in, its suspend is not): the turn is parked again, never
+	// run.
+	ownRun := st.LeaseGen == g.lease.Generation && st.Turn.Seals <= g.e.cfg.AbandonCap
+	if st.Turn.Open && !g.woke && !ownRun {
 		if parked, err := g.seal(); err != nil || parked {
 			return err
 		}

@@ -137,7 +137,7 @@ type DispatcherConfig struct {
 	// restarts and recovers every handoff. The callback (the ChildLifecycle
 	// observer's RecoverTasks) redoes the handoffs of just those children.
 	// It runs on the reconciler's goroutine, with a deadline of one
-	// RequestTimeout a subtask, and one more.
+	// RequestTimeout a subtask and one more, at most six.
 	// [Dispatcher.RecoverAwaiting] asks the next pass not to wait.
 	AwaitingSubtasks func(ctx context.Context, parent string, subtasks []string)
 	// Now is the local clock: lease expiry as reported (Lease.Expires), the

@@ -643,9 +643,14 @@ func (d *Dispatcher) pass(ctx context.Context, finish bool) (ids []string, hurry
 	// A repair of its own: a queue's consumer that cannot be asked (its
 	// leader between elections) must not cost the rest of the pass, the
 	// parents' handoffs above all.
-	if err := d.checkStranded(ctx, s, now); err != nil && ctx.Err() == nil {
+	// Each of its requests is bounded, and all of them together: a signal
+	// purged and not yet published again when the bound comes is a ready
+	// row without one, which the next pass repairs.
+	sctx, cancel := context.WithTimeout(ctx, 3*d.cfg.RequestTimeout)
+	if err := d.checkStranded(sctx, s, now); err != nil && ctx.Err() == nil {
 		d.log.Warn("the check for stranded ready signals failed; the next pass tries again", "err", err)
 	}
+	cancel()
 	d.stats.reconciles.Add(1)
 	d.nudgeParents(ctx, s)
 	slices.SortFunc(hits, func(a, b hit) int {
@@ -865,9 +870,10 @@ func (d *Dispatcher) nudgeParents(ctx context.Context, s *snapshot) {
 		if ctx.Err() != nil {
 			break
 		}
-		// A few reads and writes a subtask: bounded, so one parent whose
-		// store does not answer leaves the others theirs.
-		actx, cancel := context.WithTimeout(ctx, time.Duration(1+len(subtasks))*d.cfg.RequestTimeout)
+		// A few reads and writes a subtask: bounded (a request timeout a
+		// subtask and one more, at most six), so one parent whose store
+		// does not answer leaves the others theirs.
+		actx, cancel := context.WithTimeout(ctx, time.Duration(min(1+len(subtasks), 6))*d.cfg.RequestTimeout)
 		d.cfg.AwaitingSubtasks(actx, task, subtasks)
 		cancel()
 	}
