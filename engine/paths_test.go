@@ -276,51 +276,9 @@ script:
 // call of the turn kills the worker running it, as a poison call would.
 func TestPark(t *testing.T) {
 	b := memBackend(t, 2*time.Second)
-	var kill context.CancelFunc
-	crash := tools.Define(tools.Def{Name: "crash", Risk: tools.RiskLow, Run: func(ctx context.Context, _ tools.Call) (tools.Result, error) {
-		kill()
-		<-ctx.Done()
-		return tools.Result{}, ctx.Err()
-	}})
-	h := newHarness(t, b, "agents:\n  boss: {tools: [crash]}\n", func(c *engine.Config) {
-		c.AbandonCap = 2
-		reg, err := tools.NewRegistry(crash)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Tools = reg
-	})
-	id := h.submit(`
-agent: boss
-goal: crash a lot
-script:
-  - tool_calls: [{tool: crash}, {tool: crash}, {tool: crash}]
-  - finish: {answer: survived}
-`)
+	h, id, setKill := crashingBoss(t, b, nil, nil)
 	ctx := context.Background()
-	var out engine.Outcome
-	for i := 0; out.Status != noeta.StatusSuspended; i++ {
-		if i == 5 {
-			t.Fatalf("not parked after %d segments\n%s", i, h.dump(id))
-		}
-		lease, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: id, TTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		kill = cancel
-		out, err = h.eng.RunLease(wctx, lease)
-		cancel()
-		if out.Status != noeta.StatusSuspended {
-			if !errors.Is(err, context.Canceled) {
-				t.Fatalf("segment %d: %v", i, err)
-			}
-			// The worker is gone; hand the task on as its expiry would.
-			if err := b.disp.Enqueue(ctx, id, eventlog.EnqueueOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	runUntilParked(t, h, b, id, func(int) {}, setKill)
 	envs := wantLog(t, h, id,
 		e("TaskCreated"), e("LeaseGranted"), e("TurnStarted"), e("PolicyDecided"), e("ToolCallStarted"),
 		e("LeaseGranted"), e("StepAttemptAbandoned"), tl("ToolCallFinished"), e("ToolCallStarted"),
@@ -378,57 +336,17 @@ func (c putFailing) Put(ctx context.Context, body []byte, mediaType string) (noe
 // the tool that kept killing its worker is not started a fourth time.
 func TestParkedAgainUnderItsLease(t *testing.T) {
 	b := memBackend(t, 2*time.Second)
-	var kill context.CancelFunc
 	var crashes, putFails atomic.Int64
-	crash := tools.Define(tools.Def{Name: "crash", Risk: tools.RiskLow, Run: func(ctx context.Context, _ tools.Call) (tools.Result, error) {
-		crashes.Add(1)
-		kill()
-		<-ctx.Done()
-		return tools.Result{}, ctx.Err()
-	}})
-	h := newHarness(t, b, "agents:\n  boss: {tools: [crash]}\n", func(c *engine.Config) {
-		c.AbandonCap = 2
+	h, id, setKill := crashingBoss(t, b, &crashes, func(c *engine.Config) {
 		c.SegmentRetryPause = 10 * time.Millisecond
 		c.Content = putFailing{c.Content, &putFails}
-		reg, err := tools.NewRegistry(crash)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Tools = reg
 	})
-	id := h.submit(`
-agent: boss
-goal: crash a lot
-script:
-  - tool_calls: [{tool: crash}, {tool: crash}, {tool: crash}]
-  - finish: {answer: survived}
-`)
 	ctx := context.Background()
-	var out engine.Outcome
-	for i := 0; out.Status != noeta.StatusSuspended; i++ {
-		if i == 5 {
-			t.Fatalf("not parked after %d segments\n%s", i, h.dump(id))
-		}
+	runUntilParked(t, h, b, id, func(i int) {
 		if i == 3 {
 			putFails.Store(1) // the parking segment's snapshot
 		}
-		lease, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: id, TTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		kill = cancel
-		out, err = h.eng.RunLease(wctx, lease)
-		cancel()
-		if out.Status != noeta.StatusSuspended {
-			if !errors.Is(err, context.Canceled) {
-				t.Fatalf("segment %d: %v\n%s", i, err, h.dump(id))
-			}
-			if err := b.disp.Enqueue(ctx, id, eventlog.EnqueueOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	}, setKill)
 	if n := putFails.Load(); n >= 0 {
 		t.Fatalf("the parking segment's snapshot was never refused: the test proves nothing\n%s", h.dump(id))
 	}
@@ -515,6 +433,75 @@ func (l finishFailing) Emit(ctx context.Context, lease eventlog.Lease, env event
 		return eventlog.Envelope{}, errors.New("nats: no response from stream")
 	}
 	return l.Log.Emit(ctx, lease, env, opts)
+}
+
+// crashingBoss submits a task whose three calls each kill the worker
+// running them (through the cancel given to setKill), on an engine whose
+// AbandonCap is 2, edited by edit; crashes, if not nil, counts the calls
+// started.
+func crashingBoss(t *testing.T, b backend, crashes *atomic.Int64, edit func(*engine.Config)) (h *harness, id string, setKill func(context.CancelFunc)) {
+	t.Helper()
+	var kill context.CancelFunc
+	crash := tools.Define(tools.Def{Name: "crash", Risk: tools.RiskLow, Run: func(ctx context.Context, _ tools.Call) (tools.Result, error) {
+		if crashes != nil {
+			crashes.Add(1)
+		}
+		kill()
+		<-ctx.Done()
+		return tools.Result{}, ctx.Err()
+	}})
+	h = newHarness(t, b, "agents:\n  boss: {tools: [crash]}\n", func(c *engine.Config) {
+		c.AbandonCap = 2
+		reg, err := tools.NewRegistry(crash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Tools = reg
+		if edit != nil {
+			edit(c)
+		}
+	})
+	id = h.submit(`
+agent: boss
+goal: crash a lot
+script:
+  - tool_calls: [{tool: crash}, {tool: crash}, {tool: crash}]
+  - finish: {answer: survived}
+`)
+	return h, id, func(c context.CancelFunc) { kill = c }
+}
+
+// runUntilParked runs id's segments one lease at a time until one
+// suspends; each segment's worker can be killed through the cancel given
+// to setKill, and a killed worker's task is handed on as its expiry
+// would. before runs ahead of segment i.
+func runUntilParked(t *testing.T, h *harness, b backend, id string, before func(int), setKill func(context.CancelFunc)) {
+	t.Helper()
+	ctx := context.Background()
+	var out engine.Outcome
+	for i := 0; out.Status != noeta.StatusSuspended; i++ {
+		if i == 5 {
+			t.Fatalf("not parked after %d segments\n%s", i, h.dump(id))
+		}
+		lease, err := b.disp.Lease(ctx, eventlog.LeaseRequest{Worker: "w", Task: id, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		before(i)
+		setKill(cancel)
+		out, err = h.eng.RunLease(wctx, lease)
+		cancel()
+		if out.Status != noeta.StatusSuspended {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("segment %d: %v\n%s", i, err, h.dump(id))
+			}
+			// The worker is gone; hand the task on as its expiry would.
+			if err := b.disp.Enqueue(ctx, id, eventlog.EnqueueOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 func TestSubmitRefusals(t *testing.T) {

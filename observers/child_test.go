@@ -74,8 +74,14 @@ func newHarness(t *testing.T) *harness {
 // subscribed.
 func (h *harness) observer() *ChildLifecycle {
 	h.t.Helper()
+	return h.observerOn(h.s)
+}
+
+// observerOn is observer reading and writing the logs through log.
+func (h *harness) observerOn(log ChildLog) *ChildLifecycle {
+	h.t.Helper()
 	c, err := NewChildLifecycle(ChildLifecycleConfig{
-		Log:    h.s,
+		Log:    log,
 		Index:  h.s,
 		Waker:  h.s,
 		Logger: slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -439,6 +445,16 @@ func (l *flakyChildLog) SystemEmit(ctx context.Context, task, key string, env ev
 	return l.ChildLog.SystemEmit(ctx, task, key, env)
 }
 
+// awaitedChild makes a root task that spawned one child and suspended
+// waiting on it.
+func (h *harness) awaitedChild() (parent string, ids []string) {
+	h.t.Helper()
+	parent, pl := h.rootTask()
+	ids, _ = h.spawn(pl, 1, false)
+	h.suspend(pl, noeta.SubtaskCompletedWake(ids[0]))
+	return parent, ids
+}
+
 // TestHandoffTriedAgain: a handoff that fails (the store unavailable for
 // a moment) is tried again in the same delivery, and the parent is woken
 // without waiting for a recovery pass; one that fails on every try is
@@ -455,17 +471,11 @@ func TestHandoffTriedAgain(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t)
 			fl := &flakyChildLog{ChildLog: h.s}
-			obs, err := NewChildLifecycle(ChildLifecycleConfig{Log: fl, Index: h.s, Waker: h.s,
-				Logger: slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-			if err != nil {
-				t.Fatal(err)
-			}
+			obs := h.observerOn(fl)
 			obs.retryPauses = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}
 			sub := h.s.Subscribe(obs.Handle)
 			defer sub.Cancel()
-			parent, pl := h.rootTask()
-			ids, _ := h.spawn(pl, 1, false)
-			h.suspend(pl, noeta.SubtaskCompletedWake(ids[0]))
+			parent, ids := h.awaitedChild()
 			fl.fails.Store(c.fails)
 			h.end(ids[0], noeta.TaskCompleted{Answer: json.RawMessage(`"done"`)})
 			if !h.logs.contains("child handoff failed; trying again") {
@@ -496,18 +506,12 @@ func TestHandoffTriedAgain(t *testing.T) {
 func TestHandoffTriesBounded(t *testing.T) {
 	h := newHarness(t)
 	fl := &flakyChildLog{ChildLog: h.s}
-	obs, err := NewChildLifecycle(ChildLifecycleConfig{Log: fl, Index: h.s, Waker: h.s,
-		Logger: slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	obs := h.observerOn(fl)
 	obs.retryPauses = []time.Duration{time.Millisecond, time.Millisecond}
 	obs.retryBudget = 200 * time.Millisecond
 	sub := h.s.Subscribe(obs.Handle)
 	defer sub.Cancel()
-	_, pl := h.rootTask()
-	ids, _ := h.spawn(pl, 1, false)
-	h.suspend(pl, noeta.SubtaskCompletedWake(ids[0]))
+	_, ids := h.awaitedChild()
 	fl.hang.Store(true)
 	ended := make(chan struct{})
 	go func() {
