@@ -116,9 +116,9 @@ var (
 // The short form runs in every `go test ./...` (about 2 minutes);
 // NOETA_PARTITION=long runs the long form (at least 20 minutes and 200
 // injections); NOETA_PARTITION_SEED replays a seed; NOETA_PARTITION_LOGS
-// names a directory that receives every process's whole log. It needs root (network
-// namespaces, CI runs as root): without, it skips, saying so on stderr,
-// unless NOETA_PARTITION is set, which makes that a failure.
+// names a directory that receives every process's whole log. It needs
+// root (network namespaces, CI runs as root): without, it skips, saying so
+// on stderr, unless NOETA_PARTITION is set, which makes that a failure.
 func TestPartition(t *testing.T) {
 	if why := netLabUnavailable(); why != "" {
 		if mode := os.Getenv("NOETA_PARTITION"); mode != "" {
@@ -841,9 +841,9 @@ func (r *partitionRun) reader(ctx context.Context) {
 // each serve's tail).
 func (r *partitionRun) linesOf(task string) { r.linesWith(task, 40) }
 
-// linesWith logs up to limit of the serves' lines that hold s, in the
-// order of the serves, each serve's lines in its own order.
-func (r *partitionRun) linesWith(s string, limit int) {
+// linesWith logs up to limit of the serves' lines that hold substr, in
+// the order of the serves, each serve's lines in its own order.
+func (r *partitionRun) linesWith(substr string, limit int) {
 	r.mu.Lock()
 	procs := slices.Clone(r.old)
 	for _, s := range labServes {
@@ -853,7 +853,7 @@ func (r *partitionRun) linesWith(s string, limit int) {
 	n := 0
 	for _, p := range procs {
 		for _, l := range strings.Split(p.out.String(), "\n") {
-			if strings.Contains(l, s) && n < limit {
+			if strings.Contains(l, substr) && n < limit {
 				r.t.Logf("  serve pid %d: %s", p.cmd.Process.Pid, l)
 				n++
 			}
